@@ -1,0 +1,221 @@
+//! The cluster's TOML configuration: one file describes the whole cluster; each node's file differs
+//! only in its `[tls]` identity.
+//!
+//! ```toml
+//! [mds]
+//! addr = "127.0.0.1:7400"
+//! data_dir = "/var/lib/tessera/mds"
+//!
+//! [[ds]]
+//! id = 0
+//! addr = "127.0.0.1:7410"
+//! data_dir = "/var/lib/tessera/ds0"
+//!
+//! [defaults]
+//! stripe_size = 1048576
+//! stripe_count = 0          # 0 = all data servers
+//! placement = "round-robin"
+//!
+//! [tls]
+//! ca = "tls/ca.pem"         # relative paths are relative to this file
+//! cert = "tls/client.pem"
+//! key = "tls/client.key"
+//! ```
+
+use crate::error::{FsError, FsResult};
+use crate::rpc::Tuning;
+use crate::tls::TlsFiles;
+use crate::types::DsId;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Environment variable naming the config file when `--config` is not given.
+pub const CONFIG_ENV: &str = "TESSERA_CONFIG";
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    pub mds: MdsNode,
+    #[serde(default)]
+    pub ds: Vec<DsNode>,
+    #[serde(default)]
+    pub defaults: Defaults,
+    pub tls: TlsFiles,
+    #[serde(default)]
+    pub ds_options: DsOptions,
+    #[serde(default)]
+    pub client: ClientOptions,
+    #[serde(default)]
+    pub transport: TransportOptions,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MdsNode {
+    pub addr: String,
+    #[serde(default)]
+    pub data_dir: Option<PathBuf>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DsNode {
+    pub id: DsId,
+    pub addr: String,
+    #[serde(default)]
+    pub data_dir: Option<PathBuf>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Defaults {
+    pub stripe_size: u64,
+    /// 0 = all data servers.
+    pub stripe_count: u32,
+    pub placement: String,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults { stripe_size: 1 << 20, stripe_count: 0, placement: "round-robin".into() }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DsOptions {
+    /// How often each data server reports load and free space to the MDS.
+    pub report_interval_ms: u64,
+    /// `none` (real device) or `hdd` (emulated rotating disk).
+    pub device_model: String,
+    /// Requests a data server hands to its device at once (work-conserving mode).
+    pub device_queue_depth: u32,
+    /// Fsync every write before acknowledging it (like `sync` exports); normally only on fsync/`sync` flag.
+    pub sync_writes: bool,
+}
+
+impl Default for DsOptions {
+    fn default() -> Self {
+        DsOptions { report_interval_ms: 1000, device_model: "none".into(), device_queue_depth: 8, sync_writes: false }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClientOptions {
+    /// Requests in flight per data server per client.
+    pub inflight_per_server: u32,
+    /// Largest single data request (larger transfers are split).
+    pub max_request: u32,
+    pub call_timeout_ms: u64,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions { inflight_per_server: 8, max_request: 4 << 20, call_timeout_ms: 60_000 }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TransportOptions {
+    /// Initial UDP payload size; 0 = automatic.
+    pub mtu: u16,
+    pub idle_timeout_ms: u64,
+}
+
+impl Default for TransportOptions {
+    fn default() -> Self {
+        TransportOptions { mtu: 0, idle_timeout_ms: 15_000 }
+    }
+}
+
+impl ClusterConfig {
+    /// Reads a config file; relative paths inside it are resolved against the file's directory.
+    pub fn load(path: &Path) -> FsResult<ClusterConfig> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| FsError::invalid(format!("config {}: {e}", path.display())))?;
+        let mut cfg: ClusterConfig =
+            toml::from_str(&text).map_err(|e| FsError::invalid(format!("config {}: {e}", path.display())))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let fix = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        fix(&mut cfg.tls.ca);
+        fix(&mut cfg.tls.cert);
+        fix(&mut cfg.tls.key);
+        if let Some(d) = cfg.mds.data_dir.as_mut() {
+            fix(d);
+        }
+        for ds in &mut cfg.ds {
+            if let Some(d) = ds.data_dir.as_mut() {
+                fix(d);
+            }
+        }
+        cfg.validate().map_err(|e| FsError::invalid(format!("config {}: {}", path.display(), e.detail)))?;
+        Ok(cfg)
+    }
+
+    /// Finds the config: the explicit path, else `$TESSERA_CONFIG`.
+    pub fn locate(explicit: Option<&Path>) -> FsResult<ClusterConfig> {
+        let path = match explicit {
+            Some(p) => p.to_path_buf(),
+            None => std::env::var_os(CONFIG_ENV).map(PathBuf::from).ok_or_else(|| {
+                FsError::invalid(format!("no cluster configuration: pass --config FILE or set {CONFIG_ENV} (`tessera up` writes DIR/client.toml)"))
+            })?,
+        };
+        ClusterConfig::load(&path)
+    }
+
+    pub fn validate(&self) -> FsResult<()> {
+        let mut ids: Vec<DsId> = self.ds.iter().map(|d| d.id).collect();
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| w[0] == w[1]) {
+            return Err(FsError::invalid("duplicate data server id"));
+        }
+        crate::layout::LayoutSpec { stripe_size: Some(self.defaults.stripe_size), stripe_count: None }.validate()?;
+        Ok(())
+    }
+
+    pub fn save(&self, path: &Path) -> FsResult<()> {
+        let text = toml::to_string_pretty(self).map_err(|e| FsError::invalid(e.to_string()))?;
+        std::fs::write(path, text).map_err(|e| FsError::io(format!("{}: {e}", path.display())))
+    }
+
+    pub fn ds_node(&self, id: DsId) -> Option<&DsNode> {
+        self.ds.iter().find(|d| d.id == id)
+    }
+
+    pub fn tuning(&self) -> Tuning {
+        Tuning {
+            mtu: self.transport.mtu,
+            idle_timeout: Duration::from_millis(self.transport.idle_timeout_ms.max(1000)),
+            call_timeout: Duration::from_millis(self.client.call_timeout_ms.max(1000)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_resolves_relative_paths_and_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(
+            &p,
+            "[mds]\naddr = \"127.0.0.1:1\"\n[[ds]]\nid = 0\naddr = \"127.0.0.1:2\"\ndata_dir = \"d0\"\n[tls]\nca = \"ca.pem\"\ncert = \"c.pem\"\nkey = \"c.key\"\n",
+        )
+        .unwrap();
+        let c = ClusterConfig::load(&p).unwrap();
+        assert_eq!(c.tls.ca, dir.path().join("ca.pem"));
+        assert_eq!(c.ds[0].data_dir.as_deref(), Some(dir.path().join("d0").as_path()));
+        assert_eq!(c.defaults.stripe_size, 1 << 20);
+        std::fs::write(&p, "[mds]\naddr = 1\n").unwrap();
+        assert!(ClusterConfig::load(&p).is_err());
+    }
+}

@@ -1,0 +1,181 @@
+//! The error every file-system operation can return, carried on the wire with its errno.
+
+use serde::{Deserialize, Serialize};
+
+/// A POSIX-like error: `code` says what happened (and maps to an errno), `detail` says why.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {detail}")]
+pub struct FsError {
+    pub code: ErrorCode,
+    pub detail: String,
+}
+
+pub type FsResult<T> = Result<T, FsError>;
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    NotFound,
+    Exists,
+    NotDir,
+    IsDir,
+    NotEmpty,
+    Access,
+    Perm,
+    Invalid,
+    NameTooLong,
+    NoSpace,
+    Io,
+    CrossDevice,
+    Loop,
+    NoData,
+    Range,
+    Stale,
+    Busy,
+    TooBig,
+    Protocol,
+    Unavailable,
+    Unsupported,
+    TimedOut,
+}
+
+impl ErrorCode {
+    pub fn errno(self) -> i32 {
+        match self {
+            ErrorCode::NotFound => libc::ENOENT,
+            ErrorCode::Exists => libc::EEXIST,
+            ErrorCode::NotDir => libc::ENOTDIR,
+            ErrorCode::IsDir => libc::EISDIR,
+            ErrorCode::NotEmpty => libc::ENOTEMPTY,
+            ErrorCode::Access => libc::EACCES,
+            ErrorCode::Perm => libc::EPERM,
+            ErrorCode::Invalid => libc::EINVAL,
+            ErrorCode::NameTooLong => libc::ENAMETOOLONG,
+            ErrorCode::NoSpace => libc::ENOSPC,
+            ErrorCode::Io => libc::EIO,
+            ErrorCode::CrossDevice => libc::EXDEV,
+            ErrorCode::Loop => libc::ELOOP,
+            ErrorCode::NoData => libc::ENODATA,
+            ErrorCode::Range => libc::ERANGE,
+            ErrorCode::Stale => libc::ESTALE,
+            ErrorCode::Busy => libc::EBUSY,
+            ErrorCode::TooBig => libc::EFBIG,
+            ErrorCode::Protocol => libc::EPROTO,
+            ErrorCode::Unavailable => libc::EHOSTUNREACH,
+            ErrorCode::Unsupported => libc::EOPNOTSUPP,
+            ErrorCode::TimedOut => libc::ETIMEDOUT,
+        }
+    }
+
+    pub fn from_errno(errno: i32) -> ErrorCode {
+        match errno {
+            libc::ENOENT => ErrorCode::NotFound,
+            libc::EEXIST => ErrorCode::Exists,
+            libc::ENOTDIR => ErrorCode::NotDir,
+            libc::EISDIR => ErrorCode::IsDir,
+            libc::ENOTEMPTY => ErrorCode::NotEmpty,
+            libc::EACCES => ErrorCode::Access,
+            libc::EPERM => ErrorCode::Perm,
+            libc::EINVAL => ErrorCode::Invalid,
+            libc::ENAMETOOLONG => ErrorCode::NameTooLong,
+            libc::ENOSPC | libc::EDQUOT => ErrorCode::NoSpace,
+            libc::EXDEV => ErrorCode::CrossDevice,
+            libc::ELOOP => ErrorCode::Loop,
+            libc::ENODATA => ErrorCode::NoData,
+            libc::ERANGE => ErrorCode::Range,
+            libc::ESTALE => ErrorCode::Stale,
+            libc::EBUSY => ErrorCode::Busy,
+            libc::EFBIG => ErrorCode::TooBig,
+            libc::EPROTO => ErrorCode::Protocol,
+            libc::EOPNOTSUPP => ErrorCode::Unsupported,
+            libc::ETIMEDOUT => ErrorCode::TimedOut,
+            _ => ErrorCode::Io,
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // strerror-like text, so CLI messages read naturally.
+        let s = match self {
+            ErrorCode::NotFound => "No such file or directory",
+            ErrorCode::Exists => "File exists",
+            ErrorCode::NotDir => "Not a directory",
+            ErrorCode::IsDir => "Is a directory",
+            ErrorCode::NotEmpty => "Directory not empty",
+            ErrorCode::Access => "Permission denied",
+            ErrorCode::Perm => "Operation not permitted",
+            ErrorCode::Invalid => "Invalid argument",
+            ErrorCode::NameTooLong => "File name too long",
+            ErrorCode::NoSpace => "No space left on device",
+            ErrorCode::Io => "Input/output error",
+            ErrorCode::CrossDevice => "Invalid cross-device link",
+            ErrorCode::Loop => "Too many levels of symbolic links",
+            ErrorCode::NoData => "No data available",
+            ErrorCode::Range => "Numerical result out of range",
+            ErrorCode::Stale => "Stale file handle",
+            ErrorCode::Busy => "Device or resource busy",
+            ErrorCode::TooBig => "File too large",
+            ErrorCode::Protocol => "Protocol error",
+            ErrorCode::Unavailable => "Server unavailable",
+            ErrorCode::Unsupported => "Operation not supported",
+            ErrorCode::TimedOut => "Timed out",
+        };
+        f.write_str(s)
+    }
+}
+
+impl FsError {
+    pub fn new(code: ErrorCode, detail: impl Into<String>) -> FsError {
+        FsError { code, detail: detail.into() }
+    }
+    pub fn errno(&self) -> i32 {
+        self.code.errno()
+    }
+    pub fn not_found(d: impl Into<String>) -> FsError {
+        FsError::new(ErrorCode::NotFound, d)
+    }
+    pub fn exists(d: impl Into<String>) -> FsError {
+        FsError::new(ErrorCode::Exists, d)
+    }
+    pub fn invalid(d: impl Into<String>) -> FsError {
+        FsError::new(ErrorCode::Invalid, d)
+    }
+    pub fn io(d: impl Into<String>) -> FsError {
+        FsError::new(ErrorCode::Io, d)
+    }
+    pub fn access(d: impl Into<String>) -> FsError {
+        FsError::new(ErrorCode::Access, d)
+    }
+    pub fn perm(d: impl Into<String>) -> FsError {
+        FsError::new(ErrorCode::Perm, d)
+    }
+    pub fn protocol(d: impl Into<String>) -> FsError {
+        FsError::new(ErrorCode::Protocol, d)
+    }
+    pub fn unavailable(d: impl Into<String>) -> FsError {
+        FsError::new(ErrorCode::Unavailable, d)
+    }
+}
+
+impl From<std::io::Error> for FsError {
+    fn from(e: std::io::Error) -> FsError {
+        let code = match e.raw_os_error() {
+            Some(errno) => ErrorCode::from_errno(errno),
+            None => match e.kind() {
+                std::io::ErrorKind::NotFound => ErrorCode::NotFound,
+                std::io::ErrorKind::AlreadyExists => ErrorCode::Exists,
+                std::io::ErrorKind::PermissionDenied => ErrorCode::Access,
+                std::io::ErrorKind::InvalidInput => ErrorCode::Invalid,
+                std::io::ErrorKind::TimedOut => ErrorCode::TimedOut,
+                _ => ErrorCode::Io,
+            },
+        };
+        FsError::new(code, e.to_string())
+    }
+}
+
+impl From<FsError> for std::io::Error {
+    fn from(e: FsError) -> std::io::Error {
+        std::io::Error::new(std::io::Error::from_raw_os_error(e.errno()).kind(), e.to_string())
+    }
+}

@@ -1,0 +1,160 @@
+//! Framing on a QUIC stream: `"TS" | version u16 | header_len u32 | payload_len u32 | header | payload`.
+//!
+//! The header is a bincode value; the payload is raw bytes (file data never goes through serde).
+//! Sizes are checked before anything is allocated.
+
+use crate::wire::{self, MAX_HEADER};
+use crate::PROTOCOL_VERSION;
+use bytes::{Bytes, BytesMut};
+use serde::{de::DeserializeOwned, Serialize};
+
+pub const MAGIC: [u8; 2] = *b"TS";
+/// Largest payload of one request or response (data requests are split below this).
+pub const MAX_PAYLOAD: usize = 64 << 20;
+const PREFIX: usize = 12;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FrameError {
+    #[error("stream closed before a frame")]
+    Closed,
+    #[error("truncated frame: {0}")]
+    Truncated(String),
+    #[error("not a Tessera frame (bad magic)")]
+    BadMagic,
+    #[error("protocol version mismatch: peer speaks {peer}, we speak {ours}")]
+    Version { peer: u16, ours: u16 },
+    #[error("header of {0} bytes exceeds the limit of {MAX_HEADER}")]
+    HeaderTooLarge(usize),
+    #[error("payload of {0} bytes exceeds the limit of {1}")]
+    PayloadTooLarge(usize, usize),
+    #[error("malformed header: {0}")]
+    Decode(String),
+    #[error("stream error: {0}")]
+    Io(String),
+}
+
+pub struct Frame {
+    pub header: Bytes,
+    pub payload: Bytes,
+}
+
+impl Frame {
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, FrameError> {
+        wire::decode(&self.header).map_err(FrameError::Decode)
+    }
+}
+
+/// Encodes the prefix and header of a frame (the payload is sent after it as is).
+pub fn encode_head<T: Serialize>(header: &T, payload_len: usize) -> Result<Vec<u8>, FrameError> {
+    let h = wire::encode(header).map_err(FrameError::Decode)?;
+    if h.len() > MAX_HEADER {
+        return Err(FrameError::HeaderTooLarge(h.len()));
+    }
+    if payload_len > MAX_PAYLOAD {
+        return Err(FrameError::PayloadTooLarge(payload_len, MAX_PAYLOAD));
+    }
+    let mut out = Vec::with_capacity(PREFIX + h.len());
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&PROTOCOL_VERSION.to_be_bytes());
+    out.extend_from_slice(&(h.len() as u32).to_be_bytes());
+    out.extend_from_slice(&(payload_len as u32).to_be_bytes());
+    out.extend_from_slice(&h);
+    Ok(out)
+}
+
+/// Sends one frame. The header is encoded before the returned future is created, so the future does
+/// not borrow it (handlers' reply types need not be `Sync`).
+pub fn write_frame<'a, T: Serialize>(
+    send: &'a mut quinn::SendStream,
+    header: &T,
+    payload: Bytes,
+) -> impl std::future::Future<Output = Result<(), FrameError>> + Send + 'a {
+    let head = encode_head(header, payload.len());
+    async move {
+        let mut chunks = [Bytes::from(head?), payload];
+        send.write_all_chunks(&mut chunks).await.map_err(|e| FrameError::Io(e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// Parses a frame prefix; returns (header_len, payload_len).
+pub fn parse_prefix(p: &[u8; PREFIX], max_payload: usize) -> Result<(usize, usize), FrameError> {
+    if p[0..2] != MAGIC {
+        return Err(FrameError::BadMagic);
+    }
+    let version = u16::from_be_bytes([p[2], p[3]]);
+    if version != PROTOCOL_VERSION {
+        return Err(FrameError::Version { peer: version, ours: PROTOCOL_VERSION });
+    }
+    let hlen = u32::from_be_bytes([p[4], p[5], p[6], p[7]]) as usize;
+    let plen = u32::from_be_bytes([p[8], p[9], p[10], p[11]]) as usize;
+    if hlen > MAX_HEADER {
+        return Err(FrameError::HeaderTooLarge(hlen));
+    }
+    if plen > max_payload {
+        return Err(FrameError::PayloadTooLarge(plen, max_payload));
+    }
+    Ok((hlen, plen))
+}
+
+pub async fn read_frame(recv: &mut quinn::RecvStream, max_payload: usize) -> Result<Frame, FrameError> {
+    let mut prefix = [0u8; PREFIX];
+    match recv.read_exact(&mut prefix).await {
+        Ok(()) => {}
+        Err(quinn::ReadExactError::FinishedEarly(0)) => return Err(FrameError::Closed),
+        Err(quinn::ReadExactError::FinishedEarly(n)) => {
+            return Err(FrameError::Truncated(format!("{n} of {PREFIX} prefix bytes")))
+        }
+        Err(quinn::ReadExactError::ReadError(e)) => return Err(FrameError::Io(e.to_string())),
+    }
+    let (hlen, plen) = parse_prefix(&prefix, max_payload)?;
+    let header = read_exact_bytes(recv, hlen, "header").await?;
+    let payload = read_exact_bytes(recv, plen, "payload").await?;
+    Ok(Frame { header, payload })
+}
+
+async fn read_exact_bytes(recv: &mut quinn::RecvStream, len: usize, what: &str) -> Result<Bytes, FrameError> {
+    if len == 0 {
+        return Ok(Bytes::new());
+    }
+    // Take the first chunk without copying when it already holds everything (the common case for
+    // headers); otherwise gather into one buffer.
+    let mut buf = BytesMut::with_capacity(len);
+    while buf.len() < len {
+        match recv.read_chunk(len - buf.len(), true).await {
+            Ok(Some(chunk)) => {
+                if buf.is_empty() && chunk.bytes.len() == len {
+                    return Ok(chunk.bytes);
+                }
+                buf.extend_from_slice(&chunk.bytes);
+            }
+            Ok(None) => return Err(FrameError::Truncated(format!("{} of {len} {what} bytes", buf.len()))),
+            Err(e) => return Err(FrameError::Io(e.to_string())),
+        }
+    }
+    Ok(buf.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_checks() {
+        let head = encode_head(&7u32, 10).unwrap();
+        let p: [u8; PREFIX] = head[..PREFIX].try_into().unwrap();
+        assert_eq!(parse_prefix(&p, MAX_PAYLOAD).unwrap(), (head.len() - PREFIX, 10));
+        let mut bad = p;
+        bad[0] = b'X';
+        assert_eq!(parse_prefix(&bad, MAX_PAYLOAD), Err(FrameError::BadMagic));
+        let mut v = p;
+        v[3] = v[3].wrapping_add(1);
+        assert!(matches!(parse_prefix(&v, MAX_PAYLOAD), Err(FrameError::Version { .. })));
+        let mut big = p;
+        big[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(parse_prefix(&big, MAX_PAYLOAD), Err(FrameError::PayloadTooLarge(..))));
+        let mut bigh = p;
+        bigh[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(parse_prefix(&bigh, MAX_PAYLOAD), Err(FrameError::HeaderTooLarge(..))));
+    }
+}

@@ -1,0 +1,27 @@
+//! Tessera's shared protocol crate: everything two Tessera processes must agree on.
+//!
+//! - [`types`]: inode numbers, attributes, timestamps, credentials, job tags.
+//! - [`error`]: the file-system error carried on the wire, with its errno.
+//! - [`layout`]: stripe layouts and the stripe math shared by clients, forwarders and the MDS.
+//! - [`msg`]: request/response messages of the metadata and data services.
+//! - [`frame`]: length-prefixed bincode headers plus raw payloads on QUIC streams.
+//! - [`tls`]: the cluster CA, per-node certificates with roles, rustls configs.
+//! - [`rpc`]: QUIC endpoints, the RPC client (one stream per call) and the server accept loop.
+//! - [`config`]: the cluster's TOML configuration.
+//! - [`wire`]: bincode encoding with bounded decoding.
+
+pub mod config;
+pub mod error;
+pub mod frame;
+pub mod layout;
+pub mod msg;
+pub mod rpc;
+pub mod tls;
+pub mod types;
+pub mod wire;
+
+pub use error::{FsError, FsResult};
+pub use types::*;
+
+/// Bumped whenever a message changes shape; checked on every frame.
+pub const PROTOCOL_VERSION: u16 = 1;

@@ -1,0 +1,344 @@
+//! Request and response messages of the metadata service (MDS) and the data service (DS).
+//!
+//! One RPC is one bidirectional QUIC stream: a request frame (header + optional raw payload), then a
+//! response frame. Headers are the types below; data travels only as raw payload (see [`crate::frame`]).
+
+use crate::error::FsResult;
+use crate::layout::{Layout, LayoutSpec};
+use crate::types::*;
+use serde::{Deserialize, Serialize};
+
+// ---------------------------------------------------------------------------------------------
+// Metadata service
+// ---------------------------------------------------------------------------------------------
+
+/// How `SetAttr` sets a time.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSet {
+    Now,
+    At(Timestamp),
+}
+
+/// Fields to change in `SetAttr`; `None` leaves a field alone.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct SetAttrs {
+    /// Permission bits (`0o7777`).
+    pub perm: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// Truncate/extend: the MDS truncates the objects on the data servers.
+    pub size: Option<u64>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RenameFlags {
+    /// Fail with EEXIST if the target exists (RENAME_NOREPLACE).
+    pub noreplace: bool,
+    /// Atomically swap the two entries (RENAME_EXCHANGE).
+    pub exchange: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct OpenFlags {
+    pub read: bool,
+    pub write: bool,
+    /// O_TRUNC: the MDS truncates to zero as part of the open.
+    pub truncate: bool,
+}
+
+/// `setxattr` flags.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum XattrMode {
+    #[default]
+    Any,
+    /// XATTR_CREATE: fail with EEXIST if it exists.
+    Create,
+    /// XATTR_REPLACE: fail with ENODATA if it does not exist.
+    Replace,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub ino: Ino,
+    pub kind: FileKind,
+    /// Cookie to pass as `offset` to continue after this entry. Stable across concurrent changes.
+    pub next_offset: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct StatFs {
+    pub block_size: u32,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub blocks_avail: u64,
+    pub files: u64,
+    pub files_free: u64,
+    pub name_max: u32,
+}
+
+/// What a data server last told the MDS about itself.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct DsReport {
+    pub ds: DsId,
+    /// Bytes of the file system holding the object store.
+    pub capacity: u64,
+    pub used: u64,
+    pub free: u64,
+    pub objects: u64,
+    /// Requests waiting or in service right now.
+    pub queue_depth: u32,
+    /// Per-job counters since the server started.
+    pub jobs: Vec<JobCounters>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct JobCounters {
+    pub job: String,
+    pub read_ops: u64,
+    pub read_bytes: u64,
+    pub write_ops: u64,
+    pub write_bytes: u64,
+}
+
+/// One data server as the MDS sees it (`tessera df`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DsStatus {
+    pub ds: DsId,
+    pub addr: String,
+    /// Milliseconds since its last report; `None` if it never reported.
+    pub report_age_ms: Option<u64>,
+    pub report: Option<DsReport>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum MdsRequest {
+    /// Cheap liveness + version check.
+    Ping,
+    Lookup {
+        parent: Ino,
+        name: String,
+    },
+    /// Resolves an absolute path (`/a/b`), following symlinks in directories and, if `follow`, the last one.
+    LookupPath {
+        path: String,
+        follow: bool,
+    },
+    GetAttr {
+        ino: Ino,
+    },
+    SetAttr {
+        ino: Ino,
+        set: SetAttrs,
+    },
+    /// Creates a regular file, FIFO, socket or device node. Regular files get a layout.
+    /// `exclusive`: fail with EEXIST if the name exists; otherwise an existing regular file is returned.
+    Create {
+        parent: Ino,
+        name: String,
+        kind: FileKind,
+        perm: u32,
+        rdev: u32,
+        exclusive: bool,
+        layout: Option<LayoutSpec>,
+    },
+    Mkdir {
+        parent: Ino,
+        name: String,
+        perm: u32,
+    },
+    Symlink {
+        parent: Ino,
+        name: String,
+        target: String,
+    },
+    Readlink {
+        ino: Ino,
+    },
+    Link {
+        ino: Ino,
+        new_parent: Ino,
+        new_name: String,
+    },
+    Unlink {
+        parent: Ino,
+        name: String,
+    },
+    Rmdir {
+        parent: Ino,
+        name: String,
+    },
+    Rename {
+        parent: Ino,
+        name: String,
+        new_parent: Ino,
+        new_name: String,
+        flags: RenameFlags,
+    },
+    /// Entries after cookie `offset` (0 = from the start; `.` and `..` are not included), at most `max`.
+    ReadDir {
+        ino: Ino,
+        offset: u64,
+        max: u32,
+    },
+    /// Opens a file: checks permission, applies O_TRUNC, returns fresh attributes and the layout.
+    /// The MDS counts open handles so an unlinked open file lives until its last close.
+    Open {
+        ino: Ino,
+        flags: OpenFlags,
+    },
+    /// Closes a handle from `Open`; `size` is the end of the furthest write (max-merged into the size).
+    Close {
+        ino: Ino,
+        handle: u64,
+        size: Option<u64>,
+        wrote: bool,
+    },
+    /// A client reports written data: size is max-merged, mtime/ctime set to now. (flush/fsync/periodic)
+    ReportWrite {
+        ino: Ino,
+        size: u64,
+    },
+    StatFs,
+    Access {
+        ino: Ino,
+        mask: u32,
+    },
+    GetXattr {
+        ino: Ino,
+        name: String,
+    },
+    SetXattr {
+        ino: Ino,
+        name: String,
+        value: Vec<u8>,
+        mode: XattrMode,
+    },
+    ListXattr {
+        ino: Ino,
+    },
+    RemoveXattr {
+        ino: Ino,
+        name: String,
+    },
+    GetLayout {
+        ino: Ino,
+    },
+    /// Sets a directory's default layout for files created in it (or, on an empty regular file with no
+    /// data written, re-lays the file out).
+    SetLayout {
+        ino: Ino,
+        spec: LayoutSpec,
+    },
+    /// A data server's periodic report (role ds only).
+    DsReport(DsReport),
+    /// Cluster status for `tessera df`.
+    ClusterStatus,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum MdsReply {
+    Ok,
+    Pong {
+        version: u16,
+    },
+    Attr(Attr),
+    /// A new or found entry; `layout` is set for regular files.
+    Entry {
+        attr: Attr,
+        layout: Option<Layout>,
+    },
+    Opened {
+        attr: Attr,
+        layout: Option<Layout>,
+        handle: u64,
+    },
+    Target(String),
+    DirEntries(Vec<DirEntry>),
+    StatFs(StatFs),
+    Xattr(Vec<u8>),
+    XattrNames(Vec<String>),
+    Layout(Layout),
+    DirLayout(LayoutSpec),
+    Cluster(Vec<DsStatus>),
+}
+
+/// Every MDS request is sent together with the caller's credentials.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct MdsCall {
+    pub caller: Caller,
+    pub req: MdsRequest,
+}
+
+pub type MdsResponse = FsResult<MdsReply>;
+
+// ---------------------------------------------------------------------------------------------
+// Data service
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum DsRequest {
+    Ping,
+    /// Reads up to `len` bytes; bytes past the object's end are not returned (short read), holes read
+    /// as zeros. Reply: `Data { len }` with the bytes as payload.
+    Read {
+        tag: IoTag,
+        object: ObjectId,
+        offset: u64,
+        len: u32,
+    },
+    /// Writes the payload at `offset`. `sync`: fdatasync before replying.
+    Write {
+        tag: IoTag,
+        object: ObjectId,
+        offset: u64,
+        sync: bool,
+    },
+    /// Sets an object's size (creating it if needed).
+    Truncate {
+        object: ObjectId,
+        size: u64,
+    },
+    /// Removes objects (missing ones are fine: removal is idempotent for the destroy log).
+    Remove {
+        objects: Vec<ObjectId>,
+    },
+    /// Makes an object's data durable.
+    Fsync {
+        tag: IoTag,
+        object: ObjectId,
+    },
+    Stat {
+        object: ObjectId,
+    },
+    /// Lists all objects with their sizes (for fsck).
+    ListObjects,
+    /// This server's report (the same it sends to the MDS).
+    Report,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum DsReply {
+    Ok,
+    Pong {
+        version: u16,
+        ds: DsId,
+    },
+    /// Payload carries `len` bytes.
+    Data {
+        len: u32,
+    },
+    Written {
+        len: u32,
+    },
+    ObjectStat {
+        exists: bool,
+        size: u64,
+    },
+    Objects(Vec<(ObjectId, u64)>),
+    Report(DsReport),
+}
+
+pub type DsResponse = FsResult<DsReply>;

@@ -1,0 +1,327 @@
+//! QUIC endpoints with mutual TLS, the RPC client ([`RpcPeer`]) and the server loop ([`serve`]).
+//!
+//! One call = one bidirectional stream: request frame, response frame. A server checks the peer's role
+//! at connect, answers a malformed frame with a protocol error (or resets just that stream), and keeps
+//! serving the connection's other streams.
+
+use crate::error::{ErrorCode, FsError, FsResult};
+use crate::frame::{self, FrameError, MAX_PAYLOAD};
+use crate::tls::{self, NodeIdentity};
+use crate::types::Role;
+use bytes::Bytes;
+use serde::{de::DeserializeOwned, Serialize};
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{debug, warn};
+
+/// Transport tuning shared by servers and clients.
+#[derive(Clone, Copy, Debug)]
+pub struct Tuning {
+    /// Initial UDP payload size; `0` = automatic (large on loopback, 1200 + discovery elsewhere).
+    pub mtu: u16,
+    pub idle_timeout: Duration,
+    /// Per-call deadline on the client side.
+    pub call_timeout: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning { mtu: 0, idle_timeout: Duration::from_secs(15), call_timeout: Duration::from_secs(60) }
+    }
+}
+
+/// UDP payload used on loopback (its MTU is 64 KiB): fewer packets, far less per-packet crypto and
+/// syscall overhead.
+const LOOPBACK_MTU: u16 = 65_000;
+
+fn transport_config(t: &Tuning, loopback: bool) -> quinn::TransportConfig {
+    let mut c = quinn::TransportConfig::default();
+    c.max_concurrent_bidi_streams(4096u32.into());
+    c.max_concurrent_uni_streams(0u32.into());
+    c.stream_receive_window((32u32 << 20).into());
+    c.receive_window((256u32 << 20).into());
+    c.send_window(256 << 20);
+    c.max_idle_timeout(t.idle_timeout.try_into().ok());
+    c.keep_alive_interval(Some(t.idle_timeout / 3));
+    let mtu = if t.mtu != 0 {
+        t.mtu
+    } else if loopback {
+        LOOPBACK_MTU
+    } else {
+        1200
+    };
+    c.initial_mtu(mtu.max(1200));
+    if loopback || t.mtu != 0 {
+        c.mtu_discovery_config(None);
+    } else {
+        let mut d = quinn::MtuDiscoveryConfig::default();
+        d.upper_bound(8952);
+        c.mtu_discovery_config(Some(d));
+    }
+    c
+}
+
+fn tls_err(e: impl std::fmt::Display) -> FsError {
+    FsError::new(ErrorCode::Invalid, format!("TLS setup: {e}"))
+}
+
+/// A server endpoint bound to `bind`.
+pub fn server_endpoint(bind: SocketAddr, id: &NodeIdentity, t: &Tuning) -> FsResult<quinn::Endpoint> {
+    let crypto =
+        quinn::crypto::rustls::QuicServerConfig::try_from(id.server_config().map_err(tls_err)?).map_err(tls_err)?;
+    let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    sc.transport_config(Arc::new(transport_config(t, bind.ip().is_loopback())));
+    let socket = bind_udp(bind)?;
+    let runtime = quinn::default_runtime().ok_or_else(|| FsError::io("no async runtime"))?;
+    quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(sc), socket, runtime)
+        .map_err(|e| FsError::io(format!("bind {bind}: {e}")))
+}
+
+/// A client endpoint (ephemeral port) for connecting to servers.
+pub fn client_endpoint(v6: bool) -> FsResult<quinn::Endpoint> {
+    let bind = if v6 {
+        SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0)
+    } else {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0)
+    };
+    let socket = bind_udp(bind)?;
+    let runtime = quinn::default_runtime().ok_or_else(|| FsError::io("no async runtime"))?;
+    quinn::Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)
+        .map_err(|e| FsError::io(format!("client endpoint: {e}")))
+}
+
+/// UDP socket with large kernel buffers (bursts of 64 KiB datagrams would otherwise be dropped).
+fn bind_udp(addr: SocketAddr) -> FsResult<std::net::UdpSocket> {
+    let sock = std::net::UdpSocket::bind(addr).map_err(|e| FsError::io(format!("bind {addr}: {e}")))?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
+    let size: libc::c_int = 8 << 20;
+    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF, libc::SO_RCVBUFFORCE, libc::SO_SNDBUFFORCE] {
+        // SAFETY: valid fd, pointer to a c_int of the given length. Failure (e.g. not root for *FORCE) is fine.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                &size as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as u32,
+            );
+        }
+    }
+    Ok(sock)
+}
+
+/// Resolves `host:port` (one address).
+pub fn resolve(addr: &str) -> FsResult<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    addr.to_socket_addrs()
+        .map_err(|e| FsError::invalid(format!("address '{addr}': {e}")))?
+        .next()
+        .ok_or_else(|| FsError::invalid(format!("address '{addr}' resolves to nothing")))
+}
+
+/// A connection to one server that reconnects when the server went away, with one call per stream.
+pub struct RpcPeer {
+    endpoint: quinn::Endpoint,
+    addr: SocketAddr,
+    role: Role,
+    client_cfg: quinn::ClientConfig,
+    tuning: Tuning,
+    conn: tokio::sync::Mutex<Option<quinn::Connection>>,
+}
+
+impl RpcPeer {
+    /// A peer for the server of `role` at `addr`; nothing is sent until the first call.
+    pub fn new(
+        endpoint: quinn::Endpoint,
+        id: &NodeIdentity,
+        role: Role,
+        addr: SocketAddr,
+        tuning: Tuning,
+    ) -> FsResult<RpcPeer> {
+        let crypto =
+            quinn::crypto::rustls::QuicClientConfig::try_from(id.client_config().map_err(tls_err)?).map_err(tls_err)?;
+        let mut cc = quinn::ClientConfig::new(Arc::new(crypto));
+        cc.transport_config(Arc::new(transport_config(&tuning, addr.ip().is_loopback())));
+        Ok(RpcPeer { endpoint, addr, role, client_cfg: cc, tuning, conn: tokio::sync::Mutex::new(None) })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The live connection, connecting (again) if there is none.
+    pub async fn connection(&self) -> FsResult<quinn::Connection> {
+        let mut guard = self.conn.lock().await;
+        if let Some(c) = guard.as_ref() {
+            if c.close_reason().is_none() {
+                return Ok(c.clone());
+            }
+        }
+        let connecting = self
+            .endpoint
+            .connect_with(self.client_cfg.clone(), self.addr, &tls::server_name(self.role))
+            .map_err(|e| FsError::unavailable(format!("{} {}: {e}", self.role, self.addr)))?;
+        let conn = tokio::time::timeout(self.tuning.call_timeout.min(Duration::from_secs(10)), connecting)
+            .await
+            .map_err(|_| {
+                FsError::new(ErrorCode::Unavailable, format!("{} {}: connect timed out", self.role, self.addr))
+            })?
+            .map_err(|e| FsError::unavailable(format!("{} {}: {e}", self.role, self.addr)))?;
+        *guard = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Sends `req` (+ raw `payload`) and returns the decoded reply and its payload.
+    /// Transport failures become `Unavailable`/`Io`/`TimedOut` errors; the server's own error is passed on.
+    pub async fn call<Req: Serialize, Rep: DeserializeOwned>(
+        &self,
+        req: &Req,
+        payload: Bytes,
+    ) -> FsResult<(Rep, Bytes)> {
+        let fut = async {
+            let conn = self.connection().await?;
+            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| self.transport_err(e))?;
+            frame::write_frame(&mut send, req, payload).await.map_err(|e| self.frame_err(e))?;
+            let _ = send.finish();
+            let f = frame::read_frame(&mut recv, MAX_PAYLOAD).await.map_err(|e| self.frame_err(e))?;
+            let resp: FsResult<Rep> = f.decode().map_err(|e| self.frame_err(e))?;
+            resp.map(|r| (r, f.payload))
+        };
+        tokio::time::timeout(self.tuning.call_timeout, fut).await.unwrap_or_else(|_| {
+            Err(FsError::new(
+                ErrorCode::TimedOut,
+                format!("{} {}: no reply within {:?}", self.role, self.addr, self.tuning.call_timeout),
+            ))
+        })
+    }
+
+    fn transport_err(&self, e: impl std::fmt::Display) -> FsError {
+        FsError::unavailable(format!("{} {}: {e}", self.role, self.addr))
+    }
+
+    fn frame_err(&self, e: FrameError) -> FsError {
+        match e {
+            FrameError::Io(_) | FrameError::Closed | FrameError::Truncated(_) => {
+                FsError::new(ErrorCode::Io, format!("{} {}: {e}", self.role, self.addr))
+            }
+            _ => FsError::protocol(format!("{} {}: {e}", self.role, self.addr)),
+        }
+    }
+}
+
+/// Who is on the other end of a server connection, from its certificate.
+#[derive(Clone, Debug)]
+pub struct PeerInfo {
+    pub role: Role,
+    pub name: String,
+    pub addr: SocketAddr,
+}
+
+/// A service served over [`serve`]. Replies are `FsResult<Self::Reply>` on the wire.
+pub trait Service: Send + Sync + 'static {
+    type Request: DeserializeOwned + Send + 'static;
+    type Reply: Serialize + Send + 'static;
+
+    /// Roles allowed to connect at all.
+    fn accepts(&self, role: Role) -> bool;
+
+    /// Largest request payload accepted.
+    fn max_payload(&self) -> usize {
+        MAX_PAYLOAD
+    }
+
+    fn handle(
+        &self,
+        peer: Arc<PeerInfo>,
+        req: Self::Request,
+        payload: Bytes,
+    ) -> impl Future<Output = (FsResult<Self::Reply>, Bytes)> + Send;
+}
+
+/// Serves `service` on `endpoint` until the endpoint is closed.
+pub async fn serve<S: Service>(endpoint: quinn::Endpoint, service: Arc<S>) {
+    while let Some(incoming) = endpoint.accept().await {
+        let service = service.clone();
+        tokio::spawn(async move {
+            let addr = incoming.remote_address();
+            match incoming.await {
+                Ok(conn) => serve_connection(conn, service).await,
+                Err(e) => debug!(%addr, "handshake failed: {e}"),
+            }
+        });
+    }
+}
+
+async fn serve_connection<S: Service>(conn: quinn::Connection, service: Arc<S>) {
+    let addr = conn.remote_address();
+    let identity = conn
+        .peer_identity()
+        .and_then(|any| any.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>().ok())
+        .and_then(|chain| chain.first().and_then(tls::peer_identity));
+    let Some((role, name)) = identity else {
+        warn!(%addr, "refusing peer without a Tessera role certificate");
+        conn.close(1u32.into(), b"certificate carries no Tessera role");
+        return;
+    };
+    if !service.accepts(role) {
+        warn!(%addr, %role, %name, "refusing peer: role not allowed here");
+        conn.close(2u32.into(), format!("role {role} is not allowed on this server").as_bytes());
+        return;
+    }
+    debug!(%addr, %role, %name, "peer connected");
+    let peer = Arc::new(PeerInfo { role, name, addr });
+    loop {
+        match conn.accept_bi().await {
+            Ok((send, recv)) => {
+                let service = service.clone();
+                let peer = peer.clone();
+                tokio::spawn(serve_stream(service, peer, send, recv));
+            }
+            Err(e) => {
+                debug!(%addr, "connection ended: {e}");
+                return;
+            }
+        }
+    }
+}
+
+/// How long a peer may take to send one request frame.
+const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn serve_stream<S: Service>(
+    service: Arc<S>,
+    peer: Arc<PeerInfo>,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+) {
+    let frame =
+        match tokio::time::timeout(REQUEST_READ_TIMEOUT, frame::read_frame(&mut recv, service.max_payload())).await {
+            Ok(Ok(f)) => f,
+            Ok(Err(FrameError::Closed)) => return,
+            Ok(Err(e)) => {
+                debug!(addr = %peer.addr, "bad request frame: {e}");
+                let reply: FsResult<S::Reply> = Err(FsError::protocol(e.to_string()));
+                // The prefix may be garbage (bad magic/version): still answer in our framing, then stop reading.
+                let _ = frame::write_frame(&mut send, &reply, Bytes::new()).await;
+                let _ = send.finish();
+                let _ = recv.stop(3u32.into());
+                return;
+            }
+            Err(_) => {
+                let _ = recv.stop(4u32.into());
+                let _ = send.reset(4u32.into());
+                return;
+            }
+        };
+    let (reply, payload) = match frame.decode::<S::Request>() {
+        Ok(req) => service.handle(peer.clone(), req, frame.payload).await,
+        Err(e) => (Err(FsError::protocol(e.to_string())), Bytes::new()),
+    };
+    if let Err(e) = frame::write_frame(&mut send, &reply, payload).await {
+        debug!(addr = %peer.addr, "reply not delivered: {e}");
+        return;
+    }
+    let _ = send.finish();
+}

@@ -1,0 +1,208 @@
+//! Basic identifiers and attributes shared by every service.
+
+use serde::{Deserialize, Serialize};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Inode number. The root directory is [`ROOT_INO`].
+pub type Ino = u64;
+/// Object identifier, unique in the whole cluster (allocated by the MDS).
+pub type ObjectId = u64;
+/// Data server identifier (from the cluster configuration).
+pub type DsId = u32;
+
+pub const ROOT_INO: Ino = 1;
+/// Longest file name component, as on Linux.
+pub const NAME_MAX: usize = 255;
+/// Longest path / symlink target.
+pub const PATH_MAX: usize = 4096;
+/// Largest extended attribute value.
+pub const XATTR_SIZE_MAX: usize = 65536;
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDev,
+    BlockDev,
+}
+
+impl FileKind {
+    /// The `S_IFMT` bits of this kind.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileKind::File => libc::S_IFREG,
+            FileKind::Dir => libc::S_IFDIR,
+            FileKind::Symlink => libc::S_IFLNK,
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::Socket => libc::S_IFSOCK,
+            FileKind::CharDev => libc::S_IFCHR,
+            FileKind::BlockDev => libc::S_IFBLK,
+        }
+    }
+
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => FileKind::File,
+            libc::S_IFDIR => FileKind::Dir,
+            libc::S_IFLNK => FileKind::Symlink,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDev,
+            libc::S_IFBLK => FileKind::BlockDev,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp {
+    pub secs: i64,
+    pub nanos: u32,
+}
+
+impl Timestamp {
+    pub fn now() -> Timestamp {
+        let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() }
+    }
+
+    pub fn to_system_time(self) -> SystemTime {
+        if self.secs >= 0 {
+            UNIX_EPOCH + std::time::Duration::new(self.secs as u64, self.nanos)
+        } else {
+            UNIX_EPOCH - std::time::Duration::new((-self.secs) as u64, 0)
+                + std::time::Duration::from_nanos(self.nanos as u64)
+        }
+    }
+
+    pub fn from_system_time(t: SystemTime) -> Timestamp {
+        match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() },
+            Err(e) => {
+                let d = e.duration();
+                let mut secs = -(d.as_secs() as i64);
+                let mut nanos = 0;
+                if d.subsec_nanos() > 0 {
+                    secs -= 1;
+                    nanos = 1_000_000_000 - d.subsec_nanos();
+                }
+                Timestamp { secs, nanos }
+            }
+        }
+    }
+}
+
+/// Attributes of an inode, as `stat(2)` shows them.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    pub kind: FileKind,
+    /// Permission bits including setuid/setgid/sticky (`0o7777`), without the type bits.
+    pub perm: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Logical file size (for directories: number of entries; for symlinks: target length).
+    pub size: u64,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+    pub crtime: Timestamp,
+    /// Device number for character/block devices.
+    pub rdev: u32,
+}
+
+impl Attr {
+    /// `st_mode`: type bits | permission bits.
+    pub fn mode(&self) -> u32 {
+        self.kind.mode_bits() | (self.perm & 0o7777)
+    }
+}
+
+/// Who is asking: used by the MDS for permission checks (like NFS AUTH_SYS).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+impl Caller {
+    pub fn root() -> Caller {
+        Caller { uid: 0, gid: 0, groups: vec![] }
+    }
+
+    /// The credentials of this process.
+    pub fn current_process() -> Caller {
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Caller { uid, gid, groups: vec![] }
+    }
+
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+}
+
+/// Which program (job) a data request belongs to, and from which client. Every data request carries one.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct IoTag {
+    /// Job id as the scheduler knows it (e.g. `slurm-1234`, `sess-4711`), at most [`JOB_ID_MAX`] bytes.
+    pub job: String,
+    /// Client instance id (random per client process).
+    pub client: u64,
+    /// The file the object belongs to.
+    pub ino: Ino,
+}
+
+pub const JOB_ID_MAX: usize = 128;
+
+/// Role of a node, carried in its certificate.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    Mds,
+    Ds,
+    Ion,
+    Client,
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Mds => "mds",
+            Role::Ds => "ds",
+            Role::Ion => "ion",
+            Role::Client => "client",
+            Role::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Some(match s {
+            "mds" => Role::Mds,
+            "ds" => Role::Ds,
+            "ion" => Role::Ion,
+            "client" => Role::Client,
+            "admin" => Role::Admin,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Role, String> {
+        Role::parse(s).ok_or_else(|| format!("unknown role '{s}' (mds, ds, ion, client, admin)"))
+    }
+}

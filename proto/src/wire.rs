@@ -1,0 +1,52 @@
+//! bincode 2 (serde mode) with a decode limit, so a hostile length prefix cannot make us allocate.
+
+use serde::{de::DeserializeOwned, Serialize};
+
+/// Largest encoded header accepted (payload data is never encoded, so headers are small).
+pub const MAX_HEADER: usize = 1 << 20;
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_HEADER>()
+}
+
+pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
+    bincode::serde::encode_to_vec(value, config()).map_err(|e| format!("encode: {e}"))
+}
+
+/// Decodes exactly `bytes` (trailing bytes are an error: a frame is one value).
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let (v, used) = bincode::serde::decode_from_slice(bytes, config()).map_err(|e| format!("decode: {e}"))?;
+    if used != bytes.len() {
+        return Err(format!("decode: {} trailing bytes", bytes.len() - used));
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::msg::*;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn round_trip_and_garbage_never_panics() {
+        let call = MdsCall {
+            caller: crate::Caller { uid: 5, gid: 6, groups: vec![7] },
+            req: MdsRequest::Lookup { parent: 1, name: "x".into() },
+        };
+        let b = encode(&call).unwrap();
+        assert_eq!(decode::<MdsCall>(&b).unwrap(), call);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for _ in 0..20_000 {
+            let n = rng.gen_range(0..64);
+            let junk: Vec<u8> = (0..n).map(|_| rng.gen()).collect();
+            let _ = decode::<MdsCall>(&junk);
+            let _ = decode::<DsRequest>(&junk);
+        }
+        // A huge claimed string length must be refused, not allocated.
+        let mut evil = vec![0u8, 0, 5, 1];
+        evil.extend_from_slice(&[0xfd, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
+        assert!(decode::<MdsCall>(&evil).is_err());
+        assert!(decode::<MdsCall>(&b[..b.len() - 1]).is_err());
+    }
+}
