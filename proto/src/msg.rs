@@ -313,8 +313,12 @@ pub enum DsRequest {
     Stat {
         object: ObjectId,
     },
-    /// Lists all objects with their sizes (for fsck).
-    ListObjects,
+    /// Lists objects with their sizes in id order (for fsck): those with id > `after`, at most `max`
+    /// (capped at [`LIST_OBJECTS_MAX`]); page on with the last id returned.
+    ListObjects {
+        after: Option<ObjectId>,
+        max: u32,
+    },
     /// This server's report (the same it sends to the MDS).
     Report,
 }
@@ -342,3 +346,6 @@ pub enum DsReply {
 }
 
 pub type DsResponse = FsResult<DsReply>;
+
+/// Most objects one `ListObjects` reply carries (keeps the reply far below the header limit).
+pub const LIST_OBJECTS_MAX: u32 = 20_000;

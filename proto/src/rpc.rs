@@ -53,6 +53,11 @@ fn transport_config(t: &Tuning, loopback: bool) -> quinn::TransportConfig {
         1200
     };
     c.initial_mtu(mtu.max(1200));
+    // quinn's default initial window (~14.7 KB) is smaller than one loopback-sized packet, which would
+    // block the very first packet; start with ten packets' worth, as RFC 9002 intends.
+    let mut cc = quinn::congestion::CubicConfig::default();
+    cc.initial_window(10 * u64::from(mtu.max(1200)));
+    c.congestion_controller_factory(Arc::new(cc));
     if loopback || t.mtu != 0 {
         c.mtu_discovery_config(None);
     } else {
@@ -75,7 +80,7 @@ pub fn server_endpoint(bind: SocketAddr, id: &NodeIdentity, t: &Tuning) -> FsRes
     sc.transport_config(Arc::new(transport_config(t, bind.ip().is_loopback())));
     let socket = bind_udp(bind)?;
     let runtime = quinn::default_runtime().ok_or_else(|| FsError::io("no async runtime"))?;
-    quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(sc), socket, runtime)
+    quinn::Endpoint::new(endpoint_config(), Some(sc), socket, runtime)
         .map_err(|e| FsError::io(format!("bind {bind}: {e}")))
 }
 
@@ -88,8 +93,16 @@ pub fn client_endpoint(v6: bool) -> FsResult<quinn::Endpoint> {
     };
     let socket = bind_udp(bind)?;
     let runtime = quinn::default_runtime().ok_or_else(|| FsError::io("no async runtime"))?;
-    quinn::Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)
+    quinn::Endpoint::new(endpoint_config(), None, socket, runtime)
         .map_err(|e| FsError::io(format!("client endpoint: {e}")))
+}
+
+/// Endpoint settings: the largest UDP payload we accept is advertised to peers, and quinn's default
+/// (1472) would cap the loopback MTU above no matter what the transport config asks for.
+fn endpoint_config() -> quinn::EndpointConfig {
+    let mut c = quinn::EndpointConfig::default();
+    let _ = c.max_udp_payload_size(65_527);
+    c
 }
 
 /// UDP socket with large kernel buffers (bursts of 64 KiB datagrams would otherwise be dropped).

@@ -1,0 +1,77 @@
+//! Per-job read/write operation and byte counters since the server started.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use tessera_proto::msg::JobCounters;
+
+/// Distinct jobs tracked; further jobs are summed under [`OVERFLOW_JOB`] so peers cannot grow memory
+/// without bound.
+pub const MAX_JOBS: usize = 4096;
+pub const OVERFLOW_JOB: &str = "(other)";
+
+#[derive(Default)]
+pub struct Counters {
+    jobs: Mutex<HashMap<String, JobCounters>>,
+}
+
+impl Counters {
+    pub fn new() -> Counters {
+        Counters::default()
+    }
+
+    fn with_job(&self, job: &str, f: impl FnOnce(&mut JobCounters)) {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = jobs.get_mut(job) {
+            f(c);
+            return;
+        }
+        let key = if jobs.len() >= MAX_JOBS { OVERFLOW_JOB } else { job };
+        let c =
+            jobs.entry(key.to_string()).or_insert_with(|| JobCounters { job: key.to_string(), ..Default::default() });
+        f(c);
+    }
+
+    pub fn record_read(&self, job: &str, bytes: u64) {
+        self.with_job(job, |c| {
+            c.read_ops += 1;
+            c.read_bytes += bytes;
+        });
+    }
+
+    pub fn record_write(&self, job: &str, bytes: u64) {
+        self.with_job(job, |c| {
+            c.write_ops += 1;
+            c.write_bytes += bytes;
+        });
+    }
+
+    /// All jobs' counters, sorted by job id.
+    pub fn snapshot(&self) -> Vec<JobCounters> {
+        let mut v: Vec<JobCounters> = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        v.sort_by(|a, b| a.job.cmp(&b.job));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_per_job_and_bounds_jobs() {
+        let c = Counters::new();
+        c.record_read("a", 10);
+        c.record_read("a", 5);
+        c.record_write("b", 7);
+        let s = c.snapshot();
+        assert_eq!(s.len(), 2);
+        assert_eq!((s[0].job.as_str(), s[0].read_ops, s[0].read_bytes, s[0].write_ops), ("a", 2, 15, 0));
+        assert_eq!((s[1].job.as_str(), s[1].write_ops, s[1].write_bytes), ("b", 1, 7));
+        for i in 0..MAX_JOBS + 10 {
+            c.record_write(&format!("j{i}"), 1);
+        }
+        let s = c.snapshot();
+        assert_eq!(s.len(), MAX_JOBS + 1);
+        assert!(s.iter().any(|j| j.job == OVERFLOW_JOB && j.write_ops >= 10));
+    }
+}

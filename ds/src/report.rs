@@ -1,0 +1,106 @@
+//! The data server's report (space, load, per-job counters) and the task sending it to the MDS.
+
+use crate::counters::Counters;
+use crate::scheduler::Scheduler;
+use crate::store::Store;
+use bytes::Bytes;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tessera_proto::msg::{DsReport, MdsCall, MdsReply, MdsRequest};
+use tessera_proto::rpc::{self, RpcPeer, Tuning};
+use tessera_proto::tls::NodeIdentity;
+use tessera_proto::{Caller, DsId, FsResult, Role};
+use tracing::debug;
+
+/// What goes into a report.
+#[derive(Clone)]
+pub struct Reporter {
+    pub ds: DsId,
+    pub store: Store,
+    pub scheduler: Scheduler,
+    pub counters: Arc<Counters>,
+}
+
+impl Reporter {
+    pub async fn build(&self) -> FsResult<DsReport> {
+        let space = self.store.space().await?;
+        Ok(DsReport {
+            ds: self.ds,
+            capacity: space.capacity,
+            used: space.used,
+            free: space.free,
+            objects: space.objects,
+            queue_depth: self.scheduler.depth(),
+            jobs: self.counters.snapshot(),
+        })
+    }
+}
+
+/// Sends a report to the MDS every `interval`; failures are retried at the next tick (the MDS may
+/// start later or restart).
+pub fn spawn_report_task(
+    reporter: Reporter,
+    identity: &NodeIdentity,
+    mds_addr: SocketAddr,
+    tuning: Tuning,
+    interval: Duration,
+) -> FsResult<tokio::task::JoinHandle<()>> {
+    let endpoint = rpc::client_endpoint(mds_addr.is_ipv6())?;
+    // A report older than the next one is useless: do not wait for it longer than an interval.
+    let tuning = Tuning { call_timeout: interval.max(Duration::from_secs(1)), ..tuning };
+    let peer = RpcPeer::new(endpoint, identity, Role::Mds, mds_addr, tuning)?;
+    Ok(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval.max(Duration::from_millis(10)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let report = match reporter.build().await {
+                Ok(r) => r,
+                Err(e) => {
+                    debug!("building report: {e}");
+                    continue;
+                }
+            };
+            let call = MdsCall { caller: Caller::root(), req: MdsRequest::DsReport(report) };
+            match peer.call::<_, MdsReply>(&call, Bytes::new()).await {
+                Ok(_) => {}
+                Err(e) => debug!(mds = %mds_addr, "report not delivered: {e}"),
+            }
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::RoundRobin;
+
+    #[tokio::test]
+    async fn report_has_job_counters_after_io() {
+        let d = tempfile::tempdir().unwrap();
+        let store = Store::open(d.path(), 4).unwrap();
+        let reporter = Reporter {
+            ds: 4,
+            store: store.clone(),
+            scheduler: Scheduler::start(4, RoundRobin),
+            counters: Arc::new(Counters::new()),
+        };
+        let svc = crate::server::DsService::new(reporter.clone(), crate::device::DeviceModel::None, false);
+        let tag = |job: &str| tessera_proto::IoTag { job: job.into(), client: 1, ino: 2 };
+        for i in 0..3u64 {
+            svc.write(&tag("wjob"), 9, i * 100, Bytes::from(vec![7u8; 100]), false).await.unwrap();
+        }
+        let got = svc.read(&tag("rjob"), 9, 50, 1000).await.unwrap();
+        assert_eq!(got.len(), 250);
+        let r = reporter.build().await.unwrap();
+        assert_eq!(r.ds, 4);
+        assert_eq!(r.objects, 1);
+        assert!(r.capacity > 0);
+        assert_eq!(r.queue_depth, 0);
+        let w = r.jobs.iter().find(|j| j.job == "wjob").unwrap();
+        assert_eq!((w.write_ops, w.write_bytes, w.read_ops), (3, 300, 0));
+        let rj = r.jobs.iter().find(|j| j.job == "rjob").unwrap();
+        assert_eq!((rj.read_ops, rj.read_bytes, rj.write_ops), (1, 250, 0));
+    }
+}

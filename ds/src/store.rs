@@ -1,0 +1,569 @@
+//! The object store: one file per object under `objects/<xx>/<16 hex digits>` in the data directory.
+//!
+//! All file I/O is positional (`pread`/`pwrite`) on cached open handles and runs on tokio's blocking
+//! pool; no lock is held while the device works.
+
+use bytes::Bytes;
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io::{self, ErrorKind};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tessera_proto::error::ErrorCode;
+use tessera_proto::{DsId, FsError, FsResult, ObjectId};
+
+/// Largest object the store accepts (offset + length beyond it is EFBIG).
+pub const MAX_OBJECT_SIZE: u64 = 1 << 50;
+/// Open handles kept by default.
+pub const DEFAULT_OPEN_FILES: usize = 512;
+
+const FORMAT_FILE: &str = "format";
+const FORMAT_MAGIC: &str = "tessera-ds";
+const OBJECTS_DIR: &str = "objects";
+
+/// Capacity and use of the file system holding the store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Space {
+    pub capacity: u64,
+    pub used: u64,
+    pub free: u64,
+    pub objects: u64,
+}
+
+/// A cheaply clonable handle to the store.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    root: PathBuf,
+    objects: PathBuf,
+    cache: Mutex<FileCache>,
+    object_count: AtomicU64,
+}
+
+/// Bounded LRU of open object files.
+struct FileCache {
+    cap: usize,
+    tick: u64,
+    /// Bumped around every removal: a handle opened across a removal is not cached (it may be unlinked).
+    epoch: u64,
+    map: HashMap<ObjectId, (Arc<File>, u64)>,
+    lru: BTreeMap<u64, ObjectId>,
+}
+
+impl FileCache {
+    fn get(&mut self, id: ObjectId) -> Option<Arc<File>> {
+        self.tick += 1;
+        let tick = self.tick;
+        let (file, t) = self.map.get_mut(&id)?;
+        self.lru.remove(t);
+        *t = tick;
+        self.lru.insert(tick, id);
+        Some(file.clone())
+    }
+
+    fn insert(&mut self, id: ObjectId, file: Arc<File>) -> Arc<File> {
+        if let Some(existing) = self.get(id) {
+            // Another request opened it concurrently: keep one handle.
+            return existing;
+        }
+        while self.map.len() >= self.cap.max(1) {
+            let Some((_, victim)) = self.lru.pop_first() else { break };
+            self.map.remove(&victim);
+        }
+        self.tick += 1;
+        self.map.insert(id, (file.clone(), self.tick));
+        self.lru.insert(self.tick, id);
+        file
+    }
+
+    fn evict(&mut self, id: ObjectId) {
+        if let Some((_, t)) = self.map.remove(&id) {
+            self.lru.remove(&t);
+        }
+    }
+}
+
+fn check_range(offset: u64, len: u64) -> FsResult<u64> {
+    offset.checked_add(len).ok_or_else(|| FsError::invalid(format!("offset {offset} + length {len} overflows")))
+}
+
+fn too_big(end: u64) -> FsError {
+    FsError::new(ErrorCode::TooBig, format!("object would reach {end} bytes (limit {MAX_OBJECT_SIZE})"))
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> FsResult<T> + Send + 'static) -> FsResult<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| FsError::io(format!("store task failed: {e}")))?
+}
+
+impl Store {
+    /// Opens (creating on first start) the store of data server `ds` in `root`.
+    /// A directory formatted for another data server is refused.
+    pub fn open(root: &Path, ds: DsId) -> FsResult<Store> {
+        Self::open_with_cache(root, ds, DEFAULT_OPEN_FILES)
+    }
+
+    pub fn open_with_cache(root: &Path, ds: DsId, open_files: usize) -> FsResult<Store> {
+        let ctx = |what: &str, e: io::Error| {
+            let mut err = FsError::from(e);
+            err.detail = format!("{what} {}: {}", root.display(), err.detail);
+            err
+        };
+        std::fs::create_dir_all(root).map_err(|e| ctx("create data dir", e))?;
+        check_or_write_format(root, ds)?;
+        let objects = root.join(OBJECTS_DIR);
+        std::fs::create_dir_all(&objects).map_err(|e| ctx("create objects dir", e))?;
+        let store = Store {
+            inner: Arc::new(Inner {
+                root: root.to_path_buf(),
+                objects,
+                cache: Mutex::new(FileCache {
+                    cap: open_files,
+                    tick: 0,
+                    epoch: 0,
+                    map: HashMap::new(),
+                    lru: BTreeMap::new(),
+                }),
+                object_count: AtomicU64::new(0),
+            }),
+        };
+        let n = store.inner.list_blocking()?.len() as u64;
+        store.inner.object_count.store(n, Ordering::Relaxed);
+        Ok(store)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    /// Path of an object's file.
+    pub fn object_path(&self, id: ObjectId) -> PathBuf {
+        self.inner.path(id)
+    }
+
+    /// Reads up to `len` bytes at `offset`: short at the end of the object, empty for a missing object,
+    /// zeros for holes.
+    pub async fn read(&self, id: ObjectId, offset: u64, len: usize) -> FsResult<Bytes> {
+        check_range(offset, len as u64)?;
+        if len == 0 || offset >= MAX_OBJECT_SIZE {
+            return Ok(Bytes::new());
+        }
+        let inner = self.inner.clone();
+        blocking(move || {
+            let Some(file) = inner.handle(id, false)?.map(|(f, _)| f) else { return Ok(Bytes::new()) };
+            // Allocate only what the object holds: a large read of a small object stays small.
+            let size = file.metadata()?.len();
+            let len = len.min(size.saturating_sub(offset).try_into().unwrap_or(usize::MAX));
+            if len == 0 {
+                return Ok(Bytes::new());
+            }
+            let mut buf = vec![0u8; len];
+            let mut done = 0;
+            while done < len {
+                match file.read_at(&mut buf[done..], offset + done as u64) {
+                    Ok(0) => break,
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            buf.truncate(done);
+            Ok(Bytes::from(buf))
+        })
+        .await
+    }
+
+    /// Writes `data` at `offset`, creating the object. `sync`: the data (and a new object's directory
+    /// entry) is durable before this returns.
+    pub async fn write(&self, id: ObjectId, offset: u64, data: Bytes, sync: bool) -> FsResult<()> {
+        let end = check_range(offset, data.len() as u64)?;
+        if end > MAX_OBJECT_SIZE {
+            return Err(too_big(end));
+        }
+        let inner = self.inner.clone();
+        blocking(move || {
+            let (file, created) = inner.handle(id, true)?.ok_or_else(|| FsError::io("object vanished on create"))?;
+            file.write_all_at(&data, offset)?;
+            if sync {
+                file.sync_data()?;
+                if created {
+                    inner.sync_shard(id)?;
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Sets the object's size, creating it if missing.
+    pub async fn truncate(&self, id: ObjectId, size: u64) -> FsResult<()> {
+        if size > MAX_OBJECT_SIZE {
+            return Err(too_big(size));
+        }
+        let inner = self.inner.clone();
+        blocking(move || {
+            let (file, _) = inner.handle(id, true)?.ok_or_else(|| FsError::io("object vanished on create"))?;
+            file.set_len(size)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Removes objects; missing ones are fine.
+    pub async fn remove(&self, ids: Vec<ObjectId>) -> FsResult<()> {
+        let inner = self.inner.clone();
+        blocking(move || {
+            for id in ids {
+                inner.bump_and_evict(id);
+                let res = std::fs::remove_file(inner.path(id));
+                inner.bump_and_evict(id);
+                match res {
+                    Ok(()) => {
+                        let _ = inner
+                            .object_count
+                            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(1)));
+                    }
+                    Err(e) if e.kind() == ErrorKind::NotFound => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Makes an object's data and directory entry durable (a missing object is fine).
+    pub async fn fsync(&self, id: ObjectId) -> FsResult<()> {
+        let inner = self.inner.clone();
+        blocking(move || {
+            if let Some((file, _)) = inner.handle(id, false)? {
+                file.sync_all()?;
+                inner.sync_shard(id)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Whether the object exists, and its size.
+    pub async fn stat(&self, id: ObjectId) -> FsResult<(bool, u64)> {
+        let path = self.inner.path(id);
+        blocking(move || match std::fs::metadata(&path) {
+            Ok(m) => Ok((true, m.len())),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok((false, 0)),
+            Err(e) => Err(e.into()),
+        })
+        .await
+    }
+
+    /// Every object with its size, in id order.
+    pub async fn list(&self) -> FsResult<Vec<(ObjectId, u64)>> {
+        let inner = self.inner.clone();
+        blocking(move || inner.list_blocking()).await
+    }
+
+    /// Space of the file system holding the store, and the number of objects.
+    pub async fn space(&self) -> FsResult<Space> {
+        let inner = self.inner.clone();
+        blocking(move || {
+            let mut s = statvfs(&inner.root)?;
+            s.objects = inner.object_count.load(Ordering::Relaxed);
+            Ok(s)
+        })
+        .await
+    }
+}
+
+impl Inner {
+    fn shard_dir(&self, id: ObjectId) -> PathBuf {
+        self.objects.join(format!("{:02x}", id & 0xff))
+    }
+
+    fn path(&self, id: ObjectId) -> PathBuf {
+        self.shard_dir(id).join(format!("{id:016x}"))
+    }
+
+    fn bump_and_evict(&self, id: ObjectId) {
+        let mut c = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        c.epoch += 1;
+        c.evict(id);
+    }
+
+    /// The object's open file (and whether this call created it); `None` if missing and `!create`.
+    fn handle(&self, id: ObjectId, create: bool) -> FsResult<Option<(Arc<File>, bool)>> {
+        let epoch = {
+            let mut c = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(f) = c.get(id) {
+                return Ok(Some((f, false)));
+            }
+            c.epoch
+        };
+        // Opened without the lock: opening may touch the disk.
+        let path = self.path(id);
+        let (file, created) = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => (f, false),
+            Err(e) if e.kind() == ErrorKind::NotFound && create => self.create(id, &path)?,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let file = Arc::new(file);
+        let mut c = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if c.epoch != epoch {
+            // A removal ran meanwhile: use the handle for this request only.
+            return Ok(Some((file, created)));
+        }
+        Ok(Some((c.insert(id, file), created)))
+    }
+
+    /// Creates the object's file (and its shard directory), counting it if this call created it.
+    fn create(&self, id: ObjectId, path: &Path) -> FsResult<(File, bool)> {
+        let open_new = || OpenOptions::new().read(true).write(true).create_new(true).open(path);
+        let res = match open_new() {
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                std::fs::create_dir_all(self.shard_dir(id))?;
+                open_new()
+            }
+            r => r,
+        };
+        match res {
+            Ok(f) => {
+                self.object_count.fetch_add(1, Ordering::Relaxed);
+                Ok((f, true))
+            }
+            // Created concurrently by another request.
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                Ok((OpenOptions::new().read(true).write(true).open(path)?, false))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn sync_shard(&self, id: ObjectId) -> FsResult<()> {
+        File::open(self.shard_dir(id))?.sync_all()?;
+        Ok(())
+    }
+
+    fn list_blocking(&self) -> FsResult<Vec<(ObjectId, u64)>> {
+        let mut out = Vec::new();
+        for shard in std::fs::read_dir(&self.objects)? {
+            let shard = shard?;
+            let Some(shard_name) = shard.file_name().to_str().map(str::to_owned) else { continue };
+            if shard_name.len() != 2 || !shard.file_type()?.is_dir() {
+                continue;
+            }
+            for ent in std::fs::read_dir(shard.path())? {
+                let ent = ent?;
+                let name = ent.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if name.len() != 16 {
+                    continue;
+                }
+                let Ok(id) = u64::from_str_radix(name, 16) else { continue };
+                if format!("{:02x}", id & 0xff) != shard_name {
+                    continue;
+                }
+                match ent.metadata() {
+                    Ok(m) if m.is_file() => out.push((id, m.len())),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == ErrorKind::NotFound => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+}
+
+/// Checks the `format` marker (written on first start) names this data server.
+fn check_or_write_format(root: &Path, ds: DsId) -> FsResult<()> {
+    let path = root.join(FORMAT_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let mut words = text.split_whitespace();
+            let magic = words.next();
+            let id = words.next().and_then(|w| w.parse::<DsId>().ok());
+            match (magic, id) {
+                (Some(FORMAT_MAGIC), Some(id)) if id == ds => Ok(()),
+                (Some(FORMAT_MAGIC), Some(id)) => {
+                    Err(FsError::invalid(format!("data dir {} belongs to data server {id}, not {ds}", root.display())))
+                }
+                _ => Err(FsError::invalid(format!(
+                    "data dir {}: {} is not a Tessera data server marker",
+                    root.display(),
+                    path.display()
+                ))),
+            }
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            let tmp = root.join(format!("{FORMAT_FILE}.tmp"));
+            let write = || -> io::Result<()> {
+                std::fs::write(&tmp, format!("{FORMAT_MAGIC} {ds}\n"))?;
+                File::open(&tmp)?.sync_all()?;
+                std::fs::rename(&tmp, &path)?;
+                File::open(root)?.sync_all()
+            };
+            write().map_err(|e| {
+                let mut err = FsError::from(e);
+                err.detail = format!("write {}: {}", path.display(), err.detail);
+                err
+            })
+        }
+        Err(e) => {
+            let mut err = FsError::from(e);
+            err.detail = format!("read {}: {}", path.display(), err.detail);
+            Err(err)
+        }
+    }
+}
+
+fn statvfs(path: &Path) -> FsResult<Space> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| FsError::invalid("NUL in data dir"))?;
+    // SAFETY: an all-zero statvfs is a valid value; the pointer is valid for the call.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid out pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    let frsize = st.f_frsize as u64;
+    let blocks = st.f_blocks as u64;
+    Ok(Space {
+        capacity: blocks.saturating_mul(frsize),
+        used: blocks.saturating_sub(st.f_bfree as u64).saturating_mul(frsize),
+        free: (st.f_bavail as u64).saturating_mul(frsize),
+        objects: 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path(), 3).unwrap();
+        (dir, s)
+    }
+
+    #[tokio::test]
+    async fn round_trip_and_layout() {
+        let (_d, s) = store();
+        let id = 0x1234_5678_9abc_def0;
+        s.write(id, 0, Bytes::from_static(b"hello world"), false).await.unwrap();
+        assert_eq!(&s.read(id, 0, 100).await.unwrap()[..], b"hello world");
+        assert!(s.root().join("objects/f0/123456789abcdef0").is_file());
+        assert_eq!(s.stat(id).await.unwrap(), (true, 11));
+        assert_eq!(s.stat(7).await.unwrap(), (false, 0));
+        assert!(s.read(7, 0, 10).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn unaligned_holes_and_short_reads() {
+        let (_d, s) = store();
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+        s.write(1, 4093, Bytes::from(data.clone()), false).await.unwrap();
+        // Hole before the data reads as zeros.
+        let all = s.read(1, 0, 20_000).await.unwrap();
+        assert_eq!(all.len(), 4093 + 10_000);
+        assert!(all[..4093].iter().all(|&b| b == 0));
+        assert_eq!(&all[4093..], &data[..]);
+        // Unaligned middle read and a read straddling the end.
+        assert_eq!(&s.read(1, 5000, 333).await.unwrap()[..], &data[907..1240]);
+        assert_eq!(&s.read(1, 14_000, 1000).await.unwrap()[..], &data[14_000 - 4093..]);
+        assert!(s.read(1, 1 << 40, 10).await.unwrap().is_empty());
+        // Write far past the end: hole in between.
+        s.write(1, 100_000, Bytes::from_static(b"z"), false).await.unwrap();
+        let mid = s.read(1, 20_000, 1000).await.unwrap();
+        assert!(mid.len() == 1000 && mid.iter().all(|&b| b == 0));
+    }
+
+    #[tokio::test]
+    async fn limits() {
+        let (_d, s) = store();
+        let e = s.write(1, u64::MAX, Bytes::from_static(b"ab"), false).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Invalid);
+        let e = s.write(1, MAX_OBJECT_SIZE, Bytes::from_static(b"a"), false).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::TooBig);
+        assert_eq!(s.truncate(1, MAX_OBJECT_SIZE + 1).await.unwrap_err().code, ErrorCode::TooBig);
+        assert_eq!(s.read(1, u64::MAX, 2).await.unwrap_err().code, ErrorCode::Invalid);
+        assert_eq!(s.stat(1).await.unwrap(), (false, 0));
+    }
+
+    #[tokio::test]
+    async fn truncate_up_and_down() {
+        let (_d, s) = store();
+        s.truncate(5, 100).await.unwrap();
+        assert_eq!(s.stat(5).await.unwrap(), (true, 100));
+        assert_eq!(&s.read(5, 0, 200).await.unwrap()[..], &[0u8; 100][..]);
+        s.write(5, 0, Bytes::from_static(b"abcdef"), false).await.unwrap();
+        s.truncate(5, 3).await.unwrap();
+        assert_eq!(&s.read(5, 0, 200).await.unwrap()[..], b"abc");
+        s.truncate(5, 6).await.unwrap();
+        assert_eq!(&s.read(5, 0, 200).await.unwrap()[..], b"abc\0\0\0");
+    }
+
+    #[tokio::test]
+    async fn remove_list_fsync_and_count() {
+        let (d, s) = store();
+        for id in [1u64, 2, 0x300, 0xffff_ffff_ffff_ffff] {
+            s.write(id, 0, Bytes::from(vec![1u8; id as usize % 50 + 1]), id == 2).await.unwrap();
+        }
+        s.fsync(1).await.unwrap();
+        s.fsync(99).await.unwrap();
+        assert_eq!(s.list().await.unwrap(), vec![(1, 2), (2, 3), (0x300, 19), (u64::MAX, 16)]);
+        assert_eq!(s.space().await.unwrap().objects, 4);
+        s.remove(vec![2, 0x300, 12345]).await.unwrap();
+        s.remove(vec![2]).await.unwrap();
+        assert_eq!(s.list().await.unwrap(), vec![(1, 2), (u64::MAX, 16)]);
+        // The cached handle of a removed object must not resurrect its old data.
+        assert!(s.read(2, 0, 10).await.unwrap().is_empty());
+        let sp = s.space().await.unwrap();
+        assert_eq!(sp.objects, 2);
+        assert!(sp.capacity > 0 && sp.free <= sp.capacity);
+        drop(s);
+        // Reopen: count recovered from the directory.
+        let s = Store::open(d.path(), 3).unwrap();
+        assert_eq!(s.space().await.unwrap().objects, 2);
+    }
+
+    #[tokio::test]
+    async fn small_cache_evicts() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open_with_cache(d.path(), 0, 2).unwrap();
+        for id in 0..10u64 {
+            s.write(id, id, Bytes::from(vec![id as u8; 3]), false).await.unwrap();
+        }
+        for id in 0..10u64 {
+            assert_eq!(&s.read(id, id, 3).await.unwrap()[..], &[id as u8; 3][..]);
+        }
+        assert!(s.inner.cache.lock().unwrap().map.len() <= 2);
+    }
+
+    #[tokio::test]
+    async fn enospc_is_no_space_and_store_keeps_serving() {
+        let (_d, s) = store();
+        // An object whose file is /dev/full: every write fails with ENOSPC.
+        std::fs::create_dir_all(s.root().join("objects/01")).unwrap();
+        std::os::unix::fs::symlink("/dev/full", s.object_path(1)).unwrap();
+        let e = s.write(1, 0, Bytes::from_static(b"data"), false).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::NoSpace, "{e}");
+        s.write(2, 0, Bytes::from_static(b"ok"), false).await.unwrap();
+        assert_eq!(&s.read(2, 0, 2).await.unwrap()[..], b"ok");
+    }
+
+    #[test]
+    fn format_marker_mismatch_refused() {
+        let d = tempfile::tempdir().unwrap();
+        drop(Store::open(d.path(), 1).unwrap());
+        drop(Store::open(d.path(), 1).unwrap());
+        let e = Store::open(d.path(), 2).err().unwrap();
+        assert!(e.detail.contains("belongs to data server 1"), "{e}");
+        std::fs::write(d.path().join("format"), "junk").unwrap();
+        assert!(Store::open(d.path(), 1).is_err());
+    }
+}
