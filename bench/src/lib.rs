@@ -1,1 +1,55 @@
-//! placeholder
+//! `tessera-bench`: IOR-like benchmarks and experiments.
+
+pub mod backend; // the I/O API tasks drive: Tessera client library or POSIX std::fs
+pub mod ior; // `ior`: options, per-task offsets for each pattern, verification pattern, timed phases
+pub mod mdtest; // `mdtest`: create/stat/remove rates
+pub mod report; // IOR/mdtest-style text, summary statistics, JSON results
+pub mod units; // sizes with K/M/G suffixes
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "tessera-bench", version, about = "Tessera benchmarks: IOR-like workloads and metadata rates")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// IOR-like bandwidth benchmark (IOR's option letters).
+    Ior(ior::IorArgs),
+    /// mdtest-like metadata benchmark: file create, stat and remove rates.
+    Mdtest(mdtest::MdtestArgs),
+}
+
+/// Parses the command line, runs the benchmark on a multi-thread tokio runtime, maps errors to exit code 1.
+pub fn main_entry() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tessera-bench: error: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let res = rt.block_on(async {
+        match cli.cmd {
+            Cmd::Ior(a) => ior::run(a).await,
+            Cmd::Mdtest(a) => mdtest::run(a).await,
+        }
+    });
+    // Tasks abandoned at a barrier after another task failed must not hold up the exit.
+    rt.shutdown_background();
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tessera-bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

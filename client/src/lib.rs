@@ -1,1 +1,44 @@
-//! placeholder
+//! Tessera client library and the `tessera` command-line tool.
+//!
+//! ```no_run
+//! # async fn demo() -> tessera_client::FsResult<()> {
+//! use tessera_client::{Client, ClusterConfig};
+//! let cfg = ClusterConfig::locate(None)?;
+//! let client = Client::connect(&cfg).await?;
+//! client.write_file("/hello", b"world").await?;
+//! assert_eq!(client.read_file("/hello").await?, b"world");
+//! # Ok(()) }
+//! ```
+
+/// The `tessera` command-line tool.
+pub mod cli;
+/// The path-level `Client` API.
+pub mod client;
+/// `tessera up`: generating a local cluster's configs and certificates, and running its servers.
+pub mod cluster;
+/// Data path: one connection and in-flight limit per data server, stripe splitting, read assembly.
+pub mod data;
+/// Open files: parallel striped reads/writes, close-to-open consistency, fsync/close.
+pub mod file;
+/// Job id of this process (`TESSERA_JOB`, batch-scheduler variables, else the session id).
+pub mod job;
+/// Typed, ino-level wrapper over the MDS connection: one method per `MdsRequest`.
+pub mod mds_client;
+/// Progress bars for long transfers.
+pub mod progress;
+
+pub use bytes::Bytes;
+pub use client::Client;
+pub use cluster::{prepare, ClusterFiles};
+pub use file::{File, OpenOptions};
+pub use mds_client::MdsClient;
+/// The protocol crate itself, for anything not re-exported above.
+pub use tessera_proto as proto;
+pub use tessera_proto::config::{ClientOptions, ClusterConfig, Defaults};
+pub use tessera_proto::error::{ErrorCode, FsError, FsResult};
+pub use tessera_proto::layout::{Layout, LayoutSpec, StripeTarget};
+pub use tessera_proto::msg::{
+    DirEntry, DsReport, DsStatus, JobCounters, OpenFlags, RenameFlags, SetAttrs, StatFs, TimeSet, XattrMode,
+};
+pub use tessera_proto::types::{Attr, Caller, DsId, FileKind, Ino, IoTag, ObjectId, Timestamp, ROOT_INO};
+pub use tessera_proto::PROTOCOL_VERSION;

@@ -1,0 +1,198 @@
+//! `tessera-bench mdtest`: metadata rates like mdtest — each task creates, stats and removes its own
+//! empty files in its own subdirectory; each phase is timed from a start barrier to the last task's end.
+
+use crate::backend::{join, Backend, PosixBackend, TesseraBackend};
+use crate::ior::Api;
+use crate::report::{self, MdtestJson};
+use anyhow::{bail, Context, Result};
+use futures::stream::{FuturesUnordered, StreamExt};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+use tessera_client::ClusterConfig;
+use tokio::sync::Barrier;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct MdtestArgs {
+    /// API to drive.
+    #[arg(short = 'a', long, value_enum, default_value = "tessera")]
+    pub api: Api,
+    /// Total number of files, split evenly over the tasks.
+    #[arg(short = 'n', long, default_value_t = 10_000)]
+    pub files: u64,
+    /// Concurrent tasks (each with its own connection / thread).
+    #[arg(short = 'N', long, default_value_t = 1)]
+    pub tasks: usize,
+    /// Test directory (tessera path, or a local directory for -a posix); created if missing.
+    #[arg(short = 'd', long, default_value = "/mdtest")]
+    pub dir: String,
+    /// Job name the servers see (tessera).
+    #[arg(long)]
+    pub job: Option<String>,
+    /// Cluster configuration (else $TESSERA_CONFIG).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Write results as JSON to FILE.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// Files of `task` when `files` are split over `tasks` (the first `files % tasks` tasks get one more).
+pub fn files_of_task(files: u64, tasks: usize, task: usize) -> u64 {
+    let (n, t) = (tasks as u64, task as u64);
+    files / n + u64::from(t < files % n)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Create,
+    Stat,
+    Remove,
+}
+
+fn task_dir(dir: &str, task: usize) -> String {
+    format!("{}/mdtest.task.{task}", dir.trim_end_matches('/'))
+}
+
+async fn md_task<B: Backend>(
+    b: Arc<B>,
+    dir: String,
+    count: u64,
+    phase: Phase,
+    start: Arc<Barrier>,
+) -> Result<(Instant, Instant)> {
+    let names: Vec<String> = (0..count).map(|i| format!("{dir}/file.{i}")).collect();
+    start.wait().await;
+    let t0 = Instant::now();
+    for name in &names {
+        match phase {
+            Phase::Create => {
+                let f = b.create(name, None).await?;
+                b.close(f).await.with_context(|| format!("close {name}"))?;
+            }
+            Phase::Stat => {
+                let m = b.stat(name).await?;
+                if m.is_dir || m.size != 0 {
+                    bail!("stat {name}: expected an empty file, got size {} dir {}", m.size, m.is_dir);
+                }
+            }
+            Phase::Remove => b.unlink(name).await?,
+        }
+    }
+    Ok((t0, Instant::now()))
+}
+
+async fn run_phase<B: Backend>(backends: &[Arc<B>], a: &MdtestArgs, phase: Phase) -> Result<f64> {
+    let n = backends.len();
+    let start = Arc::new(Barrier::new(n));
+    let mut pending = FuturesUnordered::new();
+    for (task, b) in backends.iter().enumerate() {
+        let fut = md_task(b.clone(), task_dir(&a.dir, task), files_of_task(a.files, n, task), phase, start.clone());
+        pending.push(join(B::spawn(format!("mdtest-{task}"), fut)?, "task"));
+    }
+    let (mut first, mut last) = (None::<Instant>, None::<Instant>);
+    while let Some(r) = pending.next().await {
+        let (s, e) = r.with_context(|| format!("{phase:?} phase"))?;
+        first = Some(first.map_or(s, |f| f.min(s)));
+        last = Some(last.map_or(e, |l| l.max(e)));
+    }
+    let secs = match (first, last) {
+        (Some(f), Some(l)) => l.saturating_duration_since(f).as_secs_f64(),
+        _ => 0.0,
+    };
+    Ok(report::rate(a.files, secs))
+}
+
+/// Entry point of `tessera-bench mdtest`.
+pub async fn run(a: MdtestArgs) -> Result<()> {
+    if a.tasks == 0 {
+        bail!("tasks must be positive");
+    }
+    match a.api {
+        Api::Tessera => {
+            let cfg = ClusterConfig::locate(a.config.as_deref())?;
+            let mut backends = Vec::with_capacity(a.tasks);
+            for _ in 0..a.tasks {
+                backends.push(Arc::new(TesseraBackend::connect(&cfg, a.job.as_deref()).await?));
+            }
+            run_with(&a, &backends).await
+        }
+        Api::Posix => run_with(&a, &(0..a.tasks).map(|_| Arc::new(PosixBackend)).collect::<Vec<_>>()).await,
+    }
+}
+
+async fn run_with<B: Backend>(a: &MdtestArgs, backends: &[Arc<B>]) -> Result<()> {
+    let b0 = &backends[0];
+    // The tree is set up and torn down outside the timed phases, as mdtest does.
+    for task in 0..a.tasks {
+        let d = task_dir(&a.dir, task);
+        b0.remove_all(&d).await.ok();
+        b0.mkdir_all(&d).await?;
+    }
+    println!("tessera-bench mdtest: metadata benchmark");
+    println!("api                 : {}", a.api.name());
+    println!("directory           : {}", a.dir);
+    println!("{} tasks, {} files", a.tasks, a.files);
+    println!();
+    println!("SUMMARY rate: (of 1 iteration)");
+    let create = run_phase(backends, a, Phase::Create).await?;
+    println!("   File creation     : {create:>14.3} ops/sec");
+    let stat = run_phase(backends, a, Phase::Stat).await?;
+    println!("   File stat         : {stat:>14.3} ops/sec");
+    let remove = run_phase(backends, a, Phase::Remove).await?;
+    println!("   File removal      : {remove:>14.3} ops/sec");
+    println!();
+    println!("File creation: {create:.2} ops/sec");
+    println!("File stat: {stat:.2} ops/sec");
+    println!("File removal: {remove:.2} ops/sec");
+    for task in 0..a.tasks {
+        b0.remove_all(&task_dir(&a.dir, task)).await?;
+    }
+    if let Some(jp) = &a.json {
+        let j = MdtestJson {
+            api: a.api.name().to_lowercase(),
+            create_ops_s: create,
+            stat_ops_s: stat,
+            remove_ops_s: remove,
+            files: a.files,
+            tasks: a.tasks,
+        };
+        report::write_json(jp, &j)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_split_evenly() {
+        assert_eq!((0..3).map(|t| files_of_task(10, 3, t)).collect::<Vec<_>>(), vec![4, 3, 3]);
+        assert_eq!((0..4).map(|t| files_of_task(8, 4, t)).sum::<u64>(), 8);
+        assert_eq!(files_of_task(1, 2, 1), 0);
+        assert_eq!(task_dir("/x/", 2), "/x/mdtest.task.2");
+    }
+
+    #[test]
+    fn posix_end_to_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = MdtestArgs {
+            api: Api::Posix,
+            files: 25,
+            tasks: 3,
+            dir: dir.path().to_str().unwrap().into(),
+            job: None,
+            config: None,
+            json: Some(dir.path().join("r.json")),
+        };
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(run(a)).unwrap();
+        let j: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("r.json")).unwrap()).unwrap();
+        assert_eq!(j["files"], 25);
+        assert!(j["create_ops_s"].as_f64().unwrap() > 0.0);
+        // Only the JSON file is left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}

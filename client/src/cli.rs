@@ -1,0 +1,983 @@
+//! The `tessera` command-line tool: certificates, the local cluster (`up`), and file operations.
+
+use crate::client::{clean_path, join_path, split_parent, Client};
+use crate::cluster::{self, UpOptions};
+use crate::file::{File, OpenOptions};
+use crate::progress;
+use bytes::Bytes;
+use clap::{Args, Parser, Subcommand};
+use futures::{StreamExt, TryStreamExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use tessera_proto::config::ClusterConfig;
+use tessera_proto::error::{ErrorCode, FsError};
+use tessera_proto::layout::LayoutSpec;
+use tessera_proto::msg::SetAttrs;
+use tessera_proto::tls;
+use tessera_proto::types::{Attr, FileKind, Role, Timestamp};
+use tokio::io::AsyncWriteExt;
+
+/// Bytes per data request batch when streaming a file in or out.
+const STREAM_BLOCK: u64 = 8 << 20;
+/// Name used for standard output in errors.
+const STDOUT: &str = "stdout";
+/// Batches in flight while streaming.
+const STREAM_DEPTH: usize = 4;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tessera",
+    version,
+    about = "Tessera parallel file system: run a local cluster and work with its files",
+    long_about = "Tessera parallel file system command-line tool.\n\n\
+        `tessera up --dir DIR` starts a whole cluster on this machine; then\n\
+        `export TESSERA_CONFIG=DIR/client.toml` and use the file commands (put, get, ls, ...).\n\
+        Paths inside Tessera are absolute (a relative path is taken from the root)."
+)]
+struct Cli {
+    /// Cluster configuration file (as written by `tessera up` into DIR/client.toml).
+    #[arg(long, global = true, env = "TESSERA_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Job id to tag this command's I/O with (default: batch-scheduler job or session id).
+    #[arg(long, global = true, env = "TESSERA_JOB", value_name = "NAME")]
+    job: Option<String>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Manage the cluster's certificate authority and node certificates.
+    #[command(subcommand)]
+    Ca(CaCmd),
+    /// Start a whole cluster (MDS and data servers) on this machine until Ctrl-C.
+    Up(UpArgs),
+    /// List a directory (or show one file).
+    Ls {
+        /// Long listing: mode, links, owner, group, size, modification time.
+        #[arg(short = 'l')]
+        long: bool,
+        /// Directory or file to list.
+        #[arg(default_value = "/")]
+        path: String,
+    },
+    /// Show a file's attributes.
+    Stat {
+        /// File to examine (symlinks are not followed).
+        path: String,
+    },
+    /// Create a directory.
+    Mkdir {
+        /// Create missing parents too; no error if it exists.
+        #[arg(short = 'p', long)]
+        parents: bool,
+        /// Permission bits in octal.
+        #[arg(short = 'm', long, default_value = "755")]
+        mode: String,
+        /// Directory to create.
+        path: String,
+    },
+    /// Remove a file (or, with -r, a directory tree).
+    Rm {
+        /// Remove directories and their contents recursively.
+        #[arg(short = 'r', short_alias = 'R', long)]
+        recursive: bool,
+        /// Path to remove.
+        path: String,
+    },
+    /// Remove an empty directory.
+    Rmdir {
+        /// Directory to remove.
+        path: String,
+    },
+    /// Rename or move a file or directory (into DST if DST is a directory).
+    Mv {
+        /// Existing path.
+        src: String,
+        /// New path, or a directory to move into.
+        dst: String,
+    },
+    /// Make a hard link (or with -s a symbolic link) named LINK.
+    Ln {
+        /// Make a symbolic link.
+        #[arg(short = 's', long)]
+        symbolic: bool,
+        /// Existing path (for -s: the text the link points to).
+        target: String,
+        /// Name of the new link.
+        link: String,
+    },
+    /// Change a file's permission bits.
+    Chmod {
+        /// Permission bits in octal (e.g. 644).
+        mode: String,
+        /// File to change.
+        path: String,
+    },
+    /// Set a file's size (creating it if missing).
+    Truncate {
+        /// New size (K/M/G/T suffixes, powers of 1024).
+        #[arg(short = 's', long, value_parser = parse_size_arg)]
+        size: u64,
+        /// File to resize.
+        path: String,
+    },
+    /// Copy a local file into Tessera.
+    Put {
+        /// Stripe size for the new file (K/M/G suffixes).
+        #[arg(short = 'S', long = "stripe-size", value_parser = parse_size_arg)]
+        stripe_size: Option<u64>,
+        /// Stripe count for the new file (0 = all data servers).
+        #[arg(short = 'c', long = "stripe-count")]
+        stripe_count: Option<u32>,
+        /// No progress bar.
+        #[arg(short = 'q', long)]
+        quiet: bool,
+        /// Local file to read.
+        local: PathBuf,
+        /// Destination in Tessera (a directory: keep the local name).
+        path: String,
+    },
+    /// Copy a file out of Tessera.
+    Get {
+        /// No progress bar.
+        #[arg(short = 'q', long)]
+        quiet: bool,
+        /// File in Tessera.
+        path: String,
+        /// Local destination (a directory: keep the name).
+        local: PathBuf,
+    },
+    /// Write a file's content to standard output.
+    Cat {
+        /// File to print.
+        path: String,
+    },
+    /// Set the stripe layout of a new/empty file or a directory's default for new files.
+    Setstripe {
+        /// Stripe size (K/M/G suffixes; multiple of 4 KiB).
+        #[arg(short = 'S', long = "stripe-size", value_parser = parse_size_arg)]
+        stripe_size: Option<u64>,
+        /// Number of data servers to stripe over (0 = all).
+        #[arg(short = 'c', long = "stripe-count")]
+        stripe_count: Option<u32>,
+        /// File (created empty if missing) or directory.
+        path: String,
+    },
+    /// Show a file's stripe layout (or a directory's default).
+    Getstripe {
+        /// File or directory.
+        path: String,
+    },
+    /// Show every data server's capacity and usage.
+    Df,
+    /// Check that the MDS and every data server answer, with round-trip times.
+    Ping,
+}
+
+#[derive(Subcommand, Debug)]
+enum CaCmd {
+    /// Create a new cluster CA (DIR/ca.pem, DIR/ca.key); refuses to overwrite an existing one.
+    Init {
+        /// Directory for the CA files.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Cluster name written into the CA certificate.
+        #[arg(long, default_value = "tessera")]
+        name: String,
+    },
+    /// Issue a node certificate signed by the CA in DIR (writes DIR/NAME.pem and DIR/NAME.key).
+    Issue {
+        /// Directory holding ca.pem and ca.key.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Node role: mds, ds, ion, client or admin.
+        #[arg(long)]
+        role: Role,
+        /// Node name (certificate CN and file name).
+        #[arg(long)]
+        name: String,
+        /// Extra host name or IP address the node is reached at (repeatable).
+        #[arg(long = "san", value_name = "HOST_OR_IP")]
+        sans: Vec<String>,
+        /// Overwrite an existing certificate of that name.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+struct UpArgs {
+    /// Cluster directory: certificates, configs, data and logs (reused if it already holds a cluster).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Number of data servers (default: the existing cluster's, else 4).
+    #[arg(long = "ds")]
+    ds: Option<usize>,
+    /// First port: MDS on P, data server i on P+10+i; 0 picks free ports.
+    #[arg(long, default_value_t = 7400)]
+    port_base: u16,
+    /// Default stripe size of the new cluster (K/M/G suffixes).
+    #[arg(long, value_parser = parse_size_arg)]
+    stripe_size: Option<u64>,
+    /// Default stripe count of the new cluster (0 = all data servers).
+    #[arg(long)]
+    stripe_count: Option<u32>,
+}
+
+/// A failed command: the path it concerns (if any) and the error.
+#[derive(Debug)]
+struct CliError {
+    path: Option<String>,
+    msg: String,
+}
+
+impl CliError {
+    fn at(path: impl AsRef<str>, e: impl Into<ErrText>) -> CliError {
+        CliError { path: Some(path.as_ref().to_string()), msg: e.into().0 }
+    }
+    fn plain(e: impl std::fmt::Display) -> CliError {
+        CliError { path: None, msg: e.to_string() }
+    }
+}
+
+impl From<anyhow::Error> for CliError {
+    fn from(e: anyhow::Error) -> CliError {
+        CliError::plain(format!("{e:#}"))
+    }
+}
+
+type CliResult<T> = Result<T, CliError>;
+
+/// An error's text as the CLI prints it.
+struct ErrText(String);
+
+impl From<FsError> for ErrText {
+    /// strerror-like text; the detail only where it says more than the code and the path already do.
+    fn from(e: FsError) -> ErrText {
+        let terse = matches!(
+            e.code,
+            ErrorCode::NotFound
+                | ErrorCode::Exists
+                | ErrorCode::NotDir
+                | ErrorCode::IsDir
+                | ErrorCode::NotEmpty
+                | ErrorCode::Access
+                | ErrorCode::Perm
+                | ErrorCode::NameTooLong
+        );
+        if terse || e.detail.is_empty() {
+            ErrText(e.code.to_string())
+        } else {
+            ErrText(format!("{} ({})", e.code, e.detail))
+        }
+    }
+}
+
+impl From<std::io::Error> for ErrText {
+    fn from(e: std::io::Error) -> ErrText {
+        ErrText(e.to_string())
+    }
+}
+
+impl From<tls::TlsError> for ErrText {
+    fn from(e: tls::TlsError) -> ErrText {
+        ErrText(e.to_string())
+    }
+}
+
+impl From<tokio::task::JoinError> for ErrText {
+    fn from(e: tokio::task::JoinError) -> ErrText {
+        ErrText(e.to_string())
+    }
+}
+
+impl From<&str> for ErrText {
+    fn from(e: &str) -> ErrText {
+        ErrText(e.to_string())
+    }
+}
+
+impl From<String> for ErrText {
+    fn from(e: String) -> ErrText {
+        ErrText(e)
+    }
+}
+
+/// Attaches a path to an error.
+trait At<T> {
+    fn at(self, path: &str) -> CliResult<T>;
+}
+
+impl<T, E: Into<ErrText>> At<T> for Result<T, E> {
+    fn at(self, path: &str) -> CliResult<T> {
+        self.map_err(|e| CliError::at(path, e))
+    }
+}
+
+/// Parses a size with an optional K/M/G/T suffix (powers of 1024; `KiB`/`KB`/`k` all accepted).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    if digits == 0 {
+        return Err(format!("'{s}' is not a size (e.g. 4096, 64K, 1M, 2G)"));
+    }
+    let n: u64 = t[..digits].parse().map_err(|_| format!("'{s}' is too large"))?;
+    let suffix = t[digits..].trim().to_ascii_lowercase();
+    let shift = match suffix.as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("'{s}': unknown size suffix (use K, M, G or T)")),
+    };
+    n.checked_mul(1u64 << shift).ok_or_else(|| format!("'{s}' is too large"))
+}
+
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s)
+}
+
+/// Parses octal permission bits (`644`, `0755`, `1777`).
+pub fn parse_mode(s: &str) -> Result<u32, String> {
+    let t = s.trim().trim_start_matches("0o");
+    match u32::from_str_radix(t, 8) {
+        Ok(m) if m <= 0o7777 && !t.is_empty() => Ok(m),
+        _ => Err(format!("invalid mode '{s}': give octal permission bits such as 644 or 0755")),
+    }
+}
+
+/// `1536` → `1.5 KiB`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// `ls -l` style mode string.
+pub fn mode_string(kind: FileKind, perm: u32) -> String {
+    let mut s = String::with_capacity(10);
+    s.push(match kind {
+        FileKind::File => '-',
+        FileKind::Dir => 'd',
+        FileKind::Symlink => 'l',
+        FileKind::Fifo => 'p',
+        FileKind::Socket => 's',
+        FileKind::CharDev => 'c',
+        FileKind::BlockDev => 'b',
+    });
+    let special = [(0o4000, 's', 'S'), (0o2000, 's', 'S'), (0o1000, 't', 'T')];
+    for (i, (bit, set_x, set_nox)) in special.iter().enumerate() {
+        let shift = 6 - 3 * i as u32;
+        let p = (perm >> shift) & 7;
+        s.push(if p & 4 != 0 { 'r' } else { '-' });
+        s.push(if p & 2 != 0 { 'w' } else { '-' });
+        let x = p & 1 != 0;
+        s.push(match (perm & bit != 0, x) {
+            (true, true) => *set_x,
+            (true, false) => *set_nox,
+            (false, true) => 'x',
+            (false, false) => '-',
+        });
+    }
+    s
+}
+
+/// `YYYY-MM-DD HH:MM:SS` in UTC.
+pub fn format_time(t: Timestamp) -> String {
+    let days = t.secs.div_euclid(86_400);
+    let rem = t.secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+fn kind_name(kind: FileKind) -> &'static str {
+    match kind {
+        FileKind::File => "regular file",
+        FileKind::Dir => "directory",
+        FileKind::Symlink => "symbolic link",
+        FileKind::Fifo => "fifo",
+        FileKind::Socket => "socket",
+        FileKind::CharDev => "character device",
+        FileKind::BlockDev => "block device",
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// Entry point of the `tessera` binary.
+pub fn main_entry() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tessera: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let res = rt.block_on(run(cli));
+    // Do not wait for lingering connection tasks.
+    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    match res {
+        Ok(code) => code,
+        Err(e) => {
+            match e.path {
+                Some(p) => eprintln!("tessera: {p}: {}", e.msg),
+                None => eprintln!("tessera: {}", e.msg),
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn connect(cli: &Cli) -> CliResult<Client> {
+    let cfg = ClusterConfig::locate(cli.config.as_deref()).map_err(CliError::plain)?;
+    let client = Client::connect(&cfg).await.map_err(CliError::plain)?;
+    Ok(match &cli.job {
+        Some(j) => client.with_job(j.clone()),
+        None => client,
+    })
+}
+
+async fn run(cli: Cli) -> CliResult<ExitCode> {
+    match &cli.cmd {
+        Cmd::Ca(ca) => {
+            ca_cmd(ca)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Cmd::Up(a) => {
+            let opts = UpOptions {
+                dir: a.dir.clone(),
+                n_ds: a.ds,
+                port_base: a.port_base,
+                stripe_size: a.stripe_size,
+                stripe_count: a.stripe_count,
+            };
+            return Ok(cluster::up(opts).await?);
+        }
+        _ => {}
+    }
+    let c = connect(&cli).await?;
+    match cli.cmd {
+        Cmd::Ca(_) | Cmd::Up(_) => {}
+        Cmd::Ls { long, path } => ls(&c, &path, long).await?,
+        Cmd::Stat { path } => stat(&c, &path).await?,
+        Cmd::Mkdir { parents, mode, path } => {
+            let perm = parse_mode(&mode).map_err(CliError::plain)?;
+            if parents {
+                c.mkdir_all(&path, perm).await.at(&path)?;
+            } else {
+                c.mkdir(&path, perm).await.at(&path)?;
+            }
+        }
+        Cmd::Rm { recursive, path } => {
+            let attr = c.lstat(&path).await.at(&path)?;
+            if attr.kind == FileKind::Dir {
+                if !recursive {
+                    return Err(CliError::at(&path, "Is a directory (use rm -r)"));
+                }
+                c.remove_all(&path).await.at(&path)?;
+            } else {
+                c.unlink(&path).await.at(&path)?;
+            }
+        }
+        Cmd::Rmdir { path } => c.rmdir(&path).await.at(&path)?,
+        Cmd::Mv { src, dst } => {
+            let dst = into_dir(&c, &dst, &src).await?;
+            c.rename(&src, &dst).await.at(&src)?;
+        }
+        Cmd::Ln { symbolic, target, link } => {
+            if symbolic {
+                c.symlink(&target, &link).await.at(&link)?;
+            } else {
+                let link = into_dir(&c, &link, &target).await?;
+                c.link(&target, &link).await.at(&link)?;
+            }
+        }
+        Cmd::Chmod { mode, path } => {
+            let perm = parse_mode(&mode).map_err(CliError::plain)?;
+            c.setattr(&path, SetAttrs { perm: Some(perm), ..Default::default() }).await.at(&path)?;
+        }
+        Cmd::Truncate { size, path } => {
+            if let Err(e) = c.truncate(&path, size).await {
+                if e.code != ErrorCode::NotFound {
+                    return Err(CliError::at(&path, e));
+                }
+                let f =
+                    c.open(&path, OpenOptions { write: true, create: true, ..Default::default() }).await.at(&path)?;
+                f.close().await.at(&path)?;
+                c.truncate(&path, size).await.at(&path)?;
+            }
+        }
+        Cmd::Put { stripe_size, stripe_count, quiet, local, path } => {
+            let spec =
+                (stripe_size.is_some() || stripe_count.is_some()).then_some(LayoutSpec { stripe_size, stripe_count });
+            put(&c, &local, &path, spec, quiet).await?
+        }
+        Cmd::Get { quiet, path, local } => get(&c, &path, &local, quiet).await?,
+        Cmd::Cat { path } => cat(&c, &path).await?,
+        Cmd::Setstripe { stripe_size, stripe_count, path } => {
+            if stripe_size.is_none() && stripe_count.is_none() {
+                return Err(CliError::plain("setstripe needs -S SIZE and/or -c COUNT"));
+            }
+            let spec = LayoutSpec { stripe_size, stripe_count };
+            match c.lstat(&path).await {
+                Ok(_) => c.set_layout(&path, spec).await.at(&path)?,
+                Err(e) if e.code == ErrorCode::NotFound => {
+                    let f = c.create(&path, 0o644, Some(spec)).await.at(&path)?;
+                    f.close().await.at(&path)?;
+                }
+                Err(e) => return Err(CliError::at(&path, e)),
+            }
+        }
+        Cmd::Getstripe { path } => getstripe(&c, &path).await?,
+        Cmd::Df => df(&c).await?,
+        Cmd::Ping => return ping(&c).await,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn ca_cmd(ca: &CaCmd) -> CliResult<()> {
+    match ca {
+        CaCmd::Init { dir, name } => {
+            let d = dir.display().to_string();
+            if dir.join("ca.pem").exists() || dir.join("ca.key").exists() {
+                return Err(CliError::at(&d, "a CA already exists here (refusing to overwrite it)"));
+            }
+            let ca = tls::generate_ca(name).at(&d)?;
+            tls::write_ca(dir, &ca).at(&d)?;
+            println!("CA for cluster '{name}' written to {}/ca.pem and ca.key", dir.display());
+        }
+        CaCmd::Issue { dir, role, name, sans, force } => {
+            let d = dir.display().to_string();
+            let ca = tls::read_ca(dir).map_err(|e| CliError::at(&d, format!("reading the CA: {e}")))?;
+            let cert = dir.join(format!("{name}.pem"));
+            if cert.exists() && !force {
+                return Err(CliError::at(cert.display().to_string(), "exists (use --force to replace it)"));
+            }
+            let files = tls::issue_to_dir(dir, &ca, *role, name, sans).at(&d)?;
+            println!("{role} certificate for '{name}': {} and {}", files.cert.display(), files.key.display());
+        }
+    }
+    Ok(())
+}
+
+/// If `dst` is an existing directory, the path of `src`'s name inside it (as `mv` and `ln` do).
+async fn into_dir(c: &Client, dst: &str, src: &str) -> CliResult<String> {
+    match c.stat(dst).await {
+        Ok(a) if a.kind == FileKind::Dir => {
+            let (_, name) = split_parent(src).at(src)?;
+            Ok(join_path(&clean_path(dst).at(dst)?, &name))
+        }
+        _ => Ok(dst.to_string()),
+    }
+}
+
+fn long_line(a: &Attr, name: &str, target: Option<&str>) -> String {
+    let mut s = format!(
+        "{} {:>3} {:>5} {:>5} {:>12} {} {}",
+        mode_string(a.kind, a.perm),
+        a.nlink,
+        a.uid,
+        a.gid,
+        a.size,
+        format_time(a.mtime),
+        name
+    );
+    if let Some(t) = target {
+        s.push_str(" -> ");
+        s.push_str(t);
+    }
+    s
+}
+
+async fn ls(c: &Client, path: &str, long: bool) -> CliResult<()> {
+    let attr = c.stat(path).await.at(path)?;
+    if attr.kind != FileKind::Dir {
+        let l = c.lstat(path).await.at(path)?;
+        if long {
+            let target = if l.kind == FileKind::Symlink { c.readlink(path).await.ok() } else { None };
+            println!("{}", long_line(&l, path, target.as_deref()));
+        } else {
+            println!("{path}");
+        }
+        return Ok(());
+    }
+    let mut entries = c.readdir(path).await.at(path)?;
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    if !long {
+        let mut out = std::io::stdout().lock();
+        for e in &entries {
+            use std::io::Write;
+            if writeln!(out, "{}", e.name).is_err() {
+                break;
+            }
+        }
+        return Ok(());
+    }
+    let dir = clean_path(path).at(path)?;
+    let lines: Vec<String> = futures::stream::iter(entries)
+        .map(|e| {
+            let dir = &dir;
+            async move {
+                let full = join_path(dir, &e.name);
+                let a = match c.mds().getattr(e.ino).await {
+                    Ok(a) => a,
+                    // Removed meanwhile: skip it.
+                    Err(err) if err.code == ErrorCode::NotFound => return Ok(None),
+                    Err(err) => return Err(CliError::at(&full, err)),
+                };
+                let target = if a.kind == FileKind::Symlink { c.mds().readlink(a.ino).await.ok() } else { None };
+                Ok(Some(long_line(&a, &e.name, target.as_deref())))
+            }
+        })
+        .buffered(32)
+        .try_filter_map(|x| async move { Ok(x) })
+        .try_collect()
+        .await?;
+    for l in lines {
+        println!("{l}");
+    }
+    Ok(())
+}
+
+async fn stat(c: &Client, path: &str) -> CliResult<()> {
+    let a = c.lstat(path).await.at(path)?;
+    let shown = if a.kind == FileKind::Symlink {
+        format!("{path} -> {}", c.readlink(path).await.at(path)?)
+    } else {
+        path.to_string()
+    };
+    println!("  File: {shown}");
+    println!("  Size: {:<15} Type: {}", a.size, kind_name(a.kind));
+    println!(" Inode: {:<15} Links: {}", a.ino, a.nlink);
+    println!("Access: ({:04o}/{})  Uid: {}  Gid: {}", a.perm, mode_string(a.kind, a.perm), a.uid, a.gid);
+    println!("Access: {}.{:09} UTC", format_time(a.atime), a.atime.nanos);
+    println!("Modify: {}.{:09} UTC", format_time(a.mtime), a.mtime.nanos);
+    println!("Change: {}.{:09} UTC", format_time(a.ctime), a.ctime.nanos);
+    println!(" Birth: {}.{:09} UTC", format_time(a.crtime), a.crtime.nanos);
+    Ok(())
+}
+
+fn file_name(p: &Path) -> CliResult<String> {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| CliError::at(p.display().to_string(), "has no file name"))
+}
+
+async fn put(c: &Client, local: &Path, path: &str, spec: Option<LayoutSpec>, quiet: bool) -> CliResult<()> {
+    use std::os::unix::fs::{FileExt, PermissionsExt};
+    let lname = local.display().to_string();
+    let lf = std::fs::File::open(local).at(&lname)?;
+    let meta = lf.metadata().at(&lname)?;
+    if meta.is_dir() {
+        return Err(CliError::at(&lname, "Is a directory"));
+    }
+    let total = meta.len();
+    let perm = meta.permissions().mode() & 0o777;
+    let mut dst = path.to_string();
+    if let Ok(a) = c.stat(&dst).await {
+        if a.kind == FileKind::Dir {
+            dst = join_path(&clean_path(&dst).at(&dst)?, &file_name(local)?);
+        }
+    }
+    let file = match spec {
+        Some(spec) => {
+            // A layout is fixed at creation: replace an existing file.
+            match c.unlink(&dst).await {
+                Ok(()) => {}
+                Err(e) if e.code == ErrorCode::NotFound => {}
+                Err(e) => return Err(CliError::at(&dst, e)),
+            }
+            c.create(&dst, perm, Some(spec)).await.at(&dst)?
+        }
+        None => c.open(&dst, OpenOptions { perm, ..OpenOptions::write_truncate() }).await.at(&dst)?,
+    };
+    let bar = progress::transfer_bar(total, "put", quiet);
+    let lf = Arc::new(lf);
+    let res: CliResult<()> = futures::stream::iter((0..total).step_by(STREAM_BLOCK as usize))
+        .map(|off| {
+            let (lf, file, bar, lname, dst) = (lf.clone(), &file, &bar, &lname, &dst);
+            async move {
+                let len = STREAM_BLOCK.min(total - off) as usize;
+                let buf = tokio::task::spawn_blocking(move || {
+                    let mut b = vec![0u8; len];
+                    lf.read_exact_at(&mut b, off).map(|_| b)
+                })
+                .await
+                .map_err(|e| CliError::at(lname, e))?
+                .at(lname)?;
+                file.write_at(off, Bytes::from(buf)).await.at(dst)?;
+                bar.inc(len as u64);
+                Ok(())
+            }
+        })
+        .buffer_unordered(STREAM_DEPTH)
+        .try_collect()
+        .await;
+    bar.finish_and_clear();
+    let closed = file.close().await;
+    res?;
+    closed.at(&dst)
+}
+
+/// Streams `file` in blocks (several in flight, delivered in order) into `out`.
+async fn stream_out<W: tokio::io::AsyncWrite + Unpin>(
+    file: &File,
+    path: &str,
+    bar: &indicatif::ProgressBar,
+    out: &mut W,
+    out_name: &str,
+) -> CliResult<u64> {
+    let size = file.size().await.at(path)?;
+    let blocks = futures::stream::iter((0..size).step_by(STREAM_BLOCK as usize))
+        .map(|off| async move { file.read_at(off, STREAM_BLOCK).await })
+        .buffered(STREAM_DEPTH);
+    futures::pin_mut!(blocks);
+    let mut done = 0u64;
+    while let Some(b) = blocks.next().await {
+        let b = b.at(path)?;
+        out.write_all(&b).await.at(out_name)?;
+        done += b.len() as u64;
+        bar.inc(b.len() as u64);
+        if (b.len() as u64) < STREAM_BLOCK {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+async fn get(c: &Client, path: &str, local: &Path, quiet: bool) -> CliResult<()> {
+    let local = if local.is_dir() {
+        let (_, name) = split_parent(path).at(path)?;
+        local.join(name)
+    } else {
+        local.to_path_buf()
+    };
+    let lname = local.display().to_string();
+    let file = c.open(path, OpenOptions::read_only()).await.at(path)?;
+    let out = tokio::fs::File::create(&local).await.at(&lname)?;
+    let bar = progress::transfer_bar(file.attr().size, "get", quiet);
+    let mut w = tokio::io::BufWriter::with_capacity(1 << 20, out);
+    let res = stream_out(&file, path, &bar, &mut w, &lname).await;
+    bar.finish_and_clear();
+    let closed = file.close().await;
+    res?;
+    w.flush().await.at(&lname)?;
+    closed.at(path)
+}
+
+async fn cat(c: &Client, path: &str) -> CliResult<()> {
+    let file = c.open(path, OpenOptions::read_only()).await.at(path)?;
+    let mut out = tokio::io::stdout();
+    let res = stream_out(&file, path, &indicatif::ProgressBar::hidden(), &mut out, STDOUT).await;
+    let closed = file.close().await;
+    match res {
+        Ok(_) => out.flush().await.at(STDOUT)?,
+        // The reader went away (`tessera cat f | head`): like cat killed by SIGPIPE, but quietly.
+        Err(e) if e.path.as_deref() == Some(STDOUT) && e.msg.contains("Broken pipe") => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    closed.at(path)
+}
+
+async fn getstripe(c: &Client, path: &str) -> CliResult<()> {
+    let attr = c.stat(path).await.at(path)?;
+    let defaults = &c.config().defaults;
+    if attr.kind == FileKind::Dir {
+        let spec = c.get_dir_layout(path).await.at(path)?;
+        println!("{path} (directory default for new files)");
+        if spec.is_none() {
+            println!("  none of its own: cluster default");
+        }
+        let spec = spec.unwrap_or_default();
+        match spec.stripe_size {
+            Some(s) => println!("stripe_size:  {s} ({})", human_bytes(s)),
+            None => println!("stripe_size:  inherited (cluster default {})", defaults.stripe_size),
+        }
+        match spec.stripe_count {
+            Some(0) => println!("stripe_count: 0 (all data servers)"),
+            Some(n) => println!("stripe_count: {n}"),
+            None => println!("stripe_count: inherited (cluster default {})", defaults.stripe_count),
+        }
+        return Ok(());
+    }
+    let l = c.get_layout(path).await.at(path)?;
+    println!("{path}");
+    println!("stripe_size:  {} ({})", l.stripe_size, human_bytes(l.stripe_size));
+    println!("stripe_count: {}", l.targets.len());
+    println!("{:>6} {:>6} {:>20}", "stripe", "ds", "object");
+    for (i, t) in l.targets.iter().enumerate() {
+        println!("{i:>6} {:>6} {:>20}", t.ds, t.object);
+    }
+    Ok(())
+}
+
+async fn df(c: &Client) -> CliResult<()> {
+    let mut status = c.cluster_status().await.map_err(CliError::plain)?;
+    status.sort_by_key(|s| s.ds);
+    println!(
+        "{:>4}  {:<22} {:>11} {:>11} {:>11} {:>5} {:>9}",
+        "DS", "ADDRESS", "CAPACITY", "USED", "FREE", "USE%", "REPORTED"
+    );
+    let (mut cap, mut used, mut free) = (0u64, 0u64, 0u64);
+    for s in &status {
+        let age = match s.report_age_ms {
+            Some(ms) => format!("{:.1}s ago", ms as f64 / 1000.0),
+            None => "never".to_string(),
+        };
+        match &s.report {
+            Some(r) => {
+                cap += r.capacity;
+                used += r.used;
+                free += r.free;
+                println!(
+                    "{:>4}  {:<22} {:>11} {:>11} {:>11} {:>5} {:>9}",
+                    s.ds,
+                    s.addr,
+                    human_bytes(r.capacity),
+                    human_bytes(r.used),
+                    human_bytes(r.free),
+                    percent(r.used, r.used + r.free),
+                    age
+                );
+            }
+            None => println!("{:>4}  {:<22} {:>11} {:>11} {:>11} {:>5} {:>9}", s.ds, s.addr, "-", "-", "-", "-", age),
+        }
+    }
+    println!(
+        "{:>4}  {:<22} {:>11} {:>11} {:>11} {:>5}",
+        "",
+        format!("total ({} servers)", status.len()),
+        human_bytes(cap),
+        human_bytes(used),
+        human_bytes(free),
+        percent(used, used + free)
+    );
+    Ok(())
+}
+
+/// `df`'s use%: used / (used + available), rounded up.
+fn percent(used: u64, cap: u64) -> String {
+    if cap == 0 {
+        "-".to_string()
+    } else {
+        format!("{}%", ((used as f64 / cap as f64) * 100.0).ceil() as u64)
+    }
+}
+
+async fn ping(c: &Client) -> CliResult<ExitCode> {
+    let mut ok = true;
+    match c.ping().await {
+        Ok(d) => println!("mds   {:<22} {:.2} ms", c.config().mds.addr, d.as_secs_f64() * 1e3),
+        Err(e) => {
+            ok = false;
+            println!("mds   {:<22} FAILED: {e}", c.config().mds.addr);
+        }
+    }
+    let results =
+        futures::future::join_all(c.ds_ids().into_iter().map(|id| async move { (id, c.ping_ds(id).await) })).await;
+    for (id, r) in results {
+        let addr = c.config().ds_node(id).map(|d| d.addr.clone()).unwrap_or_default();
+        match r {
+            Ok(d) => println!("ds {id:<2} {addr:<22} {:.2} ms", d.as_secs_f64() * 1e3),
+            Err(e) => {
+                ok = false;
+                println!("ds {id:<2} {addr:<22} FAILED: {e}");
+            }
+        }
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn sizes_parse_with_suffixes() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("64K").unwrap(), 64 << 10);
+        assert_eq!(parse_size("64k").unwrap(), 64 << 10);
+        assert_eq!(parse_size("1M").unwrap(), 1 << 20);
+        assert_eq!(parse_size("1MiB").unwrap(), 1 << 20);
+        assert_eq!(parse_size("2G").unwrap(), 2 << 30);
+        assert_eq!(parse_size("1t").unwrap(), 1 << 40);
+        assert!(parse_size("").is_err());
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("99999999999999999999").is_err());
+        assert!(parse_size("20000000T").is_err());
+    }
+
+    #[test]
+    fn modes_parse_and_print() {
+        assert_eq!(parse_mode("644").unwrap(), 0o644);
+        assert_eq!(parse_mode("0755").unwrap(), 0o755);
+        assert_eq!(parse_mode("1777").unwrap(), 0o1777);
+        assert!(parse_mode("u+x").is_err());
+        assert!(parse_mode("17777").is_err());
+        assert_eq!(mode_string(FileKind::Dir, 0o755), "drwxr-xr-x");
+        assert_eq!(mode_string(FileKind::File, 0o4644), "-rwSr--r--");
+        assert_eq!(mode_string(FileKind::Dir, 0o1777), "drwxrwxrwt");
+    }
+
+    #[test]
+    fn human_output() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+        assert_eq!(format_time(Timestamp { secs: 0, nanos: 0 }), "1970-01-01 00:00:00");
+        assert_eq!(format_time(Timestamp { secs: 951_782_400 + 3661, nanos: 0 }), "2000-02-29 01:01:01");
+        assert_eq!(percent(1, 3), "34%");
+        assert_eq!(percent(1, 0), "-");
+    }
+
+    #[test]
+    fn command_line_parses() {
+        Cli::command().debug_assert();
+        let c =
+            Cli::try_parse_from(["tessera", "--config", "x.toml", "put", "-S", "64K", "-c", "2", "a", "/b"]).unwrap();
+        match c.cmd {
+            Cmd::Put { stripe_size, stripe_count, .. } => {
+                assert_eq!(stripe_size, Some(65536));
+                assert_eq!(stripe_count, Some(2));
+            }
+            other => panic!("{other:?}"),
+        }
+        let c = Cli::try_parse_from(["tessera", "up", "--dir", "/tmp/x", "--port-base", "0"]).unwrap();
+        assert!(matches!(c.cmd, Cmd::Up(UpArgs { port_base: 0, ds: None, .. })));
+        let c =
+            Cli::try_parse_from(["tessera", "ca", "issue", "--dir", "d", "--role", "ds", "--name", "n", "--san", "h"])
+                .unwrap();
+        assert!(matches!(c.cmd, Cmd::Ca(CaCmd::Issue { role: Role::Ds, .. })));
+        assert!(Cli::try_parse_from(["tessera", "ca", "issue", "--dir", "d", "--role", "king", "--name", "n"]).is_err());
+        assert!(Cli::try_parse_from(["tessera", "truncate", "-s", "1G", "/f"]).is_ok());
+    }
+}

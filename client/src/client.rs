@@ -1,0 +1,525 @@
+//! The path-level client: resolves paths with the MDS, opens files, and the usual file-system calls.
+
+use crate::data::DataPlane;
+use crate::file::{File, OpenOptions};
+use crate::mds_client::{LayoutReply, MdsClient};
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use std::sync::Arc;
+use std::time::Duration;
+use tessera_proto::config::ClusterConfig;
+use tessera_proto::error::{ErrorCode, FsError, FsResult};
+use tessera_proto::layout::{Layout, LayoutSpec};
+use tessera_proto::msg::{DirEntry, DsStatus, RenameFlags, SetAttrs, StatFs};
+use tessera_proto::rpc::{client_endpoint, resolve, RpcPeer};
+use tessera_proto::tls::NodeIdentity;
+use tessera_proto::types::{Attr, Caller, DsId, FileKind, Ino, Role, NAME_MAX, PATH_MAX, ROOT_INO};
+
+/// Entries fetched per `ReadDir` call.
+const READDIR_PAGE: u32 = 1024;
+/// Removals in flight during `remove_all`.
+const REMOVE_PARALLEL: usize = 16;
+/// Read size used by `read_file`.
+const READ_FILE_CHUNK: u64 = 64 << 20;
+/// Name of the extended attribute holding a directory's default layout.
+pub const LAYOUT_XATTR: &str = "tessera.layout";
+
+struct Shared {
+    cfg: ClusterConfig,
+    data: DataPlane,
+    client_id: u64,
+    // Kept so the endpoint outlives every peer using it.
+    _endpoint: quinn::Endpoint,
+}
+
+/// A connection to a Tessera cluster. Cheap to clone; clones share the connections.
+#[derive(Clone)]
+pub struct Client {
+    shared: Arc<Shared>,
+    mds: MdsClient,
+    job: Arc<str>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("mds", &self.shared.cfg.mds.addr)
+            .field("job", &self.job)
+            .field("client_id", &self.shared.client_id)
+            .finish()
+    }
+}
+
+/// Lexically cleans a path into absolute form: `a//b/./c/../d` → `/a/b/d`. Relative paths are taken
+/// from the root (the file system has no current directory).
+pub fn clean_path(path: &str) -> FsResult<String> {
+    if path.len() > PATH_MAX {
+        return Err(FsError::new(ErrorCode::NameTooLong, format!("path longer than {PATH_MAX} bytes")));
+    }
+    if path.contains('\0') {
+        return Err(FsError::invalid("path contains a NUL byte"));
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => {
+                if c.len() > NAME_MAX {
+                    return Err(FsError::new(ErrorCode::NameTooLong, format!("name '{c}' is too long")));
+                }
+                parts.push(c)
+            }
+        }
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+/// Splits a path into its (clean) parent and last name; the root has no parent.
+pub fn split_parent(path: &str) -> FsResult<(String, String)> {
+    let clean = clean_path(path)?;
+    match clean.rfind('/') {
+        Some(i) if i + 1 < clean.len() => {
+            let parent = if i == 0 { "/".to_string() } else { clean[..i].to_string() };
+            Ok((parent, clean[i + 1..].to_string()))
+        }
+        _ => Err(FsError::new(ErrorCode::Busy, "the root directory cannot be created, removed or renamed")),
+    }
+}
+
+/// Joins a directory path and a name.
+pub fn join_path(dir: &str, name: &str) -> String {
+    if dir.ends_with('/') {
+        format!("{dir}{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// Reads a layout spec out of a `tessera.layout` value, whatever its spelling (`stripe_size=1048576
+/// stripe_count=4`, JSON, ...): the number after each key.
+pub fn parse_layout_text(text: &str) -> Option<LayoutSpec> {
+    let tokens: Vec<&str> =
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|t| !t.is_empty()).collect();
+    let after = |key: &str| -> Option<u64> { tokens.windows(2).find(|w| w[0] == key).and_then(|w| w[1].parse().ok()) };
+    let spec = LayoutSpec { stripe_size: after("stripe_size"), stripe_count: after("stripe_count").map(|c| c as u32) };
+    (spec.stripe_size.is_some() || spec.stripe_count.is_some()).then_some(spec)
+}
+
+impl Client {
+    /// Connects to the cluster of `cfg` with the identity of `cfg.tls` and checks the MDS answers.
+    pub async fn connect(cfg: &ClusterConfig) -> FsResult<Client> {
+        let id = NodeIdentity::load(&cfg.tls).map_err(|e| FsError::invalid(format!("TLS identity: {e}")))?;
+        let tuning = cfg.tuning();
+        let mds_addr = resolve(&cfg.mds.addr)?;
+        let endpoint = client_endpoint(mds_addr.is_ipv6())?;
+        let mds_peer = Arc::new(RpcPeer::new(endpoint.clone(), &id, Role::Mds, mds_addr, tuning)?);
+        let data = DataPlane::new(&endpoint, &id, cfg, tuning)?;
+        let mds = MdsClient::new(mds_peer, Caller::current_process());
+        mds.ping()
+            .await
+            .map_err(|e| FsError::new(e.code, format!("metadata server {}: {}", cfg.mds.addr, e.detail)))?;
+        let shared = Arc::new(Shared { cfg: cfg.clone(), data, client_id: rand::random(), _endpoint: endpoint });
+        Ok(Client { shared, mds, job: crate::job::detect().into() })
+    }
+
+    /// The same connections, tagging I/O with another job id.
+    pub fn with_job(self, job: impl Into<String>) -> Client {
+        Client { job: crate::job::sanitize(&job.into()).into(), ..self }
+    }
+
+    /// The same connections, sending other credentials to the MDS.
+    pub fn with_caller(self, caller: Caller) -> Client {
+        let mds = self.mds.with_caller(caller);
+        Client { mds, ..self }
+    }
+
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// Random id of this client instance, carried in every data request.
+    pub fn client_id(&self) -> u64 {
+        self.shared.client_id
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.shared.cfg
+    }
+
+    /// Ino-level MDS calls.
+    pub fn mds(&self) -> &MdsClient {
+        &self.mds
+    }
+
+    /// The data servers' connections.
+    pub fn data(&self) -> &DataPlane {
+        &self.shared.data
+    }
+
+    /// MDS round-trip time.
+    pub async fn ping(&self) -> FsResult<Duration> {
+        self.mds.ping().await
+    }
+
+    /// Round-trip time to data server `ds`.
+    pub async fn ping_ds(&self, ds: DsId) -> FsResult<Duration> {
+        self.shared.data.ping(ds).await
+    }
+
+    /// Data server ids of the configuration.
+    pub fn ds_ids(&self) -> Vec<DsId> {
+        self.shared.data.ids()
+    }
+
+    async fn resolve(&self, path: &str, follow: bool) -> FsResult<(Attr, Option<Layout>)> {
+        self.mds.lookup_path(&clean_path(path)?, follow).await
+    }
+
+    /// The parent directory's inode and the last name of `path`.
+    async fn parent_of(&self, path: &str) -> FsResult<(Ino, String)> {
+        let (parent, name) = split_parent(path)?;
+        let (attr, _) = self.mds.lookup_path(&parent, true).await?;
+        if attr.kind != FileKind::Dir {
+            return Err(FsError::new(ErrorCode::NotDir, format!("{parent} is not a directory")));
+        }
+        Ok((attr.ino, name))
+    }
+
+    /// Attributes, following a final symlink.
+    pub async fn stat(&self, path: &str) -> FsResult<Attr> {
+        Ok(self.resolve(path, true).await?.0)
+    }
+
+    /// Attributes of the entry itself (a symlink is not followed).
+    pub async fn lstat(&self, path: &str) -> FsResult<Attr> {
+        Ok(self.resolve(path, false).await?.0)
+    }
+
+    pub async fn mkdir(&self, path: &str, perm: u32) -> FsResult<Attr> {
+        let (parent, name) = self.parent_of(path).await?;
+        self.mds.mkdir(parent, &name, perm & 0o7777).await
+    }
+
+    /// `mkdir -p`: creates every missing directory of `path`.
+    pub async fn mkdir_all(&self, path: &str, perm: u32) -> FsResult<()> {
+        let clean = clean_path(path)?;
+        let mut ino = ROOT_INO;
+        let mut so_far = String::new();
+        for name in clean.split('/').filter(|c| !c.is_empty()) {
+            so_far.push('/');
+            so_far.push_str(name);
+            let attr = match self.mds.lookup(ino, name).await {
+                Ok((a, _)) => a,
+                Err(e) if e.code == ErrorCode::NotFound => match self.mds.mkdir(ino, name, perm & 0o7777).await {
+                    Ok(a) => a,
+                    // Someone else created it meanwhile.
+                    Err(e) if e.code == ErrorCode::Exists => self.mds.lookup(ino, name).await?.0,
+                    Err(e) => return Err(e),
+                },
+                Err(e) => return Err(e),
+            };
+            let attr = if attr.kind == FileKind::Symlink { self.mds.lookup_path(&so_far, true).await?.0 } else { attr };
+            if attr.kind != FileKind::Dir {
+                return Err(FsError::new(ErrorCode::NotDir, format!("{so_far} exists and is not a directory")));
+            }
+            ino = attr.ino;
+        }
+        Ok(())
+    }
+
+    /// Creates a new file (O_CREAT|O_EXCL|O_RDWR), optionally with its own layout.
+    pub async fn create(&self, path: &str, perm: u32, layout: Option<LayoutSpec>) -> FsResult<File> {
+        if let Some(spec) = &layout {
+            spec.validate()?;
+        }
+        let (parent, name) = self.parent_of(path).await?;
+        let opts = OpenOptions { read: true, write: true, create: true, exclusive: true, perm, ..Default::default() };
+        let (attr, _) = self.mds.create(parent, &name, FileKind::File, opts.create_perm(), 0, true, layout).await?;
+        self.open_ino(attr.ino, opts).await
+    }
+
+    /// Opens (and with `create`, creates) a file; fetches fresh attributes and layout (close-to-open).
+    pub async fn open(&self, path: &str, opts: OpenOptions) -> FsResult<File> {
+        let ino = if opts.create_exclusive() {
+            let (parent, name) = self.parent_of(path).await?;
+            self.mds.create(parent, &name, FileKind::File, opts.create_perm(), 0, true, None).await?.0.ino
+        } else if opts.create {
+            match self.resolve(path, true).await {
+                Ok((attr, _)) => attr.ino,
+                Err(e) if e.code == ErrorCode::NotFound => {
+                    let (parent, name) = self.parent_of(path).await?;
+                    // Not exclusive: if another client created it meanwhile, the MDS returns that file.
+                    self.mds.create(parent, &name, FileKind::File, opts.create_perm(), 0, false, None).await?.0.ino
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            self.resolve(path, true).await?.0.ino
+        };
+        self.open_ino(ino, opts).await
+    }
+
+    /// Opens an inode directly (for the FUSE layer); `create`/`exclusive`/`perm` are ignored.
+    pub async fn open_ino(&self, ino: Ino, opts: OpenOptions) -> FsResult<File> {
+        let flags = opts.open_flags();
+        let opened = self.mds.open(ino, flags).await?;
+        if opened.attr.kind != FileKind::File {
+            // Release the handle the MDS counted before refusing.
+            let _ = self.mds.close(ino, opened.handle, None, false).await;
+            let code = if opened.attr.kind == FileKind::Dir { ErrorCode::IsDir } else { ErrorCode::Invalid };
+            return Err(FsError::new(code, format!("inode {ino} is not a regular file")));
+        }
+        let layout = match opened.layout {
+            Some(l) => l,
+            None => match self.mds.get_layout(ino).await {
+                Ok(LayoutReply::File(l)) => l,
+                Ok(LayoutReply::Dir(_)) => {
+                    let _ = self.mds.close(ino, opened.handle, None, false).await;
+                    return Err(FsError::protocol(format!("MDS returned a directory layout for file {ino}")));
+                }
+                Err(e) => {
+                    let _ = self.mds.close(ino, opened.handle, None, false).await;
+                    return Err(e);
+                }
+            },
+        };
+        Ok(File::new(self.clone(), opened.attr, Some(layout), opened.handle, flags))
+    }
+
+    pub async fn unlink(&self, path: &str) -> FsResult<()> {
+        let (parent, name) = self.parent_of(path).await?;
+        self.mds.unlink(parent, &name).await
+    }
+
+    pub async fn rmdir(&self, path: &str) -> FsResult<()> {
+        let (parent, name) = self.parent_of(path).await?;
+        self.mds.rmdir(parent, &name).await
+    }
+
+    /// `rm -rf`: removes `path` and everything below it; a missing path is not an error.
+    pub async fn remove_all(&self, path: &str) -> FsResult<()> {
+        let (parent, name) = self.parent_of(path).await.or_else(|e| match e.code {
+            ErrorCode::NotFound => Ok((0, String::new())),
+            _ => Err(e),
+        })?;
+        if parent == 0 {
+            return Ok(());
+        }
+        let attr = match self.mds.lookup(parent, &name).await {
+            Ok((a, _)) => a,
+            Err(e) if e.code == ErrorCode::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        self.remove_entry(parent, name, attr.kind, attr.ino).await
+    }
+
+    fn remove_entry(&self, parent: Ino, name: String, kind: FileKind, ino: Ino) -> BoxFuture<'_, FsResult<()>> {
+        async move {
+            let res = if kind == FileKind::Dir {
+                let entries = self.readdir_ino(ino).await?;
+                let results: Vec<FsResult<()>> = futures::stream::iter(entries)
+                    .map(|e| self.remove_entry(ino, e.name, e.kind, e.ino))
+                    .buffer_unordered(REMOVE_PARALLEL)
+                    .collect()
+                    .await;
+                results.into_iter().collect::<FsResult<Vec<()>>>()?;
+                self.mds.rmdir(parent, &name).await
+            } else {
+                self.mds.unlink(parent, &name).await
+            };
+            match res {
+                Err(e) if e.code == ErrorCode::NotFound => Ok(()),
+                r => r,
+            }
+        }
+        .boxed()
+    }
+
+    pub async fn rename(&self, from: &str, to: &str) -> FsResult<()> {
+        self.rename_with(from, to, RenameFlags::default()).await
+    }
+
+    pub async fn rename_with(&self, from: &str, to: &str, flags: RenameFlags) -> FsResult<()> {
+        let (p1, n1) = self.parent_of(from).await?;
+        let (p2, n2) = self.parent_of(to).await?;
+        self.mds.rename(p1, &n1, p2, &n2, flags).await
+    }
+
+    /// Hard link `new` to `existing` (a symlink itself is linked, as on Linux).
+    pub async fn link(&self, existing: &str, new: &str) -> FsResult<Attr> {
+        let (attr, _) = self.resolve(existing, false).await?;
+        let (parent, name) = self.parent_of(new).await?;
+        self.mds.link(attr.ino, parent, &name).await
+    }
+
+    /// Creates `link` pointing at `target` (stored as given).
+    pub async fn symlink(&self, target: &str, link: &str) -> FsResult<Attr> {
+        if target.is_empty() || target.len() > PATH_MAX {
+            return Err(FsError::invalid("symlink target must have 1 to 4096 bytes"));
+        }
+        let (parent, name) = self.parent_of(link).await?;
+        self.mds.symlink(parent, &name, target).await
+    }
+
+    pub async fn readlink(&self, path: &str) -> FsResult<String> {
+        let (attr, _) = self.resolve(path, false).await?;
+        if attr.kind != FileKind::Symlink {
+            return Err(FsError::invalid(format!("{path} is not a symbolic link")));
+        }
+        self.mds.readlink(attr.ino).await
+    }
+
+    /// All entries of a directory (without `.` and `..`).
+    pub async fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {
+        let (attr, _) = self.resolve(path, true).await?;
+        if attr.kind != FileKind::Dir {
+            return Err(FsError::new(ErrorCode::NotDir, format!("{path} is not a directory")));
+        }
+        self.readdir_ino(attr.ino).await
+    }
+
+    /// All entries of directory `ino`, paging through `ReadDir`.
+    pub async fn readdir_ino(&self, ino: Ino) -> FsResult<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        let mut offset = 0;
+        loop {
+            let page = self.mds.readdir(ino, offset, READDIR_PAGE).await?;
+            let Some(last) = page.last() else { break };
+            let next = last.next_offset;
+            out.extend(page);
+            if next == offset {
+                // A cookie that does not advance would loop forever.
+                return Err(FsError::protocol("MDS readdir cookie did not advance"));
+            }
+            offset = next;
+        }
+        Ok(out)
+    }
+
+    pub async fn setattr(&self, path: &str, set: SetAttrs) -> FsResult<Attr> {
+        let (attr, _) = self.resolve(path, true).await?;
+        self.mds.setattr(attr.ino, set).await
+    }
+
+    pub async fn truncate(&self, path: &str, size: u64) -> FsResult<()> {
+        self.setattr(path, SetAttrs { size: Some(size), ..Default::default() }).await.map(|_| ())
+    }
+
+    /// A directory's default layout, or (an empty file's) layout.
+    pub async fn set_layout(&self, path: &str, spec: LayoutSpec) -> FsResult<()> {
+        spec.validate()?;
+        let (attr, _) = self.resolve(path, true).await?;
+        self.mds.set_layout(attr.ino, spec).await
+    }
+
+    /// A regular file's layout.
+    pub async fn get_layout(&self, path: &str) -> FsResult<Layout> {
+        let (attr, layout) = self.resolve(path, true).await?;
+        if attr.kind == FileKind::Dir {
+            return Err(FsError::new(
+                ErrorCode::IsDir,
+                format!("{path} is a directory (it has a default layout only)"),
+            ));
+        }
+        if let Some(l) = layout {
+            return Ok(l);
+        }
+        match self.mds.get_layout(attr.ino).await? {
+            LayoutReply::File(l) => Ok(l),
+            LayoutReply::Dir(_) => Err(FsError::new(ErrorCode::IsDir, format!("{path} is a directory"))),
+        }
+    }
+
+    /// A directory's default layout for new files; `None` if it has none of its own.
+    pub async fn get_dir_layout(&self, path: &str) -> FsResult<Option<LayoutSpec>> {
+        let (attr, _) = self.resolve(path, true).await?;
+        if attr.kind != FileKind::Dir {
+            return Err(FsError::new(ErrorCode::NotDir, format!("{path} is not a directory")));
+        }
+        let none_if_empty = |s: LayoutSpec| (s != LayoutSpec::default()).then_some(s);
+        match self.mds.get_layout(attr.ino).await {
+            Ok(LayoutReply::Dir(spec)) => Ok(none_if_empty(spec)),
+            Ok(LayoutReply::File(_)) => Err(FsError::protocol("MDS returned a file layout for a directory")),
+            Err(e) if matches!(e.code, ErrorCode::NoData | ErrorCode::NotFound) => Ok(None),
+            Err(e) if matches!(e.code, ErrorCode::Invalid | ErrorCode::IsDir | ErrorCode::Unsupported) => {
+                match self.mds.getxattr(attr.ino, LAYOUT_XATTR).await {
+                    Ok(v) => Ok(parse_layout_text(&String::from_utf8_lossy(&v)).and_then(none_if_empty)),
+                    Err(x) if matches!(x.code, ErrorCode::NoData | ErrorCode::NotFound) => Ok(None),
+                    Err(_) => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn statfs(&self) -> FsResult<StatFs> {
+        self.mds.statfs().await
+    }
+
+    /// Every data server as the MDS sees it.
+    pub async fn cluster_status(&self) -> FsResult<Vec<DsStatus>> {
+        self.mds.cluster_status().await
+    }
+
+    /// The whole content of a file.
+    pub async fn read_file(&self, path: &str) -> FsResult<Vec<u8>> {
+        let file = self.open(path, OpenOptions::read_only()).await?;
+        let res: FsResult<Vec<u8>> = async {
+            let mut out = Vec::with_capacity(file.attr().size.min(1 << 30) as usize);
+            loop {
+                let chunk = file.read_at(out.len() as u64, READ_FILE_CHUNK).await?;
+                out.extend_from_slice(&chunk);
+                if (chunk.len() as u64) < READ_FILE_CHUNK {
+                    return Ok(out);
+                }
+            }
+        }
+        .await;
+        let closed = file.close().await;
+        let out = res?;
+        closed?;
+        Ok(out)
+    }
+
+    /// Creates or truncates `path` and writes `data` into it.
+    pub async fn write_file(&self, path: &str, data: &[u8]) -> FsResult<()> {
+        let file = self.open(path, OpenOptions::write_truncate()).await?;
+        let written = file.write_at(0, Bytes::copy_from_slice(data)).await;
+        let closed = file.close().await;
+        written?;
+        closed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_cleaned() {
+        assert_eq!(clean_path("").unwrap(), "/");
+        assert_eq!(clean_path("/").unwrap(), "/");
+        assert_eq!(clean_path("a//b/./c/../d/").unwrap(), "/a/b/d");
+        assert_eq!(clean_path("/../x").unwrap(), "/x");
+        assert!(clean_path(&"x".repeat(300)).is_err());
+        assert_eq!(split_parent("/a/b").unwrap(), ("/a".to_string(), "b".to_string()));
+        assert_eq!(split_parent("top").unwrap(), ("/".to_string(), "top".to_string()));
+        assert!(split_parent("/").is_err());
+        assert!(split_parent("/a/..").is_err());
+        assert_eq!(join_path("/", "x"), "/x");
+        assert_eq!(join_path("/a", "x"), "/a/x");
+    }
+
+    #[test]
+    fn layout_xattr_text_parses() {
+        let s = parse_layout_text("stripe_size=1048576 stripe_count=4").unwrap();
+        assert_eq!(s, LayoutSpec { stripe_size: Some(1 << 20), stripe_count: Some(4) });
+        let s = parse_layout_text("{\"stripe_size\":65536,\"stripe_count\":null}").unwrap();
+        assert_eq!(s, LayoutSpec { stripe_size: Some(65536), stripe_count: None });
+        assert!(parse_layout_text("nothing here").is_none());
+    }
+}

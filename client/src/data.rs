@@ -1,0 +1,345 @@
+//! The data path: one RPC peer per data server with a bound on requests in flight, the splitting of a
+//! file range into per-object requests of at most `max_request` bytes, and the reassembly of reads.
+
+use bytes::{Bytes, BytesMut};
+use futures::future::try_join_all;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tessera_proto::config::ClusterConfig;
+use tessera_proto::error::{FsError, FsResult};
+use tessera_proto::frame::MAX_PAYLOAD;
+use tessera_proto::layout::{Layout, MIN_STRIPE_SIZE};
+use tessera_proto::msg::{DsReply, DsReport, DsRequest};
+use tessera_proto::rpc::{resolve, RpcPeer, Tuning};
+use tessera_proto::tls::NodeIdentity;
+use tessera_proto::types::{DsId, IoTag, Role};
+use tessera_proto::PROTOCOL_VERSION;
+use tokio::sync::Semaphore;
+
+/// One data request's share of a file range: a contiguous run inside one object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Index into `Layout::targets`.
+    pub stripe: usize,
+    pub object_offset: u64,
+    pub file_offset: u64,
+    pub len: u64,
+}
+
+/// Splits `[offset, offset+len)` into requests: per-object chunks from the stripe math, runs that are
+/// contiguous in both the file and the object merged (1-wide layouts), then cut to `max_request`.
+pub fn plan(layout: &Layout, offset: u64, len: u64, max_request: u64) -> Vec<Piece> {
+    let max_request = max_request.max(1);
+    let mut merged: Vec<Piece> = Vec::new();
+    for ch in layout.chunks(offset, len) {
+        if let Some(last) = merged.last_mut() {
+            if last.stripe == ch.stripe
+                && last.file_offset + last.len == ch.file_offset
+                && last.object_offset + last.len == ch.object_offset
+            {
+                last.len += ch.len;
+                continue;
+            }
+        }
+        merged.push(Piece {
+            stripe: ch.stripe,
+            object_offset: ch.object_offset,
+            file_offset: ch.file_offset,
+            len: ch.len,
+        });
+    }
+    let mut out = Vec::with_capacity(merged.len());
+    for p in merged {
+        let mut done = 0;
+        while done < p.len {
+            let n = (p.len - done).min(max_request);
+            out.push(Piece {
+                stripe: p.stripe,
+                object_offset: p.object_offset + done,
+                file_offset: p.file_offset + done,
+                len: n,
+            });
+            done += n;
+        }
+    }
+    out
+}
+
+/// Builds the result of a read of `len` bytes at `offset` from the pieces' replies. A piece whose reply
+/// is short (the object ends early, i.e. a hole inside the file) reads as zeros for the rest.
+pub fn assemble(offset: u64, len: usize, parts: Vec<(Piece, Bytes)>) -> FsResult<Bytes> {
+    for (p, data) in &parts {
+        if data.len() as u64 > p.len {
+            return Err(FsError::protocol(format!(
+                "data server returned {} bytes for a read of {} at object offset {}",
+                data.len(),
+                p.len,
+                p.object_offset
+            )));
+        }
+        if p.file_offset < offset || p.file_offset + p.len > offset + len as u64 {
+            return Err(FsError::invalid("read piece outside the requested range"));
+        }
+    }
+    // Common case: one full piece covers the whole read — hand its buffer over without a copy.
+    if parts.len() == 1 && parts[0].0.file_offset == offset && parts[0].1.len() == len {
+        return Ok(parts.into_iter().next().map(|(_, data)| data).unwrap_or_default());
+    }
+    let mut buf = BytesMut::zeroed(len);
+    for (p, data) in parts {
+        let at = (p.file_offset - offset) as usize;
+        buf[at..at + data.len()].copy_from_slice(&data);
+    }
+    Ok(buf.freeze())
+}
+
+/// One data server: its connection and the permits bounding this client's requests in flight to it.
+pub struct DsConn {
+    pub id: DsId,
+    pub peer: RpcPeer,
+    permits: Semaphore,
+}
+
+impl DsConn {
+    /// A call that waits for an in-flight slot first.
+    pub async fn call(&self, req: &DsRequest, payload: Bytes) -> FsResult<(DsReply, Bytes)> {
+        let _permit = self.permits.acquire().await.map_err(|_| FsError::io("client is shutting down"))?;
+        self.peer.call(req, payload).await
+    }
+}
+
+/// All data servers of the cluster, as seen by one client.
+pub struct DataPlane {
+    servers: HashMap<DsId, Arc<DsConn>>,
+    max_request: u64,
+}
+
+impl DataPlane {
+    /// Peers for every `[[ds]]` of the config (connections are made on first use).
+    pub fn new(endpoint: &quinn::Endpoint, id: &NodeIdentity, cfg: &ClusterConfig, tuning: Tuning) -> FsResult<Self> {
+        let inflight = cfg.client.inflight_per_server.max(1) as usize;
+        let mut servers = HashMap::new();
+        for ds in &cfg.ds {
+            let addr = resolve(&ds.addr)?;
+            let peer = RpcPeer::new(endpoint.clone(), id, Role::Ds, addr, tuning)?;
+            servers.insert(ds.id, Arc::new(DsConn { id: ds.id, peer, permits: Semaphore::new(inflight) }));
+        }
+        Ok(DataPlane { servers, max_request: effective_max_request(cfg.client.max_request) })
+    }
+
+    pub fn max_request(&self) -> u64 {
+        self.max_request
+    }
+
+    /// Data server ids, sorted.
+    pub fn ids(&self) -> Vec<DsId> {
+        let mut v: Vec<DsId> = self.servers.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    pub fn server(&self, ds: DsId) -> FsResult<&Arc<DsConn>> {
+        self.servers
+            .get(&ds)
+            .ok_or_else(|| FsError::unavailable(format!("data server {ds} is not in the cluster configuration")))
+    }
+
+    /// Writes `data` at file `offset`; returns the stripes (objects) written to.
+    pub async fn write(&self, tag: &IoTag, layout: &Layout, offset: u64, data: Bytes) -> FsResult<Vec<usize>> {
+        let pieces = plan(layout, offset, data.len() as u64, self.max_request);
+        let mut stripes: Vec<usize> = pieces.iter().map(|p| p.stripe).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        try_join_all(pieces.into_iter().map(|p| {
+            let at = (p.file_offset - offset) as usize;
+            let payload = data.slice(at..at + p.len as usize);
+            self.write_piece(tag, layout, p, payload)
+        }))
+        .await?;
+        Ok(stripes)
+    }
+
+    async fn write_piece(&self, tag: &IoTag, layout: &Layout, p: Piece, payload: Bytes) -> FsResult<()> {
+        let target = layout.targets[p.stripe];
+        let conn = self.server(target.ds)?;
+        let req = DsRequest::Write { tag: tag.clone(), object: target.object, offset: p.object_offset, sync: false };
+        match conn.call(&req, payload).await?.0 {
+            DsReply::Written { len } if len as u64 == p.len => Ok(()),
+            DsReply::Written { len } => Err(FsError::io(format!(
+                "data server {} wrote {len} of {} bytes to object {}",
+                target.ds, p.len, target.object
+            ))),
+            r => Err(FsError::protocol(format!("data server {} answered Write with {r:?}", target.ds))),
+        }
+    }
+
+    /// Reads `[offset, offset+len)` of a file whose size is at least `offset+len` (the caller clamps to the
+    /// size): holes and short objects read as zeros.
+    pub async fn read(&self, tag: &IoTag, layout: &Layout, offset: u64, len: u64) -> FsResult<Bytes> {
+        let total = usize::try_from(len).map_err(|_| FsError::invalid("read too large for this machine"))?;
+        let pieces = plan(layout, offset, len, self.max_request);
+        let parts = try_join_all(pieces.into_iter().map(|p| async move {
+            let data = self.read_piece(tag, layout, p).await?;
+            Ok::<_, FsError>((p, data))
+        }))
+        .await?;
+        assemble(offset, total, parts)
+    }
+
+    async fn read_piece(&self, tag: &IoTag, layout: &Layout, p: Piece) -> FsResult<Bytes> {
+        let target = layout.targets[p.stripe];
+        let conn = self.server(target.ds)?;
+        let req =
+            DsRequest::Read { tag: tag.clone(), object: target.object, offset: p.object_offset, len: p.len as u32 };
+        match conn.call(&req, Bytes::new()).await {
+            Ok((DsReply::Data { len }, payload)) if len as usize == payload.len() => Ok(payload),
+            Ok((DsReply::Data { len }, payload)) => Err(FsError::protocol(format!(
+                "data server {} declared {len} bytes but sent {}",
+                target.ds,
+                payload.len()
+            ))),
+            Ok((r, _)) => Err(FsError::protocol(format!("data server {} answered Read with {r:?}", target.ds))),
+            // An object never written (a file that is all hole there) reads as zeros.
+            Err(e) if e.code == tessera_proto::error::ErrorCode::NotFound => Ok(Bytes::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Makes the listed stripes' objects durable, all in parallel.
+    pub async fn fsync(&self, tag: &IoTag, layout: &Layout, stripes: &[usize]) -> FsResult<()> {
+        try_join_all(stripes.iter().map(|&s| async move {
+            let target =
+                *layout.targets.get(s).ok_or_else(|| FsError::invalid(format!("stripe {s} outside the layout")))?;
+            let conn = self.server(target.ds)?;
+            match conn.call(&DsRequest::Fsync { tag: tag.clone(), object: target.object }, Bytes::new()).await?.0 {
+                DsReply::Ok => Ok(()),
+                r => Err(FsError::protocol(format!("data server {} answered Fsync with {r:?}", target.ds))),
+            }
+        }))
+        .await?;
+        Ok(())
+    }
+
+    /// Pings one data server; returns the round-trip time.
+    pub async fn ping(&self, ds: DsId) -> FsResult<Duration> {
+        let conn = self.server(ds)?;
+        let t = Instant::now();
+        match conn.peer.call(&DsRequest::Ping, Bytes::new()).await?.0 {
+            DsReply::Pong { version, .. } if version == PROTOCOL_VERSION => Ok(t.elapsed()),
+            DsReply::Pong { version, .. } => Err(FsError::protocol(format!(
+                "data server {ds} speaks protocol version {version}, this client {PROTOCOL_VERSION}"
+            ))),
+            r => Err(FsError::protocol(format!("data server {ds} answered Ping with {r:?}"))),
+        }
+    }
+
+    /// A data server's own report.
+    pub async fn report(&self, ds: DsId) -> FsResult<DsReport> {
+        match self.server(ds)?.call(&DsRequest::Report, Bytes::new()).await?.0 {
+            DsReply::Report(r) => Ok(r),
+            r => Err(FsError::protocol(format!("data server {ds} answered Report with {r:?}"))),
+        }
+    }
+}
+
+/// `client.max_request` bounded to what a frame can carry and to at least one stripe unit.
+pub fn effective_max_request(configured: u32) -> u64 {
+    (configured as u64).clamp(MIN_STRIPE_SIZE, MAX_PAYLOAD as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_proto::layout::StripeTarget;
+
+    fn layout(s: u64, c: usize) -> Layout {
+        Layout {
+            stripe_size: s,
+            targets: (0..c).map(|i| StripeTarget { ds: i as u32, object: 10 + i as u64 }).collect(),
+        }
+    }
+
+    fn check_plan(l: &Layout, off: u64, len: u64, max: u64) -> Vec<Piece> {
+        let ps = plan(l, off, len, max);
+        let mut pos = off;
+        for p in &ps {
+            assert!(p.len > 0 && p.len <= max, "{p:?} exceeds {max}");
+            assert_eq!(p.file_offset, pos);
+            // Every byte of the piece maps to (stripe, object offset) per the stripe math.
+            for x in [p.file_offset, p.file_offset + p.len - 1] {
+                let ch = l.chunks(x, 1)[0];
+                assert_eq!(ch.stripe, p.stripe);
+                assert_eq!(ch.object_offset, p.object_offset + (x - p.file_offset));
+            }
+            pos += p.len;
+        }
+        assert_eq!(pos, off + len);
+        ps
+    }
+
+    #[test]
+    fn requests_never_exceed_max_request() {
+        let l = layout(1 << 20, 1);
+        // 1-wide: contiguous stripes merge, then are cut at max_request.
+        let ps = check_plan(&l, 0, 10 << 20, 4 << 20);
+        assert_eq!(ps.iter().map(|p| p.len).collect::<Vec<_>>(), vec![4 << 20, 4 << 20, 2 << 20]);
+        // Stripe larger than max_request.
+        let l = layout(16 << 20, 3);
+        let ps = check_plan(&l, 5, 40 << 20, 4 << 20);
+        assert!(ps.len() >= 10);
+        // Wide layout: one request per chunk.
+        let l = layout(65536, 4);
+        let ps = check_plan(&l, 1000, 300_000, 1 << 20);
+        assert_eq!(ps.len(), l.chunks(1000, 300_000).len());
+        assert!(plan(&l, 7, 0, 4096).is_empty());
+    }
+
+    #[test]
+    fn plan_random_ranges() {
+        use rand::Rng;
+        let mut rng = rand::thread_rng();
+        for _ in 0..500 {
+            let l = layout(4096 * rng.gen_range(1..6u64), rng.gen_range(1..5usize));
+            let off = rng.gen_range(0..100_000u64);
+            let len = rng.gen_range(0..200_000u64);
+            let max = rng.gen_range(1..20_000u64);
+            check_plan(&l, off, len, max);
+        }
+    }
+
+    #[test]
+    fn assembly_fills_holes_and_short_reads_with_zeros() {
+        let l = layout(4, 2);
+        // Read 12 bytes at 2: pieces [2,4) s0, [4,8) s1, [8,12) s0, [12,14) s1.
+        let ps = plan(&l, 2, 12, 100);
+        assert_eq!(ps.len(), 4);
+        let replies = vec![
+            Bytes::from_static(b"ab"),
+            Bytes::from_static(b"c"), // short: rest of the piece is a hole
+            Bytes::new(),             // object ends before: all zeros
+            Bytes::from_static(b"yz"),
+        ];
+        let parts: Vec<(Piece, Bytes)> = ps.into_iter().zip(replies).collect();
+        let out = assemble(2, 12, parts).unwrap();
+        assert_eq!(&out[..], b"abc\0\0\0\0\0\0\0yz");
+    }
+
+    #[test]
+    fn assembly_single_piece_is_zero_copy_and_rejects_overlong() {
+        let l = layout(1 << 20, 1);
+        let p = plan(&l, 0, 5, 1 << 20)[0];
+        let data = Bytes::from_static(b"hello");
+        let out = assemble(0, 5, vec![(p, data.clone())]).unwrap();
+        assert_eq!(out.as_ptr(), data.as_ptr());
+        let err = assemble(0, 5, vec![(p, Bytes::from_static(b"hello!"))]).unwrap_err();
+        assert_eq!(err.code, tessera_proto::error::ErrorCode::Protocol);
+    }
+
+    #[test]
+    fn max_request_is_bounded() {
+        assert_eq!(effective_max_request(0), MIN_STRIPE_SIZE);
+        assert_eq!(effective_max_request(u32::MAX), MAX_PAYLOAD as u64);
+        assert_eq!(effective_max_request(4 << 20), 4 << 20);
+    }
+}

@@ -1,0 +1,273 @@
+//! Typed wrapper over the MDS connection. Every method is one `MdsRequest` at inode level and checks the
+//! reply's shape; path-level convenience lives in [`crate::client`].
+
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tessera_proto::error::{FsError, FsResult};
+use tessera_proto::layout::{Layout, LayoutSpec};
+use tessera_proto::msg::{
+    DirEntry, DsReport, DsStatus, MdsCall, MdsReply, MdsRequest, OpenFlags, RenameFlags, SetAttrs, StatFs, XattrMode,
+};
+use tessera_proto::rpc::RpcPeer;
+use tessera_proto::types::{Attr, Caller, FileKind, Ino};
+use tessera_proto::PROTOCOL_VERSION;
+
+/// Result of `Open`: fresh attributes, the layout (regular files) and the handle to close.
+#[derive(Clone, Debug)]
+pub struct Opened {
+    pub attr: Attr,
+    pub layout: Option<Layout>,
+    pub handle: u64,
+}
+
+/// What `GetLayout` returned: a file's layout or a directory's default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LayoutReply {
+    File(Layout),
+    Dir(LayoutSpec),
+}
+
+/// The MDS connection plus the credentials sent with every call. Cheap to clone.
+#[derive(Clone)]
+pub struct MdsClient {
+    peer: Arc<RpcPeer>,
+    caller: Caller,
+}
+
+fn unexpected(what: &str, r: MdsReply) -> FsError {
+    FsError::protocol(format!("MDS answered {what} with {r:?}"))
+}
+
+/// `Attr` or `Entry` replies both carry attributes.
+fn attr_of(what: &str, r: MdsReply) -> FsResult<Attr> {
+    match r {
+        MdsReply::Attr(a) => Ok(a),
+        MdsReply::Entry { attr, .. } => Ok(attr),
+        MdsReply::Opened { attr, .. } => Ok(attr),
+        r => Err(unexpected(what, r)),
+    }
+}
+
+fn entry_of(what: &str, r: MdsReply) -> FsResult<(Attr, Option<Layout>)> {
+    match r {
+        MdsReply::Entry { attr, layout } => Ok((attr, layout)),
+        MdsReply::Attr(a) => Ok((a, None)),
+        r => Err(unexpected(what, r)),
+    }
+}
+
+fn ok_of(what: &str, r: MdsReply) -> FsResult<()> {
+    match r {
+        MdsReply::Ok => Ok(()),
+        // Some mutations may answer with the changed attributes; that is still success.
+        MdsReply::Attr(_) | MdsReply::Entry { .. } => Ok(()),
+        r => Err(unexpected(what, r)),
+    }
+}
+
+impl MdsClient {
+    pub fn new(peer: Arc<RpcPeer>, caller: Caller) -> MdsClient {
+        MdsClient { peer, caller }
+    }
+
+    pub fn caller(&self) -> &Caller {
+        &self.caller
+    }
+
+    /// The same connection with other credentials.
+    pub fn with_caller(&self, caller: Caller) -> MdsClient {
+        MdsClient { peer: self.peer.clone(), caller }
+    }
+
+    pub fn peer(&self) -> &Arc<RpcPeer> {
+        &self.peer
+    }
+
+    /// Sends any request with this client's credentials.
+    pub async fn call(&self, req: MdsRequest) -> FsResult<MdsReply> {
+        let call = MdsCall { caller: self.caller.clone(), req };
+        let (reply, _payload): (MdsReply, Bytes) = self.peer.call(&call, Bytes::new()).await?;
+        Ok(reply)
+    }
+
+    /// Liveness and protocol check; returns the round-trip time.
+    pub async fn ping(&self) -> FsResult<Duration> {
+        let t = Instant::now();
+        match self.call(MdsRequest::Ping).await? {
+            MdsReply::Pong { version } if version == PROTOCOL_VERSION => Ok(t.elapsed()),
+            MdsReply::Pong { version } => Err(FsError::protocol(format!(
+                "MDS {} speaks protocol version {version}, this client {PROTOCOL_VERSION}",
+                self.peer.addr()
+            ))),
+            r => Err(unexpected("Ping", r)),
+        }
+    }
+
+    pub async fn lookup(&self, parent: Ino, name: &str) -> FsResult<(Attr, Option<Layout>)> {
+        entry_of("Lookup", self.call(MdsRequest::Lookup { parent, name: name.to_string() }).await?)
+    }
+
+    /// Resolves an absolute path; `follow`: also follow a symlink in the last component.
+    pub async fn lookup_path(&self, path: &str, follow: bool) -> FsResult<(Attr, Option<Layout>)> {
+        entry_of("LookupPath", self.call(MdsRequest::LookupPath { path: path.to_string(), follow }).await?)
+    }
+
+    pub async fn getattr(&self, ino: Ino) -> FsResult<Attr> {
+        attr_of("GetAttr", self.call(MdsRequest::GetAttr { ino }).await?)
+    }
+
+    pub async fn setattr(&self, ino: Ino, set: SetAttrs) -> FsResult<Attr> {
+        match self.call(MdsRequest::SetAttr { ino, set }).await? {
+            // An Ok without attributes: fetch them so callers always get the new state.
+            MdsReply::Ok => self.getattr(ino).await,
+            r => attr_of("SetAttr", r),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn create(
+        &self,
+        parent: Ino,
+        name: &str,
+        kind: FileKind,
+        perm: u32,
+        rdev: u32,
+        exclusive: bool,
+        layout: Option<LayoutSpec>,
+    ) -> FsResult<(Attr, Option<Layout>)> {
+        let req = MdsRequest::Create { parent, name: name.to_string(), kind, perm, rdev, exclusive, layout };
+        entry_of("Create", self.call(req).await?)
+    }
+
+    pub async fn mkdir(&self, parent: Ino, name: &str, perm: u32) -> FsResult<Attr> {
+        attr_of("Mkdir", self.call(MdsRequest::Mkdir { parent, name: name.to_string(), perm }).await?)
+    }
+
+    pub async fn symlink(&self, parent: Ino, name: &str, target: &str) -> FsResult<Attr> {
+        let req = MdsRequest::Symlink { parent, name: name.to_string(), target: target.to_string() };
+        attr_of("Symlink", self.call(req).await?)
+    }
+
+    pub async fn readlink(&self, ino: Ino) -> FsResult<String> {
+        match self.call(MdsRequest::Readlink { ino }).await? {
+            MdsReply::Target(t) => Ok(t),
+            r => Err(unexpected("Readlink", r)),
+        }
+    }
+
+    pub async fn link(&self, ino: Ino, new_parent: Ino, new_name: &str) -> FsResult<Attr> {
+        let req = MdsRequest::Link { ino, new_parent, new_name: new_name.to_string() };
+        match self.call(req).await? {
+            MdsReply::Ok => self.getattr(ino).await,
+            r => attr_of("Link", r),
+        }
+    }
+
+    pub async fn unlink(&self, parent: Ino, name: &str) -> FsResult<()> {
+        ok_of("Unlink", self.call(MdsRequest::Unlink { parent, name: name.to_string() }).await?)
+    }
+
+    pub async fn rmdir(&self, parent: Ino, name: &str) -> FsResult<()> {
+        ok_of("Rmdir", self.call(MdsRequest::Rmdir { parent, name: name.to_string() }).await?)
+    }
+
+    pub async fn rename(
+        &self,
+        parent: Ino,
+        name: &str,
+        new_parent: Ino,
+        new_name: &str,
+        flags: RenameFlags,
+    ) -> FsResult<()> {
+        let req =
+            MdsRequest::Rename { parent, name: name.to_string(), new_parent, new_name: new_name.to_string(), flags };
+        ok_of("Rename", self.call(req).await?)
+    }
+
+    /// One page of entries after cookie `offset`.
+    pub async fn readdir(&self, ino: Ino, offset: u64, max: u32) -> FsResult<Vec<DirEntry>> {
+        match self.call(MdsRequest::ReadDir { ino, offset, max }).await? {
+            MdsReply::DirEntries(e) => Ok(e),
+            r => Err(unexpected("ReadDir", r)),
+        }
+    }
+
+    pub async fn open(&self, ino: Ino, flags: OpenFlags) -> FsResult<Opened> {
+        match self.call(MdsRequest::Open { ino, flags }).await? {
+            MdsReply::Opened { attr, layout, handle } => Ok(Opened { attr, layout, handle }),
+            r => Err(unexpected("Open", r)),
+        }
+    }
+
+    pub async fn close(&self, ino: Ino, handle: u64, size: Option<u64>, wrote: bool) -> FsResult<()> {
+        ok_of("Close", self.call(MdsRequest::Close { ino, handle, size, wrote }).await?)
+    }
+
+    pub async fn report_write(&self, ino: Ino, size: u64) -> FsResult<()> {
+        ok_of("ReportWrite", self.call(MdsRequest::ReportWrite { ino, size }).await?)
+    }
+
+    pub async fn statfs(&self) -> FsResult<StatFs> {
+        match self.call(MdsRequest::StatFs).await? {
+            MdsReply::StatFs(s) => Ok(s),
+            r => Err(unexpected("StatFs", r)),
+        }
+    }
+
+    /// `access(2)`: `mask` of `R_OK`/`W_OK`/`X_OK` (0 = existence).
+    pub async fn access(&self, ino: Ino, mask: u32) -> FsResult<()> {
+        ok_of("Access", self.call(MdsRequest::Access { ino, mask }).await?)
+    }
+
+    pub async fn getxattr(&self, ino: Ino, name: &str) -> FsResult<Vec<u8>> {
+        match self.call(MdsRequest::GetXattr { ino, name: name.to_string() }).await? {
+            MdsReply::Xattr(v) => Ok(v),
+            r => Err(unexpected("GetXattr", r)),
+        }
+    }
+
+    pub async fn setxattr(&self, ino: Ino, name: &str, value: Vec<u8>, mode: XattrMode) -> FsResult<()> {
+        ok_of("SetXattr", self.call(MdsRequest::SetXattr { ino, name: name.to_string(), value, mode }).await?)
+    }
+
+    pub async fn listxattr(&self, ino: Ino) -> FsResult<Vec<String>> {
+        match self.call(MdsRequest::ListXattr { ino }).await? {
+            MdsReply::XattrNames(v) => Ok(v),
+            r => Err(unexpected("ListXattr", r)),
+        }
+    }
+
+    pub async fn removexattr(&self, ino: Ino, name: &str) -> FsResult<()> {
+        ok_of("RemoveXattr", self.call(MdsRequest::RemoveXattr { ino, name: name.to_string() }).await?)
+    }
+
+    /// A file's layout, or a directory's default layout.
+    pub async fn get_layout(&self, ino: Ino) -> FsResult<LayoutReply> {
+        match self.call(MdsRequest::GetLayout { ino }).await? {
+            MdsReply::Layout(l) => Ok(LayoutReply::File(l)),
+            MdsReply::DirLayout(s) => Ok(LayoutReply::Dir(s)),
+            r => Err(unexpected("GetLayout", r)),
+        }
+    }
+
+    pub async fn set_layout(&self, ino: Ino, spec: LayoutSpec) -> FsResult<()> {
+        match self.call(MdsRequest::SetLayout { ino, spec }).await? {
+            MdsReply::Ok | MdsReply::Layout(_) | MdsReply::DirLayout(_) | MdsReply::Attr(_) => Ok(()),
+            MdsReply::Entry { .. } => Ok(()),
+            r => Err(unexpected("SetLayout", r)),
+        }
+    }
+
+    /// A data server's report (only servers with the `ds` role may send it).
+    pub async fn ds_report(&self, report: DsReport) -> FsResult<()> {
+        ok_of("DsReport", self.call(MdsRequest::DsReport(report)).await?)
+    }
+
+    pub async fn cluster_status(&self) -> FsResult<Vec<DsStatus>> {
+        match self.call(MdsRequest::ClusterStatus).await? {
+            MdsReply::Cluster(v) => Ok(v),
+            r => Err(unexpected("ClusterStatus", r)),
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! The MDS as a client of the data servers: truncating and removing objects. A trait, so the
+//! namespace can run against any implementation (RPC in the server, in-memory in unit tests).
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use std::collections::HashMap;
+use tessera_proto::config::ClusterConfig;
+use tessera_proto::msg::{DsReply, DsRequest};
+use tessera_proto::rpc::{self, RpcPeer};
+use tessera_proto::tls::NodeIdentity;
+use tessera_proto::{DsId, FsError, FsResult, ObjectId, Role};
+
+pub trait DataServers: Send + Sync {
+    /// Sets an object's size (the data server creates it if needed).
+    fn truncate(&self, ds: DsId, object: ObjectId, size: u64) -> BoxFuture<'_, FsResult<()>>;
+    /// Removes objects (missing ones are fine).
+    fn remove(&self, ds: DsId, objects: Vec<ObjectId>) -> BoxFuture<'_, FsResult<()>>;
+}
+
+/// One RPC peer per configured data server.
+pub struct RpcDataServers {
+    peers: HashMap<DsId, Result<RpcPeer, String>>,
+}
+
+impl RpcDataServers {
+    pub fn new(cfg: &ClusterConfig, endpoint: &quinn::Endpoint, identity: &NodeIdentity) -> FsResult<RpcDataServers> {
+        let mut peers = HashMap::new();
+        for ds in &cfg.ds {
+            // An unresolvable address is not fatal: that data server is simply unreachable.
+            let peer = rpc::resolve(&ds.addr)
+                .and_then(|addr| RpcPeer::new(endpoint.clone(), identity, Role::Ds, addr, cfg.tuning()))
+                .map_err(|e| {
+                    tracing::warn!(ds = ds.id, "data server unusable: {e}");
+                    e.to_string()
+                });
+            peers.insert(ds.id, peer);
+        }
+        Ok(RpcDataServers { peers })
+    }
+
+    async fn call(&self, ds: DsId, req: DsRequest) -> FsResult<()> {
+        let peer = match self.peers.get(&ds) {
+            Some(Ok(p)) => p,
+            Some(Err(e)) => return Err(FsError::unavailable(format!("data server {ds}: {e}"))),
+            None => return Err(FsError::unavailable(format!("data server {ds} is not configured"))),
+        };
+        let (reply, _): (DsReply, Bytes) = peer.call(&req, Bytes::new()).await?;
+        match reply {
+            DsReply::Ok => Ok(()),
+            other => Err(FsError::protocol(format!("data server {ds}: unexpected reply {other:?}"))),
+        }
+    }
+}
+
+impl DataServers for RpcDataServers {
+    fn truncate(&self, ds: DsId, object: ObjectId, size: u64) -> BoxFuture<'_, FsResult<()>> {
+        Box::pin(self.call(ds, DsRequest::Truncate { object, size }))
+    }
+
+    fn remove(&self, ds: DsId, objects: Vec<ObjectId>) -> BoxFuture<'_, FsResult<()>> {
+        Box::pin(self.call(ds, DsRequest::Remove { objects }))
+    }
+}
+
+/// Records calls in memory; a data server can be marked down. For unit tests.
+#[cfg(test)]
+#[derive(Default)]
+pub struct MemDataServers {
+    pub truncates: std::sync::Mutex<Vec<(DsId, ObjectId, u64)>>,
+    pub removed: std::sync::Mutex<Vec<(DsId, ObjectId)>>,
+    pub down: std::sync::Mutex<Vec<DsId>>,
+}
+
+#[cfg(test)]
+impl MemDataServers {
+    fn up(&self, ds: DsId) -> FsResult<()> {
+        if self.down.lock().unwrap().contains(&ds) {
+            return Err(FsError::unavailable(format!("data server {ds} down")));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+impl DataServers for MemDataServers {
+    fn truncate(&self, ds: DsId, object: ObjectId, size: u64) -> BoxFuture<'_, FsResult<()>> {
+        Box::pin(async move {
+            self.up(ds)?;
+            self.truncates.lock().unwrap().push((ds, object, size));
+            Ok(())
+        })
+    }
+
+    fn remove(&self, ds: DsId, objects: Vec<ObjectId>) -> BoxFuture<'_, FsResult<()>> {
+        Box::pin(async move {
+            self.up(ds)?;
+            self.removed.lock().unwrap().extend(objects.into_iter().map(|o| (ds, o)));
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,719 @@
+//! Unit tests of the namespace on a temporary sled database, with in-memory data servers.
+
+use super::*;
+use crate::destroy;
+use crate::dsclient::MemDataServers;
+use std::path::Path;
+
+const NDS: u32 = 4;
+
+fn open_ns(path: &Path) -> (Namespace, Arc<MemDataServers>) {
+    let store = Arc::new(Store::open(path).unwrap());
+    let data = Arc::new(MemDataServers::default());
+    let stats = Arc::new(StatsView::new((0..NDS).map(|i| (i, format!("127.0.0.1:{}", 7410 + i))).collect()));
+    let ns = Namespace::new(store, &Defaults::default(), stats, data.clone()).unwrap();
+    (ns, data)
+}
+
+fn root() -> Caller {
+    Caller::root()
+}
+
+fn user(uid: u32) -> Caller {
+    Caller { uid, gid: uid, groups: vec![] }
+}
+
+fn code<T: std::fmt::Debug>(r: FsResult<T>) -> ErrorCode {
+    r.expect_err("expected an error").code
+}
+
+fn attr_of(r: MdsReply) -> Attr {
+    match r {
+        MdsReply::Entry { attr, .. } | MdsReply::Attr(attr) | MdsReply::Opened { attr, .. } => attr,
+        other => panic!("no attributes in {other:?}"),
+    }
+}
+
+async fn create(ns: &Namespace, c: &Caller, parent: Ino, name: &str) -> FsResult<Attr> {
+    let req = MdsRequest::Create {
+        parent,
+        name: name.into(),
+        kind: FileKind::File,
+        perm: 0o644,
+        rdev: 0,
+        exclusive: true,
+        layout: None,
+    };
+    ns.handle(c, req).await.map(attr_of)
+}
+
+async fn mkdir(ns: &Namespace, c: &Caller, parent: Ino, name: &str) -> FsResult<Attr> {
+    ns.handle(c, MdsRequest::Mkdir { parent, name: name.into(), perm: 0o755 }).await.map(attr_of)
+}
+
+async fn lookup(ns: &Namespace, c: &Caller, parent: Ino, name: &str) -> FsResult<Attr> {
+    ns.handle(c, MdsRequest::Lookup { parent, name: name.into() }).await.map(attr_of)
+}
+
+async fn getattr(ns: &Namespace, ino: Ino) -> Attr {
+    attr_of(ns.handle(&root(), MdsRequest::GetAttr { ino }).await.unwrap())
+}
+
+async fn unlink(ns: &Namespace, c: &Caller, parent: Ino, name: &str) -> FsResult<MdsReply> {
+    ns.handle(c, MdsRequest::Unlink { parent, name: name.into() }).await
+}
+
+async fn rename(ns: &Namespace, p: Ino, n: &str, np: Ino, nn: &str, flags: RenameFlags) -> FsResult<MdsReply> {
+    let req = MdsRequest::Rename { parent: p, name: n.into(), new_parent: np, new_name: nn.into(), flags };
+    ns.handle(&root(), req).await
+}
+
+async fn setattr(ns: &Namespace, c: &Caller, ino: Ino, set: SetAttrs) -> FsResult<Attr> {
+    ns.handle(c, MdsRequest::SetAttr { ino, set }).await.map(attr_of)
+}
+
+async fn layout(ns: &Namespace, ino: Ino) -> Layout {
+    match ns.handle(&root(), MdsRequest::GetLayout { ino }).await.unwrap() {
+        MdsReply::Layout(l) => l,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn destroyed_objects(ns: &Namespace) -> Vec<ObjectId> {
+    let mut v: Vec<ObjectId> = ns.store().destroy_entries().unwrap().into_iter().flat_map(|(_, e)| e.objects).collect();
+    v.sort_unstable();
+    v
+}
+
+fn objects(l: &Layout) -> Vec<ObjectId> {
+    let mut v: Vec<ObjectId> = l.targets.iter().map(|t| t.object).collect();
+    v.sort_unstable();
+    v
+}
+
+async fn readdir_all(ns: &Namespace, ino: Ino) -> Vec<DirEntry> {
+    match ns.handle(&root(), MdsRequest::ReadDir { ino, offset: 0, max: 100_000 }).await.unwrap() {
+        MdsReply::DirEntries(e) => e,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn create_lookup_getattr_and_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let r = root();
+    let a = create(&ns, &r, ROOT_INO, "f").await.unwrap();
+    assert_eq!((a.kind, a.perm, a.nlink, a.size), (FileKind::File, 0o644, 1, 0));
+    assert!(a.ino > ROOT_INO);
+    assert_eq!(lookup(&ns, &r, ROOT_INO, "f").await.unwrap(), a);
+    assert_eq!(getattr(&ns, a.ino).await, a);
+    let l = layout(&ns, a.ino).await;
+    assert_eq!(l.targets.len(), NDS as usize, "stripe_count 0 means all data servers");
+    assert_eq!(l.stripe_size, 1 << 20);
+    let mut ds: Vec<DsId> = l.targets.iter().map(|t| t.ds).collect();
+    ds.sort_unstable();
+    assert_eq!(ds, vec![0, 1, 2, 3]);
+    let p = ns.handle(&r, MdsRequest::LookupPath { path: "/f".into(), follow: true }).await.unwrap();
+    assert_eq!(attr_of(p), a);
+    assert_eq!(code(create(&ns, &r, ROOT_INO, "f").await), ErrorCode::Exists);
+    // O_CREAT without O_EXCL returns the existing file.
+    let req = MdsRequest::Create {
+        parent: ROOT_INO,
+        name: "f".into(),
+        kind: FileKind::File,
+        perm: 0o600,
+        rdev: 0,
+        exclusive: false,
+        layout: None,
+    };
+    assert_eq!(attr_of(ns.handle(&r, req).await.unwrap()).ino, a.ino);
+    assert_eq!(code(mkdir(&ns, &r, ROOT_INO, "f").await), ErrorCode::Exists);
+    let fifo = MdsRequest::Create {
+        parent: ROOT_INO,
+        name: "f".into(),
+        kind: FileKind::Fifo,
+        perm: 0o600,
+        rdev: 0,
+        exclusive: false,
+        layout: None,
+    };
+    assert_eq!(code(ns.handle(&r, fifo).await), ErrorCode::Exists);
+    // An explicit layout request.
+    let req = MdsRequest::Create {
+        parent: ROOT_INO,
+        name: "g".into(),
+        kind: FileKind::File,
+        perm: 0o644,
+        rdev: 0,
+        exclusive: true,
+        layout: Some(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(2) }),
+    };
+    let g = attr_of(ns.handle(&r, req).await.unwrap());
+    let gl = layout(&ns, g.ino).await;
+    assert_eq!((gl.stripe_size, gl.targets.len()), (65536, 2));
+    assert_ne!(gl.targets[0].ds, gl.targets[1].ds);
+    let dev = MdsRequest::Create {
+        parent: ROOT_INO,
+        name: "dev".into(),
+        kind: FileKind::CharDev,
+        perm: 0o600,
+        rdev: 0x0501,
+        exclusive: true,
+        layout: None,
+    };
+    let d = attr_of(ns.handle(&r, dev).await.unwrap());
+    assert_eq!((d.kind, d.rdev), (FileKind::CharDev, 0x0501));
+    assert_eq!(code(ns.handle(&r, MdsRequest::GetLayout { ino: d.ino }).await), ErrorCode::NoData);
+    assert_eq!(getattr(&ns, ROOT_INO).await.size, 3);
+}
+
+#[tokio::test]
+async fn name_and_lookup_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let r = root();
+    assert_eq!(code(lookup(&ns, &r, ROOT_INO, "nope").await), ErrorCode::NotFound);
+    assert_eq!(code(create(&ns, &r, ROOT_INO, &"x".repeat(256)).await), ErrorCode::NameTooLong);
+    assert!(create(&ns, &r, ROOT_INO, &"x".repeat(255)).await.is_ok());
+    for bad in ["", ".", "..", "a/b", "a\0b"] {
+        assert_eq!(code(create(&ns, &r, ROOT_INO, bad).await), ErrorCode::Invalid, "{bad:?}");
+    }
+    let long = format!("/{}", "a/".repeat(2100));
+    let req = MdsRequest::LookupPath { path: long, follow: true };
+    assert_eq!(code(ns.handle(&r, req).await), ErrorCode::NameTooLong);
+    let f = create(&ns, &r, ROOT_INO, "file").await.unwrap();
+    assert_eq!(code(lookup(&ns, &r, f.ino, "x").await), ErrorCode::NotDir);
+    let req = MdsRequest::LookupPath { path: "/file/x".into(), follow: true };
+    assert_eq!(code(ns.handle(&r, req).await), ErrorCode::NotDir);
+    let req = MdsRequest::LookupPath { path: "/file/".into(), follow: true };
+    assert_eq!(code(ns.handle(&r, req).await), ErrorCode::NotDir);
+    assert_eq!(code(ns.handle(&r, MdsRequest::GetAttr { ino: 999_999 }).await), ErrorCode::NotFound);
+}
+
+#[tokio::test]
+async fn symlinks_resolve_and_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let r = root();
+    let d = mkdir(&ns, &r, ROOT_INO, "d").await.unwrap();
+    let f = create(&ns, &r, d.ino, "f").await.unwrap();
+    let sym = |parent: Ino, name: &str, target: &str| MdsRequest::Symlink {
+        parent,
+        name: name.into(),
+        target: target.into(),
+    };
+    let l = attr_of(ns.handle(&r, sym(ROOT_INO, "abs", "/d/f")).await.unwrap());
+    assert_eq!((l.kind, l.size), (FileKind::Symlink, 4));
+    ns.handle(&r, sym(ROOT_INO, "rel", "d/../d")).await.unwrap();
+    ns.handle(&r, sym(ROOT_INO, "a", "b")).await.unwrap();
+    ns.handle(&r, sym(ROOT_INO, "b", "a")).await.unwrap();
+    assert_eq!(ns.handle(&r, MdsRequest::Readlink { ino: l.ino }).await.unwrap(), MdsReply::Target("/d/f".into()));
+    assert_eq!(code(ns.handle(&r, MdsRequest::Readlink { ino: f.ino }).await), ErrorCode::Invalid);
+    let path = |p: &str, follow: bool| MdsRequest::LookupPath { path: p.into(), follow };
+    assert_eq!(attr_of(ns.handle(&r, path("/abs", true)).await.unwrap()).ino, f.ino);
+    assert_eq!(attr_of(ns.handle(&r, path("/abs", false)).await.unwrap()).ino, l.ino);
+    assert_eq!(attr_of(ns.handle(&r, path("/rel/f", false)).await.unwrap()).ino, f.ino);
+    assert_eq!(attr_of(ns.handle(&r, path("/rel/", false)).await.unwrap()).ino, d.ino);
+    assert_eq!(attr_of(ns.handle(&r, path("/d/./../d/f", true)).await.unwrap()).ino, f.ino);
+    assert_eq!(attr_of(ns.handle(&r, path("/", true)).await.unwrap()).ino, ROOT_INO);
+    assert_eq!(code(ns.handle(&r, path("/a", true)).await), ErrorCode::Loop);
+    assert_eq!(code(ns.handle(&r, path("/a/x", false)).await), ErrorCode::Loop);
+    assert_eq!(attr_of(ns.handle(&r, path("/a", false)).await.unwrap()).kind, FileKind::Symlink);
+    assert_eq!(code(ns.handle(&r, sym(ROOT_INO, "long", &"x".repeat(4097))).await), ErrorCode::NameTooLong);
+    assert_eq!(attr_of(ns.handle(&r, MdsRequest::Lookup { parent: d.ino, name: "..".into() }).await.unwrap()).ino, 1);
+}
+
+#[tokio::test]
+async fn mkdir_rmdir_nlink() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let r = root();
+    assert_eq!(getattr(&ns, ROOT_INO).await.nlink, 2);
+    let d = mkdir(&ns, &r, ROOT_INO, "d").await.unwrap();
+    assert_eq!((d.kind, d.nlink), (FileKind::Dir, 2));
+    assert_eq!(getattr(&ns, ROOT_INO).await.nlink, 3);
+    mkdir(&ns, &r, d.ino, "e").await.unwrap();
+    create(&ns, &r, d.ino, "f").await.unwrap();
+    assert_eq!(getattr(&ns, d.ino).await.nlink, 3, "files do not count");
+    let rmdir = |p: Ino, n: &str| MdsRequest::Rmdir { parent: p, name: n.into() };
+    assert_eq!(code(ns.handle(&r, rmdir(ROOT_INO, "d")).await), ErrorCode::NotEmpty);
+    assert_eq!(code(ns.handle(&r, rmdir(d.ino, "f")).await), ErrorCode::NotDir);
+    assert_eq!(code(unlink(&ns, &r, d.ino, "e").await), ErrorCode::IsDir);
+    assert_eq!(code(ns.handle(&r, rmdir(d.ino, ".")).await), ErrorCode::Invalid);
+    assert_eq!(code(ns.handle(&r, rmdir(d.ino, "zz")).await), ErrorCode::NotFound);
+    ns.handle(&r, rmdir(d.ino, "e")).await.unwrap();
+    assert_eq!(getattr(&ns, d.ino).await.nlink, 2);
+    unlink(&ns, &r, d.ino, "f").await.unwrap();
+    ns.handle(&r, rmdir(ROOT_INO, "d")).await.unwrap();
+    let root_attr = getattr(&ns, ROOT_INO).await;
+    assert_eq!((root_attr.nlink, root_attr.size), (2, 0));
+    assert_eq!(code(ns.handle(&r, MdsRequest::GetAttr { ino: d.ino }).await), ErrorCode::NotFound);
+}
+
+#[tokio::test]
+async fn rename_corner_cases() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let r = root();
+    let none = RenameFlags::default();
+    // File over an existing file: the old target is destroyed.
+    let a = create(&ns, &r, ROOT_INO, "a").await.unwrap();
+    let b = create(&ns, &r, ROOT_INO, "b").await.unwrap();
+    let bl = layout(&ns, b.ino).await;
+    rename(&ns, ROOT_INO, "a", ROOT_INO, "b", none).await.unwrap();
+    assert_eq!(lookup(&ns, &r, ROOT_INO, "b").await.unwrap().ino, a.ino);
+    assert_eq!(code(lookup(&ns, &r, ROOT_INO, "a").await), ErrorCode::NotFound);
+    assert_eq!(code(ns.handle(&r, MdsRequest::GetAttr { ino: b.ino }).await), ErrorCode::NotFound);
+    assert_eq!(destroyed_objects(&ns), objects(&bl));
+    // Directories: over an empty one, not over a non-empty one; file/dir mismatches.
+    let d1 = mkdir(&ns, &r, ROOT_INO, "d1").await.unwrap();
+    let d2 = mkdir(&ns, &r, ROOT_INO, "d2").await.unwrap();
+    create(&ns, &r, d1.ino, "x").await.unwrap();
+    assert_eq!(getattr(&ns, ROOT_INO).await.nlink, 4);
+    rename(&ns, ROOT_INO, "d1", ROOT_INO, "d2", none).await.unwrap();
+    assert_eq!(lookup(&ns, &r, ROOT_INO, "d2").await.unwrap().ino, d1.ino);
+    assert_eq!(code(ns.handle(&r, MdsRequest::GetAttr { ino: d2.ino }).await), ErrorCode::NotFound);
+    assert_eq!(getattr(&ns, ROOT_INO).await.nlink, 3);
+    let d3 = mkdir(&ns, &r, ROOT_INO, "d3").await.unwrap();
+    assert_eq!(code(rename(&ns, ROOT_INO, "d3", ROOT_INO, "d2", none).await), ErrorCode::NotEmpty);
+    assert_eq!(code(rename(&ns, ROOT_INO, "b", ROOT_INO, "d3", none).await), ErrorCode::IsDir);
+    assert_eq!(code(rename(&ns, ROOT_INO, "d3", ROOT_INO, "b", none).await), ErrorCode::NotDir);
+    // Into its own subtree.
+    let sub = mkdir(&ns, &r, d1.ino, "sub").await.unwrap();
+    assert_eq!(code(rename(&ns, ROOT_INO, "d2", sub.ino, "loop", none).await), ErrorCode::Invalid);
+    assert_eq!(code(rename(&ns, ROOT_INO, "d2", d1.ino, "self", none).await), ErrorCode::Invalid);
+    // A directory moving to another parent: nlinks and "..".
+    rename(&ns, d1.ino, "sub", d3.ino, "sub2", none).await.unwrap();
+    assert_eq!(getattr(&ns, d1.ino).await.nlink, 2);
+    assert_eq!(getattr(&ns, d3.ino).await.nlink, 3);
+    assert_eq!(lookup(&ns, &r, sub.ino, "..").await.unwrap().ino, d3.ino);
+    // Hard links of each other: no-op.
+    ns.handle(&r, MdsRequest::Link { ino: a.ino, new_parent: ROOT_INO, new_name: "a2".into() }).await.unwrap();
+    rename(&ns, ROOT_INO, "b", ROOT_INO, "a2", none).await.unwrap();
+    assert_eq!(lookup(&ns, &r, ROOT_INO, "b").await.unwrap().ino, a.ino);
+    assert_eq!(lookup(&ns, &r, ROOT_INO, "a2").await.unwrap().nlink, 2);
+    // noreplace and exchange.
+    let c = create(&ns, &r, ROOT_INO, "c").await.unwrap();
+    let noreplace = RenameFlags { noreplace: true, exchange: false };
+    let exchange = RenameFlags { noreplace: false, exchange: true };
+    assert_eq!(code(rename(&ns, ROOT_INO, "c", ROOT_INO, "b", noreplace).await), ErrorCode::Exists);
+    rename(&ns, ROOT_INO, "c", ROOT_INO, "c2", noreplace).await.unwrap();
+    assert_eq!(code(rename(&ns, ROOT_INO, "c2", ROOT_INO, "missing", exchange).await), ErrorCode::NotFound);
+    rename(&ns, ROOT_INO, "c2", d3.ino, "sub2", exchange).await.unwrap();
+    assert_eq!(lookup(&ns, &r, ROOT_INO, "c2").await.unwrap().ino, sub.ino);
+    assert_eq!(lookup(&ns, &r, d3.ino, "sub2").await.unwrap().ino, c.ino);
+    assert_eq!(lookup(&ns, &r, sub.ino, "..").await.unwrap().ino, ROOT_INO);
+    assert_eq!(getattr(&ns, d3.ino).await.nlink, 2);
+    assert_eq!(getattr(&ns, ROOT_INO).await.nlink, 5); // d2, d3, c2 (=sub) + 2
+    assert_eq!(code(rename(&ns, ROOT_INO, "nope", ROOT_INO, "x", none).await), ErrorCode::NotFound);
+}
+
+#[tokio::test]
+async fn unlink_open_file_becomes_orphan_until_last_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, data) = open_ns(dir.path());
+    let r = root();
+    let f = create(&ns, &r, ROOT_INO, "f").await.unwrap();
+    let l = layout(&ns, f.ino).await;
+    let open = MdsRequest::Open { ino: f.ino, flags: OpenFlags { read: true, write: true, truncate: false } };
+    let h1 = match ns.handle(&r, open.clone()).await.unwrap() {
+        MdsReply::Opened { handle, .. } => handle,
+        o => panic!("{o:?}"),
+    };
+    let h2 = match ns.handle(&r, open).await.unwrap() {
+        MdsReply::Opened { handle, .. } => handle,
+        o => panic!("{o:?}"),
+    };
+    unlink(&ns, &r, ROOT_INO, "f").await.unwrap();
+    assert_eq!(getattr(&ns, f.ino).await.nlink, 0);
+    assert!(destroyed_objects(&ns).is_empty());
+    ns.handle(&r, MdsRequest::ReportWrite { ino: f.ino, size: 4096 }).await.unwrap();
+    ns.handle(&r, MdsRequest::Close { ino: f.ino, handle: h1, size: Some(8192), wrote: true }).await.unwrap();
+    assert_eq!(getattr(&ns, f.ino).await.size, 8192);
+    ns.handle(&r, MdsRequest::Close { ino: f.ino, handle: h2, size: None, wrote: false }).await.unwrap();
+    assert_eq!(code(ns.handle(&r, MdsRequest::GetAttr { ino: f.ino }).await), ErrorCode::NotFound);
+    assert_eq!(destroyed_objects(&ns), objects(&l));
+    // The worker drains the log.
+    assert!(!destroy::drain_once(ns.store(), data.as_ref()).await);
+    assert!(destroyed_objects(&ns).is_empty());
+    let mut removed: Vec<ObjectId> = data.removed.lock().unwrap().iter().map(|(_, o)| *o).collect();
+    removed.sort_unstable();
+    assert_eq!(removed, objects(&l));
+    // A plain unlink destroys at once; a down data server defers it.
+    let g = create(&ns, &r, ROOT_INO, "g").await.unwrap();
+    let gl = layout(&ns, g.ino).await;
+    data.down.lock().unwrap().push(gl.targets[0].ds);
+    unlink(&ns, &r, ROOT_INO, "g").await.unwrap();
+    assert!(destroy::drain_once(ns.store(), data.as_ref()).await);
+    assert_eq!(destroyed_objects(&ns), vec![gl.targets[0].object]);
+    data.down.lock().unwrap().clear();
+    assert!(!destroy::drain_once(ns.store(), data.as_ref()).await);
+}
+
+#[tokio::test]
+async fn hard_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let r = root();
+    let f = create(&ns, &r, ROOT_INO, "f").await.unwrap();
+    let d = mkdir(&ns, &r, ROOT_INO, "d").await.unwrap();
+    let link = |ino: Ino, p: Ino, n: &str| MdsRequest::Link { ino, new_parent: p, new_name: n.into() };
+    let a = attr_of(ns.handle(&r, link(f.ino, d.ino, "g")).await.unwrap());
+    assert_eq!(a.nlink, 2);
+    assert_eq!(code(ns.handle(&r, link(f.ino, d.ino, "g")).await), ErrorCode::Exists);
+    assert_eq!(code(ns.handle(&r, link(d.ino, ROOT_INO, "dd")).await), ErrorCode::Perm);
+    unlink(&ns, &r, ROOT_INO, "f").await.unwrap();
+    assert_eq!(lookup(&ns, &r, d.ino, "g").await.unwrap().nlink, 1);
+    assert!(destroyed_objects(&ns).is_empty());
+    unlink(&ns, &r, d.ino, "g").await.unwrap();
+    assert_eq!(destroyed_objects(&ns).len(), NDS as usize);
+}
+
+#[tokio::test]
+async fn permissions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let r = root();
+    let (alice, bob) = (user(1000), user(1001));
+    let priv_dir = mkdir(&ns, &r, ROOT_INO, "priv").await.unwrap();
+    assert_eq!(code(create(&ns, &alice, priv_dir.ino, "x").await), ErrorCode::Access);
+    setattr(&ns, &r, priv_dir.ino, SetAttrs { perm: Some(0o700), ..Default::default() }).await.unwrap();
+    assert_eq!(code(lookup(&ns, &alice, priv_dir.ino, "x").await), ErrorCode::Access);
+    let req = MdsRequest::ReadDir { ino: priv_dir.ino, offset: 0, max: 10 };
+    assert_eq!(code(ns.handle(&alice, req).await), ErrorCode::Access);
+    let req = MdsRequest::LookupPath { path: "/priv/x".into(), follow: true };
+    assert_eq!(code(ns.handle(&alice, req).await), ErrorCode::Access);
+
+    // Sticky /tmp.
+    let tmp = mkdir(&ns, &r, ROOT_INO, "tmp").await.unwrap();
+    setattr(&ns, &r, tmp.ino, SetAttrs { perm: Some(0o1777), ..Default::default() }).await.unwrap();
+    let f = create(&ns, &alice, tmp.ino, "af").await.unwrap();
+    assert_eq!((f.uid, f.gid), (1000, 1000));
+    assert_eq!(code(unlink(&ns, &bob, tmp.ino, "af").await), ErrorCode::Perm);
+    let req = MdsRequest::Rename {
+        parent: tmp.ino,
+        name: "af".into(),
+        new_parent: tmp.ino,
+        new_name: "bf".into(),
+        flags: RenameFlags::default(),
+    };
+    assert_eq!(code(ns.handle(&bob, req.clone()).await), ErrorCode::Perm);
+    ns.handle(&alice, req).await.unwrap();
+    let req = MdsRequest::Open { ino: f.ino, flags: OpenFlags { read: true, write: false, truncate: false } };
+    ns.handle(&bob, req).await.unwrap(); // 0644: others may read
+    let req = MdsRequest::Open { ino: f.ino, flags: OpenFlags { read: false, write: true, truncate: false } };
+    assert_eq!(code(ns.handle(&bob, req).await), ErrorCode::Access);
+    let req = MdsRequest::Open { ino: tmp.ino, flags: OpenFlags { read: false, write: true, truncate: false } };
+    assert_eq!(code(ns.handle(&r, req).await), ErrorCode::IsDir);
+    assert_eq!(code(ns.handle(&bob, MdsRequest::Access { ino: f.ino, mask: 2 }).await), ErrorCode::Access);
+    ns.handle(&bob, MdsRequest::Access { ino: f.ino, mask: 4 }).await.unwrap();
+    ns.handle(&bob, MdsRequest::Access { ino: f.ino, mask: 0 }).await.unwrap();
+    assert_eq!(code(ns.handle(&r, MdsRequest::Access { ino: f.ino, mask: 1 }).await), ErrorCode::Access);
+
+    // chmod / chown / utimes.
+    let set = |s: SetAttrs| s;
+    assert_eq!(
+        code(setattr(&ns, &bob, f.ino, set(SetAttrs { perm: Some(0o777), ..Default::default() })).await),
+        ErrorCode::Perm
+    );
+    assert_eq!(
+        code(setattr(&ns, &alice, f.ino, SetAttrs { uid: Some(1001), ..Default::default() }).await),
+        ErrorCode::Perm
+    );
+    assert_eq!(
+        code(setattr(&ns, &alice, f.ino, SetAttrs { gid: Some(5), ..Default::default() }).await),
+        ErrorCode::Perm
+    );
+    let alice_in_5 = Caller { uid: 1000, gid: 1000, groups: vec![5] };
+    let a = setattr(&ns, &alice_in_5, f.ino, SetAttrs { gid: Some(5), ..Default::default() }).await.unwrap();
+    assert_eq!(a.gid, 5);
+    let a = setattr(&ns, &alice, f.ino, SetAttrs { perm: Some(0o2755), ..Default::default() }).await.unwrap();
+    assert_eq!(a.perm, 0o0755, "setgid cleared: alice is not in group 5");
+    let a = setattr(&ns, &alice_in_5, f.ino, SetAttrs { perm: Some(0o6755), ..Default::default() }).await.unwrap();
+    assert_eq!(a.perm, 0o6755);
+    let a = setattr(&ns, &r, f.ino, SetAttrs { uid: Some(1001), ..Default::default() }).await.unwrap();
+    assert_eq!((a.uid, a.perm), (1001, 0o0755), "chown clears setuid and (group-exec) setgid");
+    let t = Timestamp { secs: 1000, nanos: 5 };
+    let explicit = SetAttrs { mtime: Some(TimeSet::At(t)), ..Default::default() };
+    let now = SetAttrs { mtime: Some(TimeSet::Now), atime: Some(TimeSet::Now), ..Default::default() };
+    assert_eq!(code(setattr(&ns, &alice, f.ino, explicit.clone()).await), ErrorCode::Perm);
+    assert_eq!(code(setattr(&ns, &alice, f.ino, now.clone()).await), ErrorCode::Access);
+    assert_eq!(setattr(&ns, &bob, f.ino, explicit).await.unwrap().mtime, t);
+    setattr(&ns, &r, f.ino, SetAttrs { perm: Some(0o666), ..Default::default() }).await.unwrap();
+    setattr(&ns, &alice, f.ino, now).await.unwrap();
+
+    // setgid directories pass on their group.
+    let sg = mkdir(&ns, &r, ROOT_INO, "sg").await.unwrap();
+    setattr(&ns, &r, sg.ino, SetAttrs { perm: Some(0o2777), gid: Some(77), ..Default::default() }).await.unwrap();
+    let sub = mkdir(&ns, &alice, sg.ino, "sub").await.unwrap();
+    assert_eq!((sub.gid, sub.perm & 0o2000), (77, 0o2000));
+    let file = create(&ns, &alice, sg.ino, "file").await.unwrap();
+    assert_eq!((file.gid, file.perm), (77, 0o644));
+}
+
+#[tokio::test]
+async fn readdir_cookies_are_stable() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let r = root();
+    let d = mkdir(&ns, &r, ROOT_INO, "d").await.unwrap();
+    for i in 0..10 {
+        create(&ns, &r, d.ino, &format!("f{i}")).await.unwrap();
+    }
+    let page = |offset: u64| {
+        let ns = &ns;
+        async move {
+            match ns.handle(&root(), MdsRequest::ReadDir { ino: d.ino, offset, max: 3 }).await.unwrap() {
+                MdsReply::DirEntries(e) => e,
+                o => panic!("{o:?}"),
+            }
+        }
+    };
+    let p1 = page(0).await;
+    assert_eq!(p1.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["f0", "f1", "f2"]);
+    // Changes between pages: removed entries vanish, old ones are neither repeated nor skipped.
+    unlink(&ns, &r, d.ino, "f1").await.unwrap();
+    unlink(&ns, &r, d.ino, "f4").await.unwrap();
+    create(&ns, &r, d.ino, "new").await.unwrap();
+    let mut names: Vec<String> = p1.iter().map(|e| e.name.clone()).collect();
+    let mut cookie = p1.last().unwrap().next_offset;
+    loop {
+        let p = page(cookie).await;
+        if p.is_empty() {
+            break;
+        }
+        cookie = p.last().unwrap().next_offset;
+        names.extend(p.into_iter().map(|e| e.name));
+    }
+    assert_eq!(names, ["f0", "f1", "f2", "f3", "f5", "f6", "f7", "f8", "f9", "new"]);
+    let all = readdir_all(&ns, d.ino).await;
+    assert_eq!(all.len(), 9);
+    assert!(all.windows(2).all(|w| w[0].next_offset < w[1].next_offset));
+    assert_eq!(getattr(&ns, d.ino).await.size, 9);
+}
+
+#[tokio::test]
+async fn xattrs_and_layout_attribute() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let r = root();
+    let f = create(&ns, &r, ROOT_INO, "f").await.unwrap();
+    let get = |ino: Ino, name: &str| MdsRequest::GetXattr { ino, name: name.into() };
+    let set = |ino: Ino, name: &str, v: &[u8], mode: XattrMode| MdsRequest::SetXattr {
+        ino,
+        name: name.into(),
+        value: v.to_vec(),
+        mode,
+    };
+    assert_eq!(code(ns.handle(&r, get(f.ino, "user.a")).await), ErrorCode::NoData);
+    ns.handle(&r, set(f.ino, "user.a", b"1", XattrMode::Any)).await.unwrap();
+    assert_eq!(ns.handle(&r, get(f.ino, "user.a")).await.unwrap(), MdsReply::Xattr(b"1".to_vec()));
+    assert_eq!(code(ns.handle(&r, set(f.ino, "user.a", b"2", XattrMode::Create)).await), ErrorCode::Exists);
+    assert_eq!(code(ns.handle(&r, set(f.ino, "user.b", b"2", XattrMode::Replace)).await), ErrorCode::NoData);
+    ns.handle(&r, set(f.ino, "user.a", b"3", XattrMode::Replace)).await.unwrap();
+    ns.handle(&r, set(f.ino, "trusted.t", b"x", XattrMode::Any)).await.unwrap();
+    let alice = user(1000);
+    assert_eq!(code(ns.handle(&alice, set(f.ino, "trusted.u", b"x", XattrMode::Any)).await), ErrorCode::Perm);
+    assert_eq!(code(ns.handle(&alice, get(f.ino, "trusted.t")).await), ErrorCode::Perm);
+    assert_eq!(code(ns.handle(&alice, set(f.ino, "user.z", b"x", XattrMode::Any)).await), ErrorCode::Access);
+    let big = vec![0u8; XATTR_SIZE_MAX + 1];
+    assert_eq!(code(ns.handle(&r, set(f.ino, "user.big", &big, XattrMode::Any)).await), ErrorCode::Range);
+    assert_eq!(code(ns.handle(&r, set(f.ino, "bogus", b"", XattrMode::Any)).await), ErrorCode::Unsupported);
+    let list = |c: &Caller| {
+        let ns = &ns;
+        let c = c.clone();
+        async move { ns.handle(&c, MdsRequest::ListXattr { ino: f.ino }).await.unwrap() }
+    };
+    assert_eq!(list(&r).await, MdsReply::XattrNames(vec!["trusted.t".into(), "user.a".into()]));
+    assert_eq!(list(&alice).await, MdsReply::XattrNames(vec!["user.a".into()]));
+    ns.handle(&r, MdsRequest::RemoveXattr { ino: f.ino, name: "user.a".into() }).await.unwrap();
+    assert_eq!(
+        code(ns.handle(&r, MdsRequest::RemoveXattr { ino: f.ino, name: "user.a".into() }).await),
+        ErrorCode::NoData
+    );
+    let sym = attr_of(
+        ns.handle(&r, MdsRequest::Symlink { parent: ROOT_INO, name: "s".into(), target: "f".into() }).await.unwrap(),
+    );
+    assert_eq!(code(ns.handle(&r, set(sym.ino, "user.a", b"1", XattrMode::Any)).await), ErrorCode::Perm);
+
+    // tessera.layout on a file.
+    let l = layout(&ns, f.ino).await;
+    let text = match ns.handle(&r, get(f.ino, "tessera.layout")).await.unwrap() {
+        MdsReply::Xattr(v) => String::from_utf8(v).unwrap(),
+        o => panic!("{o:?}"),
+    };
+    let objs: Vec<String> = l.targets.iter().map(|t| format!("{}:{}", t.ds, t.object)).collect();
+    assert_eq!(text, format!("stripe_size=1048576 stripe_count=4 objects={}", objs.join(",")));
+    // ... and on a directory: its default, inherited by new files and subdirectories.
+    let d = mkdir(&ns, &r, ROOT_INO, "d").await.unwrap();
+    assert_eq!(code(ns.handle(&r, get(d.ino, "tessera.layout")).await), ErrorCode::NoData);
+    ns.handle(&r, set(d.ino, "tessera.layout", b"stripe_size=65536 stripe_count=2", XattrMode::Any)).await.unwrap();
+    assert_eq!(
+        ns.handle(&r, get(d.ino, "tessera.layout")).await.unwrap(),
+        MdsReply::Xattr(b"stripe_size=65536 stripe_count=2".to_vec())
+    );
+    assert_eq!(
+        ns.handle(&r, MdsRequest::GetLayout { ino: d.ino }).await.unwrap(),
+        MdsReply::DirLayout(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(2) })
+    );
+    let g = create(&ns, &r, d.ino, "g").await.unwrap();
+    let gl = layout(&ns, g.ino).await;
+    assert_eq!((gl.stripe_size, gl.targets.len()), (65536, 2));
+    let sub = mkdir(&ns, &r, d.ino, "sub").await.unwrap();
+    let h = create(&ns, &r, sub.ino, "h").await.unwrap();
+    assert_eq!(layout(&ns, h.ino).await.targets.len(), 2);
+    ns.handle(&r, set(d.ino, "tessera.layout", b"stripe_count=1", XattrMode::Any)).await.unwrap();
+    let g2 = create(&ns, &r, d.ino, "g2").await.unwrap();
+    assert_eq!(layout(&ns, g2.ino).await.targets.len(), 1);
+    assert_eq!(
+        code(ns.handle(&r, set(d.ino, "tessera.layout", b"stripe_size=1000", XattrMode::Any)).await),
+        ErrorCode::Invalid
+    );
+    assert_eq!(
+        code(ns.handle(&r, set(d.ino, "tessera.layout", b"color=red", XattrMode::Any)).await),
+        ErrorCode::Invalid
+    );
+}
+
+#[tokio::test]
+async fn truncate_and_set_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, data) = open_ns(dir.path());
+    let r = root();
+    let f = create(&ns, &r, ROOT_INO, "f").await.unwrap();
+    let l = layout(&ns, f.ino).await;
+    // SetLayout on an empty file: fresh objects, the old ones destroyed.
+    let spec = LayoutSpec { stripe_size: Some(4096), stripe_count: Some(2) };
+    ns.handle(&r, MdsRequest::SetLayout { ino: f.ino, spec }).await.unwrap();
+    let l2 = layout(&ns, f.ino).await;
+    assert_eq!((l2.stripe_size, l2.targets.len()), (4096, 2));
+    assert_eq!(destroyed_objects(&ns), objects(&l));
+    ns.handle(&r, MdsRequest::ReportWrite { ino: f.ino, size: 3 * 4096 + 10 }).await.unwrap();
+    assert_eq!(code(ns.handle(&r, MdsRequest::SetLayout { ino: f.ino, spec }).await), ErrorCode::Busy);
+    // Truncate: every object gets its share.
+    let a = setattr(&ns, &r, f.ino, SetAttrs { size: Some(4096 + 100), ..Default::default() }).await.unwrap();
+    assert_eq!(a.size, 4196);
+    let mut t = data.truncates.lock().unwrap().clone();
+    t.sort_unstable();
+    let mut want = vec![(l2.targets[0].ds, l2.targets[0].object, 4096), (l2.targets[1].ds, l2.targets[1].object, 100)];
+    want.sort_unstable();
+    assert_eq!(t, want);
+    // An unreachable data server fails the truncate and leaves the size alone.
+    data.down.lock().unwrap().push(l2.targets[1].ds);
+    let e = setattr(&ns, &r, f.ino, SetAttrs { size: Some(0), ..Default::default() }).await;
+    assert_eq!(code(e), ErrorCode::Unavailable);
+    assert_eq!(getattr(&ns, f.ino).await.size, 4196);
+    data.down.lock().unwrap().clear();
+    // O_TRUNC.
+    let req = MdsRequest::Open { ino: f.ino, flags: OpenFlags { read: false, write: true, truncate: true } };
+    match ns.handle(&r, req).await.unwrap() {
+        MdsReply::Opened { attr, layout, .. } => {
+            assert_eq!(attr.size, 0);
+            assert_eq!(layout.unwrap(), l2);
+        }
+        o => panic!("{o:?}"),
+    }
+    let d = mkdir(&ns, &r, ROOT_INO, "d").await.unwrap();
+    let e = setattr(&ns, &r, d.ino, SetAttrs { size: Some(0), ..Default::default() }).await;
+    assert_eq!(code(e), ErrorCode::IsDir);
+}
+
+#[tokio::test]
+async fn statfs_reports_and_cluster_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let r = root();
+    create(&ns, &r, ROOT_INO, "f").await.unwrap();
+    for ds in 0..2 {
+        let rep = DsReport { ds, capacity: 1 << 30, free: 1 << 29, used: 1 << 29, ..Default::default() };
+        ns.handle(&r, MdsRequest::DsReport(rep)).await.unwrap();
+    }
+    match ns.handle(&r, MdsRequest::StatFs).await.unwrap() {
+        MdsReply::StatFs(s) => {
+            assert_eq!(s.block_size, 4096);
+            assert_eq!(s.blocks, 2 * (1 << 30) / 4096);
+            assert_eq!(s.blocks_free, (1 << 30) / 4096);
+            assert_eq!(s.files, 2);
+            assert_eq!(s.name_max, 255);
+        }
+        o => panic!("{o:?}"),
+    }
+    match ns.handle(&r, MdsRequest::ClusterStatus).await.unwrap() {
+        MdsReply::Cluster(v) => {
+            assert_eq!(v.len(), NDS as usize);
+            assert!(v[0].report.is_some() && v[3].report.is_none() && v[3].report_age_ms.is_none());
+        }
+        o => panic!("{o:?}"),
+    }
+    assert_eq!(ns.handle(&r, MdsRequest::Ping).await.unwrap(), MdsReply::Pong { version: PROTOCOL_VERSION });
+}
+
+#[tokio::test]
+async fn reopen_keeps_everything_and_destroys_orphans() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = root();
+    let (f, d, orphan_objects, xattr_val) = {
+        let (ns, _) = open_ns(dir.path());
+        let d = mkdir(&ns, &r, ROOT_INO, "d").await.unwrap();
+        let f = create(&ns, &r, d.ino, "f").await.unwrap();
+        ns.handle(&r, MdsRequest::ReportWrite { ino: f.ino, size: 12345 }).await.unwrap();
+        let req =
+            MdsRequest::SetXattr { ino: f.ino, name: "user.k".into(), value: b"v".to_vec(), mode: XattrMode::Any };
+        ns.handle(&r, req).await.unwrap();
+        ns.handle(&r, MdsRequest::Symlink { parent: ROOT_INO, name: "s".into(), target: "/d/f".into() }).await.unwrap();
+        let o = create(&ns, &r, ROOT_INO, "o").await.unwrap();
+        let ol = layout(&ns, o.ino).await;
+        let req = MdsRequest::Open { ino: o.ino, flags: OpenFlags { read: true, write: false, truncate: false } };
+        ns.handle(&r, req).await.unwrap();
+        unlink(&ns, &r, ROOT_INO, "o").await.unwrap();
+        assert!(destroyed_objects(&ns).is_empty());
+        (f, d, objects(&ol), b"v".to_vec())
+    };
+    let (ns, _) = open_ns(dir.path());
+    assert_eq!(lookup(&ns, &r, ROOT_INO, "d").await.unwrap().ino, d.ino);
+    let f2 = lookup(&ns, &r, d.ino, "f").await.unwrap();
+    assert_eq!((f2.ino, f2.size), (f.ino, 12345));
+    let req = MdsRequest::LookupPath { path: "/s".into(), follow: true };
+    assert_eq!(attr_of(ns.handle(&r, req).await.unwrap()).ino, f.ino);
+    let req = MdsRequest::GetXattr { ino: f.ino, name: "user.k".into() };
+    assert_eq!(ns.handle(&r, req).await.unwrap(), MdsReply::Xattr(xattr_val));
+    assert_eq!(getattr(&ns, ROOT_INO).await.nlink, 3);
+    assert_eq!(readdir_all(&ns, ROOT_INO).await.len(), 2);
+    assert_eq!(destroyed_objects(&ns), orphan_objects, "orphans are destroyed at startup");
+    // New ids never collide with old ones.
+    let g = create(&ns, &r, ROOT_INO, "g").await.unwrap();
+    assert!(g.ino > f.ino);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_creates_and_renames() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let ns = Arc::new(ns);
+    let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap();
+    let mut tasks = Vec::new();
+    for t in 0..4 {
+        let ns = ns.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..100 {
+                create(&ns, &root(), d.ino, &format!("t{t}-{i}")).await.unwrap();
+                // Racing renames of shared names must fail cleanly or succeed, never corrupt.
+                let _ = rename(&ns, d.ino, &format!("t{t}-{i}"), d.ino, "shared", RenameFlags::default()).await;
+                let _ = rename(&ns, d.ino, "shared", d.ino, &format!("back{t}-{i}"), RenameFlags::default()).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let entries = readdir_all(&ns, d.ino).await;
+    let da = getattr(&ns, d.ino).await;
+    assert_eq!(entries.len() as u64, da.size);
+    // Every created file is either still there or was replaced (destroyed) by a rename over "shared".
+    let replaced = ns.store().destroy_entries().unwrap().len() / NDS as usize;
+    assert_eq!(entries.len() + replaced, 400);
+    for e in entries {
+        assert_eq!(getattr(&ns, e.ino).await.nlink, 1);
+    }
+}

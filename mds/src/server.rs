@@ -1,0 +1,173 @@
+//! The RPC service (`MdsCall` → `MdsResponse`) and the `tessera-mds` process: config, TLS identity,
+//! database, data-server clients, destroy worker, serving until SIGINT/SIGTERM.
+
+use crate::dsclient::{DataServers, RpcDataServers};
+use crate::namespace::Namespace;
+use crate::stats::StatsView;
+use crate::store::Store;
+use bytes::Bytes;
+use clap::Parser;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tessera_proto::config::ClusterConfig;
+use tessera_proto::msg::{MdsCall, MdsReply, MdsRequest};
+use tessera_proto::rpc::{self, PeerInfo, Service};
+use tessera_proto::tls::NodeIdentity;
+use tessera_proto::{FsError, FsResult, Role};
+use tracing::{debug, info};
+
+pub struct MdsService {
+    ns: Arc<Namespace>,
+}
+
+impl MdsService {
+    pub fn new(ns: Arc<Namespace>) -> MdsService {
+        MdsService { ns }
+    }
+
+    async fn dispatch(&self, peer: &PeerInfo, call: MdsCall) -> FsResult<MdsReply> {
+        match (&call.req, peer.role) {
+            (MdsRequest::DsReport(r), Role::Ds) if !self.ns.stats().is_configured(r.ds) => {
+                debug!(ds = r.ds, peer = %peer.name, "report from an unconfigured data server");
+            }
+            (MdsRequest::DsReport(_), Role::Ds) | (MdsRequest::Ping, _) => {}
+            (MdsRequest::DsReport(_), role) => {
+                return Err(FsError::perm(format!("only data servers send reports (peer is {role})")));
+            }
+            (_, Role::Ds) => return Err(FsError::perm("data servers may only ping and report")),
+            _ => {}
+        }
+        self.ns.handle(&call.caller, call.req).await
+    }
+}
+
+impl Service for MdsService {
+    type Request = MdsCall;
+    type Reply = MdsReply;
+
+    fn accepts(&self, role: Role) -> bool {
+        matches!(role, Role::Client | Role::Admin | Role::Ion | Role::Mds | Role::Ds)
+    }
+
+    /// Metadata requests carry no payload.
+    fn max_payload(&self) -> usize {
+        0
+    }
+
+    async fn handle(&self, peer: Arc<PeerInfo>, req: MdsCall, _payload: Bytes) -> (FsResult<MdsReply>, Bytes) {
+        (self.dispatch(&peer, req).await, Bytes::new())
+    }
+}
+
+/// What the `tessera-mds` command line sets.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "tessera-mds", about = "Tessera metadata server")]
+pub struct Options {
+    /// Cluster configuration file.
+    #[arg(long, env = "TESSERA_CONFIG")]
+    pub config: PathBuf,
+    /// Database directory (overrides `mds.data_dir`).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Listen address (overrides `mds.addr`).
+    #[arg(long)]
+    pub listen: Option<String>,
+}
+
+/// Entry point of the `tessera-mds` binary.
+pub fn main_entry() -> ExitCode {
+    let opts = Options::parse();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tessera-mds: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let ready = |addr: SocketAddr| {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "READY {addr}");
+        let _ = out.flush();
+    };
+    let result = rt.block_on(async {
+        let shutdown = signals()?;
+        run(opts, ready, shutdown).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tessera-mds: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Runs a metadata server: calls `ready` once listening, serves until `shutdown` completes, then
+/// closes connections and flushes the database.
+pub async fn run(
+    opts: Options,
+    ready: impl FnOnce(SocketAddr),
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let cfg = ClusterConfig::load(&opts.config)?;
+    let identity = NodeIdentity::load(&cfg.tls).map_err(|e| anyhow::anyhow!("TLS identity: {e}"))?;
+    if identity.role != Role::Mds {
+        anyhow::bail!(
+            "certificate {} has role {}, the metadata server needs a certificate with role mds",
+            cfg.tls.cert.display(),
+            identity.role
+        );
+    }
+    let data_dir = opts
+        .data_dir
+        .or_else(|| cfg.mds.data_dir.clone())
+        .ok_or_else(|| anyhow::anyhow!("no database directory: set mds.data_dir in the config or pass --data-dir"))?;
+    let listen = opts.listen.unwrap_or_else(|| cfg.mds.addr.clone());
+    let addr = rpc::resolve(&listen)?;
+
+    let store = Arc::new(Store::open(&data_dir)?);
+    let endpoint = rpc::server_endpoint(addr, &identity, &cfg.tuning())?;
+    // The server endpoint also connects out to the data servers (quinn endpoints do both).
+    let data: Arc<dyn DataServers> = Arc::new(RpcDataServers::new(&cfg, &endpoint, &identity)?);
+    let stats = Arc::new(StatsView::new(cfg.ds.iter().map(|d| (d.id, d.addr.clone())).collect()));
+    let ns = Arc::new(Namespace::new(store.clone(), &cfg.defaults, stats, data.clone())?);
+    let destroyer = crate::destroy::spawn(store.clone(), data, ns.destroy_wake());
+
+    let local = endpoint.local_addr().map_err(|e| anyhow::anyhow!("listening address: {e}"))?;
+    info!(%local, db = %data_dir.display(), data_servers = cfg.ds.len(), placement = %cfg.defaults.placement, "metadata server ready");
+    let server = tokio::spawn(rpc::serve(endpoint.clone(), Arc::new(MdsService::new(ns))));
+    ready(local);
+
+    shutdown.await;
+    info!("shutting down");
+    endpoint.close(0u32.into(), b"server shutting down");
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), endpoint.wait_idle()).await;
+    server.abort();
+    destroyer.abort();
+    store.flush().await?;
+    info!("metadata flushed; bye");
+    Ok(())
+}
+
+/// Completes on SIGINT or SIGTERM.
+fn signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}

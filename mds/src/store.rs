@@ -1,0 +1,448 @@
+//! The sled database: its trees, record types, key layouts, and a write overlay ([`Txn`]) whose
+//! changes commit as ONE sled transaction over the trees they touch.
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use sled::transaction::TransactionError;
+use sled::{Db, Transactional, Tree};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
+use tessera_proto::error::ErrorCode;
+use tessera_proto::layout::{Layout, LayoutSpec};
+use tessera_proto::{wire, Attr, DsId, FileKind, FsError, FsResult, Ino, ObjectId};
+
+/// The trees of the MDS database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum T {
+    /// ino BE → [`Inode`].
+    Inodes = 0,
+    /// parent ino BE ++ name → [`Dentry`].
+    Dentries = 1,
+    /// parent ino BE ++ seq BE → name (readdir order and stable cookies).
+    Dirseq = 2,
+    /// dir ino BE → [`LayoutSpec`] (default layout of files created in it).
+    DirLayouts = 3,
+    /// ino BE ++ 0 ++ name → value.
+    Xattrs = 4,
+    /// Job registry (reserved).
+    Jobs = 5,
+    /// id BE → [`DestroyEntry`]: objects still to remove from a data server.
+    Destroy = 6,
+    /// Format version, orphan markers (`orphan` ++ ino BE).
+    Meta = 7,
+}
+
+const TREE_NAMES: [&str; 8] = ["inodes", "dentries", "dirseq", "dir_layouts", "xattrs", "jobs", "destroy_log", "meta"];
+const ORPHAN_PREFIX: &[u8] = b"orphan";
+const FORMAT_KEY: &[u8] = b"format";
+const FORMAT_VERSION: u32 = 1;
+
+/// One inode: its attributes plus what only some kinds have.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Inode {
+    pub attr: Attr,
+    /// Regular files: where the data lives.
+    pub layout: Option<Layout>,
+    /// Symlinks: the target.
+    pub target: Option<String>,
+    /// Directories: the parent directory (`..`); the root is its own parent. Unused for other kinds.
+    pub parent: Ino,
+}
+
+/// A directory entry's value.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dentry {
+    pub ino: Ino,
+    pub kind: FileKind,
+    /// Position in the directory's `dirseq` (the readdir cookie).
+    pub seq: u64,
+}
+
+/// Objects of one data server waiting to be removed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct DestroyEntry {
+    pub ds: DsId,
+    pub objects: Vec<ObjectId>,
+}
+
+pub fn ino_key(ino: Ino) -> [u8; 8] {
+    ino.to_be_bytes()
+}
+
+pub fn dentry_key(parent: Ino, name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + name.len());
+    k.extend_from_slice(&parent.to_be_bytes());
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+pub fn dirseq_key(parent: Ino, seq: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&parent.to_be_bytes());
+    k[8..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+pub fn xattr_prefix(ino: Ino) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9);
+    k.extend_from_slice(&ino.to_be_bytes());
+    k.push(0);
+    k
+}
+
+pub fn xattr_key(ino: Ino, name: &str) -> Vec<u8> {
+    let mut k = xattr_prefix(ino);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+fn orphan_key(ino: Ino) -> Vec<u8> {
+    let mut k = ORPHAN_PREFIX.to_vec();
+    k.extend_from_slice(&ino.to_be_bytes());
+    k
+}
+
+pub fn db_err(e: impl std::fmt::Display) -> FsError {
+    FsError::io(format!("metadata database: {e}"))
+}
+
+fn enc<V: Serialize>(v: &V) -> FsResult<Vec<u8>> {
+    wire::encode(v).map_err(db_err)
+}
+
+fn dec<V: DeserializeOwned>(b: &[u8]) -> FsResult<V> {
+    wire::decode(b).map_err(|e| db_err(format!("corrupt record: {e}")))
+}
+
+pub struct Store {
+    db: Db,
+    trees: Vec<Tree>,
+    inode_count: AtomicI64,
+}
+
+impl Store {
+    /// Opens (or creates) the database in `dir`.
+    pub fn open(dir: &Path) -> FsResult<Store> {
+        std::fs::create_dir_all(dir).map_err(|e| FsError::io(format!("{}: {e}", dir.display())))?;
+        let db = sled::Config::new()
+            .path(dir)
+            .cache_capacity(256 << 20)
+            .flush_every_ms(Some(500))
+            .open()
+            .map_err(|e| FsError::io(format!("open metadata database {}: {e}", dir.display())))?;
+        let trees = TREE_NAMES.iter().map(|n| db.open_tree(n)).collect::<Result<Vec<_>, _>>().map_err(db_err)?;
+        let store = Store { db, trees, inode_count: AtomicI64::new(0) };
+        let meta = store.tree(T::Meta);
+        match meta.get(FORMAT_KEY).map_err(db_err)? {
+            None => {
+                meta.insert(FORMAT_KEY, enc(&FORMAT_VERSION)?).map_err(db_err)?;
+            }
+            Some(v) => {
+                let ver: u32 = dec(&v)?;
+                if ver != FORMAT_VERSION {
+                    return Err(FsError::invalid(format!(
+                        "metadata database {} has format {ver}, this server understands {FORMAT_VERSION}",
+                        dir.display()
+                    )));
+                }
+            }
+        }
+        store.inode_count.store(store.tree(T::Inodes).len() as i64, Ordering::Relaxed);
+        Ok(store)
+    }
+
+    pub fn tree(&self, t: T) -> &Tree {
+        &self.trees[t as usize]
+    }
+
+    /// A fresh id from sled's persistent monotonic counter (never 0).
+    pub fn new_id(&self) -> FsResult<u64> {
+        Ok(self.db.generate_id().map_err(db_err)? + 1)
+    }
+
+    /// A fresh inode number (never the root's).
+    pub fn new_ino(&self) -> FsResult<Ino> {
+        Ok(self.db.generate_id().map_err(db_err)? + 2)
+    }
+
+    pub fn inode_count(&self) -> u64 {
+        self.inode_count.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// Makes every committed change durable. Concurrent callers share sled's fsync (group commit).
+    pub async fn flush(&self) -> FsResult<()> {
+        self.db.flush_async().await.map(|_| ()).map_err(db_err)
+    }
+
+    pub fn flush_sync(&self) -> FsResult<()> {
+        self.db.flush().map(|_| ()).map_err(db_err)
+    }
+
+    /// A read view / write overlay. Reads see the overlay's own writes first.
+    pub fn begin(&self) -> Txn<'_> {
+        Txn { store: self, writes: BTreeMap::new(), inode_delta: 0, destroys: 0 }
+    }
+
+    /// Inodes marked as orphans (unlinked while open).
+    pub fn orphans(&self) -> FsResult<Vec<Ino>> {
+        let mut out = Vec::new();
+        for kv in self.tree(T::Meta).scan_prefix(ORPHAN_PREFIX) {
+            let (k, _) = kv.map_err(db_err)?;
+            if let Ok(b) = <[u8; 8]>::try_from(&k[ORPHAN_PREFIX.len()..]) {
+                out.push(u64::from_be_bytes(b));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every pending destroy-log entry with its key.
+    pub fn destroy_entries(&self) -> FsResult<Vec<(Vec<u8>, DestroyEntry)>> {
+        let mut out = Vec::new();
+        for kv in self.tree(T::Destroy).iter() {
+            let (k, v) = kv.map_err(db_err)?;
+            out.push((k.to_vec(), dec(&v)?));
+        }
+        Ok(out)
+    }
+
+    pub fn remove_destroy_entry(&self, key: &[u8]) -> FsResult<()> {
+        self.tree(T::Destroy).remove(key).map(|_| ()).map_err(db_err)
+    }
+}
+
+/// Pending writes over the store; [`Txn::commit`] applies them as one sled transaction.
+pub struct Txn<'a> {
+    store: &'a Store,
+    writes: BTreeMap<(T, Vec<u8>), Option<Vec<u8>>>,
+    inode_delta: i64,
+    destroys: usize,
+}
+
+impl<'a> Txn<'a> {
+    pub fn store(&self) -> &'a Store {
+        self.store
+    }
+
+    pub fn get(&self, t: T, key: &[u8]) -> FsResult<Option<Vec<u8>>> {
+        if let Some(v) = self.writes.get(&(t, key.to_vec())) {
+            return Ok(v.clone());
+        }
+        Ok(self.store.tree(t).get(key).map_err(db_err)?.map(|v| v.to_vec()))
+    }
+
+    pub fn put(&mut self, t: T, key: &[u8], value: Vec<u8>) {
+        self.writes.insert((t, key.to_vec()), Some(value));
+    }
+
+    pub fn del(&mut self, t: T, key: &[u8]) {
+        self.writes.insert((t, key.to_vec()), None);
+    }
+
+    /// Keys (and values) under `prefix`, merged with this overlay's writes.
+    pub fn scan(&self, t: T, prefix: &[u8]) -> FsResult<BTreeMap<Vec<u8>, Vec<u8>>> {
+        let mut out = BTreeMap::new();
+        for kv in self.store.tree(t).scan_prefix(prefix) {
+            let (k, v) = kv.map_err(db_err)?;
+            out.insert(k.to_vec(), v.to_vec());
+        }
+        for ((wt, k), v) in &self.writes {
+            if *wt == t && k.starts_with(prefix) {
+                match v {
+                    Some(v) => out.insert(k.clone(), v.clone()),
+                    None => out.remove(k),
+                };
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn get_inode(&self, ino: Ino) -> FsResult<Option<Inode>> {
+        self.get(T::Inodes, &ino_key(ino))?.map(|b| dec(&b)).transpose()
+    }
+
+    /// The inode, or ENOENT.
+    pub fn inode(&self, ino: Ino) -> FsResult<Inode> {
+        self.get_inode(ino)?.ok_or_else(|| FsError::not_found(format!("inode {ino}")))
+    }
+
+    /// The inode, which must be a directory (ENOENT / ENOTDIR).
+    pub fn dir(&self, ino: Ino) -> FsResult<Inode> {
+        let i = self.inode(ino)?;
+        if i.attr.kind != FileKind::Dir {
+            return Err(FsError::new(ErrorCode::NotDir, format!("inode {ino} is not a directory")));
+        }
+        Ok(i)
+    }
+
+    /// Writes an inode that already exists.
+    pub fn put_inode(&mut self, i: &Inode) -> FsResult<()> {
+        let v = enc(i)?;
+        self.put(T::Inodes, &ino_key(i.attr.ino), v);
+        Ok(())
+    }
+
+    /// Writes a new inode (counted for statfs).
+    pub fn add_inode(&mut self, i: &Inode) -> FsResult<()> {
+        self.put_inode(i)?;
+        self.inode_delta += 1;
+        Ok(())
+    }
+
+    /// Reads, changes and writes back one inode.
+    pub fn update_inode(&mut self, ino: Ino, f: impl FnOnce(&mut Inode)) -> FsResult<Inode> {
+        let mut i = self.inode(ino)?;
+        f(&mut i);
+        self.put_inode(&i)?;
+        Ok(i)
+    }
+
+    /// Removes an inode record with its xattrs, default layout and orphan marker; queues its objects.
+    pub fn remove_inode(&mut self, i: &Inode) -> FsResult<()> {
+        let ino = i.attr.ino;
+        self.del(T::Inodes, &ino_key(ino));
+        self.inode_delta -= 1;
+        for k in self.scan(T::Xattrs, &xattr_prefix(ino))?.into_keys() {
+            self.del(T::Xattrs, &k);
+        }
+        if i.attr.kind == FileKind::Dir {
+            self.del(T::DirLayouts, &ino_key(ino));
+        }
+        self.set_orphan(ino, false);
+        if let Some(l) = &i.layout {
+            self.queue_destroy(l)?;
+        }
+        Ok(())
+    }
+
+    /// Puts a layout's objects into the destroy log, one entry per data server.
+    pub fn queue_destroy(&mut self, l: &Layout) -> FsResult<()> {
+        let mut per: BTreeMap<DsId, Vec<ObjectId>> = BTreeMap::new();
+        for t in &l.targets {
+            per.entry(t.ds).or_default().push(t.object);
+        }
+        for (ds, objects) in per {
+            let id = self.store.new_id()?;
+            let v = enc(&DestroyEntry { ds, objects })?;
+            self.put(T::Destroy, &id.to_be_bytes(), v);
+            self.destroys += 1;
+        }
+        Ok(())
+    }
+
+    pub fn set_orphan(&mut self, ino: Ino, orphan: bool) {
+        if orphan {
+            self.put(T::Meta, &orphan_key(ino), Vec::new());
+        } else {
+            self.del(T::Meta, &orphan_key(ino));
+        }
+    }
+
+    pub fn dentry(&self, parent: Ino, name: &str) -> FsResult<Option<Dentry>> {
+        self.get(T::Dentries, &dentry_key(parent, name))?.map(|b| dec(&b)).transpose()
+    }
+
+    /// Adds (or overwrites) an entry and its readdir position.
+    pub fn put_dentry(&mut self, parent: Ino, name: &str, d: Dentry) -> FsResult<()> {
+        let v = enc(&d)?;
+        self.put(T::Dentries, &dentry_key(parent, name), v);
+        self.put(T::Dirseq, &dirseq_key(parent, d.seq), name.as_bytes().to_vec());
+        Ok(())
+    }
+
+    pub fn del_dentry(&mut self, parent: Ino, name: &str, d: &Dentry) {
+        self.del(T::Dentries, &dentry_key(parent, name));
+        self.del(T::Dirseq, &dirseq_key(parent, d.seq));
+    }
+
+    /// Whether a directory has any entry.
+    pub fn dir_has_entries(&self, ino: Ino) -> FsResult<bool> {
+        let prefix = ino_key(ino);
+        for ((t, k), v) in &self.writes {
+            if *t == T::Dentries && v.is_some() && k.starts_with(&prefix) {
+                return Ok(true);
+            }
+        }
+        // Stop at the first entry this overlay has not deleted (directories can be huge).
+        for kv in self.store.tree(T::Dentries).scan_prefix(prefix) {
+            let (k, _) = kv.map_err(db_err)?;
+            if !matches!(self.writes.get(&(T::Dentries, k.to_vec())), Some(None)) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    pub fn dir_layout(&self, ino: Ino) -> FsResult<Option<LayoutSpec>> {
+        self.get(T::DirLayouts, &ino_key(ino))?.map(|b| dec(&b)).transpose()
+    }
+
+    pub fn set_dir_layout(&mut self, ino: Ino, spec: Option<LayoutSpec>) -> FsResult<()> {
+        match spec {
+            Some(s) => {
+                let v = enc(&s)?;
+                self.put(T::DirLayouts, &ino_key(ino), v)
+            }
+            None => self.del(T::DirLayouts, &ino_key(ino)),
+        }
+        Ok(())
+    }
+
+    /// Whether this overlay queued objects for destruction.
+    pub fn has_destroys(&self) -> bool {
+        self.destroys > 0
+    }
+
+    /// Applies every write as one transaction over the trees involved.
+    pub fn commit(self) -> FsResult<()> {
+        if self.writes.is_empty() {
+            return Ok(());
+        }
+        let mut involved: Vec<T> = self.writes.keys().map(|(t, _)| *t).collect();
+        involved.dedup(); // keys are sorted by tree first
+        let trees: Vec<Tree> = involved.iter().map(|t| self.store.tree(*t).clone()).collect();
+        let writes = &self.writes;
+        let res: Result<(), TransactionError<()>> = trees.as_slice().transaction(|view| {
+            for ((t, k), v) in writes {
+                let idx = involved.iter().position(|x| x == t).unwrap_or(0);
+                match v {
+                    Some(v) => {
+                        view[idx].insert(k.as_slice(), v.as_slice())?;
+                    }
+                    None => {
+                        view[idx].remove(k.as_slice())?;
+                    }
+                }
+            }
+            Ok(())
+        });
+        res.map_err(|e| db_err(format!("commit: {e:?}")))?;
+        self.store.inode_count.fetch_add(self.inode_delta, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlay_reads_own_writes_and_commits_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let mut tx = s.begin();
+        tx.put(T::Xattrs, &xattr_key(5, "user.a"), b"1".to_vec());
+        tx.put(T::Xattrs, &xattr_key(5, "user.b"), b"2".to_vec());
+        tx.put(T::Meta, b"x", b"y".to_vec());
+        assert_eq!(tx.get(T::Xattrs, &xattr_key(5, "user.a")).unwrap(), Some(b"1".to_vec()));
+        tx.del(T::Xattrs, &xattr_key(5, "user.a"));
+        assert_eq!(tx.scan(T::Xattrs, &xattr_prefix(5)).unwrap().len(), 1);
+        assert!(s.tree(T::Meta).get(b"x").unwrap().is_none());
+        tx.commit().unwrap();
+        assert_eq!(s.tree(T::Meta).get(b"x").unwrap().unwrap().as_ref(), b"y");
+        assert_eq!(s.tree(T::Xattrs).len(), 1);
+        let a = s.new_id().unwrap();
+        let b = s.new_id().unwrap();
+        assert!(b > a && a > 0);
+        assert!(s.new_ino().unwrap() > 1);
+    }
+}

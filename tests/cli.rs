@@ -1,0 +1,105 @@
+//! The embedded default end to end: `tessera up` starts a cluster of real processes, the CLI uses it,
+//! Ctrl-C (SIGINT) stops every child, and a second `up` on the same directory finds the data again.
+
+mod common;
+
+use common::{bin, pattern};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Up {
+    child: Child,
+    config: PathBuf,
+}
+
+fn up(dir: &Path) -> Up {
+    let mut child = Command::new(bin("tessera"))
+        .args(["up", "--ds", "3", "--port-base", "0", "--dir"])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn tessera up");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(p) = line.strip_prefix("TESSERA UP ") {
+                let _ = tx.send(PathBuf::from(p.trim()));
+            }
+        }
+    });
+    let config = rx.recv_timeout(Duration::from_secs(60)).expect("tessera up did not come up");
+    Up { child, config }
+}
+
+fn stop(mut u: Up) {
+    // SAFETY: plain kill(2) on our child's pid.
+    unsafe { libc::kill(u.child.id() as i32, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = u.child.try_wait().unwrap() {
+            assert!(status.success(), "tessera up exited with {status}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "tessera up did not stop on SIGINT");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn tessera(config: &Path, args: &[&str]) -> String {
+    let out = Command::new(bin("tessera")).arg("--config").arg(config).args(args).output().expect("run tessera");
+    assert!(out.status.success(), "tessera {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Server processes whose command line mentions `dir`.
+fn servers_running_in(dir: &Path) -> usize {
+    let needle = dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| (c.contains("tessera-mds") || c.contains("tessera-ds")) && c.contains(&needle))
+        .count()
+}
+
+#[test]
+fn up_cli_roundtrip_stop_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("local.bin");
+    let data = pattern(5, (9 << 20) + 12345);
+    std::fs::write(&local, &data).unwrap();
+    let fetched = dir.path().join("fetched.bin");
+    let cdir = dir.path().join("cluster");
+
+    let u = up(&cdir);
+    assert_eq!(servers_running_in(&cdir), 4);
+    tessera(&u.config, &["mkdir", "-p", "/demo/in"]);
+    tessera(&u.config, &["setstripe", "-S", "256K", "-c", "2", "/demo/in"]);
+    tessera(&u.config, &["put", "--quiet", local.to_str().unwrap(), "/demo/in/big.bin"]);
+    let stripe = tessera(&u.config, &["getstripe", "/demo/in/big.bin"]);
+    assert!(stripe.contains("262144") && stripe.contains('2'), "getstripe output: {stripe}");
+    tessera(&u.config, &["mv", "/demo/in/big.bin", "/demo/big.bin"]);
+    let ls = tessera(&u.config, &["ls", "-l", "/demo"]);
+    assert!(ls.contains("big.bin") && ls.contains(&data.len().to_string()), "ls output: {ls}");
+    let df = tessera(&u.config, &["df"]);
+    assert!(df.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).count() >= 3, "df output: {df}");
+    stop(u);
+    assert_eq!(servers_running_in(&cdir), 0, "children left running after SIGINT");
+
+    // Restart on the same directory: same data.
+    let u = up(&cdir);
+    tessera(&u.config, &["get", "--quiet", "/demo/big.bin", fetched.to_str().unwrap()]);
+    assert!(std::fs::read(&fetched).unwrap() == data, "data changed across restart");
+    let cat = Command::new(bin("tessera")).arg("--config").arg(&u.config).args(["cat", "/demo/big.bin"]).output().unwrap();
+    assert!(cat.stdout == data);
+    // Errors are clear and non-zero.
+    let out = Command::new(bin("tessera")).arg("--config").arg(&u.config).args(["stat", "/missing"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("No such file"), "{}", String::from_utf8_lossy(&out.stderr));
+    tessera(&u.config, &["rm", "-r", "/demo"]);
+    stop(u);
+}
