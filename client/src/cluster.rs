@@ -118,9 +118,9 @@ pub fn prepare(dir: &Path, n_ds: usize, port_base: u16, defaults: Defaults) -> F
                 tls: tls_of("mds"),
                 ds_options: Default::default(),
                 client: Default::default(),
-                // An explicit MTU: proto's automatic loopback MTU (65000) exceeds quinn's initial congestion
-                // window (14720 bytes), so no handshake packet could ever be sent. 8952 fits and stays large.
                 transport: TransportOptions::default(),
+                orchestrator: Default::default(),
+                metrics: Default::default(),
             }
         }
     };

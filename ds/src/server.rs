@@ -125,6 +125,9 @@ impl DsService {
                 Err(e) => Err(e),
             },
             DsRequest::Report => self.reporter.build().await.map(DsReply::Report),
+            DsRequest::Serve(_) | DsRequest::Locality => {
+                Err(FsError::new(tessera_proto::error::ErrorCode::Unsupported, "orchestration not available"))
+            }
         };
         (r, Bytes::new())
     }

@@ -307,6 +307,9 @@ impl Namespace {
             Q::GetLayout { ino } => self.get_layout(ino),
             Q::SetLayout { ino, spec } => self.durable(self.set_layout_sync(c, ino, spec)).await,
             Q::ClusterStatus => Ok(MdsReply::Cluster(self.stats.cluster_status())),
+            Q::LocalityReport(_) | Q::SetOrchestratorMode { .. } | Q::OrchestratorStatus => {
+                Err(FsError::new(tessera_proto::error::ErrorCode::Unsupported, "orchestrator not available"))
+            }
             Q::DsReport(r) => {
                 self.stats.record(r);
                 Ok(MdsReply::Ok)

@@ -48,6 +48,82 @@ pub struct ClusterConfig {
     pub client: ClientOptions,
     #[serde(default)]
     pub transport: TransportOptions,
+    #[serde(default)]
+    pub orchestrator: OrchestratorOptions,
+    #[serde(default)]
+    pub metrics: MetricsOptions,
+}
+
+/// IOrchestrator settings (specs/iorchestrator.md); the mode can be switched at run time.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct OrchestratorOptions {
+    /// off | even | iorchestrator
+    pub mode: String,
+    pub window_ms: u32,
+    /// Smallest slice, as a fraction of the window (nothing starves).
+    pub min_slice_fraction: f64,
+    /// Condition 1: std-dev of SL_i and of SL_ij across servers below this fraction of the mean.
+    pub consistency_threshold: f64,
+    /// Condition 2: sum SL_i / sum SL_ij at least this.
+    pub locality_ratio: f64,
+    /// How often data servers report locality statistics.
+    pub report_interval_ms: u64,
+    /// Windows of silence after which data servers fall back to work-conserving service.
+    pub fallback_windows: u32,
+    /// A job with no request for this long is no longer considered running.
+    pub job_idle_ms: u64,
+}
+
+impl Default for OrchestratorOptions {
+    fn default() -> Self {
+        OrchestratorOptions {
+            mode: "iorchestrator".into(),
+            window_ms: 500,
+            min_slice_fraction: 0.05,
+            consistency_threshold: 0.2,
+            locality_ratio: 1.5,
+            report_interval_ms: 100,
+            fallback_windows: 2,
+            job_idle_ms: 1000,
+        }
+    }
+}
+
+/// Prometheus text-format metrics over HTTP (`GET /metrics`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsOptions {
+    /// Address of the MDS's metrics endpoint (none = off).
+    pub mds_addr: Option<String>,
+    /// Port of each data server's metrics endpoint = this + ds id, on the DS's host (none = off).
+    pub ds_base_port: Option<u16>,
+}
+
+/// Parameters of the emulated rotating disk (`device_model = "hdd"`); defaults: a 7200 rpm SATA disk.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HddParams {
+    pub track_to_track_ms: f64,
+    pub average_seek_ms: f64,
+    pub full_stroke_ms: f64,
+    pub rpm: f64,
+    pub media_rate_mb_s: f64,
+    /// Size of the emulated disk; seek distances are relative to it.
+    pub capacity_gb: f64,
+}
+
+impl Default for HddParams {
+    fn default() -> Self {
+        HddParams {
+            track_to_track_ms: 0.8,
+            average_seek_ms: 8.5,
+            full_stroke_ms: 17.0,
+            rpm: 7200.0,
+            media_rate_mb_s: 78.0,
+            capacity_gb: 500.0,
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -93,11 +169,22 @@ pub struct DsOptions {
     pub device_queue_depth: u32,
     /// Fsync every write before acknowledging it (like `sync` exports); normally only on fsync/`sync` flag.
     pub sync_writes: bool,
+    /// Address space reserved per object in the server's volume: object k's data lies at
+    /// base(k) + offset, base(k) = k-th allocation * reservation. Sets on-disk distances between files.
+    pub object_reservation_bytes: u64,
+    pub hdd: HddParams,
 }
 
 impl Default for DsOptions {
     fn default() -> Self {
-        DsOptions { report_interval_ms: 1000, device_model: "none".into(), device_queue_depth: 8, sync_writes: false }
+        DsOptions {
+            report_interval_ms: 1000,
+            device_model: "none".into(),
+            device_queue_depth: 8,
+            sync_writes: false,
+            object_reservation_bytes: 1 << 30,
+            hdd: HddParams::default(),
+        }
     }
 }
 

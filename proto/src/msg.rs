@@ -236,6 +236,12 @@ pub enum MdsRequest {
     DsReport(DsReport),
     /// Cluster status for `tessera df`.
     ClusterStatus,
+    /// A data server's locality statistics (role ds only; every `orchestrator.report_interval_ms`).
+    LocalityReport(LocalityReport),
+    /// Switches the orchestrator at run time (admin role, or root caller).
+    SetOrchestratorMode { mode: OrchestratorMode },
+    /// What the orchestrator sees and decides (`tessera jobs`, `tessera orchestrator status`).
+    OrchestratorStatus,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -263,6 +269,143 @@ pub enum MdsReply {
     Layout(Layout),
     DirLayout(LayoutSpec),
     Cluster(Vec<DsStatus>),
+    Orchestrator(OrchestratorStatus),
+}
+
+// ---------------------------------------------------------------------------------------------
+// Orchestration (IOrchestrator, specs/iorchestrator.md)
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum OrchestratorMode {
+    /// Vanilla: every data server serves work-conserving.
+    Off,
+    /// Dedicated slices of equal length.
+    Even,
+    /// Dedicated slices inversely proportional to reuse distance (the paper).
+    #[default]
+    IOrchestrator,
+}
+
+impl OrchestratorMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrchestratorMode::Off => "off",
+            OrchestratorMode::Even => "even",
+            OrchestratorMode::IOrchestrator => "iorchestrator",
+        }
+    }
+}
+
+impl std::str::FromStr for OrchestratorMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(OrchestratorMode::Off),
+            "even" => Ok(OrchestratorMode::Even),
+            "iorchestrator" => Ok(OrchestratorMode::IOrchestrator),
+            _ => Err(format!("unknown orchestrator mode '{s}' (off, even, iorchestrator)")),
+        }
+    }
+}
+
+impl std::fmt::Display for OrchestratorMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One program's locality at one data server (EWMA values, spec: SL_ij and RD_ij).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct JobLocality {
+    pub job: String,
+    /// SL_ij: EWMA of the address gap between consecutive requests of this job here, bytes.
+    pub sl: f64,
+    /// RD_ij: EWMA of the time between consecutive requests of this job here, microseconds. Only
+    /// meaningful while the job's object is being served (`rd_valid`).
+    pub rd_us: f64,
+    pub rd_valid: bool,
+    /// Requests of this job served since the previous report.
+    pub requests: u64,
+    pub bytes: u64,
+}
+
+/// A data server's locality statistics.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct LocalityReport {
+    pub ds: DsId,
+    /// SL_i: EWMA of the address gap between consecutive requests of any job, bytes.
+    pub sl: f64,
+    /// SeekTime_i: the expected cost of leaving to serve others, microseconds.
+    pub seek_time_us: f64,
+    pub jobs: Vec<JobLocality>,
+    /// RD of the "others" object (all ineligible jobs together) while it was served, microseconds.
+    pub others_rd_us: Option<f64>,
+    /// The serve epoch this server currently follows (0 = work-conserving).
+    pub epoch: u64,
+}
+
+/// Which requests a data server releases to its device.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum ServeTarget {
+    /// Work-conserving: everything.
+    All,
+    /// Dedicated service to one program.
+    Job(String),
+    /// Every program except the eligible ones (the paper's object m+1).
+    Others { eligible: Vec<String> },
+}
+
+/// The orchestrator's command at a slice start.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ServeCommand {
+    /// Increases with every command; older commands are ignored.
+    pub epoch: u64,
+    pub target: ServeTarget,
+    /// Length of this slice, milliseconds.
+    pub slice_ms: u32,
+    /// If no newer command arrives within this many milliseconds, the server falls back to
+    /// work-conserving service (the orchestrator must never be able to hang I/O).
+    pub fallback_ms: u32,
+}
+
+/// One scheduling object of the current plan.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct PlanSlice {
+    /// The job, or "(others)".
+    pub label: String,
+    pub target: ServeTarget,
+    pub slice_ms: f64,
+    /// Mean reuse distance used for the slice, microseconds (None: not measured yet).
+    pub rd_us: Option<f64>,
+}
+
+/// A program as the orchestrator sees it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct JobView {
+    pub job: String,
+    pub eligible: bool,
+    /// Why (not) eligible: which condition passed or failed, with the numbers.
+    pub reason: String,
+    /// Per server: (ds, SL_ij bytes, RD_ij microseconds if valid).
+    pub servers: Vec<(DsId, f64, Option<f64>)>,
+    /// Share of the window this job's object gets (0 when it is served among the others).
+    pub slice_share: f64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct OrchestratorStatus {
+    pub mode: OrchestratorMode,
+    pub window_ms: u32,
+    /// Per server: (ds, SL_i bytes, SeekTime_i microseconds, report age ms).
+    pub servers: Vec<(DsId, f64, f64, u64)>,
+    pub jobs: Vec<JobView>,
+    pub plan: Vec<PlanSlice>,
+    /// Spread of the servers' switch times at the last slice start, microseconds.
+    pub last_switch_skew_us: Option<u64>,
+    /// Median switch skew over recent slices, microseconds.
+    pub median_switch_skew_us: Option<u64>,
+    pub windows_run: u64,
 }
 
 /// Every MDS request is sent together with the caller's credentials.
@@ -321,6 +464,10 @@ pub enum DsRequest {
     },
     /// This server's report (the same it sends to the MDS).
     Report,
+    /// Orchestrator: which requests to release from now on (role mds only).
+    Serve(ServeCommand),
+    /// This server's current locality statistics.
+    Locality,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -343,6 +490,9 @@ pub enum DsReply {
     },
     Objects(Vec<(ObjectId, u64)>),
     Report(DsReport),
+    /// A `Serve` command was applied at this wall-clock time (microseconds since the Unix epoch).
+    Switched { epoch: u64, at_unix_us: u64 },
+    Locality(LocalityReport),
 }
 
 pub type DsResponse = FsResult<DsReply>;
