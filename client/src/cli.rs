@@ -174,6 +174,12 @@ enum Cmd {
     Df,
     /// Check that the MDS and every data server answer, with round-trip times.
     Ping,
+    /// Mount the file system with FUSE: runs `tessera-fuse` (installed next to `tessera`) with these arguments.
+    Mount {
+        /// MOUNTPOINT [--daemon] [--allow-other] [-o OPTS] (see `tessera-fuse --help`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -429,6 +435,20 @@ fn init_tracing() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
+/// `tessera mount ...`: replaces this process with the `tessera-fuse` next to it.
+fn exec_mount(config: Option<&Path>, args: &[String]) -> CliResult<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().map_err(|e| CliError::plain(format!("cannot find my own path: {e}")))?;
+    let fuse = exe.with_file_name("tessera-fuse");
+    let mut cmd = std::process::Command::new(&fuse);
+    cmd.args(args);
+    if let Some(c) = config {
+        cmd.arg("--config").arg(c);
+    }
+    let e = cmd.exec();
+    Err(CliError::plain(format!("cannot run {}: {e}", fuse.display())))
+}
+
 /// Entry point of the `tessera` binary.
 pub fn main_entry() -> ExitCode {
     let cli = Cli::parse();
@@ -470,6 +490,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
             ca_cmd(ca)?;
             return Ok(ExitCode::SUCCESS);
         }
+        Cmd::Mount { args } => return exec_mount(cli.config.as_deref(), args),
         Cmd::Up(a) => {
             let opts = UpOptions {
                 dir: a.dir.clone(),
@@ -484,7 +505,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
     }
     let c = connect(&cli).await?;
     match cli.cmd {
-        Cmd::Ca(_) | Cmd::Up(_) => {}
+        Cmd::Ca(_) | Cmd::Up(_) | Cmd::Mount { .. } => {}
         Cmd::Ls { long, path } => ls(&c, &path, long).await?,
         Cmd::Stat { path } => stat(&c, &path).await?,
         Cmd::Mkdir { parents, mode, path } => {

@@ -402,9 +402,9 @@ impl Namespace {
         tx.put_dentry(parent, name, Dentry { ino, kind, seq })?;
         let now = Timestamp::now();
         tx.update_inode(parent, |p| {
-            p.attr.size += 1;
+            p.attr.size = p.attr.size.saturating_add(1);
             if kind == FileKind::Dir {
-                p.attr.nlink += 1;
+                p.attr.nlink = p.attr.nlink.saturating_add(1);
             }
             p.attr.mtime = now;
             p.attr.ctime = now;
@@ -587,7 +587,7 @@ impl Namespace {
         self.parent_for_new(&tx, c, new_parent, new_name)?;
         let now = Timestamp::now();
         let i = tx.update_inode(ino, |i| {
-            i.attr.nlink += 1;
+            i.attr.nlink = i.attr.nlink.saturating_add(1);
             i.attr.ctime = now;
         })?;
         self.add_entry(&mut tx, new_parent, new_name, ino, i.attr.kind)?;

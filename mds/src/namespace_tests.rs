@@ -717,3 +717,25 @@ async fn concurrent_creates_and_renames() {
         assert_eq!(getattr(&ns, e.ino).await.nlink, 1);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_creates_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let ns = Arc::new(ns);
+    let t0 = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..32 {
+        let ns = ns.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..40 {
+                create(&ns, &root(), ROOT_INO, &format!("t{t}-{i}")).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(std::time::Duration::from_secs(60), t).await.unwrap().unwrap();
+    }
+    eprintln!("1280 creates in {:?}", t0.elapsed());
+    assert_eq!(getattr(&ns, ROOT_INO).await.size, 1280);
+}

@@ -6,10 +6,12 @@ use sled::transaction::TransactionError;
 use sled::{Db, Transactional, Tree};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use tessera_proto::error::ErrorCode;
 use tessera_proto::layout::{Layout, LayoutSpec};
 use tessera_proto::{wire, Attr, DsId, FileKind, FsError, FsResult, Ino, ObjectId};
+use tokio::sync::watch;
 
 /// The trees of the MDS database.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -118,6 +120,88 @@ pub struct Store {
     db: Db,
     trees: Vec<Tree>,
     inode_count: AtomicI64,
+    flusher: GroupCommit,
+}
+
+/// Group commit on a dedicated thread. (sled 0.34's `flush_async` deadlocks under concurrent
+/// callers — sled issue #1308 — so we batch waiters onto synchronous `flush` calls ourselves.)
+struct GroupCommit {
+    /// Tickets handed out; a flush that starts after ticket t was taken covers t.
+    next: Arc<AtomicU64>,
+    pending: Arc<(Mutex<FlushCtl>, Condvar)>,
+    done: watch::Receiver<FlushState>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct FlushCtl {
+    wanted: bool,
+    shutdown: bool,
+}
+
+#[derive(Clone, Default)]
+struct FlushState {
+    /// Highest ticket known durable (or failed, with `error`).
+    done: u64,
+    error: Option<Arc<str>>,
+}
+
+impl GroupCommit {
+    fn start(db: Db) -> FsResult<GroupCommit> {
+        let next = Arc::new(AtomicU64::new(0));
+        let pending = Arc::new((Mutex::new(FlushCtl::default()), Condvar::new()));
+        let (tx, done) = watch::channel(FlushState::default());
+        let (n, p) = (next.clone(), pending.clone());
+        let thread = std::thread::Builder::new()
+            .name("mds-flush".into())
+            .spawn(move || loop {
+                {
+                    let (m, cv) = &*p;
+                    let mut ctl = m.lock().unwrap_or_else(|e| e.into_inner());
+                    while !ctl.wanted && !ctl.shutdown {
+                        ctl = cv.wait(ctl).unwrap_or_else(|e| e.into_inner());
+                    }
+                    if !ctl.wanted {
+                        return;
+                    }
+                    ctl.wanted = false;
+                }
+                let target = n.load(Ordering::SeqCst);
+                let error = db.flush().err().map(|e| Arc::from(e.to_string()));
+                tx.send_replace(FlushState { done: target, error });
+            })
+            .map_err(|e| FsError::io(format!("flush thread: {e}")))?;
+        Ok(GroupCommit { next, pending, done, thread: Some(thread) })
+    }
+
+    async fn flush(&self) -> FsResult<()> {
+        let ticket = self.next.fetch_add(1, Ordering::SeqCst) + 1;
+        {
+            let (m, cv) = &*self.pending;
+            m.lock().unwrap_or_else(|e| e.into_inner()).wanted = true;
+            cv.notify_one();
+        }
+        let mut rx = self.done.clone();
+        let state =
+            rx.wait_for(|s| s.done >= ticket).await.map_err(|_| FsError::io("metadata flush thread stopped"))?.clone();
+        match state.error {
+            Some(e) => Err(db_err(format!("flush: {e}"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for GroupCommit {
+    fn drop(&mut self) {
+        {
+            let (m, cv) = &*self.pending;
+            m.lock().unwrap_or_else(|e| e.into_inner()).shutdown = true;
+            cv.notify_one();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Store {
@@ -131,7 +215,8 @@ impl Store {
             .open()
             .map_err(|e| FsError::io(format!("open metadata database {}: {e}", dir.display())))?;
         let trees = TREE_NAMES.iter().map(|n| db.open_tree(n)).collect::<Result<Vec<_>, _>>().map_err(db_err)?;
-        let store = Store { db, trees, inode_count: AtomicI64::new(0) };
+        let flusher = GroupCommit::start(db.clone())?;
+        let store = Store { db, trees, inode_count: AtomicI64::new(0), flusher };
         let meta = store.tree(T::Meta);
         match meta.get(FORMAT_KEY).map_err(db_err)? {
             None => {
@@ -169,9 +254,9 @@ impl Store {
         self.inode_count.load(Ordering::Relaxed).max(0) as u64
     }
 
-    /// Makes every committed change durable. Concurrent callers share sled's fsync (group commit).
+    /// Makes every committed change durable. Concurrent callers share one fsync (group commit).
     pub async fn flush(&self) -> FsResult<()> {
-        self.db.flush_async().await.map(|_| ()).map_err(db_err)
+        self.flusher.flush().await
     }
 
     pub fn flush_sync(&self) -> FsResult<()> {

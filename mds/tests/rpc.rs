@@ -30,12 +30,6 @@ impl Service for RecordingDs {
     }
 }
 
-/// 1200-byte datagrams: proto's automatic 65000-byte loopback MTU currently stalls the handshake
-/// (the first server datagram exceeds the initial congestion window and the anti-amplification limit).
-fn tuning() -> rpc::Tuning {
-    rpc::Tuning { mtu: 1200, ..Default::default() }
-}
-
 fn identity(dir: &Path, ca: &tls::CaPem, role: Role, name: &str) -> NodeIdentity {
     NodeIdentity::load(&tls::issue_to_dir(dir, ca, role, name, &["127.0.0.1".into()]).unwrap()).unwrap()
 }
@@ -54,13 +48,13 @@ async fn start() -> Cluster {
     let ca = tls::generate_ca("test").unwrap();
     tls::write_ca(dir.path(), &ca).unwrap();
     let ds_id = identity(dir.path(), &ca, Role::Ds, "ds0");
-    let ds_ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &ds_id, &tuning()).unwrap();
+    let ds_ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &ds_id, &Default::default()).unwrap();
     let ds_addr = ds_ep.local_addr().unwrap();
     let ds = Arc::new(RecordingDs::default());
     tokio::spawn(rpc::serve(ds_ep, ds.clone()));
     tls::issue_to_dir(dir.path(), &ca, Role::Mds, "mds", &["127.0.0.1".into()]).unwrap();
     let cfg = format!(
-        "[mds]\naddr = \"127.0.0.1:0\"\ndata_dir = \"db\"\n\n[[ds]]\nid = 0\naddr = \"{ds_addr}\"\n\n[[ds]]\nid = 1\naddr = \"127.0.0.1:9\"\n\n[defaults]\nstripe_size = 65536\nstripe_count = 1\n\n[transport]\nmtu = 1200\n\n[tls]\nca = \"ca.pem\"\ncert = \"mds.pem\"\nkey = \"mds.key\"\n"
+        "[mds]\naddr = \"127.0.0.1:0\"\ndata_dir = \"db\"\n\n[[ds]]\nid = 0\naddr = \"{ds_addr}\"\n\n[[ds]]\nid = 1\naddr = \"127.0.0.1:9\"\n\n[defaults]\nstripe_size = 65536\nstripe_count = 1\n\n[tls]\nca = \"ca.pem\"\ncert = \"mds.pem\"\nkey = \"mds.key\"\n"
     );
     std::fs::write(dir.path().join("mds.toml"), cfg).unwrap();
     let opts = tessera_mds::Options { config: dir.path().join("mds.toml"), data_dir: None, listen: None };
@@ -82,7 +76,7 @@ async fn start() -> Cluster {
 fn client(c: &Cluster, role: Role, name: &str) -> RpcPeer {
     let id = identity(c.dir.path(), &c.ca, role, name);
     let ep = rpc::client_endpoint(false).unwrap();
-    RpcPeer::new(ep, &id, Role::Mds, c.mds, tuning()).unwrap()
+    RpcPeer::new(ep, &id, Role::Mds, c.mds, Default::default()).unwrap()
 }
 
 async fn call(p: &RpcPeer, caller: &Caller, req: MdsRequest) -> FsResult<MdsReply> {
@@ -103,7 +97,6 @@ fn create(name: String) -> MdsRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_clients_reaches_data_servers_and_shuts_down() {
-    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
     let mut c = start().await;
     let me = Caller::current_process();
     let cl = client(&c, Role::Client, "c1");

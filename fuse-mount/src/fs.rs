@@ -1,0 +1,894 @@
+//! The `fuser::Filesystem`: every kernel request is answered from its own tokio task, with the calling
+//! process's credentials sent to the MDS (which enforces permissions) and its job id on the data path.
+
+use crate::creds::{Creds, Who};
+use crate::io::{Handle, OpenInode};
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags as FuseOpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
+};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+use tessera_client::mds_client::LayoutReply;
+use tessera_client::proto::types::NAME_MAX;
+use tessera_client::{
+    Attr, Caller, Client, ErrorCode, FileKind, FsError, FsResult, Ino, IoTag, MdsClient, OpenFlags, RenameFlags,
+    SetAttrs, TimeSet, Timestamp, XattrMode, ROOT_INO,
+};
+
+/// How long the kernel may cache attributes and entries.
+pub const TTL: Duration = Duration::from_secs(1);
+/// Largest write (and read) request: 1 MiB.
+pub const MAX_WRITE: u32 = 1 << 20;
+/// `st_blksize`: the I/O size programs should use.
+const BLKSIZE: u32 = 1 << 20;
+/// Directory entries asked from the MDS per kernel readdir (a reply holds about one page).
+const READDIR_BATCH: u32 = 128;
+/// Directory parents remembered for "..".
+const PARENTS_MAX: usize = 65536;
+
+/// Mount-time choices that change behaviour.
+#[derive(Clone, Debug, Default)]
+pub struct FsOptions {
+    /// Ask the kernel for READDIRPLUS (attributes with directory listings).
+    pub readdirplus: bool,
+}
+
+struct Inner {
+    client: Client,
+    creds: Creds,
+    opts: FsOptions,
+    handles: Mutex<HashMap<u64, Arc<Handle>>>,
+    next_fh: AtomicU64,
+    /// Open inodes with the number of handles on each.
+    inodes: Mutex<HashMap<Ino, (usize, Arc<OpenInode>)>>,
+    parents: Mutex<HashMap<Ino, Ino>>,
+}
+
+/// A handle on the file system's state that outlives the session (for a clean shutdown).
+#[derive(Clone)]
+pub struct FsState(Arc<Inner>);
+
+impl FsState {
+    /// Sends every buffered write and closes every handle still open (the daemon is going away).
+    pub async fn shutdown(&self) {
+        let handles: Vec<(u64, Arc<Handle>)> = match self.0.handles.lock() {
+            Ok(mut m) => m.drain().collect(),
+            Err(_) => return,
+        };
+        for (_, h) in handles {
+            if let Err(e) = h.inode.flush(&h.client, &h.mds).await {
+                tracing::warn!(ino = h.inode.ino, "writes lost at shutdown: {e}");
+            }
+            let _ = h.mds.close(h.inode.ino, h.mds_handle, None, false).await;
+        }
+    }
+}
+
+/// The file system handed to fuser.
+pub struct TesseraFs {
+    inner: Arc<Inner>,
+    rt: tokio::runtime::Handle,
+}
+
+fn errno(e: &FsError) -> Errno {
+    Errno::from_i32(e.code.errno())
+}
+
+fn err(code: ErrorCode, msg: &str) -> FsError {
+    FsError::new(code, msg)
+}
+
+/// A file name from the kernel as the MDS wants it.
+fn name_of(name: &OsStr) -> FsResult<String> {
+    let s = name.to_str().ok_or_else(|| FsError::invalid("file names must be UTF-8"))?;
+    if s.len() > NAME_MAX {
+        return Err(err(ErrorCode::NameTooLong, "name longer than 255 bytes"));
+    }
+    Ok(s.to_string())
+}
+
+fn file_type(k: FileKind) -> FileType {
+    match k {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDev => FileType::CharDevice,
+        FileKind::BlockDev => FileType::BlockDevice,
+    }
+}
+
+pub fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        atime: a.atime.to_system_time(),
+        mtime: a.mtime.to_system_time(),
+        ctime: a.ctime.to_system_time(),
+        crtime: a.crtime.to_system_time(),
+        kind: file_type(a.kind),
+        perm: (a.perm & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: BLKSIZE,
+        flags: 0,
+    }
+}
+
+fn time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(t) => TimeSet::At(Timestamp::from_system_time(t)),
+    }
+}
+
+/// Who is asking, from the request header (resolved inside the task: it reads /proc).
+#[derive(Clone, Copy)]
+struct Key {
+    pid: u32,
+    uid: u32,
+    gid: u32,
+}
+
+fn key(req: &Request) -> Key {
+    Key { pid: req.pid(), uid: req.uid(), gid: req.gid() }
+}
+
+impl Inner {
+    fn who(&self, k: Key) -> Arc<Who> {
+        self.creds.get(k.pid, k.uid, k.gid)
+    }
+
+    fn mds(&self, k: Key) -> MdsClient {
+        self.client.mds().with_caller(self.who(k).caller.clone())
+    }
+
+    fn handle(&self, fh: FileHandle) -> FsResult<Arc<Handle>> {
+        self.handles
+            .lock()
+            .map_err(|_| FsError::io("handle table poisoned"))?
+            .get(&fh.0)
+            .cloned()
+            .ok_or_else(|| err(ErrorCode::Invalid, "unknown file handle"))
+    }
+
+    fn open_inode(&self, ino: Ino) -> Option<Arc<OpenInode>> {
+        self.inodes.lock().ok()?.get(&ino).map(|(_, i)| i.clone())
+    }
+
+    /// Attributes as this mount sees them: our unreported writes extend the size and move mtime.
+    fn fix(&self, mut a: Attr) -> Attr {
+        if a.kind == FileKind::File {
+            if let Some(i) = self.open_inode(a.ino) {
+                let (end, last) = i.local_state();
+                a.size = a.size.max(end);
+                if let Some(t) = last {
+                    a.mtime = a.mtime.max(t);
+                    a.ctime = a.ctime.max(t);
+                }
+            }
+        }
+        a
+    }
+
+    fn fattr(&self, a: Attr) -> FileAttr {
+        file_attr(&self.fix(a))
+    }
+
+    fn note_parent(&self, a: &Attr, parent: Ino) {
+        if a.kind == FileKind::Dir {
+            if let Ok(mut p) = self.parents.lock() {
+                if p.len() >= PARENTS_MAX {
+                    p.clear();
+                }
+                p.insert(a.ino, parent);
+            }
+        }
+    }
+
+    fn parent_of(&self, ino: Ino) -> Ino {
+        if ino == ROOT_INO {
+            return ROOT_INO;
+        }
+        self.parents.lock().ok().and_then(|p| p.get(&ino).copied()).unwrap_or(ino)
+    }
+
+    /// Opens `ino` for `who` with `flags` (open(2) flags); `mds` carries the credentials of the open.
+    async fn open(&self, who: &Who, mds: &MdsClient, ino: Ino, flags: i32) -> FsResult<(u64, Attr)> {
+        let acc = flags & libc::O_ACCMODE;
+        let truncate = flags & libc::O_TRUNC != 0;
+        let write = acc == libc::O_WRONLY || acc == libc::O_RDWR || truncate;
+        let of = OpenFlags { read: acc == libc::O_RDONLY || acc == libc::O_RDWR, write, truncate };
+        let opened = mds.open(ino, of).await?;
+        let fail = |e: FsError| async move {
+            let _ = mds.close(ino, opened.handle, None, false).await;
+            Err(e)
+        };
+        if opened.attr.kind != FileKind::File {
+            let code = if opened.attr.kind == FileKind::Dir { ErrorCode::IsDir } else { ErrorCode::Invalid };
+            return fail(err(code, "not a regular file")).await;
+        }
+        let layout = match opened.layout {
+            Some(l) => l,
+            None => match mds.get_layout(ino).await {
+                Ok(LayoutReply::File(l)) => l,
+                Ok(LayoutReply::Dir(_)) => return fail(FsError::protocol("directory layout for a file")).await,
+                Err(e) => return fail(e).await,
+            },
+        };
+        let inode = {
+            let mut m = self.inodes.lock().map_err(|_| FsError::io("inode table poisoned"))?;
+            let e = m.entry(ino).or_insert_with(|| (0, Arc::new(OpenInode::new(ino, layout))));
+            e.0 += 1;
+            e.1.clone()
+        };
+        if truncate {
+            inode.truncated(0);
+        }
+        let tag = IoTag { job: who.job.clone(), client: self.client.client_id(), ino };
+        let client = self.client.clone().with_caller(mds.caller().clone());
+        let h = Arc::new(Handle::new(inode, opened.handle, tag, client, write, opened.attr.size));
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().map_err(|_| FsError::io("handle table poisoned"))?.insert(fh, h);
+        Ok((fh, self.fix(opened.attr)))
+    }
+
+    async fn release(&self, fh: FileHandle) -> FsResult<()> {
+        let h = self
+            .handles
+            .lock()
+            .map_err(|_| FsError::io("handle table poisoned"))?
+            .remove(&fh.0)
+            .ok_or_else(|| err(ErrorCode::Invalid, "unknown file handle"))?;
+        let ino = h.inode.ino;
+        let flushed = if h.wrote.load(Ordering::Acquire) { h.inode.flush(&h.client, &h.mds).await } else { Ok(()) };
+        // Reported by the flush: the close need not move size or mtime again.
+        let (size, wrote) = match &flushed {
+            Ok(()) => (None, false),
+            Err(_) => (Some(h.inode.local_state().0), h.wrote.load(Ordering::Acquire)),
+        };
+        let closed = h.mds.close(ino, h.mds_handle, size, wrote).await;
+        if let Ok(mut m) = self.inodes.lock() {
+            if let Some(e) = m.get_mut(&ino) {
+                e.0 -= 1;
+                if e.0 == 0 {
+                    m.remove(&ino);
+                }
+            }
+        }
+        flushed?;
+        closed
+    }
+
+    async fn setattr(&self, k: Key, ino: Ino, set: SetAttrs, fh: Option<FileHandle>) -> FsResult<Attr> {
+        let mds = self.mds(k);
+        let inode = self.open_inode(ino);
+        if let Some(i) = &inode {
+            if set.size.is_some() || set.mtime.is_some() {
+                // Earlier writes land (and are reported) before the truncate or the explicit mtime.
+                let h = fh.and_then(|fh| self.handle(fh).ok());
+                let m = h.as_ref().map(|h| h.mds.clone()).unwrap_or_else(|| mds.clone());
+                i.flush(&self.client, &m).await?;
+            }
+        }
+        let only_size = set.perm.is_none() && set.uid.is_none() && set.gid.is_none() && set.atime.is_none();
+        let writable_fh = fh.and_then(|fh| self.handle(fh).ok()).is_some_and(|h| h.writable);
+        let attr = if set == SetAttrs::default() {
+            mds.getattr(ino).await?
+        } else if only_size && set.mtime.is_none() && writable_fh {
+            // ftruncate on a descriptor open for writing: allowed whatever the mode is now.
+            mds.with_caller(Caller::root()).setattr(ino, set.clone()).await?
+        } else {
+            mds.setattr(ino, set.clone()).await?
+        };
+        if let (Some(s), Some(i)) = (set.size, &inode) {
+            i.truncated(s);
+        }
+        Ok(self.fix(attr))
+    }
+
+    async fn readdir_page(&self, k: Key, ino: Ino, offset: u64) -> FsResult<Vec<(Ino, u64, FileKind, String)>> {
+        let mut out = Vec::new();
+        if offset == 0 {
+            out.push((ino, 1, FileKind::Dir, ".".to_string()));
+        }
+        if offset <= 1 {
+            out.push((self.parent_of(ino), 2, FileKind::Dir, "..".to_string()));
+        }
+        let cookie = offset.saturating_sub(2);
+        for e in self.mds(k).readdir(ino, cookie, READDIR_BATCH).await? {
+            let next = e.next_offset.checked_add(2).ok_or_else(|| FsError::protocol("readdir cookie overflow"))?;
+            out.push((e.ino, next, e.kind, e.name));
+        }
+        Ok(out)
+    }
+}
+
+impl TesseraFs {
+    pub fn new(client: Client, opts: FsOptions, rt: tokio::runtime::Handle) -> TesseraFs {
+        let inner = Inner {
+            client,
+            creds: Creds::new(),
+            opts,
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            inodes: Mutex::new(HashMap::new()),
+            parents: Mutex::new(HashMap::new()),
+        };
+        TesseraFs { inner: Arc::new(inner), rt }
+    }
+
+    pub fn state(&self) -> FsState {
+        FsState(self.inner.clone())
+    }
+
+    /// Runs `f` with the shared state on the runtime: slow requests never hold up others.
+    fn spawn<F, Fut>(&self, f: F)
+    where
+        F: FnOnce(Arc<Inner>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.rt.spawn(f(self.inner.clone()));
+    }
+}
+
+macro_rules! name_or_reply {
+    ($name:expr, $reply:expr) => {
+        match name_of($name) {
+            Ok(n) => n,
+            Err(e) => return $reply.error(errno(&e)),
+        }
+    };
+}
+
+fn reply_entry(inner: &Inner, reply: ReplyEntry, r: FsResult<Attr>) {
+    match r {
+        Ok(a) => reply.entry(&TTL, &inner.fattr(a), Generation(0)),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, r: FsResult<()>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn reply_xattr(reply: ReplyXattr, size: u32, r: FsResult<Vec<u8>>) {
+    match r {
+        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+        Ok(v) => reply.data(&v),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+impl Filesystem for TesseraFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(MAX_WRITE);
+        // As much read-ahead as the kernel allows (it caps it at what it offered).
+        if let Err(max) = config.set_max_readahead(u32::MAX) {
+            let _ = config.set_max_readahead(max);
+        }
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        let mut wanted = vec![
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_ASYNC_DIO,
+            InitFlags::FUSE_AUTO_INVAL_DATA,
+            InitFlags::FUSE_BIG_WRITES,
+            InitFlags::FUSE_MAX_PAGES,
+        ];
+        if self.inner.opts.readdirplus {
+            wanted.push(InitFlags::FUSE_DO_READDIRPLUS);
+            wanted.push(InitFlags::FUSE_READDIRPLUS_AUTO);
+        }
+        for f in wanted {
+            if config.add_capabilities(f).is_err() {
+                tracing::debug!("kernel lacks FUSE capability {f:?}");
+            }
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = name_or_reply!(name, reply);
+        let k = key(req);
+        self.spawn(move |inner| async move {
+            let r = inner.mds(k).lookup(parent.0, &name).await.map(|(a, _)| a);
+            if let Ok(a) = &r {
+                inner.note_parent(a, parent.0);
+            }
+            reply_entry(&inner, reply, r);
+        });
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let k = key(req);
+        self.spawn(move |inner| async move {
+            match inner.mds(k).getattr(ino.0).await {
+                Ok(a) => reply.attr(&TTL, &inner.fattr(a)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let k = key(req);
+        let set = SetAttrs {
+            perm: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+        };
+        self.spawn(move |inner| async move {
+            match inner.setattr(k, ino.0, set, fh).await {
+                Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let k = key(req);
+        self.spawn(move |inner| async move {
+            match inner.mds(k).readlink(ino.0).await {
+                Ok(t) => reply.data(t.as_bytes()),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let name = name_or_reply!(name, reply);
+        let k = key(req);
+        self.spawn(move |inner| async move {
+            let kind = if mode & libc::S_IFMT == 0 { Some(FileKind::File) } else { FileKind::from_mode(mode) };
+            let r = match kind {
+                None | Some(FileKind::Dir) | Some(FileKind::Symlink) => Err(FsError::invalid("mknod of this type")),
+                Some(kind) => {
+                    let perm = mode & 0o7777 & !umask;
+                    inner.mds(k).create(parent.0, &name, kind, perm, rdev, true, None).await.map(|(a, _)| a)
+                }
+            };
+            reply_entry(&inner, reply, r);
+        });
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let name = name_or_reply!(name, reply);
+        let k = key(req);
+        self.spawn(move |inner| async move {
+            let r = inner.mds(k).mkdir(parent.0, &name, mode & 0o7777 & !umask).await;
+            if let Ok(a) = &r {
+                inner.note_parent(a, parent.0);
+            }
+            reply_entry(&inner, reply, r);
+        });
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name_or_reply!(name, reply);
+        let k = key(req);
+        self.spawn(move |inner| async move { reply_empty(reply, inner.mds(k).unlink(parent.0, &name).await) });
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name_or_reply!(name, reply);
+        let k = key(req);
+        self.spawn(move |inner| async move { reply_empty(reply, inner.mds(k).rmdir(parent.0, &name).await) });
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let name = name_or_reply!(link_name, reply);
+        let Some(target) = target.to_str().map(str::to_string) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let k = key(req);
+        self.spawn(move |inner| async move {
+            let r = inner.mds(k).symlink(parent.0, &name, &target).await;
+            reply_entry(&inner, reply, r);
+        });
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let name = name_or_reply!(name, reply);
+        let newname = name_or_reply!(newname, reply);
+        let known = fuser::RenameFlags::RENAME_NOREPLACE | fuser::RenameFlags::RENAME_EXCHANGE;
+        if !known.contains(flags) {
+            return reply.error(Errno::EINVAL);
+        }
+        let rf = RenameFlags {
+            noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
+        };
+        let k = key(req);
+        self.spawn(move |inner| async move {
+            let r = inner.mds(k).rename(parent.0, &name, newparent.0, &newname, rf).await;
+            reply_empty(reply, r)
+        });
+    }
+
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let name = name_or_reply!(newname, reply);
+        let k = key(req);
+        self.spawn(move |inner| async move {
+            let r = inner.mds(k).link(ino.0, newparent.0, &name).await;
+            reply_entry(&inner, reply, r);
+        });
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: FuseOpenFlags, reply: ReplyOpen) {
+        let k = key(req);
+        self.spawn(move |inner| async move {
+            let who = inner.who(k);
+            let mds = inner.client.mds().with_caller(who.caller.clone());
+            match inner.open(&who, &mds, ino.0, flags.0).await {
+                Ok((fh, _)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: FuseOpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.spawn(move |inner| async move {
+            let r = match inner.handle(fh) {
+                Ok(h) => h.read(offset, size as u64).await,
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok(d) => reply.data(&d),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: FuseOpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let h = match self.inner.handle(fh) {
+            Ok(h) => h,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let len = data.len() as u32;
+        // Buffering copies the bytes; do it here so the request buffer can be reused at once.
+        let data = bytes::Bytes::copy_from_slice(data);
+        self.spawn(move |_inner| async move {
+            match h.write(offset, &data).await {
+                Ok(()) => reply.written(len),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        self.spawn(move |inner| async move {
+            let r = match inner.handle(fh) {
+                Ok(h) if h.wrote.load(Ordering::Acquire) => h.inode.flush(&h.client, &h.mds).await,
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            };
+            reply_empty(reply, r)
+        });
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: FuseOpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(move |inner| async move {
+            let r = inner.release(fh).await;
+            if let Err(e) = &r {
+                tracing::warn!("release: {e}");
+            }
+            reply_empty(reply, r)
+        });
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.spawn(move |inner| async move {
+            let r = match inner.handle(fh) {
+                Ok(h) => h.inode.fsync(&h.client, &h.mds, &h.tag).await,
+                Err(e) => Err(e),
+            };
+            reply_empty(reply, r)
+        });
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
+        let k = key(req);
+        self.spawn(move |inner| async move {
+            match inner.mds(k).access(ino.0, libc::R_OK as u32).await {
+                Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn readdir(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let k = key(req);
+        self.spawn(move |inner| async move {
+            match inner.readdir_page(k, ino.0, offset).await {
+                Ok(entries) => {
+                    for (ino, next, kind, name) in entries {
+                        if reply.add(INodeNo(ino), next, file_type(kind), &name) {
+                            break;
+                        }
+                    }
+                    reply.ok()
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn readdirplus(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let k = key(req);
+        self.spawn(move |inner| async move {
+            let entries = match inner.readdir_page(k, ino.0, offset).await {
+                Ok(e) => e,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            let mds = inner.mds(k);
+            let attrs = futures::future::join_all(entries.iter().map(|(i, _, _, _)| mds.getattr(*i))).await;
+            for ((ino, next, _, name), attr) in entries.into_iter().zip(attrs) {
+                // An entry removed meanwhile is skipped.
+                let Ok(attr) = attr else { continue };
+                if reply.add(INodeNo(ino), next, &name, &TTL, &inner.fattr(attr), Generation(0)) {
+                    break;
+                }
+            }
+            reply.ok()
+        });
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: FuseOpenFlags, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        // Metadata changes are durable when the MDS answers.
+        reply.ok();
+    }
+
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let k = key(req);
+        self.spawn(move |inner| async move {
+            match inner.mds(k).statfs().await {
+                Ok(s) => {
+                    let bs = s.block_size.max(512);
+                    let name_max = if s.name_max == 0 { NAME_MAX as u32 } else { s.name_max };
+                    reply.statfs(s.blocks, s.blocks_free, s.blocks_avail, s.files, s.files_free, bs, name_max, bs)
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let name = name_or_reply!(name, reply);
+        if position != 0 {
+            return reply.error(Errno::EINVAL);
+        }
+        let mode = match flags {
+            0 => XattrMode::Any,
+            libc::XATTR_CREATE => XattrMode::Create,
+            libc::XATTR_REPLACE => XattrMode::Replace,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let value = value.to_vec();
+        let k = key(req);
+        self.spawn(
+            move |inner| async move { reply_empty(reply, inner.mds(k).setxattr(ino.0, &name, value, mode).await) },
+        );
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let name = name_or_reply!(name, reply);
+        let k = key(req);
+        self.spawn(move |inner| async move {
+            let r = inner.mds(k).getxattr(ino.0, &name).await;
+            reply_xattr(reply, size, r)
+        });
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let k = key(req);
+        self.spawn(move |inner| async move {
+            let r = inner.mds(k).listxattr(ino.0).await.map(|names| {
+                let mut out = Vec::new();
+                for n in names {
+                    out.extend_from_slice(n.as_bytes());
+                    out.push(0);
+                }
+                out
+            });
+            reply_xattr(reply, size, r)
+        });
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name_or_reply!(name, reply);
+        let k = key(req);
+        self.spawn(move |inner| async move { reply_empty(reply, inner.mds(k).removexattr(ino.0, &name).await) });
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let k = key(req);
+        self.spawn(
+            move |inner| async move { reply_empty(reply, inner.mds(k).access(ino.0, mask.bits() as u32).await) },
+        );
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let name = name_or_reply!(name, reply);
+        let k = key(req);
+        self.spawn(move |inner| async move {
+            let r: FsResult<(u64, Attr)> = async {
+                let kind = if mode & libc::S_IFMT == 0 { Some(FileKind::File) } else { FileKind::from_mode(mode) };
+                if kind != Some(FileKind::File) {
+                    return Err(FsError::invalid("create of a non-regular file"));
+                }
+                let who = inner.who(k);
+                let mds = inner.client.mds().with_caller(who.caller.clone());
+                let perm = mode & 0o7777 & !umask;
+                let excl = flags & libc::O_EXCL != 0;
+                match mds.create(parent.0, &name, FileKind::File, perm, 0, true, None).await {
+                    // New file: its creator may open it as asked whatever its mode (open(2) with O_CREAT).
+                    Ok((a, _)) => {
+                        let root = mds.with_caller(Caller::root());
+                        let (fh, _) = inner.open(&who, &root, a.ino, flags & !libc::O_TRUNC).await?;
+                        Ok((fh, inner.fix(a)))
+                    }
+                    Err(e) if e.code == ErrorCode::Exists && !excl => {
+                        let (a, _) = mds.lookup(parent.0, &name).await?;
+                        inner.open(&who, &mds, a.ino, flags).await
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            .await;
+            match r {
+                Ok((fh, a)) => reply.created(&TTL, &file_attr(&a), Generation(0), FileHandle(fh), FopenFlags::empty()),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        self.spawn(move |inner| async move {
+            let r: Result<i64, Errno> = async {
+                let h = inner.handle(fh).map_err(|e| errno(&e))?;
+                let size = h.size(true).await.map_err(|e| errno(&e))? as i64;
+                match whence {
+                    // The whole file counts as data, with one hole at its end.
+                    libc::SEEK_DATA | libc::SEEK_HOLE if offset < 0 || offset >= size => {
+                        Err(Errno::from_i32(libc::ENXIO))
+                    }
+                    libc::SEEK_DATA => Ok(offset),
+                    libc::SEEK_HOLE => Ok(size),
+                    _ => Err(Errno::EINVAL),
+                }
+            }
+            .await;
+            match r {
+                Ok(o) => reply.offset(o),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_attrs() {
+        assert!(name_of(OsStr::new("ok")).is_ok());
+        assert_eq!(name_of(OsStr::new(&"x".repeat(256))).unwrap_err().code, ErrorCode::NameTooLong);
+        let a = Attr {
+            ino: 7,
+            kind: FileKind::Fifo,
+            perm: 0o4755,
+            nlink: 2,
+            uid: 1,
+            gid: 2,
+            size: 513,
+            atime: Timestamp { secs: 5, nanos: 6 },
+            mtime: Timestamp::default(),
+            ctime: Timestamp::default(),
+            crtime: Timestamp::default(),
+            rdev: 0,
+        };
+        let f = file_attr(&a);
+        assert_eq!((f.ino, f.kind, f.perm, f.blocks, f.nlink), (INodeNo(7), FileType::NamedPipe, 0o4755, 2, 2));
+        assert_eq!(f.atime, Timestamp { secs: 5, nanos: 6 }.to_system_time());
+        assert_eq!(time_set(TimeOrNow::Now), TimeSet::Now);
+    }
+}

@@ -1,0 +1,411 @@
+//! The data path of open files: write-behind per inode (sequential writes gathered into large chunks and
+//! sent asynchronously, overlapping ranges kept in order) and read-ahead per handle, both inside
+//! close-to-open consistency: `flush` drains and reports the size to the MDS, `open` starts afresh.
+
+use bytes::{Bytes, BytesMut};
+use futures::future::{BoxFuture, FutureExt, Shared};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tessera_client::{Client, FsError, FsResult, Ino, IoTag, Layout, MdsClient, Timestamp};
+use tokio::sync::Notify;
+
+/// Size of one write-behind chunk (one asynchronous `DataPlane::write`).
+pub const WRITE_CHUNK: usize = 8 << 20;
+/// Bytes of write-behind in flight per inode before writers wait.
+pub const WRITE_INFLIGHT_MAX: u64 = 64 << 20;
+/// Read-ahead unit.
+pub const RA_CHUNK: u64 = 4 << 20;
+/// Read-ahead units fetched beyond a sequential read.
+pub const RA_AHEAD: u64 = 4;
+
+struct WBuf {
+    off: u64,
+    data: BytesMut,
+    tag: IoTag,
+}
+
+#[derive(Default)]
+struct WState {
+    buf: Option<WBuf>,
+    /// Writes on their way to the data servers: (id, start, end).
+    inflight: Vec<(u64, u64, u64)>,
+    inflight_bytes: u64,
+    next_id: u64,
+    /// End of the furthest write through this mount (buffered bytes included).
+    written_end: u64,
+    /// Stripes written since the last fsync.
+    dirty: BTreeSet<usize>,
+    /// Writes not yet reported to the MDS (size, mtime).
+    unreported: bool,
+    last_write: Timestamp,
+    /// First asynchronous write error, reported at the next write/flush/fsync/release.
+    error: Option<FsError>,
+}
+
+/// One inode open through this mount: shared by all its handles.
+pub struct OpenInode {
+    pub ino: Ino,
+    pub layout: Layout,
+    st: Mutex<WState>,
+    changed: Notify,
+    /// Bumped by every write, so read-ahead data fetched before it is dropped.
+    wgen: AtomicU64,
+}
+
+fn poisoned() -> FsError {
+    FsError::io("write-behind state poisoned")
+}
+
+fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+impl OpenInode {
+    pub fn new(ino: Ino, layout: Layout) -> OpenInode {
+        OpenInode { ino, layout, st: Mutex::new(WState::default()), changed: Notify::new(), wgen: AtomicU64::new(0) }
+    }
+
+    pub fn wgen(&self) -> u64 {
+        self.wgen.load(Ordering::Acquire)
+    }
+
+    fn check_layout(&self) -> FsResult<()> {
+        if self.layout.targets.is_empty() {
+            return Err(FsError::invalid(format!("inode {} has no data layout", self.ino)));
+        }
+        Ok(())
+    }
+
+    /// Buffers a write; returns once it is buffered or sent (errors of earlier writes come back here).
+    pub async fn write(self: &Arc<Self>, client: &Client, tag: &IoTag, off: u64, data: &[u8]) -> FsResult<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.check_layout()?;
+        let end = off
+            .checked_add(data.len() as u64)
+            .ok_or_else(|| FsError::new(tessera_client::ErrorCode::TooBig, "write beyond the largest offset"))?;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = self.st.lock().map_err(|_| poisoned())?;
+                if let Some(e) = st.error.take() {
+                    return Err(e);
+                }
+                // Sequential: extend the buffer.
+                if let Some(b) = &mut st.buf {
+                    if b.off + b.data.len() as u64 == off && b.tag == *tag && b.data.len() + data.len() <= WRITE_CHUNK {
+                        b.data.extend_from_slice(data);
+                        let full = b.data.len() >= WRITE_CHUNK;
+                        self.note_write(&mut st, end);
+                        if full {
+                            self.submit(&mut st, client);
+                        }
+                        return Ok(());
+                    }
+                }
+                // Anything else starts a new buffer: send the old one first.
+                if st.buf.is_some() {
+                    self.submit(&mut st, client);
+                }
+                let busy = st.inflight.iter().any(|&(_, s, e)| overlaps((s, e), (off, end)));
+                let full = st.inflight_bytes > 0 && st.inflight_bytes + data.len() as u64 > WRITE_INFLIGHT_MAX;
+                if !busy && !full {
+                    // Large writes are likely a streaming writer: room for a whole chunk at once. Small
+                    // ones grow as needed, so many files open with a little data each stay cheap.
+                    let cap = if data.len() >= WRITE_CHUNK {
+                        data.len()
+                    } else if data.len() >= 128 << 10 {
+                        WRITE_CHUNK
+                    } else {
+                        (data.len() * 4).max(16 << 10)
+                    };
+                    let mut buf = BytesMut::with_capacity(cap);
+                    buf.extend_from_slice(data);
+                    st.buf = Some(WBuf { off, data: buf, tag: tag.clone() });
+                    self.note_write(&mut st, end);
+                    if data.len() >= WRITE_CHUNK {
+                        self.submit(&mut st, client);
+                    }
+                    return Ok(());
+                }
+            }
+            // An overlapping write is still in flight (keep the order) or too much is in flight.
+            notified.await;
+        }
+    }
+
+    fn note_write(&self, st: &mut WState, end: u64) {
+        st.written_end = st.written_end.max(end);
+        st.unreported = true;
+        st.last_write = Timestamp::now();
+        self.wgen.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Sends the buffer asynchronously.
+    fn submit(self: &Arc<Self>, st: &mut WState, client: &Client) {
+        let Some(b) = st.buf.take() else { return };
+        let id = st.next_id;
+        st.next_id += 1;
+        let len = b.data.len() as u64;
+        st.inflight.push((id, b.off, b.off + len));
+        st.inflight_bytes += len;
+        let me = self.clone();
+        let client = client.clone();
+        tokio::spawn(async move {
+            let res = client.data().write(&b.tag, &me.layout, b.off, b.data.freeze()).await;
+            if let Ok(mut st) = me.st.lock() {
+                st.inflight.retain(|&(i, _, _)| i != id);
+                st.inflight_bytes -= len;
+                match res {
+                    Ok(stripes) => st.dirty.extend(stripes),
+                    Err(e) => {
+                        tracing::warn!(ino = me.ino, "background write at {} failed: {e}", b.off);
+                        st.error.get_or_insert(e);
+                    }
+                }
+            }
+            me.changed.notify_waiters();
+        });
+    }
+
+    /// True if writes are buffered or in flight.
+    pub fn has_pending(&self) -> bool {
+        self.st.lock().map(|st| st.buf.is_some() || !st.inflight.is_empty()).unwrap_or(false)
+    }
+
+    /// Sends the buffer and waits until nothing is in flight; returns (and clears) the first write error.
+    pub async fn drain(self: &Arc<Self>, client: &Client) -> FsResult<()> {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = self.st.lock().map_err(|_| poisoned())?;
+                if st.buf.is_some() {
+                    self.submit(&mut st, client);
+                }
+                if st.inflight.is_empty() {
+                    return match st.error.take() {
+                        Some(e) => Err(e),
+                        None => Ok(()),
+                    };
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Drains, then tells the MDS the size if there were writes since the last report.
+    pub async fn flush(self: &Arc<Self>, client: &Client, mds: &MdsClient) -> FsResult<()> {
+        self.drain(client).await?;
+        let report = {
+            let mut st = self.st.lock().map_err(|_| poisoned())?;
+            let r = st.unreported.then_some(st.written_end);
+            st.unreported = false;
+            r
+        };
+        if let Some(size) = report {
+            if let Err(e) = mds.report_write(self.ino, size).await {
+                if let Ok(mut st) = self.st.lock() {
+                    st.unreported = true;
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drains, makes the written stripes durable and reports the size.
+    pub async fn fsync(self: &Arc<Self>, client: &Client, mds: &MdsClient, tag: &IoTag) -> FsResult<()> {
+        self.drain(client).await?;
+        let stripes: Vec<usize> = {
+            let mut st = self.st.lock().map_err(|_| poisoned())?;
+            std::mem::take(&mut st.dirty).into_iter().collect()
+        };
+        if let Err(e) = client.data().fsync(tag, &self.layout, &stripes).await {
+            if let Ok(mut st) = self.st.lock() {
+                st.dirty.extend(stripes);
+            }
+            return Err(e);
+        }
+        self.flush(client, mds).await
+    }
+
+    /// After a truncate: writes before it no longer extend the file.
+    pub fn truncated(&self, size: u64) {
+        if let Ok(mut st) = self.st.lock() {
+            st.written_end = st.written_end.min(size);
+        }
+        self.wgen.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// End of the furthest write, and the time of the last unreported write (for attributes).
+    pub fn local_state(&self) -> (u64, Option<Timestamp>) {
+        self.st.lock().map(|st| (st.written_end, st.unreported.then_some(st.last_write))).unwrap_or((0, None))
+    }
+}
+
+type Fetch = Shared<BoxFuture<'static, Result<Bytes, FsError>>>;
+
+/// Read-ahead state of one handle.
+#[derive(Default)]
+pub struct ReadAhead {
+    wgen: u64,
+    last_end: u64,
+    chunks: BTreeMap<u64, Fetch>,
+}
+
+/// One open file handle.
+pub struct Handle {
+    pub inode: Arc<OpenInode>,
+    pub mds_handle: u64,
+    pub tag: IoTag,
+    /// The opener's credentials.
+    pub mds: MdsClient,
+    pub client: Client,
+    pub writable: bool,
+    pub wrote: AtomicBool,
+    /// Size last heard from the MDS.
+    pub mds_size: AtomicU64,
+    ra: Mutex<ReadAhead>,
+}
+
+impl Handle {
+    pub fn new(inode: Arc<OpenInode>, mds_handle: u64, tag: IoTag, client: Client, writable: bool, size: u64) -> Self {
+        Handle {
+            inode,
+            mds_handle,
+            tag,
+            mds: client.mds().clone(),
+            client,
+            writable,
+            wrote: AtomicBool::new(false),
+            mds_size: AtomicU64::new(size),
+            ra: Mutex::new(ReadAhead::default()),
+        }
+    }
+
+    /// The size as far as this handle knows; `refresh` asks the MDS.
+    pub async fn size(&self, refresh: bool) -> FsResult<u64> {
+        if refresh {
+            let attr = self.mds.getattr(self.inode.ino).await?;
+            self.mds_size.store(attr.size, Ordering::Release);
+        }
+        Ok(self.mds_size.load(Ordering::Acquire).max(self.inode.local_state().0))
+    }
+
+    pub async fn write(&self, off: u64, data: &[u8]) -> FsResult<()> {
+        if !self.writable {
+            return Err(FsError::new(tessera_client::ErrorCode::Invalid, "file not open for writing"));
+        }
+        self.wrote.store(true, Ordering::Release);
+        self.inode.write(&self.client, &self.tag, off, data).await
+    }
+
+    fn fetch(&self, off: u64, len: u64) -> Fetch {
+        let client = self.client.clone();
+        let tag = self.tag.clone();
+        let layout = self.inode.layout.clone();
+        async move { client.data().read(&tag, &layout, off, len).await }.boxed().shared()
+    }
+
+    /// Reads up to `len` bytes at `off`: short only at the end of the file.
+    pub async fn read(&self, off: u64, len: u64) -> FsResult<Bytes> {
+        if self.inode.has_pending() {
+            // Our own buffered writes must be visible to our reads.
+            self.inode.drain(&self.client).await?;
+        }
+        self.inode.check_layout()?;
+        let mut size = self.size(false).await?;
+        if off.saturating_add(len) > size {
+            size = self.size(true).await?;
+        }
+        let end = off.saturating_add(len).min(size);
+        if off >= end {
+            return Ok(Bytes::new());
+        }
+        let first = off / RA_CHUNK;
+        let last = (end - 1) / RA_CHUNK;
+        let wanted: Option<Vec<(u64, Fetch)>> = {
+            let mut ra = self.ra.lock().map_err(|_| FsError::io("read-ahead state poisoned"))?;
+            let wgen = self.inode.wgen();
+            if ra.wgen != wgen {
+                ra.chunks.clear();
+                ra.wgen = wgen;
+            }
+            // The kernel's own read-ahead sends several reads at once, slightly out of order: a read
+            // inside the window counts as sequential too.
+            let in_window = match (ra.chunks.first_key_value(), ra.chunks.last_key_value()) {
+                (Some((&lo, _)), Some((&hi, _))) => first >= lo && first <= hi + 1,
+                _ => false,
+            };
+            let sequential = off == ra.last_end || off == 0 || in_window;
+            ra.last_end = end;
+            if !sequential {
+                None
+            } else {
+                // Keep a little behind us (late out-of-order reads), drop the rest; fetch what is ahead.
+                let keep_from = first.saturating_sub(2);
+                let keep_to = last + RA_AHEAD + 1;
+                ra.chunks.retain(|&c, _| c >= keep_from && c <= keep_to);
+                let ahead_end = ((last + 1 + RA_AHEAD) * RA_CHUNK).min(size);
+                let mut c = first;
+                while c * RA_CHUNK < ahead_end {
+                    if let std::collections::btree_map::Entry::Vacant(v) = ra.chunks.entry(c) {
+                        let start = c * RA_CHUNK;
+                        let f = self.fetch(start, RA_CHUNK.min(size - start));
+                        if c > last {
+                            tokio::spawn(f.clone().map(|_| ()));
+                        }
+                        v.insert(f);
+                    }
+                    c += 1;
+                }
+                Some((first..=last).filter_map(|c| ra.chunks.get(&c).map(|f| (c, f.clone()))).collect())
+            }
+        };
+        let Some(parts) = wanted else {
+            return self.client.data().read(&self.tag, &self.inode.layout, off, end - off).await;
+        };
+        let mut pieces = Vec::with_capacity(parts.len());
+        for (c, f) in parts {
+            let data = f.await?;
+            let cstart = c * RA_CHUNK;
+            let from = off.max(cstart) - cstart;
+            let to = end.min(cstart + RA_CHUNK) - cstart;
+            if (data.len() as u64) < to {
+                // The chunk was fetched when the file was shorter: read directly.
+                if let Ok(mut ra) = self.ra.lock() {
+                    ra.chunks.remove(&c);
+                }
+                return self.client.data().read(&self.tag, &self.inode.layout, off, end - off).await;
+            }
+            pieces.push(data.slice(from as usize..to as usize));
+        }
+        if pieces.len() == 1 {
+            return Ok(pieces.pop().unwrap_or_default());
+        }
+        let mut out = BytesMut::with_capacity((end - off) as usize);
+        for p in pieces {
+            out.extend_from_slice(&p);
+        }
+        Ok(out.freeze())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_overlap() {
+        assert!(overlaps((0, 10), (5, 6)));
+        assert!(overlaps((5, 6), (0, 10)));
+        assert!(!overlaps((0, 10), (10, 20)));
+        assert!(!overlaps((10, 20), (0, 10)));
+    }
+}

@@ -1,0 +1,12 @@
+//! Tessera's FUSE file system: `tessera-fuse MOUNTPOINT` mounts the cluster of the client config.
+
+/// Caller credentials and job ids of requesting processes, from /proc.
+pub mod creds;
+/// The `fuser::Filesystem` implementation: one tokio task per request.
+pub mod fs;
+/// Open files: write-behind per inode, read-ahead per handle.
+pub mod io;
+/// Command line, mount point checks, mounting, signals and unmounting.
+pub mod mount;
+
+pub use mount::main_entry;

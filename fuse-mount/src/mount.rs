@@ -1,0 +1,332 @@
+//! `tessera-fuse MOUNTPOINT [--config FILE] [--daemon] [--allow-other] [-o opt,...]`: checks the mount
+//! point, connects to the cluster, mounts, prints `READY <mountpoint>` and serves until unmounted or until
+//! SIGINT/SIGTERM (then unmounts cleanly).
+
+use crate::fs::{FsOptions, TesseraFs};
+use clap::Parser;
+use fuser::{Config, MountOption, Session, SessionACL};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
+use tessera_client::{Client, ClusterConfig};
+
+/// Threads reading requests from /dev/fuse (each request is then served by a tokio task).
+const FUSE_THREADS: usize = 2;
+/// Read-ahead the kernel may do on the mount (KiB), set through the mount's bdi.
+const KERNEL_READ_AHEAD_KB: u32 = 8192;
+
+#[derive(Parser, Debug)]
+#[command(name = "tessera-fuse", version, about = "Mount a Tessera file system with FUSE")]
+pub struct Args {
+    /// Directory to mount on.
+    pub mountpoint: PathBuf,
+    /// Cluster configuration file (as written by `tessera up` into DIR/client.toml).
+    #[arg(long, env = "TESSERA_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Detach: return once mounted and keep serving in the background.
+    #[arg(long)]
+    pub daemon: bool,
+    /// Let other users use the mount (needs root or user_allow_other in /etc/fuse.conf).
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Mount options, comma-separated: allow_other, allow_root, default_permissions, ro, rw, noatime,
+    /// nodev, nosuid, noexec, readdirplus, fsname=NAME.
+    #[arg(short = 'o', value_delimiter = ',', value_name = "OPTS")]
+    pub options: Vec<String>,
+}
+
+/// What the command line asks for, as fuser options.
+#[derive(Debug)]
+pub struct MountPlan {
+    pub config: Config,
+    pub fs: FsOptions,
+}
+
+/// Translates `--allow-other` and `-o` options.
+pub fn plan(args: &Args) -> Result<MountPlan, String> {
+    let mut opts = vec![MountOption::FSName("tessera".into()), MountOption::Subtype("tessera".into())];
+    let mut acl = if args.allow_other { SessionACL::All } else { SessionACL::Owner };
+    let mut fs = FsOptions::default();
+    for o in args.options.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
+        match o {
+            "allow_other" => acl = SessionACL::All,
+            "allow_root" => {
+                if acl != SessionACL::All {
+                    acl = SessionACL::RootAndOwner
+                }
+            }
+            "default_permissions" => opts.push(MountOption::DefaultPermissions),
+            "ro" => opts.push(MountOption::RO),
+            "rw" => opts.push(MountOption::RW),
+            "noatime" => opts.push(MountOption::NoAtime),
+            "atime" => opts.push(MountOption::Atime),
+            "nodev" => opts.push(MountOption::NoDev),
+            "dev" => opts.push(MountOption::Dev),
+            "nosuid" => opts.push(MountOption::NoSuid),
+            "suid" => opts.push(MountOption::Suid),
+            "noexec" => opts.push(MountOption::NoExec),
+            "exec" => opts.push(MountOption::Exec),
+            "readdirplus" => fs.readdirplus = true,
+            // fstab noise.
+            "defaults" | "_netdev" | "noauto" | "auto" | "user" | "nouser" => {}
+            o if o.starts_with("fsname=") => {
+                opts.retain(|x| !matches!(x, MountOption::FSName(_)));
+                opts.push(MountOption::FSName(o["fsname=".len()..].to_string()));
+            }
+            o => return Err(format!("unknown mount option '{o}'")),
+        }
+    }
+    let mut config = Config::default();
+    config.mount_options = opts;
+    config.acl = acl;
+    config.n_threads = Some(FUSE_THREADS);
+    config.clone_fd = true;
+    Ok(MountPlan { config, fs })
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// Whether `path` (canonical) is the mount point of a mounted file system.
+fn is_mount_point(path: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
+    let want = path.to_string_lossy();
+    info.lines().filter_map(|l| l.split(' ').nth(4)).any(|mp| unescape_mountinfo(mp) == want)
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal `\NNN`.
+pub fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            let v = (b[i + 1] - b'0') as u32 * 64 + (b[i + 2] - b'0') as u32 * 8 + (b[i + 3] - b'0') as u32;
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Clear errors for the usual mistakes, before anything is mounted.
+pub fn check_mount_point(mp: &Path) -> Result<PathBuf, String> {
+    let meta = match std::fs::metadata(mp) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!("mount point {} does not exist", mp.display()))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            return Err(format!(
+                "mount point {} is busy: a FUSE file system whose daemon died is still mounted there \
+                 (unmount it with `fusermount3 -u {0}` or `umount -l {0}`)",
+                mp.display()
+            ))
+        }
+        Err(e) => return Err(format!("mount point {}: {e}", mp.display())),
+    };
+    if !meta.is_dir() {
+        return Err(format!("mount point {} is not a directory", mp.display()));
+    }
+    let canon = std::fs::canonicalize(mp).map_err(|e| format!("mount point {}: {e}", mp.display()))?;
+    if is_mount_point(&canon) {
+        return Err(format!(
+            "mount point {} is busy: something is already mounted there (unmount it first)",
+            canon.display()
+        ));
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err("/dev/fuse is missing: load the fuse kernel module (`modprobe fuse`) or, in a container, \
+                    pass the device in (--device /dev/fuse)"
+            .to_string());
+    }
+    Ok(canon)
+}
+
+/// Raises the kernel's read-ahead for the mount (root only; best effort).
+fn set_kernel_read_ahead(mp: &Path) {
+    let Ok(meta) = std::fs::metadata(mp) else { return };
+    let dev = meta.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let path = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+    if let Err(e) = std::fs::write(&path, KERNEL_READ_AHEAD_KB.to_string()) {
+        tracing::debug!("cannot set {path}: {e}");
+    }
+}
+
+/// `--daemon`: runs this program again without it in a new session, and returns once it is mounted.
+fn daemonize() -> ExitCode {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("tessera-fuse: cannot find my own executable: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--daemon").collect();
+    let mut cmd = Command::new(exe);
+    cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::piped());
+    // SAFETY: setsid is async-signal-safe; it detaches the child from our terminal session.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tessera-fuse: cannot start the daemon: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let Some(out) = child.stdout.take() else { return ExitCode::FAILURE };
+    for line in BufReader::new(out).lines() {
+        match line {
+            Ok(l) if l.starts_with("READY") => {
+                println!("{l}");
+                return ExitCode::SUCCESS;
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    let status = child.wait().map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+    eprintln!("tessera-fuse: the daemon did not mount ({status})");
+    ExitCode::FAILURE
+}
+
+/// Entry point of `tessera-fuse`.
+pub fn main_entry() -> ExitCode {
+    let args = Args::parse();
+    if args.daemon {
+        return daemonize();
+    }
+    init_tracing();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tessera-fuse: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let plan = plan(&args)?;
+    let mp = check_mount_point(&args.mountpoint)?;
+    let cfg = ClusterConfig::locate(args.config.as_deref()).map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("tessera-fuse")
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let client =
+        rt.block_on(Client::connect(&cfg)).map_err(|e| format!("cannot reach the cluster of {}: {e}", cfg.mds.addr))?;
+    let fs = TesseraFs::new(client, plan.fs, rt.handle().clone());
+    let state = fs.state();
+    let mut session = Session::new(fs, &mp, &plan.config).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::PermissionDenied || e.raw_os_error() == Some(libc::EPERM) {
+            format!(
+                "cannot mount on {}: {e} (mounting needs root, or fusermount3 from the fuse3 package)",
+                mp.display()
+            )
+        } else {
+            format!("cannot mount on {}: {e}", mp.display())
+        }
+    })?;
+    let mut unmounter = session.unmount_callable();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let serve = std::thread::Builder::new()
+        .name("fuse-session".into())
+        .spawn(move || {
+            let r = session.run();
+            let _ = done_tx.send(r);
+        })
+        .map_err(|e| format!("cannot start the session thread: {e}"))?;
+    set_kernel_read_ahead(&mp);
+    tracing::info!("mounted {} on {}", cfg.mds.addr, mp.display());
+    println!("READY {}", mp.display());
+    let _ = std::io::stdout().flush();
+
+    let outcome = rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .map_err(|e| format!("cannot watch SIGINT: {e}"))?;
+        tokio::select! {
+            _ = term.recv() => Ok::<Option<std::io::Result<()>>, String>(None),
+            _ = int.recv() => Ok(None),
+            r = done_rx => Ok(Some(r.unwrap_or(Ok(())))),
+        }
+    })?;
+    let result = match outcome {
+        Some(r) => r.map_err(|e| format!("FUSE session ended: {e}")),
+        None => {
+            tracing::info!("signal received: unmounting {}", mp.display());
+            if let Err(e) = unmounter.unmount() {
+                tracing::warn!("unmount of {} failed ({e}); detaching it", mp.display());
+                let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+                // SAFETY: a valid NUL-terminated path.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+            Ok(())
+        }
+    };
+    // The session thread ends once the kernel closes the connection; do not wait forever for it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !serve.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if serve.is_finished() {
+        let _ = serve.join();
+    }
+    // Files still open (a lazily detached mount, or a session that died): their writes still land.
+    let _ = rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), state.shutdown()).await });
+    rt.shutdown_timeout(Duration::from_millis(500));
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Args {
+        Args::try_parse_from(std::iter::once("tessera-fuse").chain(v.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn options_are_translated() {
+        let p = plan(&args(&["/mnt", "-o", "allow_other,default_permissions,readdirplus"])).unwrap();
+        assert_eq!(p.config.acl, SessionACL::All);
+        assert!(p.config.mount_options.contains(&MountOption::DefaultPermissions));
+        assert!(p.fs.readdirplus);
+        let p = plan(&args(&["/mnt"])).unwrap();
+        assert_eq!(p.config.acl, SessionACL::Owner);
+        assert!(plan(&args(&["/mnt", "-o", "bogus"])).is_err());
+        let p = plan(&args(&["/mnt", "--allow-other", "-o", "fsname=x"])).unwrap();
+        assert_eq!(p.config.acl, SessionACL::All);
+        assert!(p.config.mount_options.contains(&MountOption::FSName("x".into())));
+    }
+
+    #[test]
+    fn mount_point_checks() {
+        let d = tempfile::tempdir().unwrap();
+        let missing = d.path().join("nope");
+        assert!(check_mount_point(&missing).unwrap_err().contains("does not exist"));
+        let f = d.path().join("file");
+        std::fs::write(&f, b"x").unwrap();
+        assert!(check_mount_point(&f).unwrap_err().contains("not a directory"));
+        assert!(check_mount_point(Path::new("/proc")).unwrap_err().contains("busy"));
+        assert_eq!(unescape_mountinfo("/a\\040b"), "/a b");
+    }
+}

@@ -1,0 +1,78 @@
+//! RPC over real QUIC on loopback: correctness of payload round trips at several sizes, and (ignored,
+//! run by hand) a latency probe that prints quinn's loss and congestion counters.
+
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::Instant;
+use tessera_proto::rpc::{self, PeerInfo, RpcPeer, Service, Tuning};
+use tessera_proto::tls::{self, NodeIdentity};
+use tessera_proto::{FsResult, Role};
+
+/// Echoes the payload back; the header is the payload length it expects.
+struct Echo;
+
+impl Service for Echo {
+    type Request = u32;
+    type Reply = u32;
+    fn accepts(&self, _role: Role) -> bool {
+        true
+    }
+    async fn handle(&self, _peer: Arc<PeerInfo>, req: u32, payload: Bytes) -> (FsResult<u32>, Bytes) {
+        if req as usize != payload.len() {
+            return (Err(tessera_proto::FsError::invalid("length mismatch")), Bytes::new());
+        }
+        (Ok(req), payload)
+    }
+}
+
+async fn setup(tuning: Tuning) -> (tempfile::TempDir, RpcPeer) {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = tls::generate_ca("t").unwrap();
+    tls::write_ca(dir.path(), &ca).unwrap();
+    let server = NodeIdentity::load(&tls::issue_to_dir(dir.path(), &ca, Role::Ds, "ds0", &[]).unwrap()).unwrap();
+    let client = NodeIdentity::load(&tls::issue_to_dir(dir.path(), &ca, Role::Client, "c", &[]).unwrap()).unwrap();
+    let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &server, &tuning).unwrap();
+    let addr = ep.local_addr().unwrap();
+    tokio::spawn(rpc::serve(ep, Arc::new(Echo)));
+    let peer = RpcPeer::new(rpc::client_endpoint(false).unwrap(), &client, Role::Ds, addr, tuning).unwrap();
+    (dir, peer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payloads_round_trip_at_all_sizes() {
+    let (_dir, peer) = setup(Tuning::default()).await;
+    for len in [0usize, 1, 1199, 4096, 64 << 10, (64 << 10) + 1, 1 << 20, 4 << 20] {
+        let data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+        let (n, back) = peer.call::<u32, u32>(&(len as u32), Bytes::from(data.clone())).await.unwrap();
+        assert_eq!(n as usize, len);
+        assert!(back[..] == data[..], "payload of {len} bytes changed");
+    }
+}
+
+/// `cargo test -p tessera-proto --release --test rpc_loopback -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn latency_probe() {
+    for mtu in [0u16, 1200, 8952] {
+        let (_dir, peer) = setup(Tuning { mtu, ..Tuning::default() }).await;
+        for len in [4096usize, 64 << 10, 256 << 10, 1 << 20] {
+            let data = Bytes::from(vec![7u8; len]);
+            let n = 200;
+            let t = Instant::now();
+            for _ in 0..n {
+                peer.call::<u32, u32>(&(len as u32), data.clone()).await.unwrap();
+            }
+            let dt = t.elapsed();
+            let stats = peer.connection().await.unwrap().stats();
+            println!(
+                "mtu {mtu:>5} len {len:>8}: {:>8.1} us/call {:>8.1} MiB/s  lost {} congestion events {} cwnd {} rtt {:?}",
+                dt.as_secs_f64() * 1e6 / n as f64,
+                (len * 2 * n) as f64 / dt.as_secs_f64() / (1 << 20) as f64,
+                stats.path.lost_packets,
+                stats.path.congestion_events,
+                stats.path.cwnd,
+                stats.path.rtt
+            );
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! `tessera-fuse`: mounts Tessera through FUSE.
+fn main() -> std::process::ExitCode {
+    tessera_fuse::main_entry()
+}

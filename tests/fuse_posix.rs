@@ -1,0 +1,671 @@
+//! The FUSE mount through real processes: a cluster, `tessera-fuse` mounted into a temporary directory,
+//! and std::fs / libc / real programs on the mount. Skipped (with a SKIPPED line) without /dev/fuse.
+
+mod common;
+
+use common::{pattern, Cluster};
+use std::ffi::CString;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn fuse_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tessera-fuse"))
+}
+
+/// FUSE needs /dev/fuse and either root (direct mount(2)) or fusermount3.
+fn fuse_usable(test: &str) -> bool {
+    if !Path::new("/dev/fuse").exists() {
+        println!("SKIPPED {test}: /dev/fuse is missing");
+        return false;
+    }
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let fusermount =
+        Command::new("sh").args(["-c", "command -v fusermount3"]).output().is_ok_and(|o| o.status.success());
+    if !root && !fusermount {
+        println!("SKIPPED {test}: not root and no fusermount3");
+        return false;
+    }
+    true
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+struct Mount {
+    child: Option<Child>,
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Mount {
+    fn new(cluster: &Cluster, name: &str) -> Mount {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("mnt");
+        std::fs::create_dir(&path).unwrap();
+        let log = cluster.log(&format!("fuse-{name}"));
+        let logf = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let mut child = Command::new(fuse_bin())
+            .arg(&path)
+            .arg("--config")
+            .arg(&cluster.files.client_config)
+            .arg("--allow-other")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(logf))
+            .spawn()
+            .expect("spawn tessera-fuse");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Some(Ok(l)) = lines.next() {
+                if l.starts_with("READY") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        if rx.recv_timeout(Duration::from_secs(30)).is_err() {
+            let _ = child.kill();
+            panic!("tessera-fuse not READY; log:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+        }
+        Mount { child: Some(child), path, _dir: dir }
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.path.join(rel)
+    }
+
+    /// SIGTERM and wait for a clean exit (the mount must be gone afterwards).
+    fn unmount(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(15);
+            loop {
+                if let Ok(Some(st)) = c.try_wait() {
+                    assert!(st.success(), "tessera-fuse exited with {st}");
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    lazy_umount(&self.path);
+                    panic!("tessera-fuse did not exit on SIGTERM");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline && !matches!(c.try_wait(), Ok(Some(_))) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        lazy_umount(&self.path);
+    }
+}
+
+fn lazy_umount(p: &Path) {
+    if let Ok(c) = CString::new(p.as_os_str().as_bytes()) {
+        // SAFETY: valid path; failure (not mounted) is fine.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+fn errno_of<T>(r: std::io::Result<T>) -> i32 {
+    match r {
+        Ok(_) => panic!("operation should have failed"),
+        Err(e) => e.raw_os_error().unwrap_or(-1),
+    }
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+}
+
+/// Runs `sh -c script` as uid/gid (with extra groups) through setpriv; returns (success, stderr).
+fn as_user(uid: u32, gid: u32, groups: &[u32], script: &str) -> (bool, String) {
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}"));
+    if groups.is_empty() {
+        cmd.arg("--clear-groups");
+    } else {
+        cmd.arg(format!("--groups={}", groups.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",")));
+    }
+    let out = cmd.args(["sh", "-c", script]).output().expect("setpriv");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn have(prog: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {prog}")]).output().is_ok_and(|o| o.status.success())
+}
+
+fn sh(script: &str) -> String {
+    let out = Command::new("sh").args(["-c", script]).output().expect("sh");
+    assert!(
+        out.status.success(),
+        "`{script}` failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn utimens(p: &Path, atime: libc::timespec, mtime: libc::timespec) -> i32 {
+    let times = [atime, mtime];
+    // SAFETY: valid path and two timespecs.
+    unsafe { libc::utimensat(libc::AT_FDCWD, cstr(p).as_ptr(), times.as_ptr(), 0) }
+}
+
+fn ts(sec: i64, nsec: i64) -> libc::timespec {
+    libc::timespec { tv_sec: sec, tv_nsec: nsec }
+}
+
+fn renameat2(a: &Path, b: &Path, flags: u32) -> i32 {
+    // SAFETY: valid paths.
+    unsafe { libc::renameat2(libc::AT_FDCWD, cstr(a).as_ptr(), libc::AT_FDCWD, cstr(b).as_ptr(), flags) }
+}
+
+#[test]
+fn fuse_posix_semantics() {
+    if !fuse_usable("fuse_posix_semantics") {
+        return;
+    }
+    let cluster = Cluster::start(2);
+    let mut m = Mount::new(&cluster, "posix");
+
+    // Write, read back, sizes.
+    let data = pattern(1, 3 << 20 | 12345);
+    std::fs::write(m.p("f"), &data).unwrap();
+    assert_eq!(std::fs::read(m.p("f")).unwrap(), data);
+    assert_eq!(std::fs::metadata(m.p("f")).unwrap().len(), data.len() as u64);
+
+    // Error codes.
+    assert_eq!(errno_of(std::fs::File::open(m.p("missing"))), libc::ENOENT);
+    assert_eq!(errno_of(std::fs::OpenOptions::new().write(true).create_new(true).open(m.p("f"))), libc::EEXIST);
+    std::fs::create_dir(m.p("d")).unwrap();
+    assert_eq!(errno_of(std::fs::create_dir(m.p("d"))), libc::EEXIST);
+    assert_eq!(errno_of(std::fs::File::open(m.p("f/x"))), libc::ENOTDIR);
+    assert_eq!(errno_of(std::fs::OpenOptions::new().write(true).open(m.p("d"))), libc::EISDIR);
+    std::fs::write(m.p("d/inner"), b"x").unwrap();
+    assert_eq!(errno_of(std::fs::remove_dir(m.p("d"))), libc::ENOTEMPTY);
+    assert_eq!(errno_of(std::fs::write(m.p(&"n".repeat(300)), b"x")), libc::ENAMETOOLONG);
+    std::os::unix::fs::symlink("loop2", m.p("loop1")).unwrap();
+    std::os::unix::fs::symlink("loop1", m.p("loop2")).unwrap();
+    assert_eq!(errno_of(std::fs::File::open(m.p("loop1"))), libc::ELOOP);
+    std::fs::create_dir(m.p("d/sub")).unwrap();
+    assert_eq!(errno_of(std::fs::rename(m.p("d"), m.p("d/sub/x"))), libc::EINVAL);
+    assert_eq!(errno_of(std::fs::remove_file(m.p("d"))), libc::EISDIR);
+
+    // Symlinks and hard links.
+    std::os::unix::fs::symlink("f", m.p("lnk")).unwrap();
+    assert_eq!(std::fs::read_link(m.p("lnk")).unwrap(), Path::new("f"));
+    assert_eq!(std::fs::read(m.p("lnk")).unwrap().len(), data.len());
+    std::fs::hard_link(m.p("f"), m.p("hard")).unwrap();
+    assert_eq!(std::fs::metadata(m.p("f")).unwrap().nlink(), 2);
+    std::fs::remove_file(m.p("hard")).unwrap();
+    assert_eq!(std::fs::metadata(m.p("f")).unwrap().nlink(), 1);
+    assert_eq!(std::fs::metadata(m.p("d")).unwrap().nlink(), 3);
+
+    // Timestamps: utimens with explicit times, UTIME_OMIT and UTIME_NOW; a write moves mtime and ctime.
+    assert_eq!(utimens(&m.p("f"), ts(1_000_000_000, 5), ts(1_000_000_100, 7)), 0);
+    let md = std::fs::metadata(m.p("f")).unwrap();
+    assert_eq!((md.atime(), md.atime_nsec(), md.mtime(), md.mtime_nsec()), (1_000_000_000, 5, 1_000_000_100, 7));
+    assert_eq!(utimens(&m.p("f"), ts(0, libc::UTIME_OMIT), ts(1_200_000_000, 0)), 0);
+    let md = std::fs::metadata(m.p("f")).unwrap();
+    assert_eq!((md.atime(), md.mtime()), (1_000_000_000, 1_200_000_000));
+    assert_eq!(utimens(&m.p("f"), ts(0, libc::UTIME_NOW), ts(0, libc::UTIME_OMIT)), 0);
+    let md = std::fs::metadata(m.p("f")).unwrap();
+    assert!(md.atime() > 1_600_000_000 && md.mtime() == 1_200_000_000);
+    let before = std::fs::metadata(m.p("f")).unwrap();
+    {
+        let mut f = std::fs::OpenOptions::new().write(true).open(m.p("f")).unwrap();
+        f.write_all(b"changed").unwrap();
+    }
+    let after = std::fs::metadata(m.p("f")).unwrap();
+    assert!(after.mtime() > before.mtime() && after.ctime() >= before.ctime(), "write moves mtime");
+    let ct = std::fs::metadata(m.p("f")).unwrap().ctime_nsec()
+        + std::fs::metadata(m.p("f")).unwrap().ctime() * 1_000_000_000;
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::set_permissions(m.p("f"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let md = std::fs::metadata(m.p("f")).unwrap();
+    assert_eq!(md.mode() & 0o7777, 0o600);
+    assert!(md.ctime_nsec() + md.ctime() * 1_000_000_000 > ct, "chmod moves ctime");
+
+    // Rename corner cases, RENAME_NOREPLACE and RENAME_EXCHANGE.
+    std::fs::write(m.p("x"), b"x").unwrap();
+    std::fs::write(m.p("y"), b"y").unwrap();
+    assert_eq!(renameat2(&m.p("x"), &m.p("y"), libc::RENAME_NOREPLACE), -1);
+    assert_eq!(last_errno(), libc::EEXIST);
+    assert_eq!(renameat2(&m.p("x"), &m.p("y"), libc::RENAME_EXCHANGE), 0);
+    assert_eq!(std::fs::read(m.p("x")).unwrap(), b"y");
+    assert_eq!(std::fs::read(m.p("y")).unwrap(), b"x");
+    std::fs::rename(m.p("x"), m.p("y")).unwrap();
+    assert_eq!(std::fs::read(m.p("y")).unwrap(), b"y");
+    assert_eq!(errno_of(std::fs::metadata(m.p("x"))), libc::ENOENT);
+    std::fs::create_dir(m.p("e1")).unwrap();
+    std::fs::create_dir(m.p("e2")).unwrap();
+    std::fs::rename(m.p("e1"), m.p("e2")).unwrap();
+    assert_eq!(errno_of(std::fs::rename(m.p("e2"), m.p("d"))), libc::ENOTEMPTY);
+    assert_eq!(errno_of(std::fs::rename(m.p("y"), m.p("e2"))), libc::EISDIR);
+    assert_eq!(errno_of(std::fs::rename(m.p("e2"), m.p("y"))), libc::ENOTDIR);
+
+    // Truncate and extend with holes; O_TRUNC; O_APPEND.
+    {
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.p("t")).unwrap();
+        let mut f = f;
+        f.write_all(b"0123456789").unwrap();
+        f.set_len(4).unwrap();
+        f.seek(SeekFrom::Start(100)).unwrap();
+        f.write_all(b"end").unwrap();
+        f.set_len(200).unwrap();
+    }
+    let t = std::fs::read(m.p("t")).unwrap();
+    assert_eq!(t.len(), 200);
+    assert_eq!(&t[..4], b"0123");
+    assert!(t[4..100].iter().all(|&b| b == 0));
+    assert_eq!(&t[100..103], b"end");
+    assert!(t[103..].iter().all(|&b| b == 0));
+    std::fs::write(m.p("t"), b"short").unwrap();
+    assert_eq!(std::fs::read(m.p("t")).unwrap(), b"short");
+    {
+        let mut f = std::fs::OpenOptions::new().append(true).open(m.p("t")).unwrap();
+        f.write_all(b"+more").unwrap();
+    }
+    assert_eq!(std::fs::read(m.p("t")).unwrap(), b"short+more");
+    // Created read-only, still writable through the creating descriptor.
+    {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o444).open(m.p("ro")).unwrap();
+        f.write_all(b"ok").unwrap();
+    }
+    assert_eq!(std::fs::read(m.p("ro")).unwrap(), b"ok");
+
+    // SEEK_DATA / SEEK_HOLE.
+    {
+        let f = std::fs::File::open(m.p("t")).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: valid descriptor.
+        let (d, h) =
+            unsafe { (libc::lseek(f.as_raw_fd(), 2, libc::SEEK_DATA), libc::lseek(f.as_raw_fd(), 2, libc::SEEK_HOLE)) };
+        assert_eq!((d, h), (2, 10));
+        // SAFETY: valid descriptor.
+        assert_eq!(unsafe { libc::lseek(f.as_raw_fd(), 50, libc::SEEK_DATA) }, -1);
+        assert_eq!(last_errno(), libc::ENXIO);
+    }
+
+    // Extended attributes, with the size probe, and tessera.layout.
+    let fc = cstr(&m.p("t"));
+    let name = CString::new("user.color").unwrap();
+    // SAFETY: valid strings and buffers below.
+    unsafe {
+        assert_eq!(libc::setxattr(fc.as_ptr(), name.as_ptr(), b"blue".as_ptr().cast(), 4, 0), 0);
+        assert_eq!(libc::setxattr(fc.as_ptr(), name.as_ptr(), b"red".as_ptr().cast(), 3, libc::XATTR_CREATE), -1);
+        assert_eq!(last_errno(), libc::EEXIST);
+        assert_eq!(libc::getxattr(fc.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0), 4);
+        let mut buf = [0u8; 16];
+        assert_eq!(libc::getxattr(fc.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 2), -1);
+        assert_eq!(last_errno(), libc::ERANGE);
+        assert_eq!(libc::getxattr(fc.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 16), 4);
+        assert_eq!(&buf[..4], b"blue");
+        let n = libc::listxattr(fc.as_ptr(), buf.as_mut_ptr().cast(), 0);
+        assert!(n >= 11);
+        let mut list = vec![0u8; n as usize];
+        assert_eq!(libc::listxattr(fc.as_ptr(), list.as_mut_ptr().cast(), list.len()), n);
+        assert!(list.split(|&b| b == 0).any(|s| s == b"user.color"));
+        assert_eq!(libc::removexattr(fc.as_ptr(), name.as_ptr()), 0);
+        assert_eq!(libc::getxattr(fc.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 16), -1);
+        assert_eq!(last_errno(), libc::ENODATA);
+        let lay = CString::new("tessera.layout").unwrap();
+        let mut lb = [0u8; 512];
+        let n = libc::getxattr(fc.as_ptr(), lay.as_ptr(), lb.as_mut_ptr().cast(), lb.len());
+        assert!(n > 0, "tessera.layout readable: errno {}", last_errno());
+        assert!(String::from_utf8_lossy(&lb[..n as usize]).contains("stripe"));
+        let dc = cstr(&m.p("d"));
+        let v = b"stripe_size=65536 stripe_count=1";
+        assert_eq!(libc::setxattr(dc.as_ptr(), lay.as_ptr(), v.as_ptr().cast(), v.len(), 0), 0);
+    }
+    std::fs::write(m.p("d/laid"), pattern(3, 300_000)).unwrap();
+    assert_eq!(std::fs::read(m.p("d/laid")).unwrap(), pattern(3, 300_000));
+
+    // FIFOs, sockets and device nodes.
+    let fifo = cstr(&m.p("fifo"));
+    // SAFETY: valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    assert!(std::fs::metadata(m.p("fifo")).unwrap().file_type().is_fifo());
+    let fifo_path = m.p("fifo");
+    let writer = std::thread::spawn(move || std::fs::write(fifo_path, b"through the pipe").unwrap());
+    let mut got = String::new();
+    std::fs::File::open(m.p("fifo")).unwrap().read_to_string(&mut got).unwrap();
+    writer.join().unwrap();
+    assert_eq!(got, "through the pipe");
+    let sock = std::os::unix::net::UnixListener::bind(m.p("sock")).unwrap();
+    assert!(std::fs::metadata(m.p("sock")).unwrap().file_type().is_socket());
+    let mut cl = std::os::unix::net::UnixStream::connect(m.p("sock")).unwrap();
+    cl.write_all(b"hi").unwrap();
+    let (mut srv, _) = sock.accept().unwrap();
+    let mut b2 = [0u8; 2];
+    srv.read_exact(&mut b2).unwrap();
+    assert_eq!(&b2, b"hi");
+    if is_root() {
+        let dev = cstr(&m.p("null"));
+        // SAFETY: valid path.
+        assert_eq!(unsafe { libc::mknod(dev.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) }, 0);
+        let md = std::fs::metadata(m.p("null")).unwrap();
+        assert!(md.file_type().is_char_device());
+        assert_eq!(md.rdev(), libc::makedev(1, 3));
+    }
+
+    // statfs and readdir with . and ..
+    // SAFETY: zeroed statvfs is valid output storage.
+    let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid path and output.
+    assert_eq!(unsafe { libc::statvfs(cstr(&m.path).as_ptr(), &mut sv) }, 0);
+    assert!(sv.f_bsize > 0 && sv.f_namemax == 255);
+    let ls = sh(&format!("ls -a {}", m.p("d").display()));
+    let names: Vec<&str> = ls.lines().collect();
+    assert_eq!(names, vec![".", "..", "inner", "laid", "sub"]);
+
+    m.unmount();
+    assert!(!sh("cat /proc/self/mountinfo").contains(&m.path.display().to_string()), "unmounted on SIGTERM");
+}
+
+#[test]
+fn fuse_permissions() {
+    if !fuse_usable("fuse_permissions") {
+        return;
+    }
+    if !is_root() || !have("setpriv") {
+        println!("SKIPPED fuse_permissions: needs root and setpriv");
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let m = Mount::new(&cluster, "perm");
+    let f = m.p("secret");
+    std::fs::write(&f, b"data").unwrap();
+    std::os::unix::fs::chown(&f, Some(1000), Some(1000)).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
+    std::fs::set_permissions(&m.path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let fs = f.display().to_string();
+    // Owner: read and write.
+    assert!(as_user(1000, 1000, &[], &format!("cat {fs} >/dev/null && echo more >> {fs}")).0);
+    // Group (primary and supplementary): read only.
+    assert!(as_user(1001, 1000, &[], &format!("cat {fs} >/dev/null")).0);
+    let (ok, err) = as_user(1001, 1000, &[], &format!("echo x >> {fs}"));
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+    assert!(as_user(1003, 1003, &[1000], &format!("cat {fs} >/dev/null")).0);
+    // Other: nothing.
+    let (ok, err) = as_user(1002, 1002, &[], &format!("cat {fs}"));
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+    // Root reads anything.
+    assert!(std::fs::read(&f).unwrap().starts_with(b"data"));
+    // chown by a non-owner / non-root is EPERM; chmod by a non-owner is EPERM.
+    let (ok, err) = as_user(1000, 1000, &[], &format!("chown 1002 {fs}"));
+    assert!(!ok && err.contains("not permitted"), "{err}");
+    let (ok, err) = as_user(1002, 1002, &[], &format!("chmod 777 {fs}"));
+    assert!(!ok && err.contains("not permitted"), "{err}");
+    // A directory without write permission: no creates; without search permission: no lookups.
+    std::fs::create_dir(m.p("locked")).unwrap();
+    std::fs::write(m.p("locked/in"), b"x").unwrap();
+    std::fs::set_permissions(m.p("locked"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let lk = m.p("locked").display().to_string();
+    let (ok, err) = as_user(1002, 1002, &[], &format!("touch {lk}/new"));
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+    let (ok, err) = as_user(1002, 1002, &[], &format!("rm -f {lk}/in"));
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+    std::fs::set_permissions(m.p("locked"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (ok, _) = as_user(1002, 1002, &[], &format!("ls {lk}"));
+    assert!(!ok);
+    // access(2) goes to the MDS with the caller's credentials.
+    assert!(as_user(1000, 1000, &[], &format!("test -w {fs}")).0);
+    assert!(!as_user(1001, 1000, &[], &format!("test -w {fs}")).0);
+    // Sticky directory: others' files cannot be removed.
+    std::fs::create_dir(m.p("tmp")).unwrap();
+    std::fs::set_permissions(m.p("tmp"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let tmp = m.p("tmp").display().to_string();
+    assert!(as_user(1000, 1000, &[], &format!("echo a > {tmp}/mine")).0);
+    let (ok, err) = as_user(1002, 1002, &[], &format!("rm -f {tmp}/mine"));
+    assert!(!ok && err.contains("not permitted"), "{err}");
+}
+
+#[test]
+fn fuse_two_mounts_mmap_append_readdir() {
+    if !fuse_usable("fuse_two_mounts_mmap_append_readdir") {
+        return;
+    }
+    let cluster = Cluster::start(2);
+    let a = Mount::new(&cluster, "a");
+    let b = Mount::new(&cluster, "b");
+
+    // Close-to-open between the mounts, a multi-stripe file written in odd sizes.
+    let data = pattern(7, 9 << 20 | 777);
+    {
+        let mut f = std::fs::File::create(a.p("shared")).unwrap();
+        for chunk in data.chunks(300_001) {
+            f.write_all(chunk).unwrap();
+        }
+    }
+    assert_eq!(std::fs::read(b.p("shared")).unwrap(), data);
+    // Rename and unlink on one mount are seen on the other within the attribute timeout.
+    std::fs::rename(a.p("shared"), a.p("moved")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while std::fs::metadata(b.p("shared")).is_ok() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(std::fs::metadata(b.p("shared")).is_err() && std::fs::metadata(b.p("moved")).is_ok());
+    std::fs::remove_file(a.p("moved")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while std::fs::metadata(b.p("moved")).is_ok() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(errno_of(std::fs::metadata(b.p("moved"))), libc::ENOENT);
+
+    // A shared writable mapping: written, msync'ed, unmapped, read back through the other mount.
+    let len = 3 * 4096 + 100;
+    std::fs::write(a.p("mm"), vec![b'.'; len]).unwrap();
+    {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(a.p("mm")).unwrap();
+        // SAFETY: a fresh shared mapping of the file's length, used only inside this block.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            let s = std::slice::from_raw_parts_mut(p as *mut u8, len);
+            assert_eq!(s[0], b'.');
+            s[0..5].copy_from_slice(b"hello");
+            s[len - 5..].copy_from_slice(b"world");
+            assert_eq!(libc::msync(p, len, libc::MS_SYNC), 0);
+            assert_eq!(libc::munmap(p, len), 0);
+        }
+    }
+    let back = std::fs::read(b.p("mm")).unwrap();
+    assert_eq!(back.len(), len);
+    assert_eq!(&back[..5], b"hello");
+    assert_eq!(&back[len - 5..], b"world");
+    // A private read mapping on the other mount sees the same.
+    {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(b.p("mm")).unwrap();
+        // SAFETY: read-only mapping used inside this block.
+        unsafe {
+            let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, f.as_raw_fd(), 0);
+            assert_ne!(p, libc::MAP_FAILED);
+            let s = std::slice::from_raw_parts(p as *const u8, len);
+            assert_eq!(&s[..5], b"hello");
+            libc::munmap(p, len);
+        }
+    }
+
+    // O_APPEND from two processes: no line lost or torn.
+    let ap = a.p("log").display().to_string();
+    let procs: Vec<Child> = (0..2)
+        .map(|i| {
+            Command::new("sh")
+                .args(["-c", &format!("for n in $(seq 1 200); do echo proc{i}-line$n >> {ap}; done")])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut p in procs {
+        assert!(p.wait().unwrap().success());
+    }
+    let log = std::fs::read_to_string(a.p("log")).unwrap();
+    assert_eq!(log.lines().count(), 400);
+    assert!(log.lines().all(|l| l.starts_with("proc") && l.contains("-line")));
+    assert_eq!(std::fs::read_to_string(b.p("log")).unwrap(), log);
+
+    // readdir while another process creates: no duplicates, every old entry seen, all at the end.
+    std::fs::create_dir(a.p("busy")).unwrap();
+    for i in 0..300 {
+        std::fs::write(a.p(&format!("busy/old{i:04}")), b"").unwrap();
+    }
+    let dir = a.p("busy");
+    let creator = std::thread::spawn(move || {
+        for i in 0..300 {
+            std::fs::write(dir.join(format!("new{i:04}")), b"").unwrap();
+        }
+    });
+    for _ in 0..5 {
+        let names: Vec<String> =
+            std::fs::read_dir(b.p("busy")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len(), "duplicate entries in a listing");
+        assert!(sorted.iter().filter(|n| n.starts_with("old")).count() == 300);
+    }
+    creator.join().unwrap();
+    assert_eq!(std::fs::read_dir(b.p("busy")).unwrap().count(), 600);
+}
+
+#[test]
+fn fuse_real_programs() {
+    if !fuse_usable("fuse_real_programs") {
+        return;
+    }
+    let cluster = Cluster::start(2);
+    let m = Mount::new(&cluster, "progs");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mnt = m.path.display().to_string();
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path().display().to_string();
+    let proto = src.join("proto").display().to_string();
+
+    // tar in and out, compare.
+    sh(&format!("tar -C {proto} -cf - . | tar -C {mnt} -xf - && mkdir {mnt}/../x 2>/dev/null; true"));
+    sh(&format!("mkdir -p {w}/out && tar -C {mnt} -cf - . | tar -C {w}/out -xf - && diff -r {proto} {w}/out"));
+    // cp -a keeps modes and times.
+    sh(&format!("mkdir {mnt}/cpa && cp -a {proto}/src {mnt}/cpa/ && diff -r {proto}/src {mnt}/cpa/src"));
+    let orig = std::fs::metadata(src.join("proto/src/lib.rs")).unwrap();
+    let copy = std::fs::metadata(m.p("cpa/src/lib.rs")).unwrap();
+    assert_eq!((orig.mtime(), orig.mode()), (copy.mtime(), copy.mode()));
+    // sort of a large file.
+    sh(&format!("seq 1 400000 | awk '{{print ($1 * 7919) % 400009}}' > {w}/big && cp {w}/big {mnt}/big"));
+    sh(&format!("sort -n {mnt}/big > {mnt}/sorted && sort -n {w}/big > {w}/sorted && cmp {w}/sorted {mnt}/sorted"));
+    // git.
+    if have("git") {
+        sh(&format!(
+            "cd {mnt} && mkdir repo && cd repo && git init -q && cp -r {proto}/src . && git add . && \
+             git -c user.email=t@t -c user.name=t commit -qm init && git status --porcelain && git log --oneline | grep -q init && git fsck --no-progress"
+        ));
+    } else {
+        println!("SKIPPED git part: git not installed");
+    }
+    // fio with verification.
+    if have("fio") {
+        for rw in ["write", "randwrite"] {
+            sh(&format!(
+                "fio --name=v --directory={mnt} --rw={rw} --bs=64k --size=16m --verify=crc32c --do_verify=1 \
+                 --ioengine=psync --numjobs=1 --output=/dev/null"
+            ));
+        }
+    } else {
+        println!("SKIPPED fio part: fio not installed");
+    }
+}
+
+#[test]
+fn fuse_mount_errors_and_crash() {
+    if !fuse_usable("fuse_mount_errors_and_crash") {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let cfg = cluster.files.client_config.clone();
+    // Mount point missing, or busy.
+    let out = Command::new(fuse_bin()).arg("/nonexistent/mnt").arg("--config").arg(&cfg).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+    let mut m = Mount::new(&cluster, "crash");
+    let out = Command::new(fuse_bin()).arg(&m.path).arg("--config").arg(&cfg).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("busy"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Data requests carry the job id of the process that opened the file.
+    sh(&format!("TESSERA_JOB=fuse-job-42 dd if=/dev/zero of={} bs=64k count=16 2>/dev/null", m.p("jobfile").display()));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let jobs: Vec<String> = rt.block_on(async {
+        let c = cluster.client().await;
+        let mut jobs = Vec::new();
+        for ds in c.ds_ids() {
+            jobs.extend(c.data().report(ds).await.unwrap().jobs.into_iter().map(|j| j.job));
+        }
+        jobs
+    });
+    assert!(jobs.iter().any(|j| j == "fuse-job-42"), "jobs seen by the data servers: {jobs:?}");
+
+    // Kill -9 mid-write: the mount point can be unmounted, the cluster stays healthy, a new mount works.
+    let target = m.p("victim").display().to_string();
+    let mut writer = Command::new("dd")
+        .args(["if=/dev/zero", &format!("of={target}"), "bs=1M", "count=100000"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut child = m.child.take().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let _ = writer.wait();
+    let t = Instant::now();
+    let st = Command::new("umount").arg("-l").arg(&m.path).status().unwrap();
+    assert!(st.success() && t.elapsed() < Duration::from_secs(10));
+    assert!(cluster_alive(&cluster));
+    rt.block_on(async {
+        let c = cluster.client().await;
+        c.write_file("/after", b"fine").await.unwrap();
+        assert_eq!(c.read_file("/after").await.unwrap(), b"fine");
+    });
+    let m2 = Mount::new(&cluster, "crash2");
+    assert_eq!(std::fs::read(m2.p("after")).unwrap(), b"fine");
+    let _ = std::fs::metadata(m2.p("victim"));
+    m.path = PathBuf::new();
+}
+
+fn cluster_alive(c: &Cluster) -> bool {
+    // SAFETY: kill with signal 0 only checks that the processes exist.
+    c.mds.iter().chain(c.ds.iter().flatten()).all(|p| unsafe { libc::kill(p.id() as i32, 0) } == 0)
+}
