@@ -173,6 +173,9 @@ pub struct DsOptions {
     /// base(k) + offset, base(k) = k-th allocation * reservation. Sets on-disk distances between files.
     pub object_reservation_bytes: u64,
     pub hdd: HddParams,
+    /// Record every request served (time, job, address, length, op) to `<data_dir>/lba-trace.csv`,
+    /// for the locality figures (LBA over time, reuse-distance histogram).
+    pub trace: bool,
 }
 
 impl Default for DsOptions {
@@ -184,6 +187,7 @@ impl Default for DsOptions {
             sync_writes: false,
             object_reservation_bytes: 1 << 30,
             hdd: HddParams::default(),
+            trace: false,
         }
     }
 }
