@@ -214,11 +214,13 @@ pub struct TransportOptions {
     /// Initial UDP payload size; 0 = automatic.
     pub mtu: u16,
     pub idle_timeout_ms: u64,
+    /// UDP segmentation offload (batching datagrams into one syscall).
+    pub gso: bool,
 }
 
 impl Default for TransportOptions {
     fn default() -> Self {
-        TransportOptions { mtu: 0, idle_timeout_ms: 15_000 }
+        TransportOptions { mtu: 0, idle_timeout_ms: 15_000, gso: true }
     }
 }
 
@@ -285,6 +287,7 @@ impl ClusterConfig {
             mtu: self.transport.mtu,
             idle_timeout: Duration::from_millis(self.transport.idle_timeout_ms.max(1000)),
             call_timeout: Duration::from_millis(self.client.call_timeout_ms.max(1000)),
+            gso: self.transport.gso,
         }
     }
 }

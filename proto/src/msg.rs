@@ -239,7 +239,9 @@ pub enum MdsRequest {
     /// A data server's locality statistics (role ds only; every `orchestrator.report_interval_ms`).
     LocalityReport(LocalityReport),
     /// Switches the orchestrator at run time (admin role, or root caller).
-    SetOrchestratorMode { mode: OrchestratorMode },
+    SetOrchestratorMode {
+        mode: OrchestratorMode,
+    },
     /// What the orchestrator sees and decides (`tessera jobs`, `tessera orchestrator status`).
     OrchestratorStatus,
 }
@@ -491,7 +493,10 @@ pub enum DsReply {
     Objects(Vec<(ObjectId, u64)>),
     Report(DsReport),
     /// A `Serve` command was applied at this wall-clock time (microseconds since the Unix epoch).
-    Switched { epoch: u64, at_unix_us: u64 },
+    Switched {
+        epoch: u64,
+        at_unix_us: u64,
+    },
     Locality(LocalityReport),
 }
 

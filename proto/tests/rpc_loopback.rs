@@ -53,11 +53,17 @@ async fn payloads_round_trip_at_all_sizes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn latency_probe() {
-    for mtu in [0u16, 1200, 8952] {
-        let (_dir, peer) = setup(Tuning { mtu, ..Tuning::default() }).await;
-        for len in [4096usize, 64 << 10, 256 << 10, 1 << 20] {
+    let mtus: Vec<u16> = std::env::var("PROBE_MTUS")
+        .unwrap_or_else(|_| "1200,8952,16384,32768,65000".into())
+        .split(',')
+        .filter_map(|m| m.parse().ok())
+        .collect();
+    for (mtu, gso) in mtus.iter().flat_map(|&m| [(m, true), (m, false)]) {
+        println!("-- gso {gso}");
+        let (_dir, peer) = setup(Tuning { mtu, gso, ..Tuning::default() }).await;
+        for len in [4096usize, 64 << 10, 1 << 20] {
             let data = Bytes::from(vec![7u8; len]);
-            let n = 200;
+            let n = 100;
             let t = Instant::now();
             for _ in 0..n {
                 peer.call::<u32, u32>(&(len as u32), data.clone()).await.unwrap();
