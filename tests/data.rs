@@ -82,6 +82,14 @@ async fn sparse_files_truncate_and_append() {
     client.truncate("/trunc", 0).await.unwrap();
     assert!(client.read_file("/trunc").await.unwrap().is_empty());
 
+    // ftruncate on an open handle that wrote further: closing must not grow the file back.
+    let f = client.create("/ftrunc", 0o644, Some(spec)).await.unwrap();
+    f.write_at(0, Bytes::from(pattern(4, 100_000))).await.unwrap();
+    f.set_len(10).await.unwrap();
+    f.close().await.unwrap();
+    assert_eq!(client.stat("/ftrunc").await.unwrap().size, 10);
+    assert_eq!(client.read_file("/ftrunc").await.unwrap()[..], pattern(4, 10)[..]);
+
     // Appends.
     let f = client.create("/app", 0o644, Some(spec)).await.unwrap();
     let mut expect = Vec::new();

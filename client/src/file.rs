@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::Layout;
-use tessera_proto::msg::OpenFlags;
+use tessera_proto::msg::{OpenFlags, SetAttrs};
 use tessera_proto::types::{Attr, FileKind, Ino, IoTag};
 
 /// How to open a file (POSIX `open(2)` flags). `OpenOptions::default()` opens read-only.
@@ -196,6 +196,19 @@ impl File {
         let attr = self.client.mds().getattr(self.attr.ino).await?;
         self.mds_size.store(attr.size, Ordering::Release);
         Ok(self.known_size())
+    }
+
+    /// Truncates or extends the file (ftruncate): the MDS cuts the objects, and this handle forgets
+    /// writes beyond the new end, so its close does not grow the file back.
+    pub async fn set_len(&self, size: u64) -> FsResult<()> {
+        let set = SetAttrs { size: Some(size), ..Default::default() };
+        self.client.mds().setattr(self.attr.ino, set).await?;
+        self.written_end.fetch_min(size, Ordering::AcqRel);
+        self.mds_size.store(size, Ordering::Release);
+        if let Ok(mut end) = self.append_end.lock() {
+            *end = (*end).min(size);
+        }
+        Ok(())
     }
 
     /// Makes everything written so far durable on the data servers and tells the MDS the size.

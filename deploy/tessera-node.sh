@@ -1,0 +1,125 @@
+#!/bin/sh
+# Entry point of every container of the Docker demo (installed as /usr/local/bin/tessera-node):
+#   tessera-node init            one-shot: CA, node certificates and node configs (kept if already there)
+#   tessera-node mds             the metadata server
+#   tessera-node ds N            data server N
+#   tessera-node client NAME     a client: mounts Tessera with FUSE at $TESSERA_MOUNT and stays up
+#   tessera-node health ROLE ... health check of a container (docker's HEALTHCHECK)
+set -eu
+
+CONF=${TESSERA_CONF_DIR:-/etc/tessera}        # configs + node certificates (shared volume)
+CA_DIR=${TESSERA_CA_DIR:-/var/lib/tessera-ca} # CA key: only the init container sees it
+DATA=${TESSERA_DATA_DIR:-/var/lib/tessera}    # this node's own volume
+N_DS=${TESSERA_DS_COUNT:-4}
+CLIENTS=${TESSERA_CLIENTS:-client1 client2}
+MDS_PORT=7400
+DS_PORT0=7410
+
+# A node's config: the whole cluster, with one node's identity in [tls]. DS entries use the host
+# names compose gives the containers; every server keeps its data in its own volume at $DATA.
+#   write_config FILE TLS_PREFIX NAME DS_IDS   (DS_IDS: the data servers to list; health checks list one)
+write_config() {
+  file=$1
+  tls=$2
+  name=$3
+  ds_ids=$4
+  {
+    printf '[mds]\naddr = "mds:%s"\ndata_dir = "%s"\n\n' "$MDS_PORT" "$DATA"
+    for i in $ds_ids; do
+      printf '[[ds]]\nid = %s\naddr = "ds%s:%s"\ndata_dir = "%s"\n\n' "$i" "$i" $((DS_PORT0 + i)) "$DATA"
+    done
+    printf '[defaults]\nstripe_size = 1048576\nstripe_count = 0\nplacement = "round-robin"\n\n'
+    # A local bridge answers in milliseconds: give up on a vanished server after seconds, not a minute.
+    printf '[client]\ncall_timeout_ms = %s\n\n' "${TESSERA_CALL_TIMEOUT_MS:-15000}"
+    printf '[transport]\nidle_timeout_ms = %s\n\n' "${TESSERA_IDLE_TIMEOUT_MS:-5000}"
+    printf '[tls]\nca = "%s/ca.pem"\ncert = "%s/%s.pem"\nkey = "%s/%s.key"\n' "$tls" "$tls" "$name" "$tls" "$name"
+  } >"$file.tmp"
+  mv "$file.tmp" "$file"
+}
+
+issue() { # role name [san...]
+  role=$1
+  name=$2
+  shift 2
+  sans=""
+  for s in "$@"; do sans="$sans --san $s"; done
+  # shellcheck disable=SC2086
+  tessera ca issue --dir "$CA_DIR" --role "$role" --name "$name" $sans >/dev/null
+  cp "$CA_DIR/$name.pem" "$CA_DIR/$name.key" "$CONF/tls/"
+}
+
+init() {
+  if [ -f "$CONF/cluster.done" ]; then
+    echo "cluster files already in $CONF, keeping them"
+    return 0
+  fi
+  mkdir -p "$CONF/tls" "$CA_DIR"
+  [ -f "$CA_DIR/ca.pem" ] || tessera ca init --dir "$CA_DIR" --name tessera-docker >/dev/null
+  cp "$CA_DIR/ca.pem" "$CONF/tls/ca.pem"
+  all_ds=$(seq 0 $((N_DS - 1)) | tr '\n' ' ')
+  issue mds mds mds
+  write_config "$CONF/mds.toml" tls mds "$all_ds"
+  for i in $all_ds; do
+    issue ds "ds$i" "ds$i"
+    write_config "$CONF/ds$i.toml" tls "ds$i" "$all_ds"
+  done
+  for c in $CLIENTS; do
+    issue client "$c" "$c"
+    write_config "$CONF/$c.toml" tls "$c" "$all_ds"
+  done
+  issue admin admin
+  write_config "$CONF/admin.toml" tls admin "$all_ds"
+  # Health checks: the admin identity with no data server (MDS check) or exactly one (DS check).
+  mkdir -p "$CONF/health"
+  write_config "$CONF/health/mds.toml" ../tls admin ""
+  for i in $all_ds; do
+    write_config "$CONF/health/ds$i.toml" ../tls admin "$i"
+  done
+  chmod 0644 "$CONF"/*.toml "$CONF"/health/*.toml "$CONF/tls/"*.pem
+  chmod 0600 "$CONF/tls/"*.key
+  touch "$CONF/cluster.done"
+  echo "cluster files written to $CONF: CA, certificates and configs for mds, $N_DS data servers, $CLIENTS, admin"
+}
+
+client() {
+  name=$1
+  mnt=${TESSERA_MOUNT:-/mnt/tessera}
+  mkdir -p "$mnt"
+  if [ "${TESSERA_FUSE:-1}" = 1 ]; then
+    # Foreground: the container lives as long as the mount; SIGTERM unmounts.
+    exec tessera-fuse "$mnt" --config "$CONF/$name.toml"
+  fi
+  # CLI-only client (TESSERA_FUSE=0): stays up for `docker exec ... tessera ...`.
+  trap 'exit 0' TERM INT
+  while :; do sleep 3600 & wait $!; done
+}
+
+health() {
+  case $1 in
+    mds) tessera --config "$CONF/health/mds.toml" ping >/dev/null ;;
+    ds) tessera --config "$CONF/health/ds$2.toml" ping >/dev/null ;;
+    client)
+      if [ "${TESSERA_FUSE:-1}" = 1 ]; then
+        mnt=${TESSERA_MOUNT:-/mnt/tessera}
+        grep -q " $mnt fuse" /proc/mounts && stat "$mnt/" >/dev/null
+      else
+        tessera --config "$CONF/$2.toml" ping >/dev/null
+      fi
+      ;;
+    *) echo "unknown health target $1" >&2; exit 2 ;;
+  esac
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case $cmd in
+  init) init ;;
+  mds) exec tessera-mds --config "$CONF/mds.toml" ;;
+  ds) exec tessera-ds --config "$CONF/ds$1.toml" --id "$1" ;;
+  client) client "$1" ;;
+  health) health "$@" ;;
+  *)
+    echo "usage: tessera-node init | mds | ds N | client NAME | health mds|ds N|client NAME" >&2
+    exit 2
+    ;;
+esac
