@@ -11,7 +11,7 @@ use tessera_proto::error::{FsError, FsResult};
 use tessera_proto::frame::MAX_PAYLOAD;
 use tessera_proto::layout::{Layout, MIN_STRIPE_SIZE};
 use tessera_proto::msg::{DsReply, DsReport, DsRequest};
-use tessera_proto::rpc::{resolve, RpcPeer, Tuning};
+use tessera_proto::rpc::{RpcPeer, Tuning};
 use tessera_proto::tls::NodeIdentity;
 use tessera_proto::types::{DsId, IoTag, Role};
 use tessera_proto::PROTOCOL_VERSION;
@@ -121,8 +121,8 @@ impl DataPlane {
         let inflight = cfg.client.inflight_per_server.max(1) as usize;
         let mut servers = HashMap::new();
         for ds in &cfg.ds {
-            let addr = resolve(&ds.addr)?;
-            let peer = RpcPeer::new(endpoint.clone(), id, Role::Ds, addr, tuning)?;
+            // Resolved at connect time: a data server may come back at another address.
+            let peer = RpcPeer::to_host(endpoint.clone(), id, Role::Ds, &ds.addr, tuning)?;
             servers.insert(ds.id, Arc::new(DsConn { id: ds.id, peer, permits: Semaphore::new(inflight) }));
         }
         Ok(DataPlane { servers, max_request: effective_max_request(cfg.client.max_request) })

@@ -145,9 +145,11 @@ pub fn resolve(addr: &str) -> FsResult<SocketAddr> {
 /// A connection to one server that reconnects when the server went away, with one call per stream.
 pub struct RpcPeer {
     endpoint: quinn::Endpoint,
-    addr: SocketAddr,
+    /// Host name re-resolved at every (re)connect (a restarted container may have a new address).
+    host: Option<String>,
+    addr: std::sync::Mutex<SocketAddr>,
     role: Role,
-    client_cfg: quinn::ClientConfig,
+    crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
     tuning: Tuning,
     conn: tokio::sync::Mutex<Option<quinn::Connection>>,
 }
@@ -163,13 +165,45 @@ impl RpcPeer {
     ) -> FsResult<RpcPeer> {
         let crypto =
             quinn::crypto::rustls::QuicClientConfig::try_from(id.client_config().map_err(tls_err)?).map_err(tls_err)?;
-        let mut cc = quinn::ClientConfig::new(Arc::new(crypto));
-        cc.transport_config(Arc::new(transport_config(&tuning, addr.ip().is_loopback())));
-        Ok(RpcPeer { endpoint, addr, role, client_cfg: cc, tuning, conn: tokio::sync::Mutex::new(None) })
+        Ok(RpcPeer {
+            endpoint,
+            host: None,
+            addr: std::sync::Mutex::new(addr),
+            role,
+            crypto: Arc::new(crypto),
+            tuning,
+            conn: tokio::sync::Mutex::new(None),
+        })
     }
 
+    /// A peer for `host:port`, resolved when connecting (and again at every reconnect), so a server
+    /// that is not resolvable yet, or comes back at another address, is found when it is there.
+    pub fn to_host(
+        endpoint: quinn::Endpoint,
+        id: &NodeIdentity,
+        role: Role,
+        host_port: &str,
+        tuning: Tuning,
+    ) -> FsResult<RpcPeer> {
+        let unresolved = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+        let mut peer = RpcPeer::new(endpoint, id, role, unresolved, tuning)?;
+        match host_port.parse::<SocketAddr>() {
+            Ok(a) => peer.addr = std::sync::Mutex::new(a),
+            Err(_) => peer.host = Some(host_port.to_string()),
+        }
+        Ok(peer)
+    }
+
+    /// The server's address (the last one resolved, for a host name).
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.addr.lock().map(|a| *a).unwrap_or_else(|p| *p.into_inner())
+    }
+
+    fn target(&self) -> String {
+        match &self.host {
+            Some(h) => h.clone(),
+            None => self.addr().to_string(),
+        }
     }
 
     /// The live connection, connecting (again) if there is none.
@@ -180,16 +214,32 @@ impl RpcPeer {
                 return Ok(c.clone());
             }
         }
+        let addr = match &self.host {
+            Some(h) => {
+                let found = tokio::net::lookup_host(h.as_str())
+                    .await
+                    .map_err(|e| FsError::unavailable(format!("{} {h}: cannot resolve: {e}", self.role)))?
+                    .next()
+                    .ok_or_else(|| FsError::unavailable(format!("{} {h}: resolves to nothing", self.role)))?;
+                if let Ok(mut a) = self.addr.lock() {
+                    *a = found;
+                }
+                found
+            }
+            None => self.addr(),
+        };
+        let mut cc = quinn::ClientConfig::new(self.crypto.clone());
+        cc.transport_config(Arc::new(transport_config(&self.tuning, addr.ip().is_loopback())));
         let connecting = self
             .endpoint
-            .connect_with(self.client_cfg.clone(), self.addr, &tls::server_name(self.role))
-            .map_err(|e| FsError::unavailable(format!("{} {}: {e}", self.role, self.addr)))?;
+            .connect_with(cc, addr, &tls::server_name(self.role))
+            .map_err(|e| FsError::unavailable(format!("{} {}: {e}", self.role, self.target())))?;
         let conn = tokio::time::timeout(self.tuning.call_timeout.min(Duration::from_secs(10)), connecting)
             .await
             .map_err(|_| {
-                FsError::new(ErrorCode::Unavailable, format!("{} {}: connect timed out", self.role, self.addr))
+                FsError::new(ErrorCode::Unavailable, format!("{} {}: connect timed out", self.role, self.target()))
             })?
-            .map_err(|e| FsError::unavailable(format!("{} {}: {e}", self.role, self.addr)))?;
+            .map_err(|e| FsError::unavailable(format!("{} {}: {e}", self.role, self.target())))?;
         *guard = Some(conn.clone());
         Ok(conn)
     }
@@ -213,21 +263,21 @@ impl RpcPeer {
         tokio::time::timeout(self.tuning.call_timeout, fut).await.unwrap_or_else(|_| {
             Err(FsError::new(
                 ErrorCode::TimedOut,
-                format!("{} {}: no reply within {:?}", self.role, self.addr, self.tuning.call_timeout),
+                format!("{} {}: no reply within {:?}", self.role, self.target(), self.tuning.call_timeout),
             ))
         })
     }
 
     fn transport_err(&self, e: impl std::fmt::Display) -> FsError {
-        FsError::unavailable(format!("{} {}: {e}", self.role, self.addr))
+        FsError::unavailable(format!("{} {}: {e}", self.role, self.target()))
     }
 
     fn frame_err(&self, e: FrameError) -> FsError {
         match e {
             FrameError::Io(_) | FrameError::Closed | FrameError::Truncated(_) => {
-                FsError::new(ErrorCode::Io, format!("{} {}: {e}", self.role, self.addr))
+                FsError::new(ErrorCode::Io, format!("{} {}: {e}", self.role, self.target()))
             }
-            _ => FsError::protocol(format!("{} {}: {e}", self.role, self.addr)),
+            _ => FsError::protocol(format!("{} {}: {e}", self.role, self.target())),
         }
     }
 }
