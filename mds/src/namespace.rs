@@ -288,7 +288,13 @@ impl Namespace {
             }
             Q::ReadDir { ino, offset, max } => self.readdir(c, ino, offset, max),
             Q::Open { ino, flags } => self.open(c, ino, flags).await,
-            Q::Close { ino, handle, size, wrote } => self.durable(self.close_sync(ino, handle, size, wrote)).await,
+            Q::Close { ino, handle, size, wrote } => {
+                // A close that changed nothing (no write, no orphan removed) has nothing to make durable.
+                match self.close_sync(ino, handle, size, wrote) {
+                    Ok((reply, true)) => self.durable(Ok(reply)).await,
+                    other => other.map(|(reply, _)| reply),
+                }
+            }
             Q::ReportWrite { ino, size } => self.durable(self.report_write_sync(c, ino, size)).await,
             Q::StatFs => Ok(self.statfs()),
             Q::Access { ino, mask } => {
@@ -893,7 +899,8 @@ impl Namespace {
         }
     }
 
-    fn close_sync(&self, ino: Ino, handle: u64, size: Option<u64>, wrote: bool) -> FsResult<MdsReply> {
+    /// Drops a handle and merges the size; also says whether anything was written to the store.
+    fn close_sync(&self, ino: Ino, handle: u64, size: Option<u64>, wrote: bool) -> FsResult<(MdsReply, bool)> {
         let _g = self.lock();
         let had = {
             let mut opens = self.opens();
@@ -905,7 +912,11 @@ impl Namespace {
         };
         let mut tx = self.store.begin();
         let Some(mut i) = tx.get_inode(ino)? else {
-            return if had { Ok(MdsReply::Ok) } else { Err(err(ErrorCode::Stale, format!("inode {ino} is gone"))) };
+            return if had {
+                Ok((MdsReply::Ok, false))
+            } else {
+                Err(err(ErrorCode::Stale, format!("inode {ino} is gone")))
+            };
         };
         let mut changed = false;
         if i.attr.kind == FileKind::File {
@@ -924,11 +935,14 @@ impl Namespace {
         }
         if i.attr.nlink == 0 && !self.is_open(ino) {
             tx.remove_inode(&i)?;
+            changed = true;
         } else if changed {
             tx.put_inode(&i)?;
         }
-        self.commit(tx)?;
-        Ok(MdsReply::Ok)
+        if changed {
+            self.commit(tx)?;
+        }
+        Ok((MdsReply::Ok, changed))
     }
 
     fn report_write_sync(&self, c: &Caller, ino: Ino, size: u64) -> FsResult<MdsReply> {
