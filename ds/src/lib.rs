@@ -2,18 +2,26 @@
 //! service (`DsRequest`) over QUIC.
 //!
 //! - [`store`]: the object store, one file per object in sharded directories, positional I/O.
-//! - [`scheduler`]: per-job queues between the network and the device, served by a pluggable policy.
+//! - [`address`]: each object's base address in the volume (allocation order), persisted.
+//! - [`scheduler`]: per-job queues feeding the device; round robin or orchestrated dedicated service.
+//! - [`device`]: the device model: `none` or the emulated rotating disk `hdd` (one head, C-LOOK).
+//! - [`locality`]: the locality monitor (SL_i, SL_ij, RD_ij EWMAs, SeekTime_i).
 //! - [`counters`]: per-job read/write operation and byte counters.
-//! - [`report`]: the data server's report and the task sending it to the MDS.
-//! - [`device`]: the device model (`none`; room for an emulated disk).
-//! - [`server`]: the RPC service: role and request checks, dispatch to store and scheduler.
+//! - [`report`]: the data server's report and the tasks sending it and the locality report to the MDS.
+//! - [`trace`]: optional CSV trace of every served request (time, job, address, length, op).
+//! - [`metrics`]: Prometheus metrics over HTTP.
+//! - [`server`]: the RPC service: role and request checks, dispatch to store, scheduler and serve control.
 
+pub mod address;
 pub mod counters;
 pub mod device;
+pub mod locality;
+pub mod metrics;
 pub mod report;
 pub mod scheduler;
 pub mod server;
 pub mod store;
+pub mod trace;
 
 use clap::Parser;
 use std::io::Write;
@@ -42,6 +50,9 @@ struct Args {
     /// Address to listen on (overrides the configuration's addr).
     #[arg(long)]
     listen: Option<String>,
+    /// Device model: none (real device) or hdd (emulated rotating disk); overrides ds_options.device_model.
+    #[arg(long)]
+    device_model: Option<String>,
 }
 
 /// Entry point of the `tessera-ds` binary.
@@ -93,17 +104,33 @@ async fn run(args: Args) -> Result<(), String> {
         ));
     }
     let opts = &config.ds_options;
-    let device = device::DeviceModel::parse(&opts.device_model).map_err(|e| e.detail)?;
+    let model_name = args.device_model.as_deref().unwrap_or(&opts.device_model);
+    let model = device::DeviceModel::parse(model_name, &opts.hdd).map_err(|e| e.detail)?;
     let store = store::Store::open(&data_dir, args.id).map_err(|e| e.detail)?;
     let tuning = config.tuning();
     let endpoint = rpc::server_endpoint(listen, &identity, &tuning).map_err(|e| e.detail)?;
     let local = endpoint.local_addr().map_err(|e| format!("listening address: {e}"))?;
 
-    let reporter = report::Reporter {
-        ds: args.id,
-        store,
-        scheduler: scheduler::Scheduler::start(opts.device_queue_depth, scheduler::RoundRobin),
-        counters: Arc::new(counters::Counters::new()),
+    let setup = server::Setup::from_options(args.id, opts, &config.orchestrator, model);
+    let (reporter, data_path) = server::assemble(store, &setup).map_err(|e| e.detail)?;
+    let metrics_task = match config.metrics.ds_base_port {
+        Some(base) => {
+            let port = u16::try_from(u32::from(base) + args.id)
+                .map_err(|_| format!("metrics port {base} + {} is out of range", args.id))?;
+            let addr = std::net::SocketAddr::new(listen.ip(), port);
+            let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("metrics on {addr}: {e}"))?;
+            info!(%addr, "metrics on http://{addr}/metrics");
+            let m = metrics::Metrics {
+                ds: args.id,
+                counters: reporter.counters.clone(),
+                locality: data_path.locality.clone(),
+                serve: data_path.serve.clone(),
+                scheduler: reporter.scheduler.clone(),
+                trace: data_path.trace.clone(),
+            };
+            Some(tokio::spawn(metrics::serve(l, m)))
+        }
+        None => None,
     };
     let mds_addr = rpc::resolve(&config.mds.addr).map_err(|e| format!("MDS {}", e.detail))?;
     let report_task = report::spawn_report_task(
@@ -114,10 +141,19 @@ async fn run(args: Args) -> Result<(), String> {
         Duration::from_millis(opts.report_interval_ms),
     )
     .map_err(|e| e.detail)?;
-    let service = Arc::new(server::DsService::new(reporter, device, opts.sync_writes));
+    let locality_task = report::spawn_locality_task(
+        data_path.locality.clone(),
+        &identity,
+        mds_addr,
+        tuning,
+        Duration::from_millis(config.orchestrator.report_interval_ms),
+    )
+    .map_err(|e| e.detail)?;
+    let trace = data_path.trace.clone();
+    let service = Arc::new(server::DsService::new(reporter, data_path, opts.sync_writes));
     let server = tokio::spawn(rpc::serve(endpoint.clone(), service));
 
-    info!(ds = args.id, addr = %local, data_dir = %data_dir.display(), "data server ready");
+    info!(ds = args.id, addr = %local, data_dir = %data_dir.display(), device = model.name(), "data server ready");
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "READY {local}");
@@ -127,9 +163,16 @@ async fn run(args: Args) -> Result<(), String> {
     wait_for_signal().await?;
     info!("shutting down");
     report_task.abort();
+    locality_task.abort();
+    if let Some(t) = metrics_task {
+        t.abort();
+    }
     endpoint.close(0u32.into(), b"data server shutting down");
     server.abort();
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
+    if let Some(t) = trace {
+        tokio::task::spawn_blocking(move || t.flush(Duration::from_secs(2))).await.ok();
+    }
     Ok(())
 }
 
@@ -142,4 +185,17 @@ async fn wait_for_signal() -> Result<(), String> {
         _ = int.recv() => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_model_flag() {
+        let a = Args::try_parse_from(["tessera-ds", "--id", "3", "--device-model", "hdd"]).unwrap();
+        assert_eq!((a.id, a.device_model.as_deref()), (3, Some("hdd")));
+        let a = Args::try_parse_from(["tessera-ds", "--id", "0"]).unwrap();
+        assert_eq!(a.device_model, None);
+    }
 }

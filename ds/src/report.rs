@@ -1,6 +1,8 @@
-//! The data server's report (space, load, per-job counters) and the task sending it to the MDS.
+//! The data server's report (space, load, per-job counters) and the tasks sending it and the
+//! locality report to the MDS.
 
 use crate::counters::Counters;
+use crate::locality::Locality;
 use crate::scheduler::Scheduler;
 use crate::store::Store;
 use bytes::Bytes;
@@ -71,22 +73,41 @@ pub fn spawn_report_task(
     }))
 }
 
+/// Sends the locality report to the MDS every `interval` (`orchestrator.report_interval_ms`).
+pub fn spawn_locality_task(
+    locality: Arc<Locality>,
+    identity: &NodeIdentity,
+    mds_addr: SocketAddr,
+    tuning: Tuning,
+    interval: Duration,
+) -> FsResult<tokio::task::JoinHandle<()>> {
+    let endpoint = rpc::client_endpoint(mds_addr.is_ipv6())?;
+    let interval = interval.max(Duration::from_millis(10));
+    let tuning = Tuning { call_timeout: interval.max(Duration::from_secs(1)), ..tuning };
+    let peer = RpcPeer::new(endpoint, identity, Role::Mds, mds_addr, tuning)?;
+    Ok(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let call = MdsCall { caller: Caller::root(), req: MdsRequest::LocalityReport(locality.report(true)) };
+            if let Err(e) = peer.call::<_, MdsReply>(&call, Bytes::new()).await {
+                debug!(mds = %mds_addr, "locality report not delivered: {e}");
+            }
+        }
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::RoundRobin;
 
     #[tokio::test]
     async fn report_has_job_counters_after_io() {
         let d = tempfile::tempdir().unwrap();
         let store = Store::open(d.path(), 4).unwrap();
-        let reporter = Reporter {
-            ds: 4,
-            store: store.clone(),
-            scheduler: Scheduler::start(4, RoundRobin),
-            counters: Arc::new(Counters::new()),
-        };
-        let svc = crate::server::DsService::new(reporter.clone(), crate::device::DeviceModel::None, false);
+        let (reporter, path) = crate::server::assemble(store, &crate::server::Setup::new(4)).unwrap();
+        let svc = crate::server::DsService::new(reporter.clone(), path, false);
         let tag = |job: &str| tessera_proto::IoTag { job: job.into(), client: 1, ino: 2 };
         for i in 0..3u64 {
             svc.write(&tag("wjob"), 9, i * 100, Bytes::from(vec![7u8; 100]), false).await.unwrap();

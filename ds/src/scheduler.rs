@@ -5,14 +5,22 @@
 //! [`RoundRobin`] is the work-conserving mode; an orchestrated mode (only the job owning the current
 //! time slice is released) is another policy that answers [`Pick::Wait`] outside its job's slice.
 //! Each request carries a oneshot through which its caller gets the result.
+//!
+//! [`Orchestrated`] follows the orchestrator's [`ServeCommand`]s held in a [`ServeControl`]: `All` is
+//! round robin, `Job(j)` releases only j's requests (others wait even when the device is idle),
+//! `Others` everything but the eligible jobs. Without a newer command within the command's
+//! `fallback_ms` it falls back to `All` by itself, so the orchestrator can never hang I/O.
 
+use crate::locality::Locality;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tessera_proto::msg::{ServeCommand, ServeTarget};
 use tessera_proto::{FsError, FsResult};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -83,6 +91,11 @@ pub enum Pick {
 /// Chooses which job's queue is released next.
 pub trait Policy: Send + 'static {
     fn pick(&mut self, queues: &JobQueues, now: Instant) -> Pick;
+
+    /// Notified when the policy's decision may have changed outside the dispatcher (a new command).
+    fn waker(&self) -> Option<Arc<Notify>> {
+        None
+    }
 }
 
 /// Work-conserving round-robin over the jobs with waiting requests.
@@ -102,6 +115,8 @@ impl Policy for RoundRobin {
 struct Gauges {
     queued: AtomicU32,
     in_service: AtomicU32,
+    /// Time with at least one request in service, microseconds.
+    busy_us: AtomicU64,
 }
 
 /// Handle to the scheduler; clones share the same dispatcher.
@@ -126,6 +141,15 @@ impl Scheduler {
         T: Send + 'static,
         F: Future<Output = FsResult<T>> + Send + 'static,
     {
+        self.submit_arc(Arc::from(job), work).await
+    }
+
+    /// [`Scheduler::submit`] with the job id already shared.
+    pub async fn submit_arc<T, F>(&self, job: Arc<str>, work: F) -> FsResult<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = FsResult<T>> + Send + 'static,
+    {
         let (done_tx, done_rx) = oneshot::channel();
         let start: Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send> = Box::new(move || {
             Box::pin(async move {
@@ -134,7 +158,7 @@ impl Scheduler {
             })
         });
         self.gauges.queued.fetch_add(1, Ordering::Relaxed);
-        if self.tx.send(Pending { job: Arc::from(job), start }).is_err() {
+        if self.tx.send(Pending { job, start }).is_err() {
             self.gauges.queued.fetch_sub(1, Ordering::Relaxed);
             return Err(FsError::unavailable("request scheduler stopped"));
         }
@@ -144,6 +168,11 @@ impl Scheduler {
     /// Requests waiting or in service.
     pub fn depth(&self) -> u32 {
         self.gauges.queued.load(Ordering::Relaxed) + self.gauges.in_service.load(Ordering::Relaxed)
+    }
+
+    /// Seconds the device had at least one request in service (up to the last idle moment).
+    pub fn busy_seconds(&self) -> f64 {
+        self.gauges.busy_us.load(Ordering::Relaxed) as f64 / 1e6
     }
 }
 
@@ -166,6 +195,8 @@ async fn dispatch(
     let mut queues = JobQueues::default();
     let mut in_service = 0u32;
     let mut open = true;
+    let waker = policy.waker().unwrap_or_default();
+    let mut busy_since = None;
     loop {
         // Take everything already submitted so the policy sees all waiting jobs.
         while let Ok(p) = rx.try_recv() {
@@ -176,6 +207,9 @@ async fn dispatch(
             match policy.pick(&queues, Instant::now()) {
                 Pick::Job(job) => {
                     let Some(p) = queues.pop(&job) else { break };
+                    if in_service == 0 {
+                        busy_since = Some(Instant::now());
+                    }
                     in_service += 1;
                     gauges.queued.fetch_sub(1, Ordering::Relaxed);
                     gauges.in_service.fetch_add(1, Ordering::Relaxed);
@@ -209,9 +243,175 @@ async fn dispatch(
             Some(()) = done_rx.recv() => {
                 in_service -= 1;
                 gauges.in_service.fetch_sub(1, Ordering::Relaxed);
+                if in_service == 0 {
+                    if let Some(t) = busy_since.take() {
+                        gauges.busy_us.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    }
+                }
             }
+            _ = waker.notified() => {}
             _ = sleep => {}
         }
+    }
+}
+
+/// The orchestrator's current command, and the fallback to work-conserving service.
+pub struct ServeControl {
+    state: Mutex<ServeState>,
+    locality: Arc<Locality>,
+    waker: Arc<Notify>,
+    default_fallback: Duration,
+}
+
+struct ServeState {
+    target: ServeTarget,
+    /// Epoch of the last accepted command (0: none yet).
+    epoch: u64,
+    /// Older epochs are refused while this holds. A fallback (or the silence that would cause one)
+    /// clears it: a restarted orchestrator may count its epochs from anew.
+    ordered: bool,
+    last_command: std::time::Instant,
+    fallback: Duration,
+    switched_at_us: u64,
+    /// Changes with every switch of the served object (commands and fallbacks).
+    generation: u64,
+    fallen_back: bool,
+    fallbacks: u64,
+}
+
+/// The serve state as reports and metrics show it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServeSnapshot {
+    pub target: ServeTarget,
+    /// Epoch of the command in force (0 = work-conserving).
+    pub epoch: u64,
+    /// Currently in fallback (the orchestrator went silent).
+    pub fallen_back: bool,
+    /// Fallbacks since start.
+    pub fallbacks: u64,
+    pub switched_at_unix_us: u64,
+}
+
+impl ServeControl {
+    /// `default_fallback` applies to commands with `fallback_ms` = 0.
+    pub fn new(locality: Arc<Locality>, default_fallback: Duration) -> Arc<ServeControl> {
+        Arc::new(ServeControl {
+            state: Mutex::new(ServeState {
+                target: ServeTarget::All,
+                epoch: 0,
+                ordered: false,
+                last_command: std::time::Instant::now(),
+                fallback: default_fallback,
+                switched_at_us: crate::trace::unix_us(),
+                generation: 0,
+                fallen_back: false,
+                fallbacks: 0,
+            }),
+            locality,
+            waker: Arc::new(Notify::new()),
+            default_fallback: default_fallback.max(Duration::from_millis(1)),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ServeState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Falls back to `All` once the command in force has gone unrenewed for its fallback time.
+    fn expire(&self, st: &mut ServeState, now: std::time::Instant) {
+        if st.target != ServeTarget::All && now >= st.last_command + st.fallback {
+            tracing::warn!(
+                epoch = st.epoch,
+                "no orchestrator command for {:?}: falling back to work-conserving service",
+                st.fallback
+            );
+            st.target = ServeTarget::All;
+            st.fallen_back = true;
+            st.fallbacks += 1;
+            st.ordered = false;
+            st.generation += 1;
+            st.switched_at_us = crate::trace::unix_us();
+            self.locality.set_slice(st.generation, ServeTarget::All, 0, None);
+        }
+    }
+
+    /// Applies a command; returns the epoch in force and the wall-clock time (µs since the Unix epoch)
+    /// its target took effect. A command older than the one in force is ignored (the reply then names
+    /// the newer epoch); the same epoch again only renews the fallback deadline.
+    pub fn apply(&self, cmd: &ServeCommand) -> (u64, u64) {
+        let now = std::time::Instant::now();
+        let mut st = self.lock();
+        self.expire(&mut st, now);
+        if now >= st.last_command + st.fallback {
+            st.ordered = false;
+        }
+        if st.ordered && cmd.epoch < st.epoch {
+            tracing::debug!(epoch = cmd.epoch, current = st.epoch, "ignoring an outdated serve command");
+            return (st.epoch, st.switched_at_us);
+        }
+        let same = st.ordered && cmd.epoch == st.epoch && st.target == cmd.target;
+        st.fallback =
+            if cmd.fallback_ms > 0 { Duration::from_millis(cmd.fallback_ms.into()) } else { self.default_fallback };
+        st.last_command = now;
+        st.epoch = cmd.epoch;
+        st.ordered = true;
+        st.fallen_back = false;
+        if !same {
+            st.target = cmd.target.clone();
+            st.generation += 1;
+            st.switched_at_us = crate::trace::unix_us();
+        }
+        let until = (st.target != ServeTarget::All).then(|| now + st.fallback);
+        self.locality.set_slice(st.generation, st.target.clone(), st.epoch, until);
+        let out = (st.epoch, st.switched_at_us);
+        drop(st);
+        self.waker.notify_one();
+        out
+    }
+
+    pub fn snapshot(&self) -> ServeSnapshot {
+        let mut st = self.lock();
+        self.expire(&mut st, std::time::Instant::now());
+        ServeSnapshot {
+            target: st.target.clone(),
+            epoch: if st.target == ServeTarget::All { 0 } else { st.epoch },
+            fallen_back: st.fallen_back,
+            fallbacks: st.fallbacks,
+            switched_at_unix_us: st.switched_at_us,
+        }
+    }
+}
+
+/// Dedicated service following a [`ServeControl`]; round robin among the released jobs.
+pub struct Orchestrated {
+    ctl: Arc<ServeControl>,
+}
+
+impl Orchestrated {
+    pub fn new(ctl: Arc<ServeControl>) -> Orchestrated {
+        Orchestrated { ctl }
+    }
+}
+
+impl Policy for Orchestrated {
+    fn pick(&mut self, queues: &JobQueues, now: Instant) -> Pick {
+        let mut st = self.ctl.lock();
+        self.ctl.expire(&mut st, now.into_std());
+        let found = match &st.target {
+            ServeTarget::All => queues.jobs().next(),
+            ServeTarget::Job(j) => queues.jobs().find(|x| ***x == **j),
+            ServeTarget::Others { eligible } => queues.jobs().find(|x| !eligible.iter().any(|e| **e == ***x)),
+        };
+        match found {
+            Some(j) => Pick::Job(j.clone()),
+            None if st.target == ServeTarget::All => Pick::Wait(None),
+            // Hold the others, but never past the fallback deadline.
+            None => Pick::Wait(Some(Instant::from_std(st.last_command + st.fallback))),
+        }
+    }
+
+    fn waker(&self) -> Option<Arc<Notify>> {
+        Some(self.ctl.waker.clone())
     }
 }
 
@@ -305,5 +505,152 @@ mod tests {
         assert!(p.await.unwrap().is_err());
         let v = tokio::time::timeout(Duration::from_secs(5), s.submit("b", async { Ok(42) })).await.unwrap();
         assert_eq!(v.unwrap(), 42);
+    }
+}
+
+#[cfg(test)]
+mod orchestrated_tests {
+    use super::*;
+    use crate::device::DeviceModel;
+    use rand::Rng;
+    use std::time::Duration;
+
+    fn setup() -> (Arc<ServeControl>, Scheduler) {
+        let loc = Locality::new(0, DeviceModel::None, Duration::from_secs(1));
+        let ctl = ServeControl::new(loc, Duration::from_secs(1));
+        let s = Scheduler::start(4, Orchestrated::new(ctl.clone()));
+        (ctl, s)
+    }
+
+    fn cmd(epoch: u64, target: ServeTarget, fallback_ms: u32) -> ServeCommand {
+        ServeCommand { epoch, target, slice_ms: 100, fallback_ms }
+    }
+
+    fn job(j: &str) -> ServeTarget {
+        ServeTarget::Job(j.into())
+    }
+
+    fn spawn_req(s: &Scheduler, j: &str) -> tokio::task::JoinHandle<FsResult<()>> {
+        let (s, j) = (s.clone(), j.to_string());
+        tokio::spawn(async move { s.submit(&j, async { Ok(()) }).await })
+    }
+
+    async fn done_within(h: &mut tokio::task::JoinHandle<FsResult<()>>, ms: u64) -> bool {
+        match tokio::time::timeout(Duration::from_millis(ms), &mut *h).await {
+            Ok(r) => {
+                r.unwrap().unwrap();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    #[tokio::test]
+    async fn dedicated_holds_others_and_releases_on_switch() {
+        let (ctl, s) = setup();
+        // Work-conserving by default.
+        assert!(done_within(&mut spawn_req(&s, "b"), 1000).await);
+        let (e, at) = ctl.apply(&cmd(1, job("a"), 10_000));
+        assert_eq!(e, 1);
+        assert!(at > 1_600_000_000_000_000);
+        let mut b = spawn_req(&s, "b");
+        assert!(!done_within(&mut b, 100).await, "b is held while a is served, even with an idle device");
+        assert!(done_within(&mut spawn_req(&s, "a"), 1000).await);
+        assert_eq!(s.depth(), 1);
+        ctl.apply(&cmd(2, job("b"), 10_000));
+        assert!(done_within(&mut b, 1000).await, "released at the switch");
+        // Others: everything but the eligible jobs.
+        ctl.apply(&cmd(3, ServeTarget::Others { eligible: vec!["a".into()] }, 10_000));
+        let mut a = spawn_req(&s, "a");
+        assert!(done_within(&mut spawn_req(&s, "c"), 1000).await);
+        assert!(!done_within(&mut a, 100).await);
+        ctl.apply(&cmd(4, ServeTarget::All, 10_000));
+        assert!(done_within(&mut a, 1000).await);
+        assert_eq!(ctl.snapshot().epoch, 0, "All is reported as work-conserving");
+    }
+
+    #[tokio::test]
+    async fn older_epochs_are_ignored() {
+        let (ctl, s) = setup();
+        let (_, at5) = ctl.apply(&cmd(5, job("a"), 10_000));
+        assert_eq!(ctl.apply(&cmd(3, job("b"), 10_000)), (5, at5));
+        assert_eq!(ctl.snapshot().target, job("a"));
+        let mut b = spawn_req(&s, "b");
+        assert!(!done_within(&mut b, 50).await);
+        // Re-delivery of the same command keeps its switch time.
+        assert_eq!(ctl.apply(&cmd(5, job("a"), 10_000)), (5, at5));
+        let (e, at6) = ctl.apply(&cmd(6, job("b"), 10_000));
+        assert!(e == 6 && at6 >= at5);
+        assert!(done_within(&mut b, 1000).await);
+    }
+
+    #[tokio::test]
+    async fn falls_back_when_the_orchestrator_goes_silent() {
+        let (ctl, s) = setup();
+        let t = std::time::Instant::now();
+        ctl.apply(&cmd(9, job("a"), 150));
+        let mut b = spawn_req(&s, "b");
+        assert!(done_within(&mut b, 2000).await, "released by the fallback");
+        let waited = t.elapsed();
+        assert!(waited >= Duration::from_millis(140) && waited < Duration::from_millis(1000), "{waited:?}");
+        let snap = ctl.snapshot();
+        assert!(snap.fallen_back && snap.fallbacks == 1 && snap.target == ServeTarget::All && snap.epoch == 0);
+        // A restarted orchestrator counting from 1 is accepted after the fallback.
+        assert_eq!(ctl.apply(&cmd(1, job("a"), 150)).0, 1);
+        assert!(!ctl.snapshot().fallen_back);
+        // Renewals keep the slice alive past one fallback period.
+        let mut c = spawn_req(&s, "c");
+        for _ in 0..4 {
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            ctl.apply(&cmd(1, job("a"), 150));
+        }
+        assert!(!done_within(&mut c, 10).await);
+        assert!(done_within(&mut c, 2000).await);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn nothing_stays_stuck_under_random_commands() {
+        let (ctl, s) = setup();
+        let jobs = ["a", "b", "c", "d"];
+        let mut waits = Vec::new();
+        let mut epoch = 0u64;
+        for _ in 0..200 {
+            let (jn, r, d) = {
+                let mut rng = rand::thread_rng();
+                (jobs[rng.gen_range(0..4)], rng.gen_range(0..10), rng.gen_range(0..3))
+            };
+            if r < 3 {
+                // Sometimes out of order.
+                epoch += 1;
+                let e = if r == 0 { epoch.saturating_sub(3) } else { epoch };
+                let target = match r {
+                    0 | 1 => job(jn),
+                    _ => ServeTarget::Others { eligible: vec![jn.to_string()] },
+                };
+                ctl.apply(&cmd(e, target, 100));
+            } else {
+                let s = s.clone();
+                waits.push(tokio::spawn(async move {
+                    s.submit(jn, async move {
+                        tokio::time::sleep(Duration::from_millis(d)).await;
+                        Ok(())
+                    })
+                    .await
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // After the last command every request completes within the fallback time (plus slack).
+        for w in waits {
+            tokio::time::timeout(Duration::from_secs(3), w).await.expect("request stuck").unwrap().unwrap();
+        }
+        // The dispatcher counts completions just after the callers got their results.
+        for _ in 0..100 {
+            if s.depth() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(s.depth(), 0);
     }
 }

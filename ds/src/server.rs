@@ -1,18 +1,83 @@
 //! The data service: checks each request (role, tag, sizes) and serves it from the store, data
-//! operations through the scheduler.
+//! operations through the scheduler, the device and the locality monitor; serve commands from the
+//! orchestrator go to the scheduler's [`ServeControl`].
 
+use crate::address::Addresses;
 use crate::counters::Counters;
-use crate::device::{DeviceModel, DeviceOp, OpKind};
+use crate::device::{Device, DeviceModel, DeviceOp, OpKind};
+use crate::locality::Locality;
 use crate::report::Reporter;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{Orchestrated, Scheduler, ServeControl};
 use crate::store::Store;
+use crate::trace::Trace;
 use bytes::Bytes;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tessera_proto::config::{DsOptions, OrchestratorOptions};
 use tessera_proto::frame::MAX_PAYLOAD;
 use tessera_proto::msg::{DsReply, DsRequest, LIST_OBJECTS_MAX};
 use tessera_proto::rpc::{PeerInfo, Service};
 
 use tessera_proto::{DsId, FsError, FsResult, IoTag, ObjectId, Role, JOB_ID_MAX, PROTOCOL_VERSION};
+
+/// The orchestration side of the data path: addresses, device, locality, serve state, trace.
+#[derive(Clone)]
+pub struct DataPath {
+    pub addresses: Arc<Addresses>,
+    pub device: Device,
+    pub locality: Arc<Locality>,
+    pub serve: Arc<ServeControl>,
+    pub trace: Option<Arc<Trace>>,
+}
+
+/// How to assemble a data server's parts.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    pub ds: DsId,
+    pub model: DeviceModel,
+    pub queue_depth: u32,
+    pub reservation: u64,
+    pub trace: bool,
+    /// Jobs silent for longer are not reported.
+    pub job_idle: Duration,
+    /// Fallback for serve commands that do not name one.
+    pub fallback: Duration,
+}
+
+impl Setup {
+    /// Defaults of the configuration, for data server `ds`.
+    pub fn new(ds: DsId) -> Setup {
+        Setup::from_options(ds, &DsOptions::default(), &OrchestratorOptions::default(), DeviceModel::None)
+    }
+
+    pub fn from_options(ds: DsId, d: &DsOptions, o: &OrchestratorOptions, model: DeviceModel) -> Setup {
+        Setup {
+            ds,
+            model,
+            queue_depth: d.device_queue_depth,
+            reservation: d.object_reservation_bytes,
+            trace: d.trace,
+            job_idle: Duration::from_millis(o.job_idle_ms),
+            fallback: Duration::from_millis((u64::from(o.fallback_windows) * u64::from(o.window_ms)).max(100)),
+        }
+    }
+}
+
+/// Builds the reporter (store, scheduler, counters) and the data path of `store`. Needs a runtime.
+pub fn assemble(store: Store, s: &Setup) -> FsResult<(Reporter, DataPath)> {
+    let addresses = Addresses::open(store.root(), s.reservation)?;
+    let device = Device::start(s.model)?;
+    let locality = Locality::new(s.ds, s.model, s.job_idle);
+    let serve = ServeControl::new(locality.clone(), s.fallback);
+    let trace = if s.trace { Some(Trace::start(store.root())?) } else { None };
+    let reporter = Reporter {
+        ds: s.ds,
+        store,
+        scheduler: Scheduler::start(s.queue_depth, Orchestrated::new(serve.clone())),
+        counters: Arc::new(Counters::new()),
+    };
+    Ok((reporter, DataPath { addresses, device, locality, serve, trace }))
+}
 
 pub struct DsService {
     ds: DsId,
@@ -20,7 +85,7 @@ pub struct DsService {
     scheduler: Scheduler,
     counters: Arc<Counters>,
     reporter: Reporter,
-    device: DeviceModel,
+    path: DataPath,
     /// Make every write durable before acknowledging it.
     sync_writes: bool,
 }
@@ -41,30 +106,64 @@ fn check_privileged(role: Role) -> FsResult<()> {
 }
 
 impl DsService {
-    pub fn new(reporter: Reporter, device: DeviceModel, sync_writes: bool) -> DsService {
+    pub fn new(reporter: Reporter, path: DataPath, sync_writes: bool) -> DsService {
         DsService {
             ds: reporter.ds,
             store: reporter.store.clone(),
             scheduler: reporter.scheduler.clone(),
             counters: reporter.counters.clone(),
             reporter,
-            device,
+            path,
             sync_writes,
         }
     }
 
-    /// Runs `work` as a device request of `tag`'s job, adding the device model's delay.
+    pub fn data_path(&self) -> &DataPath {
+        &self.path
+    }
+
+    /// Runs `work` as a device request of `tag`'s job: queued by job, then (hdd) through the head,
+    /// then recorded by the locality monitor and the trace.
     async fn device<T, F>(&self, tag: &IoTag, op: DeviceOp, work: F) -> FsResult<T>
     where
         T: Send + 'static,
         F: std::future::Future<Output = FsResult<T>> + Send + 'static,
     {
-        let delay = self.device.delay(&op);
+        let addr = match op.kind {
+            OpKind::Fsync => None,
+            kind => {
+                let path = || self.store.object_path(op.object);
+                match self.path.addresses.address(op.object, op.offset, kind == OpKind::Write, path).await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Addresses only feed the model and statistics: never fail the I/O for them.
+                        tracing::warn!(object = op.object, "no address for the request: {e}");
+                        None
+                    }
+                }
+            }
+        };
+        self.path.locality.on_arrival(&tag.job);
+        let job: Arc<str> = Arc::from(tag.job.as_str());
+        let (device, locality, trace, j) =
+            (self.path.device.clone(), self.path.locality.clone(), self.path.trace.clone(), job.clone());
         self.scheduler
-            .submit(&tag.job, async move {
+            .submit_arc(job, async move {
+                let grant = match (&device, addr) {
+                    (Device::Hdd(h), Some(a)) => h.acquire(a, op.len).await,
+                    _ => None,
+                };
+                let t0 = Instant::now();
                 let r = work.await;
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
+                let real = t0.elapsed();
+                if let Some(g) = grant {
+                    g.finish(real).await;
+                }
+                if let (Some(a), Ok(_)) = (addr, &r) {
+                    locality.on_served(&j, a, op.len, real);
+                    if let Some(t) = &trace {
+                        t.record(j, a, op.len, op.kind);
+                    }
                 }
                 r
             })
@@ -125,9 +224,14 @@ impl DsService {
                 Err(e) => Err(e),
             },
             DsRequest::Report => self.reporter.build().await.map(DsReply::Report),
-            DsRequest::Serve(_) | DsRequest::Locality => {
-                Err(FsError::new(tessera_proto::error::ErrorCode::Unsupported, "orchestration not available"))
-            }
+            DsRequest::Serve(cmd) => match role {
+                Role::Mds => {
+                    let (epoch, at_unix_us) = self.path.serve.apply(&cmd);
+                    Ok(DsReply::Switched { epoch, at_unix_us })
+                }
+                other => Err(FsError::perm(format!("role {other} may not send serve commands (mds only)"))),
+            },
+            DsRequest::Locality => Ok(DsReply::Locality(self.path.locality.report(false))),
         };
         (r, Bytes::new())
     }
@@ -168,18 +272,17 @@ impl Service for DsService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::RoundRobin;
     use tessera_proto::error::ErrorCode;
+    use tessera_proto::msg::{ServeCommand, ServeTarget};
+
+    fn service_with(setup: Setup) -> (tempfile::TempDir, DsService) {
+        let d = tempfile::tempdir().unwrap();
+        let (reporter, path) = assemble(Store::open(d.path(), setup.ds).unwrap(), &setup).unwrap();
+        (d, DsService::new(reporter, path, false))
+    }
 
     fn service() -> (tempfile::TempDir, DsService) {
-        let d = tempfile::tempdir().unwrap();
-        let reporter = Reporter {
-            ds: 2,
-            store: Store::open(d.path(), 2).unwrap(),
-            scheduler: Scheduler::start(8, RoundRobin),
-            counters: Arc::new(Counters::new()),
-        };
-        (d, DsService::new(reporter, DeviceModel::None, false))
+        service_with(Setup::new(2))
     }
 
     pub(super) fn tag(job: &str) -> IoTag {
@@ -224,14 +327,76 @@ mod tests {
         let (r, _) = s.request(Role::Client, DsRequest::Report, Bytes::new()).await;
         assert!(matches!(r.unwrap(), DsReply::Report(rep) if rep.ds == 2 && rep.jobs.len() == 1));
     }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn hdd_model_delays_far_requests_not_sequential_ones() {
+        let hdd = tessera_proto::config::HddParams::default();
+        let model = DeviceModel::parse("hdd", &hdd).unwrap();
+        let setup = Setup { model, reservation: 100_000_000_000, ..Setup::new(2) };
+        let (_d, s) = service_with(setup);
+        let chunk = Bytes::from(vec![5u8; 65536]);
+        // Object 1 at address 0, object 2 at 100 GB.
+        s.write(&tag("a"), 1, 0, chunk.clone(), false).await.unwrap();
+        let t = Instant::now();
+        for i in 1..11u64 {
+            s.write(&tag("a"), 1, i * 65536, chunk.clone(), false).await.unwrap();
+        }
+        let seq = t.elapsed();
+        let t = Instant::now();
+        for i in 0..4u64 {
+            s.write(&tag("b"), 2, i * 65536, chunk.clone(), false).await.unwrap();
+            s.write(&tag("a"), 1, (11 + i) * 65536, chunk.clone(), false).await.unwrap();
+        }
+        let far = t.elapsed();
+        // 10 sequential 64 KiB requests: 8.4 ms of transfer; 8 alternating ones: about 11.4 ms each.
+        assert!(seq >= Duration::from_micros(8400), "{seq:?}");
+        assert!(far >= Duration::from_millis(85), "{far:?}");
+        assert!(far > seq * 4, "far {far:?} vs sequential {seq:?}");
+        assert_eq!(&s.read(&tag("b"), 2, 65536, 4).await.unwrap()[..], &[5u8; 4]);
+        let rep = s.data_path().locality.report(false);
+        assert!(rep.seek_time_us > 4167.0, "{rep:?}");
+    }
+
+    #[tokio::test]
+    async fn serve_commands_locality_and_trace() {
+        let setup = Setup { reservation: 1 << 20, trace: true, ..Setup::new(2) };
+        let (d, s) = service_with(setup);
+        let serve = |epoch, target| DsRequest::Serve(ServeCommand { epoch, target, slice_ms: 100, fallback_ms: 5000 });
+        let (r, _) = s.request(Role::Client, serve(1, ServeTarget::Job("a".into())), Bytes::new()).await;
+        assert_eq!(r.unwrap_err().code, ErrorCode::Perm);
+        let (r, _) = s.request(Role::Mds, serve(1, ServeTarget::Job("a".into())), Bytes::new()).await;
+        let Ok(DsReply::Switched { epoch: 1, at_unix_us }) = r else { panic!("{r:?}") };
+        assert!(at_unix_us > 0);
+        // Job a streams object 10 (base 0), then b writes object 11 (base 1 MiB) once a's slice ends.
+        for i in 0..4u64 {
+            s.write(&tag("a"), 10, i * 4096, Bytes::from(vec![1u8; 4096]), false).await.unwrap();
+        }
+        s.request(Role::Mds, serve(2, ServeTarget::Others { eligible: vec!["a".into()] }), Bytes::new())
+            .await
+            .0
+            .unwrap();
+        s.write(&tag("b"), 11, 0, Bytes::from(vec![2u8; 4096]), false).await.unwrap();
+        let (r, _) = s.request(Role::Client, DsRequest::Locality, Bytes::new()).await;
+        let Ok(DsReply::Locality(rep)) = r else { panic!("{r:?}") };
+        assert_eq!(rep.ds, 2);
+        assert_eq!(rep.epoch, 2);
+        let a = rep.jobs.iter().find(|j| j.job == "a").unwrap();
+        assert_eq!((a.sl, a.requests, a.bytes), (0.0, 4, 4 * 4096));
+        assert!(a.rd_valid, "a's arrivals in its dedicated slice");
+        // SL_i: three 0 gaps, then |1 MiB - 16 KiB|.
+        assert_eq!(rep.sl, ((1u64 << 20) - 4 * 4096) as f64 * 7.0 / 8.0);
+        s.data_path().trace.as_ref().unwrap().flush(Duration::from_secs(5));
+        let text = std::fs::read_to_string(d.path().join(crate::trace::TRACE_FILE)).unwrap();
+        let rows: Vec<Vec<&str>> = text.lines().skip(1).map(|l| l.split(',').skip(1).collect()).collect();
+        assert_eq!(rows.len(), 5);
+        assert_eq!(rows[3], ["a", "12288", "4096", "write"]);
+        assert_eq!(rows[4], ["b", "1048576", "4096", "write"]);
+    }
 }
 
 #[cfg(test)]
 mod net_tests {
     use super::tests::tag;
     use super::*;
-    use crate::scheduler::RoundRobin;
-    use std::time::Instant;
     use tessera_proto::error::ErrorCode;
     use tessera_proto::rpc::{self, RpcPeer, Tuning};
     use tessera_proto::tls::{self, NodeIdentity};
@@ -246,17 +411,12 @@ mod net_tests {
             NodeIdentity::load(&tls::issue_to_dir(&tdir, &ca, role, name, &["127.0.0.1".into()]).unwrap()).unwrap()
         };
         let (ds_id, client_id, other_ds) = (id(Role::Ds, "ds-0"), id(Role::Client, "c"), id(Role::Ds, "ds-1"));
-        let reporter = Reporter {
-            ds: 0,
-            store: Store::open(&d.path().join("data"), 0).unwrap(),
-            scheduler: Scheduler::start(8, RoundRobin),
-            counters: Arc::new(Counters::new()),
-        };
+        let (reporter, path) = assemble(Store::open(&d.path().join("data"), 0).unwrap(), &Setup::new(0)).unwrap();
         // The automatic loopback MTU (64 KiB datagrams) is what production uses.
         let tuning = Tuning::default();
         let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &ds_id, &tuning).unwrap();
         let addr = ep.local_addr().unwrap();
-        tokio::spawn(rpc::serve(ep, Arc::new(DsService::new(reporter, DeviceModel::None, false))));
+        tokio::spawn(rpc::serve(ep, Arc::new(DsService::new(reporter, path, false))));
 
         let peer =
             Arc::new(RpcPeer::new(rpc::client_endpoint(false).unwrap(), &client_id, Role::Ds, addr, tuning).unwrap());

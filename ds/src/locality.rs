@@ -1,0 +1,347 @@
+//! The locality monitor (specs/iorchestrator.md): EWMAs of the address gap between consecutive
+//! requests at this server (SL_i), per job (SL_ij), and of each job's reuse distance (RD_ij) while its
+//! scheduling object is being served.
+//!
+//! Every EWMA is `v = v/8 + 7/8 * sample`, seeded with its first sample. Gaps are taken in service
+//! order (`on_served`), reuse distances between arrival times (`on_arrival`) within one slice only:
+//! a gap spanning a hold or a slice boundary is not a sample. All bookkeeping is O(1) under a short
+//! mutex.
+
+use crate::device::DeviceModel;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tessera_proto::msg::{JobLocality, LocalityReport, ServeTarget};
+use tessera_proto::DsId;
+
+/// Distinct jobs tracked; further jobs share [`crate::counters::OVERFLOW_JOB`].
+const MAX_JOBS: usize = crate::counters::MAX_JOBS;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Ewma {
+    pub value: f64,
+    pub samples: u64,
+}
+
+impl Ewma {
+    pub fn update(&mut self, sample: f64) {
+        self.value = if self.samples == 0 { sample } else { self.value / 8.0 + sample * 7.0 / 8.0 };
+        self.samples += 1;
+    }
+}
+
+#[derive(Default)]
+struct JobState {
+    sl: Ewma,
+    last_end: Option<u64>,
+    rd: Ewma,
+    /// Arrival of the job's previous request within slice `.0`.
+    prev_arrival: Option<(u64, Instant)>,
+    last_seen: Option<Instant>,
+    requests: u64,
+    bytes: u64,
+}
+
+/// The scheduling object being served, as the monitor needs it.
+#[derive(Clone, Debug)]
+struct Slice {
+    /// Changes with every switch (new command or fallback).
+    id: u64,
+    target: ServeTarget,
+    epoch: u64,
+    /// The slice ends by itself at this instant (fallback) if no command renews it.
+    until: Option<Instant>,
+}
+
+struct State {
+    sl: Ewma,
+    last_end: Option<u64>,
+    /// Measured service times of non-contiguous requests (device model `none`), microseconds.
+    measured_seek: Ewma,
+    jobs: HashMap<Arc<str>, JobState>,
+    slice: Slice,
+    others_rd: Ewma,
+    others_prev: Option<(u64, Instant)>,
+}
+
+pub struct Locality {
+    ds: DsId,
+    model: DeviceModel,
+    job_idle: Duration,
+    state: Mutex<State>,
+}
+
+impl Locality {
+    pub fn new(ds: DsId, model: DeviceModel, job_idle: Duration) -> Arc<Locality> {
+        Arc::new(Locality {
+            ds,
+            model,
+            job_idle,
+            state: Mutex::new(State {
+                sl: Ewma::default(),
+                last_end: None,
+                measured_seek: Ewma::default(),
+                jobs: HashMap::new(),
+                slice: Slice { id: 0, target: ServeTarget::All, epoch: 0, until: None },
+                others_rd: Ewma::default(),
+                others_prev: None,
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new scheduling object is served from now on (called by the serve control).
+    pub fn set_slice(&self, id: u64, target: ServeTarget, epoch: u64, until: Option<Instant>) {
+        self.lock().slice = Slice { id, target, epoch, until };
+    }
+
+    /// A request of `job` arrived.
+    pub fn on_arrival(&self, job: &str) {
+        self.on_arrival_at(job, Instant::now())
+    }
+
+    pub fn on_arrival_at(&self, job: &str, now: Instant) {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let live = st.slice.until.is_none_or(|u| now < u);
+        let (dedicated, others) = match &st.slice.target {
+            _ if !live => (false, false),
+            ServeTarget::All => (false, false),
+            ServeTarget::Job(j) => (j.as_str() == job, false),
+            ServeTarget::Others { eligible } => (false, !eligible.iter().any(|e| e == job)),
+        };
+        let sid = st.slice.id;
+        let js = job_entry(&mut st.jobs, job);
+        js.last_seen = Some(now);
+        if dedicated {
+            if let Some((s, t)) = js.prev_arrival {
+                if s == sid {
+                    js.rd.update(now.saturating_duration_since(t).as_secs_f64() * 1e6);
+                }
+            }
+            js.prev_arrival = Some((sid, now));
+        } else if others {
+            if let Some((s, t)) = st.others_prev {
+                if s == sid {
+                    st.others_rd.update(now.saturating_duration_since(t).as_secs_f64() * 1e6);
+                }
+            }
+            st.others_prev = Some((sid, now));
+        }
+    }
+
+    /// A data request of `job` at `addr` of `len` bytes was served; `service` is its measured time.
+    pub fn on_served(&self, job: &str, addr: u64, len: u64, service: Duration) {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let end = addr.saturating_add(len);
+        if let Some(prev) = st.last_end {
+            let gap = prev.abs_diff(addr);
+            st.sl.update(gap as f64);
+            if gap != 0 {
+                st.measured_seek.update(service.as_secs_f64() * 1e6);
+            }
+        }
+        st.last_end = Some(end);
+        let js = job_entry(&mut st.jobs, job);
+        if let Some(prev) = js.last_end {
+            js.sl.update(prev.abs_diff(addr) as f64);
+        }
+        js.last_end = Some(end);
+        if js.last_seen.is_none() {
+            js.last_seen = Some(Instant::now());
+        }
+        js.requests += 1;
+        js.bytes += len;
+    }
+
+    /// SeekTime_i, microseconds: the model's positioning time at distance SL_i, or (real device) the
+    /// EWMA of measured non-contiguous service times.
+    fn seek_time_us(&self, st: &State) -> f64 {
+        match &self.model {
+            DeviceModel::Hdd(m) => m.positioning_us(st.sl.value),
+            DeviceModel::None => st.measured_seek.value,
+        }
+    }
+
+    /// The report of jobs seen within `job_idle`; `reset` starts new per-report request counts (the
+    /// periodic report to the MDS does, a direct query does not).
+    pub fn report(&self, reset: bool) -> LocalityReport {
+        let now = Instant::now();
+        let mut guard = self.lock();
+        let seek_time_us = self.seek_time_us(&guard);
+        let st = &mut *guard;
+        // Forget jobs idle for long (bounded memory); keep recent ones for their EWMAs.
+        let forget = self.job_idle.saturating_mul(10).max(Duration::from_secs(60));
+        st.jobs.retain(|_, j| j.last_seen.is_some_and(|t| now.saturating_duration_since(t) < forget));
+        let mut jobs: Vec<JobLocality> = st
+            .jobs
+            .iter_mut()
+            .filter(|(_, j)| j.last_seen.is_some_and(|t| now.saturating_duration_since(t) <= self.job_idle))
+            .map(|(name, j)| {
+                let out = JobLocality {
+                    job: name.to_string(),
+                    sl: j.sl.value,
+                    rd_us: j.rd.value,
+                    rd_valid: j.rd.samples > 0,
+                    requests: j.requests,
+                    bytes: j.bytes,
+                };
+                if reset {
+                    j.requests = 0;
+                    j.bytes = 0;
+                }
+                out
+            })
+            .collect();
+        jobs.sort_by(|a, b| a.job.cmp(&b.job));
+        let live = st.slice.until.is_none_or(|u| now < u);
+        let epoch = if live && st.slice.target != ServeTarget::All { st.slice.epoch } else { 0 };
+        LocalityReport {
+            ds: self.ds,
+            sl: st.sl.value,
+            seek_time_us,
+            jobs,
+            others_rd_us: (st.others_rd.samples > 0).then_some(st.others_rd.value),
+            epoch,
+        }
+    }
+}
+
+fn job_entry<'a>(jobs: &'a mut HashMap<Arc<str>, JobState>, job: &str) -> &'a mut JobState {
+    let key: &str = if jobs.contains_key(job) || jobs.len() < MAX_JOBS { job } else { crate::counters::OVERFLOW_JOB };
+    if !jobs.contains_key(key) {
+        jobs.insert(Arc::from(key), JobState::default());
+    }
+    jobs.get_mut(key).unwrap_or_else(|| unreachable!("inserted above"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_proto::config::HddParams;
+
+    fn mon() -> Arc<Locality> {
+        Locality::new(1, DeviceModel::None, Duration::from_secs(10))
+    }
+
+    fn job<'a>(r: &'a LocalityReport, j: &str) -> &'a JobLocality {
+        r.jobs.iter().find(|x| x.job == j).unwrap()
+    }
+
+    #[test]
+    fn ewma_hand_computed() {
+        let mut e = Ewma::default();
+        e.update(800.0);
+        assert_eq!(e.value, 800.0);
+        e.update(0.0);
+        assert_eq!(e.value, 100.0);
+        e.update(8000.0);
+        assert_eq!(e.value, 100.0 / 8.0 + 7000.0);
+        assert_eq!(e.samples, 3);
+    }
+
+    #[test]
+    fn sequential_vs_strided_gaps() {
+        let m = mon();
+        let d = Duration::from_micros(100);
+        // Job a sequential: gaps 0; job b strided by 1 MiB past its 64 KiB requests.
+        for i in 0..5u64 {
+            m.on_served("a", i * 65536, 65536, d);
+        }
+        let r = m.report(false);
+        assert_eq!((r.sl, job(&r, "a").sl), (0.0, 0.0));
+        assert_eq!(job(&r, "a").requests, 5);
+        assert_eq!(r.seek_time_us, 0.0, "no non-contiguous request yet");
+        let base = 1u64 << 40;
+        for i in 0..3u64 {
+            m.on_served("b", base + i * (1 << 20), 65536, d * 10);
+        }
+        let r = m.report(true);
+        let stride = ((1u64 << 20) - 65536) as f64;
+        assert_eq!(job(&r, "b").sl, stride);
+        // SL_i: gaps (base - 5*65536), stride, stride.
+        let g0 = (base - 5 * 65536) as f64;
+        // SL_i was 0 (a's sequential gaps), then gaps g0, stride, stride.
+        let v1 = g0 * 7.0 / 8.0;
+        let v2 = v1 / 8.0 + stride * 7.0 / 8.0;
+        assert_eq!(r.sl, v2 / 8.0 + stride * 7.0 / 8.0);
+        assert_eq!(r.seek_time_us, 1000.0, "measured non-contiguous service times");
+        // Interleaving a and b: SL_i grows, SL_ij of a stays at 0 gaps after reset of requests.
+        assert_eq!(m.report(false).jobs.iter().map(|j| j.requests).sum::<u64>(), 0);
+        m.on_served("a", 5 * 65536, 65536, d);
+        let r = m.report(false);
+        assert_eq!(job(&r, "a").sl, 0.0);
+        assert!(r.sl > 9e11);
+    }
+
+    #[test]
+    fn seek_time_from_model() {
+        let model = DeviceModel::parse("hdd", &HddParams::default()).unwrap();
+        let m = Locality::new(0, model, Duration::from_secs(1));
+        m.on_served("a", 0, 100, Duration::ZERO);
+        m.on_served("a", 100, 100, Duration::ZERO);
+        assert_eq!(m.report(false).seek_time_us, 0.0);
+        m.on_served("a", 500_000_000_000 / 3 + 200, 100, Duration::ZERO);
+        let r = m.report(false);
+        let DeviceModel::Hdd(h) = model else { unreachable!() };
+        assert_eq!(r.seek_time_us, h.positioning_us(r.sl));
+        assert!(r.seek_time_us > 4000.0 + 800.0);
+    }
+
+    #[test]
+    fn reuse_distance_only_within_the_jobs_slices() {
+        let m = mon();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // Work-conserving: no samples.
+        m.on_arrival_at("a", at(0));
+        m.on_arrival_at("a", at(1));
+        assert!(!job(&m.report(false), "a").rd_valid);
+        // Dedicated to a: arrivals 2 ms then 4 ms apart.
+        m.set_slice(1, ServeTarget::Job("a".into()), 7, None);
+        m.on_arrival_at("a", at(10));
+        m.on_arrival_at("b", at(11)); // held, not a's
+        m.on_arrival_at("a", at(12));
+        m.on_arrival_at("a", at(16));
+        let r = m.report(false);
+        assert_eq!(r.epoch, 7);
+        let a = job(&r, "a");
+        assert!(a.rd_valid);
+        assert_eq!(a.rd_us, 2000.0 / 8.0 + 4000.0 * 7.0 / 8.0);
+        assert!(!job(&r, "b").rd_valid);
+        // Others slice: b's arrivals feed the others object, not a.
+        m.set_slice(2, ServeTarget::Others { eligible: vec!["a".into()] }, 8, None);
+        m.on_arrival_at("a", at(100));
+        m.on_arrival_at("b", at(101));
+        m.on_arrival_at("c", at(104));
+        let r = m.report(false);
+        assert_eq!(r.others_rd_us, Some(3000.0));
+        assert_eq!(job(&r, "a").rd_us, a.rd_us);
+        // Back to a: the gap from 16 ms (previous slice) to 200 ms spans the hold, not a sample.
+        m.set_slice(3, ServeTarget::Job("a".into()), 9, None);
+        m.on_arrival_at("a", at(200));
+        assert_eq!(job(&m.report(false), "a").rd_us, a.rd_us);
+        m.on_arrival_at("a", at(201));
+        assert_eq!(job(&m.report(false), "a").rd_us, a.rd_us / 8.0 + 1000.0 * 7.0 / 8.0);
+        // A slice past its fallback deadline is no longer dedicated.
+        m.set_slice(4, ServeTarget::Job("a".into()), 10, Some(at(0)));
+        m.on_arrival_at("a", at(301));
+        m.on_arrival_at("a", at(302));
+        assert_eq!(job(&m.report(false), "a").rd_us, a.rd_us / 8.0 + 1000.0 * 7.0 / 8.0);
+        assert_eq!(m.report(false).epoch, 0, "fallen back");
+    }
+
+    #[test]
+    fn idle_jobs_are_not_reported() {
+        let m = Locality::new(0, DeviceModel::None, Duration::from_millis(30));
+        m.on_arrival("old");
+        std::thread::sleep(Duration::from_millis(60));
+        m.on_arrival("new");
+        let r = m.report(false);
+        assert_eq!(r.jobs.iter().map(|j| j.job.as_str()).collect::<Vec<_>>(), ["new"]);
+    }
+}
