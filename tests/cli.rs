@@ -86,7 +86,10 @@ fn up_cli_roundtrip_stop_and_restart() {
     let ls = tessera(&u.config, &["ls", "-l", "/demo"]);
     assert!(ls.contains("big.bin") && ls.contains(&data.len().to_string()), "ls output: {ls}");
     let df = tessera(&u.config, &["df"]);
-    assert!(df.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).count() >= 3, "df output: {df}");
+    assert!(
+        df.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).count() >= 3,
+        "df output: {df}"
+    );
     stop(u);
     assert_eq!(servers_running_in(&cdir), 0, "children left running after SIGINT");
 
@@ -94,7 +97,8 @@ fn up_cli_roundtrip_stop_and_restart() {
     let u = up(&cdir);
     tessera(&u.config, &["get", "--quiet", "/demo/big.bin", fetched.to_str().unwrap()]);
     assert!(std::fs::read(&fetched).unwrap() == data, "data changed across restart");
-    let cat = Command::new(bin("tessera")).arg("--config").arg(&u.config).args(["cat", "/demo/big.bin"]).output().unwrap();
+    let cat =
+        Command::new(bin("tessera")).arg("--config").arg(&u.config).args(["cat", "/demo/big.bin"]).output().unwrap();
     assert!(cat.stdout == data);
     // Errors are clear and non-zero.
     let out = Command::new(bin("tessera")).arg("--config").arg(&u.config).args(["stat", "/missing"]).output().unwrap();

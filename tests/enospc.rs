@@ -66,7 +66,10 @@ async fn full_disk_gives_enospc_and_recovers() {
     c.unlink(&path).await.unwrap();
     let mut recovered = false;
     for _ in 0..50 {
-        let f = c.create("/retry", 0o644, Some(LayoutSpec { stripe_size: Some(1 << 20), stripe_count: Some(2) })).await.unwrap();
+        let f = c
+            .create("/retry", 0o644, Some(LayoutSpec { stripe_size: Some(1 << 20), stripe_count: Some(2) }))
+            .await
+            .unwrap();
         let r = f.write_at(0, Bytes::from(pattern(3, 4 << 20))).await;
         f.close().await.unwrap();
         if r.is_ok() {

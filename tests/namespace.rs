@@ -129,7 +129,9 @@ async fn errors_and_permissions() {
     assert_eq!(code(other.unlink("/private/file").await), ErrorCode::Access);
     assert_eq!(code(other.read_file("/private/file").await), ErrorCode::Access);
     assert_eq!(
-        code(other.setattr("/private/file", tessera_client::SetAttrs { perm: Some(0o777), ..Default::default() }).await),
+        code(
+            other.setattr("/private/file", tessera_client::SetAttrs { perm: Some(0o777), ..Default::default() }).await
+        ),
         ErrorCode::Perm
     );
     // But it may read what is world-readable.

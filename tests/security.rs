@@ -32,7 +32,9 @@ fn addrs(cfg: &ClusterConfig) -> (SocketAddr, SocketAddr) {
 }
 
 async fn mds_ping(peer: &RpcPeer) -> Result<MdsReply, tessera_proto::FsError> {
-    peer.call::<MdsCall, MdsReply>(&MdsCall { caller: Caller::root(), req: MdsRequest::Ping }, Bytes::new()).await.map(|r| r.0)
+    peer.call::<MdsCall, MdsReply>(&MdsCall { caller: Caller::root(), req: MdsRequest::Ping }, Bytes::new())
+        .await
+        .map(|r| r.0)
 }
 
 async fn ds_ping(peer: &RpcPeer) -> Result<DsReply, tessera_proto::FsError> {
@@ -85,7 +87,10 @@ async fn certificates_are_checked() {
         .with_no_client_auth();
     let mut no_cert = no_cert;
     no_cert.alpn_protocols = vec![tls::ALPN.to_vec()];
-    assert!(!handshake_and_call(no_cert.clone(), mds_addr, "mds.tessera").await, "MDS accepted a client without certificate");
+    assert!(
+        !handshake_and_call(no_cert.clone(), mds_addr, "mds.tessera").await,
+        "MDS accepted a client without certificate"
+    );
     assert!(!handshake_and_call(no_cert, ds_addr, "ds.tessera").await, "DS accepted a client without certificate");
 
     // A certificate from another CA (trusting the cluster CA for the server side).
@@ -111,7 +116,10 @@ async fn certificates_are_checked() {
 
     // Role-restricted requests: a client may not remove objects nor pose as a data server reporting.
     let client_ds = RpcPeer::new(ep.clone(), &good, Role::Ds, ds_addr, tuning()).unwrap();
-    let err = client_ds.call::<DsRequest, DsReply>(&DsRequest::Remove { objects: vec![1, 2] }, Bytes::new()).await.unwrap_err();
+    let err = client_ds
+        .call::<DsRequest, DsReply>(&DsRequest::Remove { objects: vec![1, 2] }, Bytes::new())
+        .await
+        .unwrap_err();
     assert_eq!(err.code, ErrorCode::Perm, "{err}");
     let err = peer
         .call::<MdsCall, MdsReply>(
@@ -154,10 +162,12 @@ async fn raw(conn: &quinn::Connection, bytes: &[u8]) -> RawOutcome {
     match tessera_proto::wire::decode::<Result<DsReply, tessera_proto::FsError>>(&reply[12..12 + hlen]) {
         Ok(Err(e)) => RawOutcome::Error(e),
         Ok(Ok(_)) => RawOutcome::Success,
-        Err(_) => match tessera_proto::wire::decode::<Result<MdsReply, tessera_proto::FsError>>(&reply[12..12 + hlen]) {
-            Ok(Err(e)) => RawOutcome::Error(e),
-            _ => RawOutcome::Success,
-        },
+        Err(_) => {
+            match tessera_proto::wire::decode::<Result<MdsReply, tessera_proto::FsError>>(&reply[12..12 + hlen]) {
+                Ok(Err(e)) => RawOutcome::Error(e),
+                _ => RawOutcome::Success,
+            }
+        }
     }
 }
 
@@ -237,7 +247,10 @@ async fn malformed_frames_never_crash_servers() {
                 // A valid header with a nonsense request field values is an error reply, not a crash.
                 let tag = IoTag { job: "x".repeat(10_000), client: 1, ino: 1 };
                 let err = fresh
-                    .call::<DsRequest, DsReply>(&DsRequest::Read { tag, object: 1, offset: u64::MAX, len: u32::MAX }, Bytes::new())
+                    .call::<DsRequest, DsReply>(
+                        &DsRequest::Read { tag, object: 1, offset: u64::MAX, len: u32::MAX },
+                        Bytes::new(),
+                    )
                     .await
                     .unwrap_err();
                 assert_eq!(err.code, ErrorCode::Invalid, "{err}");

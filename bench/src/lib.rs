@@ -1,16 +1,25 @@
 //! `tessera-bench`: IOR-like benchmarks and experiments.
 
 pub mod backend; // the I/O API tasks drive: Tessera client library or POSIX std::fs
+pub mod experiment; // `experiment`: IOrchestrator figures on a local cluster it starts (CSV/JSON/PNG in results/)
 pub mod ior; // `ior`: options, per-task offsets for each pattern, verification pattern, timed phases
+pub mod localcluster; // a local MDS + data servers as child processes, with edited configs, for experiments
 pub mod mdtest; // `mdtest`: create/stat/remove rates
+pub mod plots; // PNG figures with plotters (grouped bars, lines, LBA scatter, histograms)
 pub mod report; // IOR/mdtest-style text, summary statistics, JSON results
+pub mod trace; // lba-trace.csv parsing: LBA over time and reuse distances per program
 pub mod units; // sizes with K/M/G suffixes
+pub mod workloads; // `workload`: the IOrchestrator paper's five benchmarks as access plans, and their runner
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "tessera-bench", version, about = "Tessera benchmarks: IOR-like workloads and metadata rates")]
+#[command(
+    name = "tessera-bench",
+    version,
+    about = "Tessera benchmarks: IOR-like workloads, metadata rates, paper workloads and experiments"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -22,6 +31,10 @@ enum Cmd {
     Ior(ior::IorArgs),
     /// mdtest-like metadata benchmark: file create, stat and remove rates.
     Mdtest(mdtest::MdtestArgs),
+    /// One of the IOrchestrator paper's benchmarks (mpi-io-test, ior-mpi-io, noncontig, hpio, mpi-tile-io).
+    Workload(workloads::WorkloadArgs),
+    /// Reproduce a figure: starts a local cluster, runs the comparison, writes results/NAME.{csv,json,png}.
+    Experiment(experiment::ExperimentArgs),
 }
 
 /// Parses the command line, runs the benchmark on a multi-thread tokio runtime, maps errors to exit code 1.
@@ -41,6 +54,8 @@ pub fn main_entry() -> ExitCode {
         match cli.cmd {
             Cmd::Ior(a) => ior::run(a).await,
             Cmd::Mdtest(a) => mdtest::run(a).await,
+            Cmd::Workload(a) => workloads::run(a).await,
+            Cmd::Experiment(a) => experiment::run(a).await,
         }
     });
     // Tasks abandoned at a barrier after another task failed must not hold up the exit.

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{ErrorCode, FsError};
 use tessera_proto::layout::LayoutSpec;
-use tessera_proto::msg::SetAttrs;
+use tessera_proto::msg::{OrchestratorMode, OrchestratorStatus, SetAttrs};
 use tessera_proto::tls;
 use tessera_proto::types::{Attr, FileKind, Role, Timestamp};
 use tokio::io::AsyncWriteExt;
@@ -174,11 +174,36 @@ enum Cmd {
     Df,
     /// Check that the MDS and every data server answer, with round-trip times.
     Ping,
+    /// Running programs as the orchestrator sees them: per-server SL/RD, eligibility, slice share.
+    Jobs {
+        /// Refresh every second in place until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// IOrchestrator: its status, or switch its mode at run time.
+    #[command(subcommand)]
+    Orchestrator(OrchCmd),
     /// Mount the file system with FUSE: runs `tessera-fuse` (installed next to `tessera`) with these arguments.
     Mount {
         /// MOUNTPOINT [--daemon] [--allow-other] [-o OPTS] (see `tessera-fuse --help`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         args: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum OrchCmd {
+    /// Mode, window, the current plan with its slices, per-server SL_i/SeekTime, switch skew.
+    Status {
+        /// Refresh every second in place until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Switch the mode: off | even | iorchestrator (needs the admin config `tessera up` writes to
+    /// DIR/admin.toml, or root with a client certificate).
+    Mode {
+        /// off, even or iorchestrator.
+        mode: OrchestratorMode,
     },
 }
 
@@ -579,6 +604,17 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         Cmd::Getstripe { path } => getstripe(&c, &path).await?,
         Cmd::Df => df(&c).await?,
         Cmd::Ping => return ping(&c).await,
+        Cmd::Jobs { watch } => watch_status(&c, watch, jobs_text).await?,
+        Cmd::Orchestrator(OrchCmd::Status { watch }) => watch_status(&c, watch, orchestrator_text).await?,
+        Cmd::Orchestrator(OrchCmd::Mode { mode }) => match c.mds().set_orchestrator_mode(mode).await {
+            Ok(()) => println!("orchestrator mode: {mode} (from the next slice boundary)"),
+            Err(e) if e.code == ErrorCode::Perm => {
+                return Err(CliError::plain(format!(
+                    "{e}\n(use the admin configuration: --config DIR/admin.toml as written by `tessera up`)"
+                )))
+            }
+            Err(e) => return Err(CliError::plain(e)),
+        },
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -936,10 +972,174 @@ async fn ping(c: &Client) -> CliResult<ExitCode> {
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+/// Prints the orchestrator's status rendered by `render`; with `watch`, redraws it every second in
+/// place (like `top`) until Ctrl-C.
+async fn watch_status(c: &Client, watch: bool, render: fn(&OrchestratorStatus) -> String) -> CliResult<()> {
+    use std::io::{IsTerminal, Write};
+    if !watch {
+        let st = c.mds().orchestrator_status().await.map_err(CliError::plain)?;
+        print!("{}", render(&st));
+        return Ok(());
+    }
+    let tty = std::io::stdout().is_terminal();
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        let text = match c.mds().orchestrator_status().await {
+            Ok(st) => render(&st),
+            Err(e) => format!("metadata server: {e}\n"),
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = if tty { write!(out, "\x1b[H\x1b[2J{text}") } else { writeln!(out, "{text}") };
+        let _ = out.flush();
+        drop(out);
+        tokio::select! {
+            _ = &mut ctrl_c => return Ok(()),
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+fn ms(us: f64) -> String {
+    format!("{:.2} ms", us / 1000.0)
+}
+
+fn opt_ms(us: Option<f64>) -> String {
+    us.map_or_else(|| "-".to_string(), ms)
+}
+
+fn skew_text(st: &OrchestratorStatus) -> String {
+    let f = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |us| ms(us as f64));
+    format!("last {}, median {}", f(st.last_switch_skew_us), f(st.median_switch_skew_us))
+}
+
+/// `tessera jobs`: every running program with its per-server locality and the decision about it.
+fn jobs_text(st: &OrchestratorStatus) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let eligible = st.jobs.iter().filter(|j| j.eligible).count();
+    let _ = writeln!(
+        o,
+        "orchestrator {} · window {} ms · {} servers reporting · {} programs running, {eligible} eligible",
+        st.mode,
+        st.window_ms,
+        st.servers.len(),
+        st.jobs.len()
+    );
+    if st.jobs.is_empty() {
+        let _ = writeln!(o, "no running programs");
+    }
+    for j in &st.jobs {
+        let _ = writeln!(
+            o,
+            "\n{}  eligible: {}  slice share: {:.1}%",
+            j.job,
+            if j.eligible { "yes" } else { "no" },
+            j.slice_share * 100.0
+        );
+        let _ = writeln!(o, "  {}", j.reason);
+        let _ = writeln!(o, "  {:>4}  {:>11}  {:>11}  {:>10}  {:>10}", "DS", "SL_i", "SL_ij", "RD_ij", "SeekTime");
+        for (ds, sl, rd) in &j.servers {
+            let srv = st.servers.iter().find(|s| s.0 == *ds);
+            let _ = writeln!(
+                o,
+                "  {ds:>4}  {:>11}  {:>11}  {:>10}  {:>10}",
+                srv.map_or_else(|| "-".to_string(), |s| human_bytes(s.1 as u64)),
+                human_bytes(*sl as u64),
+                opt_ms(*rd),
+                srv.map_or_else(|| "-".to_string(), |s| ms(s.2)),
+            );
+        }
+    }
+    o
+}
+
+/// `tessera orchestrator status`: mode, plan, servers, skew.
+fn orchestrator_text(st: &OrchestratorStatus) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "mode:         {}", st.mode);
+    let _ = writeln!(o, "window:       {} ms ({} windows run)", st.window_ms, st.windows_run);
+    let _ = writeln!(o, "switch skew:  {}", skew_text(st));
+    let _ = writeln!(o, "plan:");
+    let _ = writeln!(o, "  {:<24} {:>10} {:>7} {:>10}", "OBJECT", "SLICE", "SHARE", "RD");
+    for p in &st.plan {
+        let share = if st.window_ms > 0 { p.slice_ms / f64::from(st.window_ms) * 100.0 } else { 0.0 };
+        let _ = writeln!(o, "  {:<24} {:>7.1} ms {:>6.1}% {:>10}", p.label, p.slice_ms, share, opt_ms(p.rd_us));
+    }
+    let _ = writeln!(o, "servers:");
+    let _ = writeln!(o, "  {:>4}  {:>11}  {:>10}  {:>10}", "DS", "SL_i", "SeekTime", "REPORTED");
+    for (ds, sl, seek, age) in &st.servers {
+        let _ = writeln!(
+            o,
+            "  {ds:>4}  {:>11}  {:>10}  {:>10}",
+            human_bytes(*sl as u64),
+            ms(*seek),
+            format!("{:.1}s ago", *age as f64 / 1000.0)
+        );
+    }
+    let eligible = st.jobs.iter().filter(|j| j.eligible).count();
+    let _ = writeln!(o, "programs:     {} running, {eligible} eligible (details: tessera jobs)", st.jobs.len());
+    o
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    fn sample_status() -> OrchestratorStatus {
+        use tessera_proto::msg::{JobView, PlanSlice, ServeTarget};
+        OrchestratorStatus {
+            mode: OrchestratorMode::IOrchestrator,
+            window_ms: 500,
+            servers: vec![(0, 2e9, 8500.0, 40), (1, 2.1e9, 8600.0, 90)],
+            jobs: vec![JobView {
+                job: "mpi-io-test".into(),
+                eligible: true,
+                reason: "eligible; [1] ...".into(),
+                servers: vec![(0, 0.0, Some(1200.0)), (1, 4096.0, None)],
+                slice_share: 0.7,
+            }],
+            plan: vec![
+                PlanSlice {
+                    label: "mpi-io-test".into(),
+                    target: ServeTarget::Job("mpi-io-test".into()),
+                    slice_ms: 350.0,
+                    rd_us: Some(1200.0),
+                },
+                PlanSlice {
+                    label: "(others)".into(),
+                    target: ServeTarget::Others { eligible: vec![] },
+                    slice_ms: 150.0,
+                    rd_us: None,
+                },
+            ],
+            last_switch_skew_us: Some(210),
+            median_switch_skew_us: None,
+            windows_run: 12,
+        }
+    }
+
+    #[test]
+    fn orchestrator_views_render() {
+        let st = sample_status();
+        let j = jobs_text(&st);
+        assert!(j.contains("mpi-io-test  eligible: yes  slice share: 70.0%"), "{j}");
+        assert!(j.contains("1.20 ms") && j.contains("4.0 KiB") && j.contains("8.60 ms"), "{j}");
+        let o = orchestrator_text(&st);
+        assert!(o.contains("mode:         iorchestrator"), "{o}");
+        assert!(o.contains("350.0 ms   70.0%"), "{o}");
+        assert!(o.contains("last 0.21 ms, median -"), "{o}");
+        assert!(o.contains("1 running, 1 eligible"), "{o}");
+        let c = Cli::try_parse_from(["tessera", "orchestrator", "mode", "even"]).unwrap();
+        assert!(matches!(c.cmd, Cmd::Orchestrator(OrchCmd::Mode { mode: OrchestratorMode::Even })));
+        assert!(Cli::try_parse_from(["tessera", "orchestrator", "mode", "fast"]).is_err());
+        let c = Cli::try_parse_from(["tessera", "jobs", "--watch"]).unwrap();
+        assert!(matches!(c.cmd, Cmd::Jobs { watch: true }));
+        let c = Cli::try_parse_from(["tessera", "orchestrator", "status"]).unwrap();
+        assert!(matches!(c.cmd, Cmd::Orchestrator(OrchCmd::Status { watch: false })));
+    }
 
     #[test]
     fn sizes_parse_with_suffixes() {

@@ -24,7 +24,6 @@ pub const STOP_GRACE: Duration = Duration::from_secs(10);
 /// Environment variable overriding where the server binaries are looked for.
 pub const BIN_DIR_ENV: &str = "TESSERA_BIN_DIR";
 
-
 /// The files of a prepared cluster directory (all paths absolute).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterFiles {

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use tessera_proto::error::{FsError, FsResult};
 use tessera_proto::layout::{Layout, LayoutSpec};
 use tessera_proto::msg::{
-    DirEntry, DsReport, DsStatus, MdsCall, MdsReply, MdsRequest, OpenFlags, RenameFlags, SetAttrs, StatFs, XattrMode,
+    DirEntry, DsReport, DsStatus, MdsCall, MdsReply, MdsRequest, OpenFlags, OrchestratorMode, OrchestratorStatus,
+    RenameFlags, SetAttrs, StatFs, XattrMode,
 };
 use tessera_proto::rpc::RpcPeer;
 use tessera_proto::types::{Attr, Caller, FileKind, Ino};
@@ -269,5 +270,18 @@ impl MdsClient {
             MdsReply::Cluster(v) => Ok(v),
             r => Err(unexpected("ClusterStatus", r)),
         }
+    }
+
+    /// What the orchestrator sees and decides (`tessera jobs`, `tessera orchestrator status`).
+    pub async fn orchestrator_status(&self) -> FsResult<OrchestratorStatus> {
+        match self.call(MdsRequest::OrchestratorStatus).await? {
+            MdsReply::Orchestrator(s) => Ok(s),
+            r => Err(unexpected("OrchestratorStatus", r)),
+        }
+    }
+
+    /// Switches the orchestrator's mode (admin certificate, or a root caller).
+    pub async fn set_orchestrator_mode(&self, mode: OrchestratorMode) -> FsResult<()> {
+        ok_of("SetOrchestratorMode", self.call(MdsRequest::SetOrchestratorMode { mode }).await?)
     }
 }

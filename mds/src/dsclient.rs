@@ -1,5 +1,6 @@
-//! The MDS as a client of the data servers: truncating and removing objects. A trait, so the
-//! namespace can run against any implementation (RPC in the server, in-memory in unit tests).
+//! The MDS as a client of the data servers: truncating and removing objects (a trait, so the
+//! namespace can run against any implementation: RPC in the server, in-memory in unit tests), and
+//! the orchestrator's serve commands.
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -49,6 +50,30 @@ impl RpcDataServers {
             DsReply::Ok => Ok(()),
             other => Err(FsError::protocol(format!("data server {ds}: unexpected reply {other:?}"))),
         }
+    }
+}
+
+/// Serve commands of the orchestrator's driver go over the same connections.
+impl crate::driver::Switchboard for RpcDataServers {
+    fn servers(&self) -> Vec<DsId> {
+        let mut ids: Vec<DsId> = self.peers.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    fn serve(&self, ds: DsId, cmd: tessera_proto::msg::ServeCommand) -> BoxFuture<'_, FsResult<(u64, u64)>> {
+        Box::pin(async move {
+            let peer = match self.peers.get(&ds) {
+                Some(Ok(p)) => p,
+                Some(Err(e)) => return Err(FsError::unavailable(format!("data server {ds}: {e}"))),
+                None => return Err(FsError::unavailable(format!("data server {ds} is not configured"))),
+            };
+            let (reply, _): (DsReply, Bytes) = peer.call(&DsRequest::Serve(cmd), Bytes::new()).await?;
+            match reply {
+                DsReply::Switched { epoch, at_unix_us } => Ok((epoch, at_unix_us)),
+                other => Err(FsError::protocol(format!("data server {ds}: unexpected reply to Serve: {other:?}"))),
+            }
+        })
     }
 }
 

@@ -5,13 +5,19 @@
 //! - [`namespace`]: every metadata operation with POSIX semantics.
 //! - [`placement`]: placement policies choosing data servers for new files (round-robin).
 //! - [`stats`]: the latest report of each data server and its age.
-//! - [`dsclient`]: the MDS as a client of the data servers (truncate, remove).
+//! - [`dsclient`]: the MDS as a client of the data servers (truncate, remove, serve commands).
 //! - [`destroy`]: background worker draining the destroy log.
+//! - [`orchestrator`]: IOrchestrator's decisions: locality reports, eligibility, each window's plan.
+//! - [`driver`]: executes the plan: serve commands to every data server, slice timing, switch skew.
+//! - [`metrics`]: Prometheus `GET /metrics` (requests by type, orchestrator state).
 //! - [`server`]: the RPC service and the `tessera-mds` process entry point.
 
 pub mod destroy;
+pub mod driver;
 pub mod dsclient;
+pub mod metrics;
 pub mod namespace;
+pub mod orchestrator;
 pub mod perm;
 pub mod placement;
 pub mod server;

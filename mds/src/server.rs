@@ -1,8 +1,11 @@
 //! The RPC service (`MdsCall` → `MdsResponse`) and the `tessera-mds` process: config, TLS identity,
-//! database, data-server clients, destroy worker, serving until SIGINT/SIGTERM.
+//! database, data-server clients, destroy worker, orchestrator driver, metrics endpoint, serving until
+//! SIGINT/SIGTERM.
 
 use crate::dsclient::{DataServers, RpcDataServers};
+use crate::metrics::RequestCounters;
 use crate::namespace::Namespace;
+use crate::orchestrator::{Orchestrator, Params};
 use crate::stats::StatsView;
 use crate::store::Store;
 use bytes::Bytes;
@@ -13,7 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use tessera_proto::config::ClusterConfig;
-use tessera_proto::msg::{MdsCall, MdsReply, MdsRequest};
+use tessera_proto::msg::{MdsCall, MdsReply, MdsRequest, OrchestratorMode};
 use tessera_proto::rpc::{self, PeerInfo, Service};
 use tessera_proto::tls::NodeIdentity;
 use tessera_proto::{FsError, FsResult, Role};
@@ -21,26 +24,52 @@ use tracing::{debug, info};
 
 pub struct MdsService {
     ns: Arc<Namespace>,
+    /// Answers the orchestrator's requests (without one they are unsupported).
+    orch: Option<Arc<Orchestrator>>,
+    counters: Arc<RequestCounters>,
 }
 
 impl MdsService {
     pub fn new(ns: Arc<Namespace>) -> MdsService {
-        MdsService { ns }
+        MdsService { ns, orch: None, counters: Arc::new(RequestCounters::default()) }
+    }
+
+    pub fn with_orchestrator(self, orch: Arc<Orchestrator>) -> MdsService {
+        MdsService { orch: Some(orch), ..self }
+    }
+
+    /// Requests served, by type (for the metrics endpoint).
+    pub fn counters(&self) -> Arc<RequestCounters> {
+        self.counters.clone()
     }
 
     async fn dispatch(&self, peer: &PeerInfo, call: MdsCall) -> FsResult<MdsReply> {
+        let kind = crate::metrics::kind(&call.req);
+        let r = self.dispatch_inner(peer, call).await;
+        self.counters.count(kind, r.is_ok());
+        r
+    }
+
+    async fn dispatch_inner(&self, peer: &PeerInfo, call: MdsCall) -> FsResult<MdsReply> {
         match (&call.req, peer.role) {
             (MdsRequest::DsReport(r), Role::Ds) if !self.ns.stats().is_configured(r.ds) => {
                 debug!(ds = r.ds, peer = %peer.name, "report from an unconfigured data server");
             }
-            (MdsRequest::DsReport(_), Role::Ds) | (MdsRequest::Ping, _) => {}
+            (MdsRequest::DsReport(_) | MdsRequest::LocalityReport(_), Role::Ds) | (MdsRequest::Ping, _) => {}
             (MdsRequest::DsReport(_), role) => {
                 return Err(FsError::perm(format!("only data servers send reports (peer is {role})")));
             }
             (_, Role::Ds) => return Err(FsError::perm("data servers may only ping and report")),
             _ => {}
         }
-        self.ns.handle(&call.caller, call.req).await
+        let req = match &self.orch {
+            Some(o) => match o.handle(peer.role, &call.caller, call.req) {
+                Ok(reply) => return reply,
+                Err(req) => req,
+            },
+            None => call.req,
+        };
+        self.ns.handle(&call.caller, req).await
     }
 }
 
@@ -138,18 +167,44 @@ pub async fn run(
     let store = Arc::new(Store::open(&data_dir)?);
     let endpoint = rpc::server_endpoint(addr, &identity, &cfg.tuning())?;
     // The server endpoint also connects out to the data servers (quinn endpoints do both).
-    let data: Arc<dyn DataServers> = Arc::new(RpcDataServers::new(&cfg, &endpoint, &identity)?);
+    let rpc_data = Arc::new(RpcDataServers::new(&cfg, &endpoint, &identity)?);
+    let data: Arc<dyn DataServers> = rpc_data.clone();
     let stats = Arc::new(StatsView::new(cfg.ds.iter().map(|d| (d.id, d.addr.clone())).collect()));
     let ns = Arc::new(Namespace::new(store.clone(), &cfg.defaults, stats, data.clone())?);
     let destroyer = crate::destroy::spawn(store.clone(), data, ns.destroy_wake());
 
+    let mode: OrchestratorMode =
+        cfg.orchestrator.mode.parse().map_err(|e| anyhow::anyhow!("orchestrator.mode in the config: {e}"))?;
+    let orch = Arc::new(Orchestrator::new(
+        Params::from_options(&cfg.orchestrator),
+        mode,
+        cfg.ds.iter().map(|d| d.id).collect(),
+    ));
+    let service = MdsService::new(ns).with_orchestrator(orch.clone());
+    let metrics = match &cfg.metrics.mds_addr {
+        Some(addr) => {
+            let l = crate::metrics::bind(addr).await?;
+            if let Some(a) = crate::metrics::local(&l) {
+                info!("metrics at http://{a}/metrics");
+            }
+            Some(crate::metrics::spawn(l, orch.clone(), service.counters()))
+        }
+        None => None,
+    };
+    let driver = crate::driver::spawn(orch.clone(), rpc_data.clone());
+
     let local = endpoint.local_addr().map_err(|e| anyhow::anyhow!("listening address: {e}"))?;
-    info!(%local, db = %data_dir.display(), data_servers = cfg.ds.len(), placement = %cfg.defaults.placement, "metadata server ready");
-    let server = tokio::spawn(rpc::serve(endpoint.clone(), Arc::new(MdsService::new(ns))));
+    info!(%local, db = %data_dir.display(), data_servers = cfg.ds.len(), placement = %cfg.defaults.placement, orchestrator = %mode, window_ms = cfg.orchestrator.window_ms, "metadata server ready");
+    let server = tokio::spawn(rpc::serve(endpoint.clone(), Arc::new(service)));
     ready(local);
 
     shutdown.await;
     info!("shutting down");
+    driver.abort();
+    if let Some(m) = metrics {
+        m.abort();
+    }
+    crate::driver::release_all(&orch, rpc_data).await;
     endpoint.close(0u32.into(), b"server shutting down");
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), endpoint.wait_idle()).await;
     server.abort();

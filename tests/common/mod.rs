@@ -89,13 +89,18 @@ impl Cluster {
     }
 
     pub fn start_mds(&mut self) {
-        let child = spawn_ready(Command::new(bin("tessera-mds")).arg("--config").arg(&self.files.mds_config), &self.log("mds"));
+        let child =
+            spawn_ready(Command::new(bin("tessera-mds")).arg("--config").arg(&self.files.mds_config), &self.log("mds"));
         self.mds = Some(child);
     }
 
     pub fn start_ds(&mut self, i: usize) {
         let child = spawn_ready(
-            Command::new(bin("tessera-ds")).arg("--config").arg(&self.files.ds_configs[i]).arg("--id").arg(i.to_string()),
+            Command::new(bin("tessera-ds"))
+                .arg("--config")
+                .arg(&self.files.ds_configs[i])
+                .arg("--id")
+                .arg(i.to_string()),
             &self.log(&format!("ds{i}")),
         );
         self.ds[i] = Some(child);

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Issue-2/3 numbers in one run: IOR-like throughput through the library (-a tessera), through the FUSE
+# mount (-a posix on the mount) and on a local directory (-a posix), alternating, REPS repetitions each,
+# medians and ratios; then mdtest (library and mount). Real device (device model "none"): the data servers
+# write to this machine's disk through its page cache, like the local-directory run.
+#
+#   bench/scripts/core-throughput.sh [OUT_DIR]      (env: REPS=3 BLOCK=256m TASKS=2 DS=4 MDFILES=10000)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${BIN:-$here/target/release}
+out=${1:-$here/results/core}
+reps=${REPS:-3}; block=${BLOCK:-256m}; tasks=${TASKS:-2}; nds=${DS:-4}; mdfiles=${MDFILES:-10000}
+mkdir -p "$out"
+work=$(mktemp -d /tmp/tessera-core.XXXXXX)
+mnt=$work/mnt; local_dir=$work/local
+mkdir -p "$mnt" "$local_dir"
+up_pid=""; fuse_pid=""
+cleanup() {
+  [ -n "$fuse_pid" ] && kill "$fuse_pid" 2>/dev/null && wait "$fuse_pid" 2>/dev/null || true
+  umount -l "$mnt" 2>/dev/null || true
+  [ -n "$up_pid" ] && kill -INT "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$bin/tessera" up --dir "$work/cluster" --ds "$nds" --port-base 0 > "$work/up.log" 2>&1 &
+up_pid=$!
+for _ in $(seq 100); do grep -q "TESSERA UP" "$work/up.log" && break; sleep 0.2; done
+export TESSERA_CONFIG=$work/cluster/client.toml
+"$bin/tessera" mkdir -p /ior /md
+"$bin/tessera" setstripe -S 1M -c "$nds" /ior
+"$bin/tessera-fuse" "$mnt" --allow-other > "$work/fuse.log" 2>&1 &
+fuse_pid=$!
+for _ in $(seq 100); do grep -q READY "$work/fuse.log" && break; sleep 0.2; done
+
+ior() { # name, extra args...
+  local name=$1; shift
+  "$bin/tessera-bench" ior -t 1m -b "$block" -N "$tasks" -e -C "$@" --json "$out/$name.json" > "$out/$name.txt" 2>&1
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['write_mib_s']:.1f} {d['read_mib_s']:.1f}\")" "$out/$name.json"
+}
+echo "config: $nds data servers, stripe 1 MiB x $nds, $tasks tasks, 1 MiB transfers, block $block, fsync (-e), -C; $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
+: > "$out/ior.tsv"
+for r in $(seq "$reps"); do
+  for mode in fpp shared; do
+    f=""; [ "$mode" = fpp ] && f="-F"
+    echo "$r $mode library $(ior lib-$mode-$r -a tessera -o /ior/$mode $f)" >> "$out/ior.tsv"
+    echo "$r $mode mount $(ior fuse-$mode-$r -a posix -o "$mnt/ior/$mode" $f)" >> "$out/ior.tsv"
+    echo "$r $mode local $(ior local-$mode-$r -a posix -o "$local_dir/$mode" $f)" >> "$out/ior.tsv"
+  done
+  echo "repetition $r done" >&2
+done
+"$bin/tessera-bench" mdtest -a tessera -d /md -n "$mdfiles" -N "$tasks" --json "$out/mdtest-lib.json" > "$out/mdtest-lib.txt" 2>&1
+"$bin/tessera-bench" mdtest -a posix -d "$mnt/md" -n "$mdfiles" -N "$tasks" --json "$out/mdtest-mount.json" > "$out/mdtest-mount.txt" 2>&1
+"$bin/tessera-bench" mdtest -a posix -d "$local_dir" -n "$mdfiles" -N "$tasks" --json "$out/mdtest-local.json" > "$out/mdtest-local.txt" 2>&1
+
+python3 - "$out" <<'PY'
+import json, statistics, sys, collections
+out = sys.argv[1]
+rows = collections.defaultdict(lambda: ([], []))
+for line in open(f"{out}/ior.tsv"):
+    r, mode, api, w, rd = line.split()
+    rows[(mode, api)][0].append(float(w)); rows[(mode, api)][1].append(float(rd))
+med = {k: (statistics.median(w), statistics.median(r)) for k, (w, r) in rows.items()}
+lines = ["| layout | path | write MiB/s (median) | read MiB/s (median) | runs |", "|---|---|---|---|---|"]
+for (mode, api), (w, r) in sorted(med.items()):
+    lines.append(f"| {mode} | {api} | {w:.0f} | {r:.0f} | {len(rows[(mode, api)][0])} |")
+lines.append("")
+for mode in ("fpp", "shared"):
+    lw, lr = med[(mode, "library")]; mw, mr = med[(mode, "mount")]; pw, pr = med[(mode, "local")]
+    lines.append(f"- {mode}: library/local write {lw/pw:.2f}, read {lr/pr:.2f}; mount/library write {mw/lw:.2f}, read {mr/lr:.2f}")
+lines.append("")
+lines.append("| mdtest | create/s | stat/s | remove/s |"); lines.append("|---|---|---|---|")
+for name in ("lib", "mount", "local"):
+    d = json.load(open(f"{out}/mdtest-{name}.json"))
+    lines.append(f"| {name} | {d['create_ops_s']:.0f} | {d['stat_ops_s']:.0f} | {d['remove_ops_s']:.0f} |")
+text = "\n".join(lines)
+open(f"{out}/summary.md", "w").write(text + "\n")
+print(text)
+PY

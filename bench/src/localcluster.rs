@@ -1,0 +1,288 @@
+//! A local cluster for experiments: `cluster::prepare` writes certificates and configs, the configs are
+//! edited for the experiment (device model, object reservation, trace, orchestrator), and `tessera-mds`
+//! and `tessera-ds` (found next to the running executable, like `tessera up`) run as child processes.
+
+use anyhow::{anyhow, bail, Context, Result};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tessera_client::cluster::{prepare, server_binary, ClusterFiles};
+use tessera_client::proto::msg::{MdsReply, MdsRequest, OrchestratorMode, OrchestratorStatus};
+use tessera_client::{Client, ClusterConfig, Defaults, ErrorCode};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Child;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// What the experiment needs from the cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterOptions {
+    pub n_ds: usize,
+    pub stripe_size: u64,
+    /// `hdd` or `none`.
+    pub device_model: String,
+    /// Address space per object on each server (sets on-disk distances between files); None: default.
+    pub reservation: Option<u64>,
+    pub trace: bool,
+    pub window_ms: u32,
+    /// The mode the MDS starts in (switched at run time per configuration).
+    pub mode: OrchestratorMode,
+}
+
+/// Running servers of a cluster directory.
+pub struct LocalCluster {
+    pub files: ClusterFiles,
+    pub client_cfg: ClusterConfig,
+    pub admin_cfg: ClusterConfig,
+    children: Vec<(String, Child)>,
+    admin: Option<Client>,
+    /// Set once the MDS refused orchestrator requests (its orchestrator is not there yet).
+    pub orchestrator_missing: bool,
+}
+
+/// Applies the experiment's settings to one node config.
+pub fn edit_config(cfg: &mut ClusterConfig, o: &ClusterOptions) {
+    cfg.ds_options.device_model = o.device_model.clone();
+    if let Some(r) = o.reservation {
+        cfg.ds_options.object_reservation_bytes = r;
+    }
+    cfg.ds_options.trace = o.trace;
+    // Statistics often enough for the orchestrator to see load.
+    cfg.ds_options.report_interval_ms = cfg.ds_options.report_interval_ms.min(500);
+    cfg.orchestrator.mode = o.mode.as_str().to_string();
+    cfg.orchestrator.window_ms = o.window_ms;
+}
+
+fn spawn(bin: &Path, args: &[String], log: &Path) -> Result<Child> {
+    let logf = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    let mut cmd = std::process::Command::new(bin);
+    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::from(logf));
+    // SAFETY: prctl is async-signal-safe; the kernel SIGTERMs the server if the benchmark dies.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.kill_on_drop(true);
+    cmd.spawn().with_context(|| format!("starting {}", bin.display()))
+}
+
+async fn wait_ready(name: &str, child: &mut Child, log: &Path) -> Result<()> {
+    let stdout = child.stdout.take().ok_or_else(|| anyhow!("{name}: no stdout pipe"))?;
+    let mut lines = BufReader::new(stdout).lines();
+    let found = tokio::time::timeout(READY_TIMEOUT, async {
+        while let Some(line) = lines.next_line().await? {
+            if line.starts_with("READY") {
+                return Ok::<bool, std::io::Error>(true);
+            }
+        }
+        Ok(false)
+    })
+    .await;
+    match found {
+        Ok(Ok(true)) => {
+            // Keep draining stdout so the server never blocks on a full pipe.
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            Ok(())
+        }
+        Ok(_) => {
+            let tail = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            bail!("{name} exited before printing READY (log {}):\n{}", log.display(), tail.join("\n"))
+        }
+        Err(_) => bail!("{name} did not print READY within {READY_TIMEOUT:?}; see {}", log.display()),
+    }
+}
+
+impl LocalCluster {
+    /// Starts a fresh cluster in `dir` (anything there before is removed).
+    pub async fn start(dir: &Path, o: &ClusterOptions) -> Result<LocalCluster> {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).with_context(|| format!("removing the old cluster in {}", dir.display()))?;
+        }
+        let defaults = Defaults { stripe_size: o.stripe_size, stripe_count: 0, ..Defaults::default() };
+        let files = prepare(dir, o.n_ds, 0, defaults).map_err(|e| anyhow!("preparing the cluster: {e}"))?;
+        let mut all = vec![files.mds_config.clone(), files.client_config.clone(), files.admin_config.clone()];
+        all.extend(files.ds_configs.iter().cloned());
+        for p in &all {
+            let mut c = ClusterConfig::load(p).map_err(|e| anyhow!("{e}"))?;
+            edit_config(&mut c, o);
+            c.save(p).map_err(|e| anyhow!("{e}"))?;
+        }
+        let client_cfg = ClusterConfig::load(&files.client_config).map_err(|e| anyhow!("{e}"))?;
+        let admin_cfg = ClusterConfig::load(&files.admin_config).map_err(|e| anyhow!("{e}"))?;
+        let mds_bin = server_binary("tessera-mds")?;
+        let ds_bin = server_binary("tessera-ds")?;
+        let mut lc = LocalCluster {
+            files,
+            client_cfg,
+            admin_cfg,
+            children: Vec::new(),
+            admin: None,
+            orchestrator_missing: false,
+        };
+        let res = lc.launch(&mds_bin, &ds_bin).await;
+        if let Err(e) = res {
+            lc.stop().await;
+            return Err(e);
+        }
+        Ok(lc)
+    }
+
+    async fn launch(&mut self, mds_bin: &Path, ds_bin: &Path) -> Result<()> {
+        let log = self.files.log_path("mds");
+        let args = vec!["--config".to_string(), self.files.mds_config.display().to_string()];
+        let mut mds = spawn(mds_bin, &args, &log)?;
+        let r = wait_ready("mds", &mut mds, &log).await;
+        self.children.push(("mds".into(), mds));
+        r?;
+        for (k, conf) in self.files.ds_configs.clone().iter().enumerate() {
+            let name = format!("ds{k}");
+            let args = vec!["--config".into(), conf.display().to_string(), "--id".into(), k.to_string()];
+            let child = spawn(ds_bin, &args, &self.files.log_path(&name))?;
+            self.children.push((name, child));
+        }
+        let files = self.files.clone();
+        let waits = futures::future::join_all(self.children[1..].iter_mut().map(|(name, child)| {
+            let log = files.log_path(name);
+            let name = name.clone();
+            async move { wait_ready(&name, child, &log).await }
+        }))
+        .await;
+        waits.into_iter().collect::<Result<Vec<()>>>()?;
+        Ok(())
+    }
+
+    /// A client tagging its I/O with `job`.
+    pub async fn client(&self, job: &str) -> Result<Client> {
+        Ok(Client::connect(&self.client_cfg).await.context("connecting to the local cluster")?.with_job(job))
+    }
+
+    async fn admin(&mut self) -> Result<Client> {
+        if let Some(a) = &self.admin {
+            return Ok(a.clone());
+        }
+        let a = Client::connect(&self.admin_cfg).await.context("connecting as admin")?;
+        self.admin = Some(a.clone());
+        Ok(a)
+    }
+
+    /// Switches the orchestrator; Ok(false) if the MDS does not support it (yet).
+    pub async fn set_mode(&mut self, mode: OrchestratorMode) -> Result<bool> {
+        let admin = self.admin().await?;
+        match admin.mds().call(MdsRequest::SetOrchestratorMode { mode }).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.code == ErrorCode::Unsupported => {
+                if !self.orchestrator_missing {
+                    tracing::warn!("the MDS has no orchestrator ({e}); every mode runs as vanilla");
+                }
+                self.orchestrator_missing = true;
+                Ok(false)
+            }
+            Err(e) => Err(anyhow!("setting orchestrator mode {mode}: {e}")),
+        }
+    }
+
+    /// What the orchestrator currently sees, if it exists.
+    pub async fn status(&mut self) -> Result<Option<OrchestratorStatus>> {
+        let admin = self.admin().await?;
+        match admin.mds().call(MdsRequest::OrchestratorStatus).await {
+            Ok(MdsReply::Orchestrator(s)) => Ok(Some(s)),
+            Ok(other) => bail!("unexpected reply to OrchestratorStatus: {other:?}"),
+            Err(e) if e.code == ErrorCode::Unsupported => Ok(None),
+            Err(e) => Err(anyhow!("orchestrator status: {e}")),
+        }
+    }
+
+    /// Data directories of the data servers.
+    pub fn ds_data_dirs(&self) -> Vec<PathBuf> {
+        self.client_cfg.ds.iter().filter_map(|d| d.data_dir.clone()).collect()
+    }
+
+    /// Asks the kernel to drop cached pages of every object file (so reads hit the store, not memory).
+    pub fn drop_caches(&self) {
+        for d in self.ds_data_dirs() {
+            drop_dir_cache(&d);
+        }
+    }
+
+    /// SIGTERMs every server, waits for them, SIGKILLs stragglers.
+    pub async fn stop(&mut self) {
+        for (_, c) in self.children.iter() {
+            if let Some(pid) = c.id() {
+                // SAFETY: plain kill(2) on our own unreaped child's pid.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGTERM);
+                }
+            }
+        }
+        for (name, c) in self.children.iter_mut() {
+            match tokio::time::timeout(STOP_GRACE, c.wait()).await {
+                Ok(_) => {}
+                Err(_) => {
+                    tracing::warn!("{name} did not stop within {STOP_GRACE:?}; killing it");
+                    let _ = c.kill().await;
+                }
+            }
+        }
+        self.children.clear();
+    }
+}
+
+fn drop_dir_cache(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let p = e.path();
+        match e.file_type() {
+            Ok(t) if t.is_dir() => drop_dir_cache(&p),
+            Ok(t) if t.is_file() => {
+                if let Ok(f) = std::fs::File::open(&p) {
+                    use std::os::fd::AsRawFd;
+                    // SAFETY: fd is valid for the life of `f`; fdatasync + fadvise only affect caching.
+                    unsafe {
+                        libc::fdatasync(f.as_raw_fd());
+                        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_are_edited_for_the_experiment() {
+        let tmp = tempfile::tempdir().unwrap();
+        let files = prepare(tmp.path(), 2, 0, Defaults::default()).unwrap();
+        let mut c = ClusterConfig::load(&files.ds_configs[1]).unwrap();
+        let o = ClusterOptions {
+            n_ds: 2,
+            stripe_size: 65536,
+            device_model: "hdd".into(),
+            reservation: Some(10 << 30),
+            trace: true,
+            window_ms: 250,
+            mode: OrchestratorMode::Off,
+        };
+        edit_config(&mut c, &o);
+        c.save(&files.ds_configs[1]).unwrap();
+        let c = ClusterConfig::load(&files.ds_configs[1]).unwrap();
+        assert_eq!(c.ds_options.device_model, "hdd");
+        assert_eq!(c.ds_options.object_reservation_bytes, 10 << 30);
+        assert!(c.ds_options.trace);
+        assert_eq!((c.orchestrator.mode.as_str(), c.orchestrator.window_ms), ("off", 250));
+    }
+}

@@ -1,0 +1,948 @@
+//! IOrchestrator's decisions (specs/iorchestrator.md): the latest locality report of each data server,
+//! which programs are running, which are eligible for dedicated service, and each window's plan.
+//! No I/O here: [`crate::driver`] executes the plan against the data servers.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tessera_proto::config::OrchestratorOptions;
+use tessera_proto::msg::{
+    JobLocality, JobView, LocalityReport, MdsReply, MdsRequest, OrchestratorMode, OrchestratorStatus, PlanSlice,
+    ServeTarget,
+};
+use tessera_proto::{Caller, DsId, FsError, FsResult, Role};
+
+/// Label of the scheduling object holding every ineligible program (the paper's object m+1).
+pub const OTHERS: &str = "(others)";
+/// Label of the short work-conserving slice a plan gets when no ineligible program is running, so
+/// that programs the orchestrator has not seen yet are never held for longer than a window.
+pub const ALL: &str = "(all)";
+/// Windows a program stays ineligible after failing condition 3 before it may try again.
+pub const COOLDOWN_WINDOWS: u64 = 10;
+/// Switch skews kept for the median.
+const SKEW_HISTORY: usize = 64;
+/// Bounds on what one report may make us remember (a report comes from a peer).
+const MAX_JOBS_PER_REPORT: usize = 1024;
+const MAX_JOB_NAME: usize = 256;
+
+/// The orchestrator's settings, from `[orchestrator]` with out-of-range values made safe.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Params {
+    pub window: Duration,
+    pub min_slice_fraction: f64,
+    pub consistency_threshold: f64,
+    pub locality_ratio: f64,
+    pub report_interval: Duration,
+    pub fallback_windows: u32,
+    /// A program with no served request for this long is no longer running.
+    pub job_idle: Duration,
+    pub cooldown_windows: u64,
+}
+
+fn finite_or(v: f64, default: f64) -> f64 {
+    if v.is_finite() {
+        v
+    } else {
+        default
+    }
+}
+
+impl Params {
+    pub fn from_options(o: &OrchestratorOptions) -> Params {
+        let d = OrchestratorOptions::default();
+        let window = Duration::from_millis(u64::from(o.window_ms.max(10)));
+        Params {
+            window,
+            min_slice_fraction: finite_or(o.min_slice_fraction, d.min_slice_fraction).clamp(0.0, 1.0),
+            consistency_threshold: finite_or(o.consistency_threshold, d.consistency_threshold).max(0.0),
+            locality_ratio: finite_or(o.locality_ratio, d.locality_ratio).max(0.0),
+            report_interval: Duration::from_millis(o.report_interval_ms.max(1)),
+            fallback_windows: o.fallback_windows.max(1),
+            // A program is served only during its own slice, so it may be silent for most of a window
+            // without being idle.
+            job_idle: Duration::from_millis(o.job_idle_ms).max(window * 2),
+            cooldown_windows: COOLDOWN_WINDOWS,
+        }
+    }
+
+    pub fn window_ms(&self) -> u32 {
+        self.window.as_millis().min(u128::from(u32::MAX)) as u32
+    }
+
+    /// A server whose last report is older than this is left out of every decision.
+    pub fn server_stale(&self) -> Duration {
+        (self.report_interval * 3).max(Duration::from_millis(50))
+    }
+
+    /// Silence after which a data server falls back to work-conserving service.
+    pub fn fallback_ms(&self) -> u32 {
+        self.window_ms().saturating_mul(self.fallback_windows)
+    }
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params::from_options(&OrchestratorOptions::default())
+    }
+}
+
+/// One server's view of one program, as the eligibility test uses it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    pub ds: DsId,
+    /// SL_i, bytes.
+    pub sl_i: f64,
+    /// SeekTime_i, microseconds.
+    pub seek_us: f64,
+    /// SL_ij, bytes.
+    pub sl_ij: f64,
+    /// RD_ij, microseconds, only when measured during this program's dedicated service.
+    pub rd_us: Option<f64>,
+}
+
+/// The outcome of the three conditions for one program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    pub consistent: bool,
+    pub local: bool,
+    /// `None`: condition 3 not checked (no RD measured under dedicated service).
+    pub rd_ok: Option<bool>,
+    /// Mean RD_ij over the servers that measured it, microseconds.
+    pub rd_us: Option<f64>,
+    pub reason: String,
+}
+
+impl Verdict {
+    pub fn eligible(&self) -> bool {
+        self.consistent && self.local && self.rd_ok != Some(false)
+    }
+}
+
+fn mean_sd(v: &[f64]) -> (f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0);
+    }
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
+    (mean, var.sqrt())
+}
+
+/// Bytes in a short human form for reasons.
+pub fn fmt_bytes(b: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b;
+    let mut u = 0;
+    while v.abs() >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Microseconds as milliseconds for reasons.
+pub fn fmt_us(us: f64) -> String {
+    format!("{:.2} ms", us / 1000.0)
+}
+
+fn pct(sd: f64, mean: f64) -> String {
+    if sd == 0.0 {
+        "0%".into()
+    } else if mean <= 0.0 {
+        "inf%".into()
+    } else {
+        format!("{:.1}%", sd / mean * 100.0)
+    }
+}
+
+/// The three eligibility conditions over the servers a program appears on.
+///
+/// 1. sd(SL_i) < t·mean(SL_i) and sd(SL_ij) < t·mean(SL_ij). A zero spread always passes. The spread
+///    of SL_ij is measured against max(mean SL_ij, mean SL_i / ratio): for a (nearly) sequential
+///    program mean SL_ij is tiny and a relative test would fail on noise that is irrelevant next to
+///    the mixed stream's gaps, which is the scale at which locality matters (condition 2).
+/// 2. ΣSL_i / ΣSL_ij ≥ ratio (ΣSL_ij = 0: infinite, passes).
+/// 3. mean RD_ij ≤ mean SeekTime_i, only over servers that measured RD under dedicated service.
+pub fn verdict(samples: &[Sample], p: &Params) -> Verdict {
+    let n = samples.len();
+    let sl_i: Vec<f64> = samples.iter().map(|s| s.sl_i).collect();
+    let sl_ij: Vec<f64> = samples.iter().map(|s| s.sl_ij).collect();
+    let (mi, si) = mean_sd(&sl_i);
+    let (mj, sj) = mean_sd(&sl_ij);
+    let t = p.consistency_threshold;
+    let scale_j = if p.locality_ratio > 0.0 { mj.max(mi / p.locality_ratio) } else { mj };
+    let c1i = si == 0.0 || si < t * mi;
+    let c1j = sj == 0.0 || sj < t * scale_j;
+    let consistent = n > 0 && c1i && c1j;
+    let (sum_i, sum_j) = (sl_i.iter().sum::<f64>(), sl_ij.iter().sum::<f64>());
+    let ratio = if sum_j > 0.0 { sum_i / sum_j } else { f64::INFINITY };
+    let local = n > 0 && ratio >= p.locality_ratio;
+    let rds: Vec<f64> = samples.iter().filter_map(|s| s.rd_us).collect();
+    let seek = mean_sd(&samples.iter().map(|s| s.seek_us).collect::<Vec<_>>()).0;
+    let rd_us = (!rds.is_empty()).then(|| mean_sd(&rds).0);
+    let rd_ok = rd_us.map(|rd| rd <= seek);
+
+    let ok = |b: bool| if b { "ok" } else { "FAILS" };
+    let ratio_text = if ratio.is_finite() { format!("{ratio:.2}") } else { "inf".into() };
+    let rd_text = match (rd_us, rd_ok) {
+        (Some(rd), Some(b)) => {
+            format!("RD {} vs SeekTime {} {} ({} of {n} servers)", fmt_us(rd), fmt_us(seek), ok(b), rds.len())
+        }
+        _ => format!("RD not measured yet (SeekTime {})", fmt_us(seek)),
+    };
+    let v = Verdict { consistent, local, rd_ok, rd_us, reason: String::new() };
+    let head = if n == 0 {
+        "not eligible: no live server reports it".to_string()
+    } else if v.eligible() {
+        "eligible".to_string()
+    } else if !consistent {
+        "not eligible (1: inconsistent across servers)".to_string()
+    } else if !local {
+        "not eligible (2: own locality not much stronger than the mixed stream's)".to_string()
+    } else {
+        "not eligible (3: waiting costs more than seeking)".to_string()
+    };
+    let reason = format!(
+        "{head}; [1] SL_i {} sd {} / SL_ij {} sd {} (limit {:.0}%) {}; [2] ratio {ratio_text} (min {}) {}; [3] {rd_text}; {n} servers",
+        fmt_bytes(mi),
+        pct(si, mi),
+        fmt_bytes(mj),
+        pct(sj, scale_j),
+        t * 100.0,
+        ok(consistent),
+        p.locality_ratio,
+        ok(local),
+    );
+    Verdict { reason, ..v }
+}
+
+/// Splits 1.0 into shares proportional to `weights`, each at least `floor` (water-filling: floored
+/// objects are fixed at the floor and the rest is re-divided in proportion). Bad weights → even.
+pub fn floored_shares(weights: &[f64], floor: f64) -> Vec<f64> {
+    let n = weights.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let even = vec![1.0 / n as f64; n];
+    if weights.iter().any(|w| !w.is_finite() || *w < 0.0) || weights.iter().sum::<f64>() <= 0.0 {
+        return even;
+    }
+    if floor * n as f64 >= 1.0 - 1e-12 {
+        return even;
+    }
+    let floor = floor.max(0.0);
+    let mut fixed = vec![false; n];
+    let mut shares = vec![0.0; n];
+    loop {
+        let free: f64 = weights.iter().zip(&fixed).filter(|(_, f)| !**f).map(|(w, _)| *w).sum();
+        let budget = 1.0 - floor * fixed.iter().filter(|f| **f).count() as f64;
+        if free <= 0.0 {
+            // Everything left has no weight: split what remains evenly among it.
+            let left = fixed.iter().filter(|f| !**f).count();
+            for (s, f) in shares.iter_mut().zip(&fixed) {
+                *s = if *f { floor } else { budget / left.max(1) as f64 };
+            }
+            return shares;
+        }
+        let mut changed = false;
+        for i in 0..n {
+            if fixed[i] {
+                shares[i] = floor;
+            } else {
+                shares[i] = weights[i] / free * budget;
+            }
+        }
+        for i in 0..n {
+            if !fixed[i] && shares[i] < floor {
+                fixed[i] = true;
+                shares[i] = floor;
+                changed = true;
+            }
+        }
+        if !changed {
+            return shares;
+        }
+        if fixed.iter().all(|f| *f) {
+            return even;
+        }
+    }
+}
+
+/// A program's evaluation at a window start.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobEval {
+    pub job: String,
+    pub eligible: bool,
+    pub reason: String,
+    /// Per server: (ds, SL_ij, RD_ij if measured under dedicated service).
+    pub servers: Vec<(DsId, f64, Option<f64>)>,
+    /// Mean RD_ij (microseconds) under dedicated service.
+    pub rd_us: Option<f64>,
+}
+
+/// The window's plan: scheduling objects in order with their slice lengths.
+///
+/// `off`, no eligible program, or fewer than two running programs (nothing to isolate a program
+/// from) → one work-conserving `All` slice. Otherwise each eligible program, then `(others)` if other
+/// programs run, else a floor-length work-conserving `(all)` slice.
+pub fn build_plan(mode: OrchestratorMode, evals: &[JobEval], others_rd_us: Option<f64>, p: &Params) -> Vec<PlanSlice> {
+    let w = p.window.as_secs_f64() * 1000.0;
+    let eligible: Vec<&JobEval> = evals.iter().filter(|e| e.eligible).collect();
+    if mode == OrchestratorMode::Off || eligible.is_empty() || evals.len() < 2 {
+        return vec![PlanSlice { label: ALL.into(), target: ServeTarget::All, slice_ms: w, rd_us: None }];
+    }
+    let names: Vec<String> = eligible.iter().map(|e| e.job.clone()).collect();
+    let mut objects: Vec<(String, ServeTarget, Option<f64>)> =
+        eligible.iter().map(|e| (e.job.clone(), ServeTarget::Job(e.job.clone()), e.rd_us)).collect();
+    let has_others = evals.len() > eligible.len();
+    if has_others {
+        objects.push((OTHERS.into(), ServeTarget::Others { eligible: names }, others_rd_us));
+    }
+    let weights: Vec<f64> = match mode {
+        OrchestratorMode::Even | OrchestratorMode::Off => vec![1.0; objects.len()],
+        OrchestratorMode::IOrchestrator => {
+            let known: Vec<f64> = objects.iter().filter_map(|o| o.2).filter(|rd| *rd > 0.0).collect();
+            if known.is_empty() {
+                vec![1.0; objects.len()]
+            } else {
+                let fill = known.iter().sum::<f64>() / known.len() as f64;
+                objects.iter().map(|o| 1.0 / o.2.filter(|rd| *rd > 0.0).unwrap_or(fill)).collect()
+            }
+        }
+    };
+    let mut shares = floored_shares(&weights, p.min_slice_fraction);
+    let mut plan: Vec<PlanSlice> = objects
+        .into_iter()
+        .zip(&shares)
+        .map(|((label, target, rd_us), s)| PlanSlice { label, target, slice_ms: w * s, rd_us })
+        .collect();
+    if !has_others {
+        let f = p.min_slice_fraction.max(0.01);
+        for (slice, s) in plan.iter_mut().zip(shares.iter_mut()) {
+            *s *= 1.0 - f;
+            slice.slice_ms = w * *s;
+        }
+        plan.push(PlanSlice { label: ALL.into(), target: ServeTarget::All, slice_ms: w * f, rd_us: None });
+    }
+    plan
+}
+
+struct JobEntry {
+    loc: JobLocality,
+    at: Instant,
+}
+
+struct ServerState {
+    sl: f64,
+    seek_us: f64,
+    others_rd_us: Option<f64>,
+    epoch: u64,
+    at: Instant,
+    jobs: BTreeMap<String, JobEntry>,
+}
+
+#[derive(Default)]
+struct JobTrack {
+    last_active: Option<Instant>,
+    /// Ineligible until this window (condition 3 failed).
+    cooldown_until: u64,
+    cooldown_why: String,
+    /// First dedicated slice of the current eligibility run: RD_ij reported before it is stale.
+    served_since: Option<Instant>,
+}
+
+struct Inner {
+    mode: OrchestratorMode,
+    servers: BTreeMap<DsId, ServerState>,
+    jobs: BTreeMap<String, JobTrack>,
+    windows: u64,
+    evals: Vec<JobEval>,
+    plan: Vec<PlanSlice>,
+    last_skew: Option<u64>,
+    skews: VecDeque<u64>,
+    epoch: u64,
+}
+
+/// The orchestrator's state, shared by the RPC service, the driver and the metrics endpoint.
+pub struct Orchestrator {
+    params: Params,
+    configured: Vec<DsId>,
+    inner: Mutex<Inner>,
+}
+
+fn clean(v: f64) -> f64 {
+    if v.is_finite() && v > 0.0 {
+        v
+    } else {
+        0.0
+    }
+}
+
+impl Orchestrator {
+    pub fn new(params: Params, mode: OrchestratorMode, configured: Vec<DsId>) -> Orchestrator {
+        // Epochs start at the wall clock so that after an MDS restart the data servers, which ignore
+        // commands older than the last one they applied, still accept ours.
+        let epoch = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1);
+        Orchestrator {
+            params,
+            configured,
+            inner: Mutex::new(Inner {
+                mode,
+                servers: BTreeMap::new(),
+                jobs: BTreeMap::new(),
+                windows: 0,
+                evals: Vec::new(),
+                plan: Vec::new(),
+                last_skew: None,
+                skews: VecDeque::new(),
+                epoch,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    pub fn servers(&self) -> &[DsId] {
+        &self.configured
+    }
+
+    pub fn mode(&self) -> OrchestratorMode {
+        self.lock().mode
+    }
+
+    pub fn set_mode(&self, mode: OrchestratorMode) {
+        self.lock().mode = mode;
+    }
+
+    /// A fresh serve epoch (strictly increasing).
+    pub fn next_epoch(&self) -> u64 {
+        let mut g = self.lock();
+        g.epoch += 1;
+        g.epoch
+    }
+
+    /// Serves the orchestrator's requests; any other request is handed back.
+    pub fn handle(&self, role: Role, caller: &Caller, req: MdsRequest) -> Result<FsResult<MdsReply>, MdsRequest> {
+        match req {
+            MdsRequest::LocalityReport(r) => {
+                if role != Role::Ds {
+                    return Ok(Err(FsError::perm(format!("only data servers send locality reports (peer is {role})"))));
+                }
+                let ds = r.ds;
+                if !self.record(r, Instant::now()) {
+                    tracing::debug!(ds, "locality report from an unconfigured data server");
+                }
+                Ok(Ok(MdsReply::Ok))
+            }
+            MdsRequest::SetOrchestratorMode { mode } => {
+                if role != Role::Admin && caller.uid != 0 {
+                    return Ok(Err(FsError::perm(
+                        "changing the orchestrator mode needs the admin certificate or a root caller",
+                    )));
+                }
+                let old = self.mode();
+                self.set_mode(mode);
+                tracing::info!(%old, new = %mode, "orchestrator mode changed");
+                Ok(Ok(MdsReply::Ok))
+            }
+            MdsRequest::OrchestratorStatus => Ok(Ok(MdsReply::Orchestrator(self.status(Instant::now())))),
+            other => Err(other),
+        }
+    }
+
+    /// Keeps a data server's report; false (and nothing kept) for an unconfigured server.
+    pub fn record(&self, r: LocalityReport, now: Instant) -> bool {
+        if !self.configured.contains(&r.ds) {
+            return false;
+        }
+        let idle = self.params.job_idle;
+        let mut g = self.lock();
+        let Inner { servers, jobs, .. } = &mut *g;
+        let s = servers.entry(r.ds).or_insert_with(|| ServerState {
+            sl: 0.0,
+            seek_us: 0.0,
+            others_rd_us: None,
+            epoch: 0,
+            at: now,
+            jobs: BTreeMap::new(),
+        });
+        s.sl = clean(r.sl);
+        s.seek_us = clean(r.seek_time_us);
+        s.others_rd_us = r.others_rd_us.filter(|v| v.is_finite() && *v > 0.0);
+        s.epoch = r.epoch;
+        s.at = now;
+        for mut loc in r.jobs.into_iter().take(MAX_JOBS_PER_REPORT) {
+            if loc.job.is_empty() || loc.job.len() > MAX_JOB_NAME {
+                continue;
+            }
+            loc.sl = clean(loc.sl);
+            loc.rd_valid = loc.rd_valid && loc.rd_us.is_finite() && loc.rd_us > 0.0;
+            loc.rd_us = clean(loc.rd_us);
+            if loc.requests > 0 {
+                jobs.entry(loc.job.clone()).or_default().last_active = Some(now);
+            }
+            s.jobs.insert(loc.job.clone(), JobEntry { loc, at: now });
+        }
+        s.jobs.retain(|_, e| now.saturating_duration_since(e.at) <= idle);
+        true
+    }
+
+    /// Evaluates every running program (updating cool-downs); sorted by name.
+    fn evaluate(&self, g: &mut Inner, now: Instant) -> Vec<JobEval> {
+        let p = &self.params;
+        let stale = p.server_stale();
+        let window = g.windows;
+        let Inner { servers, jobs, .. } = g;
+        // Forget programs long gone (memory stays bounded by what runs).
+        jobs.retain(|_, t| {
+            t.cooldown_until > window
+                || t.last_active.is_some_and(|a| now.saturating_duration_since(a) <= p.job_idle * 10)
+        });
+        let mut evals = Vec::new();
+        for (name, track) in jobs.iter_mut() {
+            let running = track.last_active.is_some_and(|a| now.saturating_duration_since(a) <= p.job_idle);
+            if !running {
+                track.served_since = None;
+                continue;
+            }
+            let samples: Vec<Sample> = servers
+                .iter()
+                .filter(|(_, s)| now.saturating_duration_since(s.at) <= stale)
+                .filter_map(|(ds, s)| {
+                    let e = s.jobs.get(name).filter(|e| now.saturating_duration_since(e.at) <= p.job_idle)?;
+                    let measured = track.served_since.is_some_and(|since| e.at > since);
+                    Some(Sample {
+                        ds: *ds,
+                        sl_i: s.sl,
+                        seek_us: s.seek_us,
+                        sl_ij: e.loc.sl,
+                        rd_us: (e.loc.rd_valid && measured).then_some(e.loc.rd_us),
+                    })
+                })
+                .collect();
+            if samples.is_empty() {
+                track.served_since = None;
+                continue;
+            }
+            let v = verdict(&samples, p);
+            let (eligible, reason) = if track.cooldown_until > window {
+                let left = track.cooldown_until - window;
+                (false, format!("not eligible: cooling down for {left} more windows after: {}", track.cooldown_why))
+            } else if v.rd_ok == Some(false) {
+                track.cooldown_until = window + p.cooldown_windows;
+                track.cooldown_why = v.reason.clone();
+                tracing::info!(job = %name, reason = %v.reason, "program lost eligibility");
+                (false, v.reason.clone())
+            } else {
+                (v.eligible(), v.reason.clone())
+            };
+            if !eligible {
+                track.served_since = None;
+            }
+            evals.push(JobEval {
+                job: name.clone(),
+                eligible,
+                reason,
+                servers: samples.iter().map(|s| (s.ds, s.sl_ij, s.rd_us)).collect(),
+                rd_us: v.rd_us,
+            });
+        }
+        evals
+    }
+
+    /// Starts a window: re-evaluates from the latest reports and returns its plan.
+    pub fn plan_window(&self, now: Instant) -> Vec<PlanSlice> {
+        let mut g = self.lock();
+        g.windows += 1;
+        let mut evals = self.evaluate(&mut g, now);
+        let stale = self.params.server_stale();
+        let others: Vec<f64> = g
+            .servers
+            .values()
+            .filter(|s| now.saturating_duration_since(s.at) <= stale)
+            .filter_map(|s| s.others_rd_us)
+            .collect();
+        let others_rd = (!others.is_empty()).then(|| others.iter().sum::<f64>() / others.len() as f64);
+        let plan = build_plan(g.mode, &evals, others_rd, &self.params);
+        if evals.len() == 1 && evals[0].eligible {
+            evals[0].reason.push_str("; but it is the only program running: served work-conserving");
+        }
+        g.evals = evals;
+        g.plan = plan.clone();
+        plan
+    }
+
+    /// The driver sent a program its dedicated slice.
+    pub fn mark_served(&self, job: &str, now: Instant) {
+        let mut g = self.lock();
+        if let Some(t) = g.jobs.get_mut(job) {
+            t.served_since.get_or_insert(now);
+        }
+    }
+
+    /// Spread of the servers' switch times at one slice start.
+    pub fn record_skew(&self, us: u64) {
+        let mut g = self.lock();
+        g.last_skew = Some(us);
+        g.skews.push_back(us);
+        while g.skews.len() > SKEW_HISTORY {
+            g.skews.pop_front();
+        }
+    }
+
+    pub fn status(&self, now: Instant) -> OrchestratorStatus {
+        let g = self.lock();
+        let w = self.params.window.as_secs_f64() * 1000.0;
+        let share = |job: &str| -> f64 {
+            g.plan
+                .iter()
+                .filter(|s| matches!(&s.target, ServeTarget::Job(j) if j == job))
+                .fold(0.0, |a, s| a + s.slice_ms / w)
+        };
+        let mut skews: Vec<u64> = g.skews.iter().copied().collect();
+        skews.sort_unstable();
+        OrchestratorStatus {
+            mode: g.mode,
+            window_ms: self.params.window_ms(),
+            servers: g
+                .servers
+                .iter()
+                .map(|(ds, s)| {
+                    let age = now.saturating_duration_since(s.at).as_millis().min(u128::from(u64::MAX)) as u64;
+                    (*ds, s.sl, s.seek_us, age)
+                })
+                .collect(),
+            jobs: g
+                .evals
+                .iter()
+                .map(|e| JobView {
+                    job: e.job.clone(),
+                    eligible: e.eligible,
+                    reason: e.reason.clone(),
+                    servers: e.servers.clone(),
+                    slice_share: share(&e.job),
+                })
+                .collect(),
+            plan: g.plan.clone(),
+            last_switch_skew_us: g.last_skew,
+            median_switch_skew_us: skews.get(skews.len() / 2).copied(),
+            windows_run: g.windows,
+        }
+    }
+
+    /// The epoch each server last said it follows (for metrics and tests).
+    pub fn server_epochs(&self) -> Vec<(DsId, u64)> {
+        self.lock().servers.iter().map(|(d, s)| (*d, s.epoch)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+    fn sample(ds: DsId, sl_i: f64, sl_ij: f64, rd: Option<f64>) -> Sample {
+        Sample { ds, sl_i, seek_us: 8000.0, sl_ij, rd_us: rd }
+    }
+
+    fn six(sl_i: f64, sl_ij: f64, rd: Option<f64>) -> Vec<Sample> {
+        (0..6).map(|d| sample(d, sl_i * (1.0 + 0.01 * d as f64), sl_ij, rd)).collect()
+    }
+
+    #[test]
+    fn sequential_program_is_eligible() {
+        let v = verdict(&six(4.0 * GB, 0.0, None), &Params::default());
+        assert!(v.consistent && v.local && v.rd_ok.is_none() && v.eligible(), "{}", v.reason);
+        assert!(v.reason.starts_with("eligible") && v.reason.contains("ratio inf"), "{}", v.reason);
+    }
+
+    #[test]
+    fn condition_1_fails_on_inconsistent_sl_i() {
+        let mut s = six(4.0 * GB, 0.0, None);
+        s[0].sl_i = 0.5 * GB;
+        s[1].sl_i = 9.0 * GB;
+        let v = verdict(&s, &Params::default());
+        assert!(!v.consistent && !v.eligible());
+        assert!(v.reason.contains("(1:"), "{}", v.reason);
+    }
+
+    #[test]
+    fn condition_1_fails_on_inconsistent_sl_ij_but_ignores_noise_on_a_tiny_mean() {
+        // Half the servers see the program sequential, half see it jump around: inconsistent.
+        let mut s = six(4.0 * GB, 0.0, None);
+        for x in s.iter_mut().take(3) {
+            x.sl_ij = 2.0 * GB;
+        }
+        let v = verdict(&s, &Params::default());
+        assert!(!v.consistent, "{}", v.reason);
+        // A few KiB of jitter on an almost sequential stream is not inconsistency.
+        let mut s = six(4.0 * GB, 0.0, None);
+        s[2].sl_ij = 64.0 * 1024.0;
+        s[4].sl_ij = 8.0 * 1024.0;
+        let v = verdict(&s, &Params::default());
+        assert!(v.consistent && v.eligible(), "{}", v.reason);
+    }
+
+    #[test]
+    fn condition_2_locality_ratio() {
+        // ior-mpi-io: its own gaps are as large as the mixed stream's.
+        let v = verdict(&six(2.0 * GB, 1.9 * GB, None), &Params::default());
+        assert!(v.consistent && !v.local && !v.eligible(), "{}", v.reason);
+        assert!(v.reason.contains("(2:"), "{}", v.reason);
+        // Just above the ratio passes; the threshold is configurable.
+        let v = verdict(&six(3.1 * GB, 2.0 * GB, None), &Params::default());
+        assert!(v.local, "{}", v.reason);
+        let strict = Params { locality_ratio: 2.0, ..Params::default() };
+        assert!(!verdict(&six(3.1 * GB, 2.0 * GB, None), &strict).local);
+    }
+
+    #[test]
+    fn condition_3_reuse_distance_against_seek_time() {
+        let v = verdict(&six(4.0 * GB, 0.0, Some(2000.0)), &Params::default());
+        assert_eq!(v.rd_ok, Some(true));
+        assert!(v.eligible());
+        let v = verdict(&six(4.0 * GB, 0.0, Some(20_000.0)), &Params::default());
+        assert_eq!(v.rd_ok, Some(false));
+        assert!(!v.eligible() && v.reason.contains("(3:"), "{}", v.reason);
+        // Only servers that measured RD count.
+        let mut s = six(4.0 * GB, 0.0, None);
+        s[0].rd_us = Some(1000.0);
+        let v = verdict(&s, &Params::default());
+        assert_eq!(v.rd_us, Some(1000.0));
+    }
+
+    #[test]
+    fn shares_are_inverse_to_reuse_distance_with_a_floor() {
+        let s = floored_shares(&[1.0 / 1000.0, 1.0 / 3000.0], 0.05);
+        assert!((s[0] - 0.75).abs() < 1e-9 && (s[1] - 0.25).abs() < 1e-9, "{s:?}");
+        // The floor lifts a starving object and the rest is renormalised.
+        let s = floored_shares(&[1.0, 0.001, 0.5], 0.1);
+        assert!((s[1] - 0.1).abs() < 1e-9, "{s:?}");
+        assert!((s.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        assert!((s[0] / s[2] - 2.0).abs() < 1e-9, "{s:?}");
+        // A floor too large for the count: even.
+        assert_eq!(floored_shares(&[1.0, 0.0, 0.0], 0.5), vec![1.0 / 3.0; 3]);
+        assert_eq!(floored_shares(&[f64::NAN, 1.0], 0.05), vec![0.5, 0.5]);
+        assert!(floored_shares(&[], 0.05).is_empty());
+    }
+
+    fn eval(job: &str, eligible: bool, rd: Option<f64>) -> JobEval {
+        JobEval { job: job.into(), eligible, reason: String::new(), servers: vec![], rd_us: rd }
+    }
+
+    #[test]
+    fn plan_iorchestrator_mode() {
+        let p = Params::default();
+        let evals = [eval("a", true, Some(1000.0)), eval("b", false, None), eval("c", false, None)];
+        let plan = build_plan(OrchestratorMode::IOrchestrator, &evals, Some(3000.0), &p);
+        assert_eq!(plan.len(), 2);
+        assert_eq!(plan[0].target, ServeTarget::Job("a".into()));
+        assert_eq!(plan[1].target, ServeTarget::Others { eligible: vec!["a".into()] });
+        assert!((plan[0].slice_ms - 375.0).abs() < 1e-6 && (plan[1].slice_ms - 125.0).abs() < 1e-6, "{plan:?}");
+        // Unknown RD for the others: the mean of the known ones → equal.
+        let plan = build_plan(OrchestratorMode::IOrchestrator, &evals, None, &p);
+        assert!((plan[0].slice_ms - 250.0).abs() < 1e-6, "{plan:?}");
+        // Nothing known: even.
+        let evals = [eval("a", true, None), eval("b", true, None), eval("c", false, None)];
+        let plan = build_plan(OrchestratorMode::IOrchestrator, &evals, None, &p);
+        assert!(plan.iter().all(|s| (s.slice_ms - 500.0 / 3.0).abs() < 1e-6), "{plan:?}");
+        // A huge RD is floored at 5% of the window.
+        let evals = [eval("a", true, Some(100.0)), eval("b", false, None)];
+        let plan = build_plan(OrchestratorMode::IOrchestrator, &evals, Some(1e9), &p);
+        assert!((plan[1].slice_ms - 25.0).abs() < 1e-6 && (plan[0].slice_ms - 475.0).abs() < 1e-6, "{plan:?}");
+    }
+
+    #[test]
+    fn plan_even_off_and_degenerate_cases() {
+        let p = Params::default();
+        let evals = [eval("a", true, Some(1000.0)), eval("b", true, Some(9000.0)), eval("c", false, None)];
+        let plan = build_plan(OrchestratorMode::Even, &evals, Some(50.0), &p);
+        assert_eq!(plan.len(), 3);
+        assert!(plan.iter().all(|s| (s.slice_ms - 500.0 / 3.0).abs() < 1e-6), "{plan:?}");
+        let plan = build_plan(OrchestratorMode::Off, &evals, None, &p);
+        assert_eq!(plan, vec![PlanSlice { label: ALL.into(), target: ServeTarget::All, slice_ms: 500.0, rd_us: None }]);
+        // No eligible program: work-conserving.
+        let plan =
+            build_plan(OrchestratorMode::IOrchestrator, &[eval("a", false, None), eval("b", false, None)], None, &p);
+        assert_eq!(plan.len(), 1);
+        assert_eq!(plan[0].target, ServeTarget::All);
+        // A lone program has nothing to be isolated from.
+        let plan = build_plan(OrchestratorMode::IOrchestrator, &[eval("a", true, None)], None, &p);
+        assert_eq!(plan[0].target, ServeTarget::All);
+        // Every running program eligible: no (others), a short work-conserving slice instead.
+        let evals = [eval("a", true, Some(1000.0)), eval("b", true, Some(1000.0))];
+        let plan = build_plan(OrchestratorMode::IOrchestrator, &evals, None, &p);
+        assert_eq!(plan.len(), 3);
+        assert_eq!(plan[2].target, ServeTarget::All);
+        assert!((plan[2].slice_ms - 25.0).abs() < 1e-6 && (plan[0].slice_ms - 237.5).abs() < 1e-6, "{plan:?}");
+        let total: f64 = plan.iter().map(|s| s.slice_ms).sum();
+        assert!((total - 500.0).abs() < 1e-6);
+    }
+
+    fn report(ds: DsId, sl: f64, jobs: &[(&str, f64, Option<f64>)]) -> LocalityReport {
+        LocalityReport {
+            ds,
+            sl,
+            seek_time_us: 8000.0,
+            jobs: jobs
+                .iter()
+                .map(|(j, sl, rd)| JobLocality {
+                    job: j.to_string(),
+                    sl: *sl,
+                    rd_us: rd.unwrap_or(0.0),
+                    rd_valid: rd.is_some(),
+                    requests: 10,
+                    bytes: 10 << 16,
+                })
+                .collect(),
+            others_rd_us: None,
+            epoch: 0,
+        }
+    }
+
+    fn feed(o: &Orchestrator, now: Instant, jobs: &[(&str, f64, Option<f64>)]) {
+        for ds in 0..6 {
+            assert!(o.record(report(ds, 4.0 * GB, jobs), now));
+        }
+    }
+
+    #[test]
+    fn running_programs_eligibility_and_status() {
+        let o = Orchestrator::new(Params::default(), OrchestratorMode::IOrchestrator, (0..6).collect());
+        let t0 = Instant::now();
+        assert!(!o.record(report(9, 1.0, &[]), t0), "unconfigured server ignored");
+        feed(&o, t0, &[("seq", 0.0, None), ("ior", 3.9 * GB, None)]);
+        let plan = o.plan_window(t0);
+        assert_eq!(plan.len(), 2, "{plan:?}");
+        assert_eq!(plan[0].target, ServeTarget::Job("seq".into()));
+        let st = o.status(t0);
+        assert_eq!(st.windows_run, 1);
+        assert_eq!(st.servers.len(), 6);
+        let seq = st.jobs.iter().find(|j| j.job == "seq").unwrap();
+        assert!(seq.eligible && (seq.slice_share - 0.5).abs() < 1e-9, "{seq:?}");
+        assert_eq!(seq.servers.len(), 6);
+        let ior = st.jobs.iter().find(|j| j.job == "ior").unwrap();
+        assert!(!ior.eligible && ior.slice_share == 0.0 && ior.reason.contains("(2:"), "{ior:?}");
+        // Reports stop: servers go stale, programs stop running, the plan is work-conserving.
+        let later = t0 + Duration::from_secs(5);
+        let plan = o.plan_window(later);
+        assert_eq!(plan[0].target, ServeTarget::All);
+        assert!(o.status(later).jobs.is_empty());
+    }
+
+    #[test]
+    fn failing_condition_3_cools_down_then_retries() {
+        let p = Params::default();
+        let o = Orchestrator::new(p.clone(), OrchestratorMode::IOrchestrator, (0..6).collect());
+        let mut now = Instant::now();
+        // RD reported before the program was ever given dedicated service is ignored.
+        feed(&o, now, &[("seq", 0.0, Some(50_000.0)), ("other", 4.0 * GB, None)]);
+        assert_eq!(o.plan_window(now)[0].target, ServeTarget::Job("seq".into()));
+        o.mark_served("seq", now);
+        now += Duration::from_millis(100);
+        // Under dedicated service its reuse distance is longer than a seek: it loses eligibility.
+        feed(&o, now, &[("seq", 0.0, Some(50_000.0)), ("other", 4.0 * GB, None)]);
+        assert_eq!(o.plan_window(now)[0].target, ServeTarget::All);
+        let st = o.status(now);
+        let seq = st.jobs.iter().find(|j| j.job == "seq").unwrap();
+        assert!(!seq.eligible && seq.reason.contains("(3:"), "{}", seq.reason);
+        for w in 0..COOLDOWN_WINDOWS - 1 {
+            now += Duration::from_millis(100);
+            feed(&o, now, &[("seq", 0.0, Some(50_000.0)), ("other", 4.0 * GB, None)]);
+            assert_eq!(o.plan_window(now)[0].target, ServeTarget::All, "window {w}");
+            assert!(o.status(now).jobs[1].reason.contains("cooling down"), "{}", o.status(now).jobs[1].reason);
+        }
+        // Cool-down over: it may try again (old RD no longer counts), then keeps it if RD is short.
+        now += Duration::from_millis(100);
+        feed(&o, now, &[("seq", 0.0, Some(50_000.0)), ("other", 4.0 * GB, None)]);
+        assert_eq!(o.plan_window(now)[0].target, ServeTarget::Job("seq".into()));
+        o.mark_served("seq", now);
+        now += Duration::from_millis(100);
+        feed(&o, now, &[("seq", 0.0, Some(900.0)), ("other", 4.0 * GB, None)]);
+        let plan = o.plan_window(now);
+        assert_eq!(plan[0].target, ServeTarget::Job("seq".into()));
+        assert_eq!(plan[0].rd_us, Some(900.0));
+    }
+
+    #[test]
+    fn hostile_reports_are_sanitised() {
+        let o = Orchestrator::new(Params::default(), OrchestratorMode::IOrchestrator, vec![0, 1]);
+        let now = Instant::now();
+        let mut r = report(0, f64::NAN, &[("a", f64::INFINITY, Some(f64::NAN)), ("", 1.0, None)]);
+        r.jobs.push(JobLocality { job: "x".repeat(10_000), requests: 1, ..Default::default() });
+        r.seek_time_us = -5.0;
+        r.others_rd_us = Some(f64::NAN);
+        assert!(o.record(r, now));
+        let _ = o.plan_window(now);
+        let st = o.status(now);
+        assert_eq!(st.servers, vec![(0, 0.0, 0.0, 0)]);
+        assert_eq!(st.jobs.len(), 1);
+        assert_eq!(st.jobs[0].servers, vec![(0, 0.0, None)]);
+    }
+
+    #[test]
+    fn requests_are_routed_and_mode_needs_admin_or_root() {
+        let o = Orchestrator::new(Params::default(), OrchestratorMode::IOrchestrator, vec![0]);
+        let user = Caller { uid: 1000, gid: 1000, groups: vec![] };
+        let set = |m| MdsRequest::SetOrchestratorMode { mode: m };
+        let e = o.handle(Role::Client, &user, set(OrchestratorMode::Off)).unwrap().unwrap_err();
+        assert_eq!(e.code, tessera_proto::error::ErrorCode::Perm);
+        assert_eq!(o.mode(), OrchestratorMode::IOrchestrator);
+        assert!(o.handle(Role::Admin, &user, set(OrchestratorMode::Even)).unwrap().is_ok());
+        assert_eq!(o.mode(), OrchestratorMode::Even);
+        assert!(o.handle(Role::Client, &Caller::root(), set(OrchestratorMode::Off)).unwrap().is_ok());
+        assert_eq!(o.mode(), OrchestratorMode::Off);
+        let rep = MdsRequest::LocalityReport(LocalityReport { ds: 0, ..Default::default() });
+        assert!(o.handle(Role::Client, &user, rep.clone()).unwrap().is_err());
+        assert_eq!(o.handle(Role::Ds, &user, rep).unwrap().unwrap(), MdsReply::Ok);
+        match o.handle(Role::Client, &user, MdsRequest::OrchestratorStatus).unwrap().unwrap() {
+            MdsReply::Orchestrator(s) => {
+                assert_eq!((s.mode, s.window_ms, s.servers.len()), (OrchestratorMode::Off, 500, 1))
+            }
+            r => panic!("{r:?}"),
+        }
+        assert_eq!(o.handle(Role::Client, &user, MdsRequest::Ping).unwrap_err(), MdsRequest::Ping);
+    }
+
+    #[test]
+    fn skew_median_and_epochs() {
+        let o = Orchestrator::new(Params::default(), OrchestratorMode::IOrchestrator, vec![0]);
+        for s in [50, 10, 30, 1000, 20] {
+            o.record_skew(s);
+        }
+        let st = o.status(Instant::now());
+        assert_eq!((st.last_switch_skew_us, st.median_switch_skew_us), (Some(20), Some(30)));
+        let a = o.next_epoch();
+        assert!(o.next_epoch() > a && a > 1_600_000_000_000_000);
+    }
+
+    #[test]
+    fn params_from_options_are_made_safe() {
+        let o = OrchestratorOptions {
+            window_ms: 0,
+            min_slice_fraction: f64::NAN,
+            locality_ratio: -1.0,
+            fallback_windows: 0,
+            job_idle_ms: 1,
+            ..Default::default()
+        };
+        let p = Params::from_options(&o);
+        assert_eq!(p.window, Duration::from_millis(10));
+        assert_eq!(p.min_slice_fraction, 0.05);
+        assert_eq!(p.locality_ratio, 0.0);
+        assert_eq!(p.fallback_ms(), 10);
+        assert_eq!(p.job_idle, Duration::from_millis(20));
+        assert_eq!(Params::default().fallback_ms(), 1000);
+    }
+}
