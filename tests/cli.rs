@@ -79,7 +79,7 @@ fn up_cli_roundtrip_stop_and_restart() {
     assert_eq!(servers_running_in(&cdir), 4);
     tessera(&u.config, &["mkdir", "-p", "/demo/in"]);
     tessera(&u.config, &["setstripe", "-S", "256K", "-c", "2", "/demo/in"]);
-    tessera(&u.config, &["put", "--quiet", local.to_str().unwrap(), "/demo/in/big.bin"]);
+    tessera(&u.config, &["--job", "cli-test", "put", "--quiet", local.to_str().unwrap(), "/demo/in/big.bin"]);
     let stripe = tessera(&u.config, &["getstripe", "/demo/in/big.bin"]);
     assert!(stripe.contains("262144") && stripe.contains('2'), "getstripe output: {stripe}");
     tessera(&u.config, &["mv", "/demo/in/big.bin", "/demo/big.bin"]);
@@ -90,6 +90,16 @@ fn up_cli_roundtrip_stop_and_restart() {
         df.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).count() >= 3,
         "df output: {df}"
     );
+    // Per-job counters reach the MDS with the data servers' periodic reports.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let jobs = tessera(&u.config, &["df", "--jobs"]);
+        if jobs.lines().any(|l| l.contains("cli-test") && l.contains("MiB")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "per-job counters never showed the put: {jobs}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
     stop(u);
     assert_eq!(servers_running_in(&cdir), 0, "children left running after SIGINT");
 

@@ -27,7 +27,7 @@ trap cleanup EXIT
 up_pid=$!
 for _ in $(seq 100); do grep -q "TESSERA UP" "$work/up.log" && break; sleep 0.2; done
 export TESSERA_CONFIG=$work/cluster/client.toml
-"$bin/tessera" mkdir -p /ior /md
+"$bin/tessera" mkdir -p /ior && "$bin/tessera" mkdir -p /md
 "$bin/tessera" setstripe -S 1M -c "$nds" /ior
 "$bin/tessera-fuse" "$mnt" --allow-other > "$work/fuse.log" 2>&1 &
 fuse_pid=$!

@@ -170,8 +170,12 @@ enum Cmd {
         /// File or directory.
         path: String,
     },
-    /// Show every data server's capacity and usage.
-    Df,
+    /// Show every data server's capacity and usage (with --jobs: bytes and ops per job on each server).
+    Df {
+        /// Also list the per-job counters each data server reports (reads/writes since it started).
+        #[arg(long)]
+        jobs: bool,
+    },
     /// Check that the MDS and every data server answer, with round-trip times.
     Ping,
     /// Running programs as the orchestrator sees them: per-server SL/RD, eligibility, slice share.
@@ -602,7 +606,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
             }
         }
         Cmd::Getstripe { path } => getstripe(&c, &path).await?,
-        Cmd::Df => df(&c).await?,
+        Cmd::Df { jobs } => df(&c, jobs).await?,
         Cmd::Ping => return ping(&c).await,
         Cmd::Jobs { watch } => watch_status(&c, watch, jobs_text).await?,
         Cmd::Orchestrator(OrchCmd::Status { watch }) => watch_status(&c, watch, orchestrator_text).await?,
@@ -895,7 +899,7 @@ async fn getstripe(c: &Client, path: &str) -> CliResult<()> {
     Ok(())
 }
 
-async fn df(c: &Client) -> CliResult<()> {
+async fn df(c: &Client, jobs: bool) -> CliResult<()> {
     let mut status = c.cluster_status().await.map_err(CliError::plain)?;
     status.sort_by_key(|s| s.ds);
     println!(
@@ -936,6 +940,26 @@ async fn df(c: &Client) -> CliResult<()> {
         human_bytes(free),
         percent(used, used + free)
     );
+    if jobs {
+        println!();
+        println!("{:>4}  {:<24} {:>10} {:>11} {:>10} {:>11}", "DS", "JOB", "READ OPS", "READ", "WRITE OPS", "WRITTEN");
+        for s in &status {
+            let Some(r) = &s.report else { continue };
+            let mut per_job = r.jobs.clone();
+            per_job.sort_by(|a, b| a.job.cmp(&b.job));
+            for j in per_job {
+                println!(
+                    "{:>4}  {:<24} {:>10} {:>11} {:>10} {:>11}",
+                    s.ds,
+                    j.job,
+                    j.read_ops,
+                    human_bytes(j.read_bytes),
+                    j.write_ops,
+                    human_bytes(j.write_bytes)
+                );
+            }
+        }
+    }
     Ok(())
 }
 
