@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 use std::collections::HashMap;
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::msg::{DsReply, DsRequest};
-use tessera_proto::rpc::{self, RpcPeer};
+use tessera_proto::rpc::RpcPeer;
 use tessera_proto::tls::NodeIdentity;
 use tessera_proto::{DsId, FsError, FsResult, ObjectId, Role};
 
@@ -27,13 +27,12 @@ impl RpcDataServers {
     pub fn new(cfg: &ClusterConfig, endpoint: &quinn::Endpoint, identity: &NodeIdentity) -> FsResult<RpcDataServers> {
         let mut peers = HashMap::new();
         for ds in &cfg.ds {
-            // An unresolvable address is not fatal: that data server is simply unreachable.
-            let peer = rpc::resolve(&ds.addr)
-                .and_then(|addr| RpcPeer::new(endpoint.clone(), identity, Role::Ds, addr, cfg.tuning()))
-                .map_err(|e| {
-                    tracing::warn!(ds = ds.id, "data server unusable: {e}");
-                    e.to_string()
-                });
+            // Resolved at every (re)connect: a data server that is not resolvable yet (containers starting)
+            // or comes back at another address is found once it is there.
+            let peer = RpcPeer::to_host(endpoint.clone(), identity, Role::Ds, &ds.addr, cfg.tuning()).map_err(|e| {
+                tracing::warn!(ds = ds.id, "data server unusable: {e}");
+                e.to_string()
+            });
             peers.insert(ds.id, peer);
         }
         Ok(RpcDataServers { peers })
