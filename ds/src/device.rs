@@ -348,31 +348,37 @@ mod tests {
         }
     }
 
+    /// The device really delays requests by the modelled time. Only lower bounds on elapsed time are
+    /// asserted (a loaded machine can make sleeps longer, never shorter); the sequential-vs-far contrast
+    /// is checked on the model itself, which is deterministic.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sequential_near_media_rate_interleaved_far_slower() {
+    async fn device_delays_by_the_model_and_far_streams_cost_more() {
         let Device::Hdd(dev) = Device::start(DeviceModel::Hdd(model())).unwrap() else { unreachable!() };
+        let m = dev.model().clone();
         let len = 65536u64;
         let n = 60u64;
         let t = Instant::now();
         run_stream(&dev, (0..n).map(|i| i * len).collect(), len).await;
         let seq = t.elapsed();
+        let modelled_seq: Duration = (1..n).map(|i| m.service((i - 1) * len + len, i * len, len)).sum();
+        assert!(seq >= modelled_seq, "sequential stream took {seq:?}, the model says at least {modelled_seq:?}");
         let rate = (n * len) as f64 / seq.as_secs_f64() / 1e6;
-        assert!(rate > 60.0 && rate <= 79.0, "sequential stream at {rate:.1} MB/s");
-        // Two synchronous streams 100 GB apart: the head alternates between them.
-        let t = Instant::now();
+        assert!(rate <= 79.0, "faster than the media rate: {rate:.1} MB/s");
+        // Two synchronous streams 100 GB apart: the head alternates between them, paying a long seek
+        // (and rotation) nearly every time.
         let far = 100_000_000_000u64;
+        let t = Instant::now();
         let (d1, d2) = (dev.clone(), dev.clone());
         let a = tokio::spawn(async move { run_stream(&d1, (0..10).map(|i| (n + i) * len).collect(), len).await });
         let b = tokio::spawn(async move { run_stream(&d2, (0..10).map(|i| far + i * len).collect(), len).await });
         a.await.unwrap();
         b.await.unwrap();
         let mixed = t.elapsed();
-        let per_req_mixed = mixed.as_secs_f64() / 20.0;
-        let per_req_seq = seq.as_secs_f64() / n as f64;
-        assert!(
-            per_req_mixed > 8.0 * per_req_seq,
-            "mixed {per_req_mixed:.4}s vs sequential {per_req_seq:.4}s per request"
-        );
+        let far_service = m.service(n * len, far, len);
+        // At least every other request crosses the distance (the elevator may batch a few).
+        assert!(mixed >= far_service * 9, "mixed streams took {mixed:?}; one far request is modelled {far_service:?}");
+        let near_service = m.service(2 * len, 2 * len, len);
+        assert!(far_service > near_service * 8, "far {far_service:?} vs sequential {near_service:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

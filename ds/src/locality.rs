@@ -134,11 +134,18 @@ impl Locality {
     }
 
     /// A data request of `job` at `addr` of `len` bytes was served; `service` is its measured time.
+    ///
+    /// SL_i and the measured seek time describe the *mixed* stream — what leaving a program to serve the
+    /// others costs — so they are sampled only outside dedicated slices. Sampled inside one, SL_i would
+    /// fall to the program's own gap, SeekTime to track-to-track + rotation, and condition 3
+    /// (RD <= SeekTime) would revoke the very dedication that made it fall.
     pub fn on_served(&self, job: &str, addr: u64, len: u64, service: Duration) {
         let mut guard = self.lock();
         let st = &mut *guard;
         let end = addr.saturating_add(len);
-        if let Some(prev) = st.last_end {
+        let now = Instant::now();
+        let dedicated = matches!(st.slice.target, ServeTarget::Job(_)) && st.slice.until.is_none_or(|u| now < u);
+        if let (Some(prev), false) = (st.last_end, dedicated) {
             let gap = prev.abs_diff(addr);
             st.sl.update(gap as f64);
             if gap != 0 {
@@ -152,7 +159,7 @@ impl Locality {
         }
         js.last_end = Some(end);
         if js.last_seen.is_none() {
-            js.last_seen = Some(Instant::now());
+            js.last_seen = Some(now);
         }
         js.requests += 1;
         js.bytes += len;
@@ -333,6 +340,32 @@ mod tests {
         m.on_arrival_at("a", at(302));
         assert_eq!(job(&m.report(false), "a").rd_us, a.rd_us / 8.0 + 1000.0 * 7.0 / 8.0);
         assert_eq!(m.report(false).epoch, 0, "fallen back");
+    }
+
+    #[test]
+    fn mixed_stream_locality_is_not_sampled_inside_dedicated_slices() {
+        let m = mon();
+        let far = 1u64 << 30;
+        // Mixed service: a and b alternate between regions 1 GiB apart.
+        for i in 0..4u64 {
+            m.on_served("a", i * 65536, 65536, Duration::from_millis(5));
+            m.on_served("b", far + i * 65536, 65536, Duration::from_millis(5));
+        }
+        let mixed = m.report(false);
+        assert!(mixed.sl > (far / 2) as f64, "mixed SL_i {}", mixed.sl);
+        // Dedicated to a: its sequential stream must not pull SL_i (and so SeekTime) down.
+        m.set_slice(1, ServeTarget::Job("a".into()), 3, None);
+        for i in 4..40u64 {
+            m.on_served("a", i * 65536, 65536, Duration::from_millis(1));
+        }
+        let r = m.report(false);
+        assert_eq!(r.sl, mixed.sl);
+        assert_eq!(r.seek_time_us, mixed.seek_time_us);
+        assert_eq!(job(&r, "a").sl, 0.0, "the program's own locality is still tracked");
+        // Back to work-conserving: sampling resumes.
+        m.set_slice(2, ServeTarget::All, 0, None);
+        m.on_served("a", 40 * 65536, 65536, Duration::from_millis(1));
+        assert!(m.report(false).sl < mixed.sl);
     }
 
     #[test]
