@@ -6,7 +6,7 @@ mod common;
 
 use common::bin;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 #[test]
 fn homogeneous_experiment_writes_records_for_both_modes() {
