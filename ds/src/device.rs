@@ -354,7 +354,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn device_delays_by_the_model_and_far_streams_cost_more() {
         let Device::Hdd(dev) = Device::start(DeviceModel::Hdd(model())).unwrap() else { unreachable!() };
-        let m = dev.model().clone();
+        let m = *dev.model();
         let len = 65536u64;
         let n = 60u64;
         let t = Instant::now();
