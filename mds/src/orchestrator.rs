@@ -331,14 +331,40 @@ pub fn build_plan(mode: OrchestratorMode, evals: &[JobEval], others_rd_us: Optio
     plan
 }
 
+/// The mean of the values reported within the last window. The servers' EWMAs weigh the newest request
+/// 7/8 (spec), so one report is close to the last gap seen (0 or the distance to another program); the
+/// conditions are judged on the window's mean of reports instead of on a single one.
+#[derive(Default)]
+struct WindowMean {
+    samples: VecDeque<(Instant, f64)>,
+}
+
+impl WindowMean {
+    /// Most reports kept per series (a window at 10 ms reports).
+    const MAX: usize = 128;
+
+    fn push(&mut self, now: Instant, v: f64, span: Duration) -> f64 {
+        self.samples.push_back((now, v));
+        while self.samples.len() > Self::MAX
+            || self.samples.front().is_some_and(|&(t, _)| now.saturating_duration_since(t) > span)
+        {
+            self.samples.pop_front();
+        }
+        self.samples.iter().map(|&(_, v)| v).sum::<f64>() / self.samples.len() as f64
+    }
+}
+
 struct JobEntry {
     loc: JobLocality,
     at: Instant,
+    sl_mean: WindowMean,
 }
 
 struct ServerState {
     sl: f64,
     seek_us: f64,
+    sl_mean: WindowMean,
+    seek_mean: WindowMean,
     others_rd_us: Option<f64>,
     epoch: u64,
     at: Instant,
@@ -468,16 +494,19 @@ impl Orchestrator {
         let idle = self.params.job_idle;
         let mut g = self.lock();
         let Inner { servers, jobs, .. } = &mut *g;
+        let span = self.params.window;
         let s = servers.entry(r.ds).or_insert_with(|| ServerState {
             sl: 0.0,
             seek_us: 0.0,
+            sl_mean: WindowMean::default(),
+            seek_mean: WindowMean::default(),
             others_rd_us: None,
             epoch: 0,
             at: now,
             jobs: BTreeMap::new(),
         });
-        s.sl = clean(r.sl);
-        s.seek_us = clean(r.seek_time_us);
+        s.sl = s.sl_mean.push(now, clean(r.sl), span);
+        s.seek_us = s.seek_mean.push(now, clean(r.seek_time_us), span);
         s.others_rd_us = r.others_rd_us.filter(|v| v.is_finite() && *v > 0.0);
         s.epoch = r.epoch;
         s.at = now;
@@ -491,7 +520,9 @@ impl Orchestrator {
             if loc.requests > 0 {
                 jobs.entry(loc.job.clone()).or_default().last_active = Some(now);
             }
-            s.jobs.insert(loc.job.clone(), JobEntry { loc, at: now });
+            let mut sl_mean = s.jobs.remove(&loc.job).map(|e| e.sl_mean).unwrap_or_default();
+            loc.sl = sl_mean.push(now, loc.sl, span);
+            s.jobs.insert(loc.job.clone(), JobEntry { loc, at: now, sl_mean });
         }
         s.jobs.retain(|_, e| now.saturating_duration_since(e.at) <= idle);
         true
@@ -649,6 +680,24 @@ impl Orchestrator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reports_are_averaged_over_the_last_window() {
+        let span = Duration::from_millis(500);
+        let t0 = Instant::now();
+        let mut m = WindowMean::default();
+        // The last gap alternates between 0 and 28 GiB from one report to the next.
+        let mut mean = 0.0;
+        for k in 0..10u64 {
+            let v = if k % 2 == 0 { 0.0 } else { 28.0 * (1u64 << 30) as f64 };
+            mean = m.push(t0 + Duration::from_millis(100 * k), v, span);
+        }
+        // Reports 4..=9 are within 500 ms of the last: three zeros, three 28 GiB.
+        assert_eq!(mean, 14.0 * (1u64 << 30) as f64);
+        // An old value leaves the window.
+        let later = m.push(t0 + Duration::from_millis(2000), 1.0, span);
+        assert_eq!(later, 1.0);
+    }
 
     const GB: f64 = 1024.0 * 1024.0 * 1024.0;
 
