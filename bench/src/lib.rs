@@ -40,13 +40,11 @@ enum Cmd {
 /// Parses the command line, runs the benchmark on a multi-thread tokio runtime, maps errors to exit code 1.
 pub fn main_entry() -> ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    tessera_proto::process::init_logging();
+    let rt = match tessera_proto::process::runtime("tessera-bench") {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("tessera-bench: error: starting the runtime: {e}");
+            eprintln!("{e}");
             return ExitCode::FAILURE;
         }
     };

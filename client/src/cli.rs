@@ -458,12 +458,6 @@ fn kind_name(kind: FileKind) -> &'static str {
     }
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
-}
-
 /// `tessera mount ...`: replaces this process with the `tessera-fuse` next to it.
 fn exec_mount(config: Option<&Path>, args: &[String]) -> CliResult<ExitCode> {
     use std::os::unix::process::CommandExt;
@@ -481,11 +475,11 @@ fn exec_mount(config: Option<&Path>, args: &[String]) -> CliResult<ExitCode> {
 /// Entry point of the `tessera` binary.
 pub fn main_entry() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    tessera_proto::process::init_logging();
+    let rt = match tessera_proto::process::runtime("tessera") {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("tessera: cannot start the async runtime: {e}");
+            eprintln!("{e}");
             return ExitCode::FAILURE;
         }
     };

@@ -58,17 +58,11 @@ struct Args {
 /// Entry point of the `tessera-ds` binary.
 pub fn main_entry() -> ExitCode {
     let args = Args::parse();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    tessera_proto::process::init_logging();
+    let rt = match tessera_proto::process::runtime("tessera-ds") {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("tessera-ds: cannot start the runtime: {e}");
+            eprintln!("{e}");
             return ExitCode::from(1);
         }
     };

@@ -87,12 +87,6 @@ pub fn plan(args: &Args) -> Result<MountPlan, String> {
     Ok(MountPlan { config, fs })
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
-}
-
 /// Whether `path` (canonical) is the mount point of a mounted file system.
 fn is_mount_point(path: &Path) -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
@@ -211,7 +205,7 @@ pub fn main_entry() -> ExitCode {
     if args.daemon {
         return daemonize();
     }
-    init_tracing();
+    tessera_proto::process::init_logging();
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -9,12 +9,14 @@
 //! - [`rpc`]: QUIC endpoints, the RPC client (one stream per call) and the server accept loop.
 //! - [`config`]: the cluster's TOML configuration.
 //! - [`wire`]: bincode encoding with bounded decoding.
+//! - [`process`]: logging and async-runtime start-up shared by the binaries.
 
 pub mod config;
 pub mod error;
 pub mod frame;
 pub mod layout;
 pub mod msg;
+pub mod process;
 pub mod rpc;
 pub mod tls;
 pub mod types;
