@@ -17,15 +17,8 @@ use tessera_proto::types::{DsId, IoTag, Role};
 use tessera_proto::PROTOCOL_VERSION;
 use tokio::sync::Semaphore;
 
-/// One data request's share of a file range: a contiguous run inside one object.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Piece {
-    /// Index into `Layout::targets`.
-    pub stripe: usize,
-    pub object_offset: u64,
-    pub file_offset: u64,
-    pub len: u64,
-}
+/// One data request's share of a file range: a contiguous run inside one object (the stripe math's chunk).
+pub type Piece = tessera_proto::layout::Chunk;
 
 /// Splits `[offset, offset+len)` into requests: per-object chunks from the stripe math, runs that are
 /// contiguous in both the file and the object merged (1-wide layouts), then cut to `max_request`.
@@ -42,12 +35,7 @@ pub fn plan(layout: &Layout, offset: u64, len: u64, max_request: u64) -> Vec<Pie
                 continue;
             }
         }
-        merged.push(Piece {
-            stripe: ch.stripe,
-            object_offset: ch.object_offset,
-            file_offset: ch.file_offset,
-            len: ch.len,
-        });
+        merged.push(ch);
     }
     let mut out = Vec::with_capacity(merged.len());
     for p in merged {

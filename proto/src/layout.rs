@@ -102,17 +102,6 @@ impl Layout {
         out
     }
 
-    /// Like [`chunks`](Self::chunks) but merges the chunks that are contiguous in the same object
-    /// (they are when the range covers whole stripe rows of a 1-wide layout, and never otherwise),
-    /// grouped per stripe: used to send one request per object run.
-    pub fn chunks_by_stripe(&self, offset: u64, len: u64) -> Vec<Vec<Chunk>> {
-        let mut per: Vec<Vec<Chunk>> = vec![Vec::new(); self.targets.len()];
-        for ch in self.chunks(offset, len) {
-            per[ch.stripe].push(ch);
-        }
-        per
-    }
-
     /// Size object `stripe` has when the file is exactly `file_size` bytes long.
     pub fn object_size(&self, stripe: usize, file_size: u64) -> u64 {
         let s = self.stripe_size;
