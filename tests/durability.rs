@@ -21,7 +21,8 @@ async fn kill9_after_fsync_loses_nothing() {
         let f = c.create("/proj/data", 0o644, Some(spec)).await.unwrap();
         f.write_at(0, Bytes::from(pattern(42, 5 << 20))).await.unwrap();
         f.fsync().await.unwrap();
-        // Not closed: the crash happens with the file open.
+        // Not closed: the crash happens with the file open. The rename and unlink are acknowledged
+        // but nobody fsync'ed them: they come back from the MDS's journal.
         c.rename("/proj/run1/empty0", "/proj/renamed").await.unwrap();
         c.unlink("/proj/run1/empty1").await.unwrap();
         cluster.kill9_mds();

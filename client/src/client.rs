@@ -2,7 +2,7 @@
 
 use crate::data::DataPlane;
 use crate::file::{File, OpenOptions};
-use crate::mds_client::{LayoutReply, MdsClient};
+use crate::mds_client::{LayoutReply, MdsClient, Opened};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -11,7 +11,7 @@ use std::time::Duration;
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::{Layout, LayoutSpec};
-use tessera_proto::msg::{DirEntry, DsStatus, RenameFlags, SetAttrs, StatFs};
+use tessera_proto::msg::{DirEntry, DsStatus, OpenFlags, RenameFlags, SetAttrs, StatFs};
 use tessera_proto::rpc::{client_endpoint, resolve, RpcPeer};
 use tessera_proto::tls::NodeIdentity;
 use tessera_proto::types::{Attr, Caller, DsId, FileKind, Ino, Role, NAME_MAX, PATH_MAX, ROOT_INO};
@@ -238,35 +238,44 @@ impl Client {
         }
         let (parent, name) = self.parent_of(path).await?;
         let opts = OpenOptions { read: true, write: true, create: true, exclusive: true, perm, ..Default::default() };
-        let (attr, _) = self.mds.create(parent, &name, FileKind::File, opts.create_perm(), 0, true, layout).await?;
-        self.open_ino(attr.ino, opts).await
+        let flags = opts.open_flags();
+        let opened = self.mds.create_open(parent, &name, opts.create_perm(), true, layout, flags).await?;
+        self.file_from(opened, flags).await
     }
 
     /// Opens (and with `create`, creates) a file; fetches fresh attributes and layout (close-to-open).
+    /// A create and its open are one MDS round trip.
     pub async fn open(&self, path: &str, opts: OpenOptions) -> FsResult<File> {
-        let ino = if opts.create_exclusive() {
+        let flags = opts.open_flags();
+        let create = |exclusive: bool| async move {
             let (parent, name) = self.parent_of(path).await?;
-            self.mds.create(parent, &name, FileKind::File, opts.create_perm(), 0, true, None).await?.0.ino
+            // Not exclusive: if another client created it meanwhile, the MDS opens that file.
+            self.mds.create_open(parent, &name, opts.create_perm(), exclusive, None, flags).await
+        };
+        let opened = if opts.create_exclusive() {
+            create(true).await?
         } else if opts.create {
             match self.resolve(path, true).await {
-                Ok((attr, _)) => attr.ino,
-                Err(e) if e.code == ErrorCode::NotFound => {
-                    let (parent, name) = self.parent_of(path).await?;
-                    // Not exclusive: if another client created it meanwhile, the MDS returns that file.
-                    self.mds.create(parent, &name, FileKind::File, opts.create_perm(), 0, false, None).await?.0.ino
-                }
+                Ok((attr, _)) => self.mds.open(attr.ino, flags).await?,
+                Err(e) if e.code == ErrorCode::NotFound => create(false).await?,
                 Err(e) => return Err(e),
             }
         } else {
-            self.resolve(path, true).await?.0.ino
+            self.mds.open(self.resolve(path, true).await?.0.ino, flags).await?
         };
-        self.open_ino(ino, opts).await
+        self.file_from(opened, flags).await
     }
 
     /// Opens an inode directly (for the FUSE layer); `create`/`exclusive`/`perm` are ignored.
     pub async fn open_ino(&self, ino: Ino, opts: OpenOptions) -> FsResult<File> {
         let flags = opts.open_flags();
         let opened = self.mds.open(ino, flags).await?;
+        self.file_from(opened, flags).await
+    }
+
+    /// The open file for a handle the MDS granted (released again if it is not a regular file).
+    async fn file_from(&self, opened: Opened, flags: OpenFlags) -> FsResult<File> {
+        let ino = opened.attr.ino;
         if opened.attr.kind != FileKind::File {
             // Release the handle the MDS counted before refusing.
             let _ = self.mds.close(ino, opened.handle, None, false).await;

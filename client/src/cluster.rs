@@ -105,7 +105,11 @@ pub fn prepare(dir: &Path, n_ds: usize, port_base: u16, defaults: Defaults) -> F
         None => {
             let ports = pick_ports(port_base, n_ds)?;
             ClusterConfig {
-                mds: MdsNode { addr: format!("127.0.0.1:{}", ports[0]), data_dir: Some(PathBuf::from("mds")) },
+                mds: MdsNode {
+                    addr: format!("127.0.0.1:{}", ports[0]),
+                    data_dir: Some(PathBuf::from("mds")),
+                    metadata_commit: Default::default(),
+                },
                 ds: (0..n_ds)
                     .map(|i| DsNode {
                         id: i as u32,

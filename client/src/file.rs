@@ -226,7 +226,8 @@ impl File {
         if self.wrote.load(Ordering::Acquire) {
             self.client.mds().report_write(self.attr.ino, self.written_end.load(Ordering::Acquire)).await?;
         }
-        Ok(())
+        // The file's metadata (its creation, size, times) must be on disk too.
+        self.client.mds().sync().await
     }
 
     /// Closes the handle; the MDS merges the end of our furthest write into the size.

@@ -141,6 +141,29 @@ impl MdsClient {
         entry_of("Create", self.call(req).await?)
     }
 
+    /// open(2) with O_CREAT in one round trip: creates `name` and opens it, or (not `exclusive`)
+    /// opens the regular file already there with `flags`.
+    pub async fn create_open(
+        &self,
+        parent: Ino,
+        name: &str,
+        perm: u32,
+        exclusive: bool,
+        layout: Option<LayoutSpec>,
+        flags: OpenFlags,
+    ) -> FsResult<Opened> {
+        let req = MdsRequest::CreateOpen { parent, name: name.to_string(), perm, exclusive, layout, flags };
+        match self.call(req).await? {
+            MdsReply::Opened { attr, layout, handle } => Ok(Opened { attr, layout, handle }),
+            r => Err(unexpected("CreateOpen", r)),
+        }
+    }
+
+    /// Makes every metadata change so far durable on the MDS's disk (fsync/fsyncdir/sync).
+    pub async fn sync(&self) -> FsResult<()> {
+        ok_of("Sync", self.call(MdsRequest::Sync).await?)
+    }
+
     pub async fn mkdir(&self, parent: Ino, name: &str, perm: u32) -> FsResult<Attr> {
         attr_of("Mkdir", self.call(MdsRequest::Mkdir { parent, name: name.to_string(), perm }).await?)
     }

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
-use tessera_client::mds_client::LayoutReply;
+use tessera_client::mds_client::{LayoutReply, Opened};
 use tessera_client::proto::types::NAME_MAX;
 use tessera_client::{
     Attr, Caller, Client, ErrorCode, FileKind, FsError, FsResult, Ino, IoTag, MdsClient, OpenFlags, RenameFlags,
@@ -25,6 +25,14 @@ use tessera_client::{
 
 /// How long the kernel may cache attributes and entries.
 pub const TTL: Duration = Duration::from_secs(1);
+
+/// What the MDS needs of open(2) flags (O_TRUNC implies writing).
+fn open_flags(flags: i32) -> OpenFlags {
+    let acc = flags & libc::O_ACCMODE;
+    let truncate = flags & libc::O_TRUNC != 0;
+    let write = acc == libc::O_WRONLY || acc == libc::O_RDWR || truncate;
+    OpenFlags { read: acc == libc::O_RDONLY || acc == libc::O_RDWR, write, truncate }
+}
 /// Largest write (and read) request: 1 MiB.
 pub const MAX_WRITE: u32 = 1 << 20;
 /// `st_blksize`: the I/O size programs should use.
@@ -207,11 +215,14 @@ impl Inner {
 
     /// Opens `ino` for `who` with `flags` (open(2) flags); `mds` carries the credentials of the open.
     async fn open(&self, who: &Who, mds: &MdsClient, ino: Ino, flags: i32) -> FsResult<(u64, Attr)> {
-        let acc = flags & libc::O_ACCMODE;
-        let truncate = flags & libc::O_TRUNC != 0;
-        let write = acc == libc::O_WRONLY || acc == libc::O_RDWR || truncate;
-        let of = OpenFlags { read: acc == libc::O_RDONLY || acc == libc::O_RDWR, write, truncate };
+        let of = open_flags(flags);
         let opened = mds.open(ino, of).await?;
+        self.attach(who, mds, opened, of).await
+    }
+
+    /// Open-file state for a handle the MDS granted (released again if it is not a regular file).
+    async fn attach(&self, who: &Who, mds: &MdsClient, opened: Opened, of: OpenFlags) -> FsResult<(u64, Attr)> {
+        let (ino, write, truncate) = (opened.attr.ino, of.write, of.truncate);
         let fail = |e: FsError| async move {
             let _ = mds.close(ino, opened.handle, None, false).await;
             Err(e)
@@ -713,9 +724,10 @@ impl Filesystem for TesseraFs {
         reply.ok();
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        // Metadata changes are durable when the MDS answers.
-        reply.ok();
+    fn fsyncdir(&self, req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        // Acknowledged metadata changes survive an MDS crash; this makes them survive a power loss.
+        let k = key(req);
+        self.spawn(move |inner| async move { reply_empty(reply, inner.mds(k).sync().await) });
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -818,19 +830,11 @@ impl Filesystem for TesseraFs {
                 let mds = inner.client.mds().with_caller(who.caller.clone());
                 let perm = mode & 0o7777 & !umask;
                 let excl = flags & libc::O_EXCL != 0;
-                match mds.create(parent.0, &name, FileKind::File, perm, 0, true, None).await {
-                    // New file: its creator may open it as asked whatever its mode (open(2) with O_CREAT).
-                    Ok((a, _)) => {
-                        let root = mds.with_caller(Caller::root());
-                        let (fh, _) = inner.open(&who, &root, a.ino, flags & !libc::O_TRUNC).await?;
-                        Ok((fh, inner.fix(a)))
-                    }
-                    Err(e) if e.code == ErrorCode::Exists && !excl => {
-                        let (a, _) = mds.lookup(parent.0, &name).await?;
-                        inner.open(&who, &mds, a.ino, flags).await
-                    }
-                    Err(e) => Err(e),
-                }
+                // One round trip: the MDS creates and opens (its creator may open a new file as asked
+                // whatever its mode), or opens what is there when not exclusive.
+                let of = open_flags(flags);
+                let opened = mds.create_open(parent.0, &name, perm, excl, None, of).await?;
+                inner.attach(&who, &mds, opened, of).await
             }
             .await;
             match r {

@@ -232,7 +232,9 @@ impl OpenInode {
             }
             return Err(e);
         }
-        self.flush(client, mds).await
+        self.flush(client, mds).await?;
+        // The file's metadata (its creation, size, times) must be on the MDS's disk too.
+        mds.sync().await
     }
 
     /// After a truncate: writes before it no longer extend the file.

@@ -21,6 +21,15 @@ pub async fn drain_once(store: &Store, data: &dyn DataServers) -> bool {
             return true;
         }
     };
+    if entries.is_empty() {
+        return false;
+    }
+    // The unlinks that queued these must be on disk first: after a power loss they must not come
+    // back pointing at destroyed objects.
+    if let Err(e) = store.flush().await {
+        warn!("destroy log: metadata commit failed, destroying later: {e}");
+        return true;
+    }
     let mut remaining = false;
     for batch in entries.chunks(BATCH) {
         let results = futures::future::join_all(batch.iter().map(|(_, e)| data.remove(e.ds, e.objects.clone()))).await;

@@ -1,6 +1,7 @@
 //! Tessera's metadata server (MDS).
 //!
 //! - [`store`]: the sled database — trees, records, and the overlay that commits as one transaction.
+//! - [`journal`]: the redo journal that makes an acknowledged change survive an MDS crash before fsync.
 //! - [`perm`]: POSIX permission checks from the caller's credentials.
 //! - [`namespace`]: every metadata operation with POSIX semantics.
 //! - [`placement`]: placement policies choosing data servers for new files (round-robin).
@@ -15,6 +16,7 @@
 pub mod destroy;
 pub mod driver;
 pub mod dsclient;
+pub mod journal;
 pub mod metrics;
 pub mod namespace;
 pub mod orchestrator;

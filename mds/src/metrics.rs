@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::debug;
 
 /// Request type names, in [`kind`] order.
-pub const KINDS: [&str; 30] = [
+pub const KINDS: [&str; 32] = [
     "Ping",
     "Lookup",
     "LookupPath",
@@ -44,6 +44,8 @@ pub const KINDS: [&str; 30] = [
     "LocalityReport",
     "SetOrchestratorMode",
     "OrchestratorStatus",
+    "CreateOpen",
+    "Sync",
 ];
 
 /// Index of a request's type in [`KINDS`].
@@ -80,6 +82,8 @@ pub fn kind(req: &MdsRequest) -> usize {
         Q::LocalityReport(_) => 27,
         Q::SetOrchestratorMode { .. } => 28,
         Q::OrchestratorStatus => 29,
+        Q::CreateOpen { .. } => 30,
+        Q::Sync => 31,
     }
 }
 

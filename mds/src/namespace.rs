@@ -2,8 +2,9 @@
 //! attributes, open/close bookkeeping, xattrs, layouts and statfs.
 //!
 //! Mutations run under one short mutex (never held across I/O or the flush): they read through a
-//! [`Txn`] overlay, commit as one sled transaction, release the lock, then wait for durability
-//! (concurrent flushes share one fsync). Reads take no lock.
+//! [`Txn`] overlay, commit as one sled transaction plus its journal record, release the lock, and
+//! (in `fsync` commit mode only) wait for durability, concurrent flushes sharing one fsync. The
+//! mutex also keeps the journal in the order the changes were applied. Reads take no lock.
 
 use crate::dsclient::DataServers;
 use crate::perm::{self, R, W, X};
@@ -248,10 +249,13 @@ impl Namespace {
         Ok(())
     }
 
-    /// Waits until a mutation's result is durable, then wakes the destroyer if it has work.
+    /// Waits until a mutation's result is durable (journaled already, or fsync'ed in `fsync` commit
+    /// mode), then wakes the destroyer if it has work.
     async fn durable<V>(&self, r: FsResult<V>) -> FsResult<V> {
         let v = r?;
-        self.store.flush().await?;
+        if self.store.sync_commits() {
+            self.store.flush().await?;
+        }
         if self.destroy_pending.swap(false, Ordering::SeqCst) {
             self.destroy_wake.notify_one();
         }
@@ -268,9 +272,18 @@ impl Namespace {
             Q::GetAttr { ino } => Ok(MdsReply::Attr(self.store.begin().inode(ino)?.attr)),
             Q::SetAttr { ino, set } => self.setattr(c, ino, set).await,
             Q::Create { parent, name, kind, perm, rdev, exclusive, layout } => {
-                let r = self.create_sync(c, parent, &name, kind, perm, rdev, exclusive, layout);
-                self.durable(r).await
+                let r = self.create_sync(c, parent, &name, kind, perm, rdev, exclusive, layout, false);
+                self.durable(r.map(|(i, _)| entry(i))).await
             }
+            Q::CreateOpen { parent, name, perm, exclusive, layout, flags } => {
+                let r = self.create_sync(c, parent, &name, FileKind::File, perm, 0, exclusive, layout, true);
+                match self.durable(r).await? {
+                    (i, Some(handle)) => Ok(MdsReply::Opened { attr: i.attr, layout: i.layout, handle }),
+                    // It existed: an ordinary open, with its permission checks and O_TRUNC.
+                    (i, None) => self.open(c, i.attr.ino, flags).await,
+                }
+            }
+            Q::Sync => self.store.flush().await.map(|_| MdsReply::Ok),
             Q::Mkdir { parent, name, perm } => self.durable(self.mkdir_sync(c, parent, &name, perm)).await,
             Q::Symlink { parent, name, target } => self.durable(self.symlink_sync(c, parent, &name, &target)).await,
             Q::Readlink { ino } => {
@@ -501,6 +514,9 @@ impl Namespace {
     // ---------------------------------------------------------------------------------------------
     // Mutations
 
+    /// Creates `name` (or, if `exclusive` is false, finds the regular file of that name). With `open`,
+    /// a NEW file is also opened, registered under the same lock so no unlink can slip in between:
+    /// the handle is returned; for an existing file it is `None` and the caller opens it normally.
     #[allow(clippy::too_many_arguments)]
     fn create_sync(
         &self,
@@ -512,7 +528,8 @@ impl Namespace {
         rdev: u32,
         exclusive: bool,
         spec: Option<LayoutSpec>,
-    ) -> FsResult<MdsReply> {
+        open: bool,
+    ) -> FsResult<(Inode, Option<u64>)> {
         validate_name(name)?;
         if matches!(kind, FileKind::Dir | FileKind::Symlink) {
             return Err(FsError::invalid("create makes files, FIFOs, sockets and devices (use mkdir/symlink)"));
@@ -526,7 +543,7 @@ impl Namespace {
         perm::check(c, &p.attr, X)?;
         if let Some(d) = tx.dentry(parent, name)? {
             if !exclusive && kind == FileKind::File && d.kind == FileKind::File {
-                return Ok(entry(tx.inode(d.ino)?));
+                return Ok((tx.inode(d.ino)?, None));
             }
             return Err(FsError::exists(name.to_string()));
         }
@@ -540,7 +557,16 @@ impl Namespace {
         tx.add_inode(&i)?;
         self.add_entry(&mut tx, parent, name, i.attr.ino, kind)?;
         self.commit(tx)?;
-        Ok(entry(i))
+        let handle = open.then(|| self.register_open(i.attr.ino));
+        Ok((i, handle))
+    }
+
+    /// A new open handle of `ino`. Call under the mutation lock, so an unlink sees it and keeps the
+    /// file as an orphan.
+    fn register_open(&self, ino: Ino) -> u64 {
+        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.opens().entry(ino).or_default().insert(handle);
+        handle
     }
 
     fn mkdir_sync(&self, c: &Caller, parent: Ino, name: &str, perm: u32) -> FsResult<MdsReply> {
@@ -887,9 +913,7 @@ impl Namespace {
                 tx.put_inode(&i)?;
                 self.commit(tx)?;
             }
-            // Registered under the mutation lock, so an unlink sees it and keeps the file as an orphan.
-            let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-            self.opens().entry(ino).or_default().insert(handle);
+            let handle = self.register_open(ino);
             Ok(MdsReply::Opened { attr: i.attr, layout: i.layout, handle })
         };
         if truncate {

@@ -8,7 +8,7 @@ use std::path::Path;
 const NDS: u32 = 4;
 
 fn open_ns(path: &Path) -> (Namespace, Arc<MemDataServers>) {
-    let store = Arc::new(Store::open(path).unwrap());
+    let store = Arc::new(Store::open(path, Default::default()).unwrap());
     let data = Arc::new(MemDataServers::default());
     let stats = Arc::new(StatsView::new((0..NDS).map(|i| (i, format!("127.0.0.1:{}", 7410 + i))).collect()));
     let ns = Namespace::new(store, &Defaults::default(), stats, data.clone()).unwrap();
@@ -349,6 +349,53 @@ async fn unlink_open_file_becomes_orphan_until_last_close() {
     assert_eq!(destroyed_objects(&ns), vec![gl.targets[0].object]);
     data.down.lock().unwrap().clear();
     assert!(!destroy::drain_once(ns.store(), data.as_ref()).await);
+}
+
+#[tokio::test]
+async fn create_open_is_one_round_trip_with_open_semantics() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _data) = open_ns(dir.path());
+    let alice = user(1000);
+    let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap();
+    ns.handle(&root(), MdsRequest::SetAttr { ino: d.ino, set: SetAttrs { perm: Some(0o777), ..Default::default() } })
+        .await
+        .unwrap();
+    let rw = OpenFlags { read: true, write: true, truncate: false };
+    let create_open = |name: &str, perm: u32, exclusive: bool, flags: OpenFlags| MdsRequest::CreateOpen {
+        parent: d.ino,
+        name: name.into(),
+        perm,
+        exclusive,
+        layout: None,
+        flags,
+    };
+    // A new file: opened for writing although its mode grants its owner nothing (open(2) with O_CREAT).
+    let (f, h) = match ns.handle(&alice, create_open("f", 0o000, true, rw)).await.unwrap() {
+        MdsReply::Opened { attr, layout, handle } => {
+            assert!(layout.is_some());
+            (attr, handle)
+        }
+        o => panic!("{o:?}"),
+    };
+    assert_eq!((f.uid, f.perm, f.nlink), (1000, 0o000, 1));
+    // The handle counts: an unlink keeps the file until it is closed.
+    unlink(&ns, &alice, d.ino, "f").await.unwrap();
+    assert_eq!(getattr(&ns, f.ino).await.nlink, 0);
+    ns.handle(&alice, MdsRequest::Close { ino: f.ino, handle: h, size: None, wrote: false }).await.unwrap();
+    assert_eq!(code(ns.handle(&alice, MdsRequest::GetAttr { ino: f.ino }).await), ErrorCode::NotFound);
+    // Exclusive on an existing name: EEXIST; not exclusive: an ordinary open of it, with its
+    // permission check and O_TRUNC.
+    let g = create(&ns, &alice, d.ino, "g").await.unwrap();
+    ns.handle(&alice, MdsRequest::ReportWrite { ino: g.ino, size: 100 }).await.unwrap();
+    assert_eq!(code(ns.handle(&alice, create_open("g", 0o644, true, rw)).await), ErrorCode::Exists);
+    assert_eq!(code(ns.handle(&user(1001), create_open("g", 0o644, false, rw)).await), ErrorCode::Access);
+    let trunc = OpenFlags { read: false, write: true, truncate: true };
+    match ns.handle(&alice, create_open("g", 0o644, false, trunc)).await.unwrap() {
+        MdsReply::Opened { attr, .. } => assert_eq!((attr.ino, attr.size), (g.ino, 0)),
+        o => panic!("{o:?}"),
+    }
+    // Sync is answered (it makes everything durable).
+    assert_eq!(ns.handle(&alice, MdsRequest::Sync).await.unwrap(), MdsReply::Ok);
 }
 
 #[tokio::test]

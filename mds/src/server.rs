@@ -158,7 +158,7 @@ pub async fn run(
     let listen = opts.listen.unwrap_or_else(|| cfg.mds.addr.clone());
     let addr = rpc::resolve(&listen)?;
 
-    let store = Arc::new(Store::open(&data_dir)?);
+    let store = Arc::new(Store::open(&data_dir, cfg.mds.metadata_commit)?);
     let endpoint = rpc::server_endpoint(addr, &identity, &cfg.tuning())?;
     // The server endpoint also connects out to the data servers (quinn endpoints do both).
     let rpc_data = Arc::new(RpcDataServers::new(&cfg, &endpoint, &identity)?);

@@ -1,6 +1,8 @@
 //! The sled database: its trees, record types, key layouts, and a write overlay ([`Txn`]) whose
-//! changes commit as ONE sled transaction over the trees they touch.
+//! changes commit as ONE sled transaction over the trees they touch, plus the redo journal entry
+//! that makes them crash-safe before the database's own (periodic, group-committed) fsync.
 
+use crate::journal::{self, Journal, WriteSet};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use sled::transaction::TransactionError;
 use sled::{Db, Transactional, Tree};
@@ -8,10 +10,16 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+use tessera_proto::config::MetadataCommit;
 use tessera_proto::error::ErrorCode;
 use tessera_proto::layout::{Layout, LayoutSpec};
 use tessera_proto::{wire, Attr, DsId, FileKind, FsError, FsResult, Ino, ObjectId};
 use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// How often journaled changes are committed to the database on disk (and so survive a power loss).
+const COMMIT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The trees of the MDS database.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -120,11 +128,14 @@ pub struct Store {
     db: Db,
     trees: Vec<Tree>,
     inode_count: AtomicI64,
+    /// Set in [`MetadataCommit::Journal`] mode.
+    journal: Option<Arc<Mutex<Journal>>>,
     flusher: GroupCommit,
 }
 
-/// Group commit on a dedicated thread. (sled 0.34's `flush_async` deadlocks under concurrent
-/// callers — sled issue #1308 — so we batch waiters onto synchronous `flush` calls ourselves.)
+/// Group commit on a dedicated thread: on request, and every [`COMMIT_INTERVAL`] while the journal
+/// holds changes. (sled 0.34's `flush_async` deadlocks under concurrent callers — sled issue
+/// #1308 — so we batch waiters onto synchronous `flush` calls ourselves.)
 struct GroupCommit {
     /// Tickets handed out; a flush that starts after ticket t was taken covers t.
     next: Arc<AtomicU64>,
@@ -147,7 +158,7 @@ struct FlushState {
 }
 
 impl GroupCommit {
-    fn start(db: Db) -> FsResult<GroupCommit> {
+    fn start(db: Db, journal: Option<Arc<Mutex<Journal>>>, interval: Duration) -> FsResult<GroupCommit> {
         let next = Arc::new(AtomicU64::new(0));
         let pending = Arc::new((Mutex::new(FlushCtl::default()), Condvar::new()));
         let (tx, done) = watch::channel(FlushState::default());
@@ -155,20 +166,44 @@ impl GroupCommit {
         let thread = std::thread::Builder::new()
             .name("mds-flush".into())
             .spawn(move || loop {
-                {
+                let (requested, last) = {
                     let (m, cv) = &*p;
                     let mut ctl = m.lock().unwrap_or_else(|e| e.into_inner());
-                    while !ctl.wanted && !ctl.shutdown {
-                        ctl = cv.wait(ctl).unwrap_or_else(|e| e.into_inner());
+                    if !ctl.wanted && !ctl.shutdown {
+                        ctl = match &journal {
+                            Some(_) => cv.wait_timeout(ctl, interval).unwrap_or_else(|e| e.into_inner()).0,
+                            None => cv.wait(ctl).unwrap_or_else(|e| e.into_inner()),
+                        };
                     }
-                    if !ctl.wanted {
-                        return;
-                    }
-                    ctl.wanted = false;
-                }
+                    // Shutting down: one last commit empties the journal.
+                    (std::mem::take(&mut ctl.wanted) || ctl.shutdown, ctl.shutdown)
+                };
                 let target = n.load(Ordering::SeqCst);
+                // Segments up to `retire` hold only changes the flush below makes durable.
+                let retire = match &journal {
+                    Some(j) => match j.lock().unwrap_or_else(|e| e.into_inner()).rotate() {
+                        Ok(r) => r,
+                        Err(e) => {
+                            warn!("metadata journal: cannot start a new segment: {e}");
+                            None
+                        }
+                    },
+                    None => None,
+                };
+                if !requested && retire.is_none() {
+                    continue; // periodic wake-up with nothing journaled
+                }
                 let error = db.flush().err().map(|e| Arc::from(e.to_string()));
+                if let (None, Some(upto), Some(j)) = (&error, retire, &journal) {
+                    let dir = j.lock().unwrap_or_else(|e| e.into_inner()).dir().to_path_buf();
+                    if let Err(e) = journal::retire(&dir, upto) {
+                        warn!("metadata journal: cannot delete committed segments: {e}");
+                    }
+                }
                 tx.send_replace(FlushState { done: target, error });
+                if last {
+                    return;
+                }
             })
             .map_err(|e| FsError::io(format!("flush thread: {e}")))?;
         Ok(GroupCommit { next, pending, done, thread: Some(thread) })
@@ -205,8 +240,13 @@ impl Drop for GroupCommit {
 }
 
 impl Store {
-    /// Opens (or creates) the database in `dir`.
-    pub fn open(dir: &Path) -> FsResult<Store> {
+    /// Opens (or creates) the database in `dir`, replaying what the journal holds beyond it.
+    pub fn open(dir: &Path, commit: MetadataCommit) -> FsResult<Store> {
+        Store::open_with(dir, commit, COMMIT_INTERVAL)
+    }
+
+    /// [`Store::open`] with another periodic commit interval (tests).
+    pub(crate) fn open_with(dir: &Path, commit: MetadataCommit, interval: Duration) -> FsResult<Store> {
         std::fs::create_dir_all(dir).map_err(|e| FsError::io(format!("{}: {e}", dir.display())))?;
         let db = sled::Config::new()
             .path(dir)
@@ -215,8 +255,17 @@ impl Store {
             .open()
             .map_err(|e| FsError::io(format!("open metadata database {}: {e}", dir.display())))?;
         let trees = TREE_NAMES.iter().map(|n| db.open_tree(n)).collect::<Result<Vec<_>, _>>().map_err(db_err)?;
-        let flusher = GroupCommit::start(db.clone())?;
-        let store = Store { db, trees, inode_count: AtomicI64::new(0), flusher };
+        let jdir = dir.join("journal");
+        let next_segment = replay_journal(&db, &trees, &jdir)?;
+        let journal = match commit {
+            MetadataCommit::Journal => Some(Arc::new(Mutex::new(
+                Journal::create(&jdir, next_segment)
+                    .map_err(|e| FsError::io(format!("metadata journal {}: {e}", jdir.display())))?,
+            ))),
+            MetadataCommit::Fsync => None,
+        };
+        let flusher = GroupCommit::start(db.clone(), journal.clone(), interval)?;
+        let store = Store { db, trees, inode_count: AtomicI64::new(0), journal, flusher };
         let meta = store.tree(T::Meta);
         match meta.get(FORMAT_KEY).map_err(db_err)? {
             None => {
@@ -252,6 +301,11 @@ impl Store {
 
     pub fn inode_count(&self) -> u64 {
         self.inode_count.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// Whether every change must be fsync'ed before it is acknowledged ([`MetadataCommit::Fsync`]).
+    pub fn sync_commits(&self) -> bool {
+        self.journal.is_none()
     }
 
     /// Makes every committed change durable. Concurrent callers share one fsync (group commit).
@@ -502,8 +556,46 @@ impl<'a> Txn<'a> {
         });
         res.map_err(|e| db_err(format!("commit: {e:?}")))?;
         self.store.inode_count.fetch_add(self.inode_delta, Ordering::Relaxed);
+        if let Some(j) = &self.store.journal {
+            let ws: WriteSet = self.writes.into_iter().map(|((t, k), v)| (t as u8, k, v)).collect();
+            let appended = j.lock().unwrap_or_else(|e| e.into_inner()).append(ws);
+            if let Err(e) = appended {
+                // The change is applied but not journaled (a full disk, say): make it durable the
+                // slow way before acknowledging it, or report the failure.
+                warn!("metadata journal append failed ({e}); committing the database synchronously");
+                self.store.flush_sync()?;
+            }
+        }
         Ok(())
     }
+}
+
+/// Applies the journal segments a crash left behind (oldest first), makes the result durable and
+/// deletes them. Returns the number for the next segment.
+fn replay_journal(db: &Db, trees: &[Tree], dir: &Path) -> FsResult<u64> {
+    let jerr = |e: std::io::Error| FsError::io(format!("metadata journal {}: {e}", dir.display()));
+    let segs = journal::segments(dir).map_err(jerr)?;
+    let Some(&(last, _)) = segs.last() else { return Ok(1) };
+    let (mut records, mut torn) = (0usize, 0usize);
+    for (_, path) in &segs {
+        let (sets, cut) = journal::read_segment(path).map_err(jerr)?;
+        torn += cut as usize;
+        for ws in sets {
+            for (t, k, v) in ws {
+                let tree = trees.get(t as usize).ok_or_else(|| db_err(format!("journal names tree {t}")))?;
+                match v {
+                    Some(v) => tree.insert(k, v),
+                    None => tree.remove(k),
+                }
+                .map_err(db_err)?;
+            }
+            records += 1;
+        }
+    }
+    db.flush().map_err(db_err)?;
+    journal::retire(dir, last).map_err(jerr)?;
+    info!(segments = segs.len(), records, torn_tails = torn, "metadata journal replayed");
+    Ok(last + 1)
 }
 
 #[cfg(test)]
@@ -513,7 +605,7 @@ mod tests {
     #[test]
     fn overlay_reads_own_writes_and_commits_atomically() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Store::open(dir.path()).unwrap();
+        let s = Store::open(dir.path(), MetadataCommit::Fsync).unwrap();
         let mut tx = s.begin();
         tx.put(T::Xattrs, &xattr_key(5, "user.a"), b"1".to_vec());
         tx.put(T::Xattrs, &xattr_key(5, "user.b"), b"2".to_vec());
@@ -529,5 +621,66 @@ mod tests {
         let b = s.new_id().unwrap();
         assert!(b > a && a > 0);
         assert!(s.new_ino().unwrap() > 1);
+    }
+
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+
+    #[test]
+    fn journal_replays_acknowledged_changes_the_database_lacks() {
+        let live = tempfile::tempdir().unwrap();
+        let s = Store::open_with(live.path(), MetadataCommit::Journal, Duration::from_secs(3600)).unwrap();
+        let mut tx = s.begin();
+        tx.put(T::Meta, b"kept", b"1".to_vec());
+        tx.put(T::Meta, b"gone", b"2".to_vec());
+        tx.commit().unwrap();
+        let mut tx = s.begin();
+        tx.del(T::Meta, b"gone");
+        tx.put(T::Xattrs, &xattr_key(9, "user.x"), b"v".to_vec());
+        tx.commit().unwrap();
+        // A database that never saw those commits (as if the MDS died before its fsync) plus the journal.
+        let crashed = tempfile::tempdir().unwrap();
+        copy_dir(&live.path().join("journal"), &crashed.path().join("journal"));
+        {
+            let r = Store::open(crashed.path(), MetadataCommit::Journal).unwrap();
+            assert_eq!(r.tree(T::Meta).get(b"kept").unwrap().unwrap().as_ref(), b"1");
+            assert!(r.tree(T::Meta).get(b"gone").unwrap().is_none());
+            assert_eq!(r.tree(T::Xattrs).len(), 1);
+            assert!(journal::segments(&crashed.path().join("journal"))
+                .unwrap()
+                .iter()
+                .all(|(_, p)| { std::fs::metadata(p).unwrap().len() == 0 }));
+        }
+        // Replaying again over a database that has everything changes nothing.
+        copy_dir(&live.path().join("journal"), &crashed.path().join("journal"));
+        let r = Store::open(crashed.path(), MetadataCommit::Fsync).unwrap();
+        assert_eq!(r.tree(T::Meta).get(b"kept").unwrap().unwrap().as_ref(), b"1");
+        assert!(r.tree(T::Meta).get(b"gone").unwrap().is_none());
+        drop(s);
+    }
+
+    #[test]
+    fn flush_retires_journal_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open_with(dir.path(), MetadataCommit::Journal, Duration::from_secs(3600)).unwrap();
+        let mut tx = s.begin();
+        tx.put(T::Meta, b"k", b"v".to_vec());
+        tx.commit().unwrap();
+        let jdir = dir.path().join("journal");
+        let bytes = |d: &Path| {
+            journal::segments(d).unwrap().iter().map(|(_, p)| std::fs::metadata(p).unwrap().len()).sum::<u64>()
+        };
+        assert!(bytes(&jdir) > 0);
+        block_on(s.flush()).unwrap();
+        assert_eq!(bytes(&jdir), 0, "a durable database needs no journal");
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
     }
 }

@@ -132,6 +132,22 @@ pub struct MdsNode {
     pub addr: String,
     #[serde(default)]
     pub data_dir: Option<PathBuf>,
+    /// When a metadata change counts as committed (see [`MetadataCommit`]).
+    #[serde(default)]
+    pub metadata_commit: MetadataCommit,
+}
+
+/// When the MDS acknowledges a metadata change.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MetadataCommit {
+    /// After appending it to the MDS's redo journal (one write(2), no fsync): it survives a crash or
+    /// kill of the MDS process at once, and a power loss after the next periodic commit (100 ms) or
+    /// a client's fsync/fsyncdir/sync — the contract of a local file system.
+    #[default]
+    Journal,
+    /// After an fsync of the database (shared by concurrent changes): survives a power loss at once.
+    Fsync,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

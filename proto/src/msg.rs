@@ -196,6 +196,21 @@ pub enum MdsRequest {
         size: Option<u64>,
         wrote: bool,
     },
+    /// Creates a regular file and opens it in one round trip (open(2) with O_CREAT). If the name
+    /// exists and `exclusive` is false, opens the existing file with `flags` (O_TRUNC applies then).
+    /// The creator may open a new file as asked whatever its mode. Reply: `Opened`.
+    CreateOpen {
+        parent: Ino,
+        name: String,
+        perm: u32,
+        exclusive: bool,
+        layout: Option<LayoutSpec>,
+        flags: OpenFlags,
+    },
+    /// Makes every metadata change acknowledged so far durable on the MDS's disk (fsync, fsyncdir,
+    /// sync). Without it a change survives an MDS process crash at once and a power loss after the
+    /// next periodic commit.
+    Sync,
     /// A client reports written data: size is max-merged, mtime/ctime set to now. (flush/fsync/periodic)
     ReportWrite {
         ino: Ino,
