@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Issue-2/3 numbers in one run: IOR-like throughput through the library (-a tessera), through the FUSE
 # mount (-a posix on the mount) and on a local directory (-a posix), alternating, REPS repetitions each,
-# medians and ratios; then mdtest (library and mount). Real device (device model "none"): the data servers
-# write to this machine's disk through its page cache, like the local-directory run.
+# medians and ratios; then 4 KiB random writes/reads (IOR random pattern on the same three paths) as IOPS,
+# fio on the mount (the independent check: sequential 1 MiB and random 4 KiB, with verification), and mdtest
+# (library, mount, local). Real device (device model "none"): the data servers write to this machine's disk
+# through its page cache, like the local-directory run.
 #
-#   bench/scripts/core-throughput.sh [OUT_DIR]      (env: REPS=3 BLOCK=256m TASKS=2 DS=4 MDFILES=10000)
+#   bench/scripts/core-throughput.sh [OUT_DIR]
+#   env: REPS=3 BLOCK=256m TASKS=2 DS=4 MDFILES=10000 SMALL_BLOCK=32m FIO_SECONDS=10 (FIO=0 skips fio)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${BIN:-$here/target/release}
 out=${1:-$here/results/core}
 reps=${REPS:-3}; block=${BLOCK:-256m}; tasks=${TASKS:-2}; nds=${DS:-4}; mdfiles=${MDFILES:-10000}
+small_block=${SMALL_BLOCK:-32m}; fio_seconds=${FIO_SECONDS:-10}; use_fio=${FIO:-1}
 mkdir -p "$out"
 work=$(mktemp -d /tmp/tessera-core.XXXXXX)
 mnt=$work/mnt; local_dir=$work/local
@@ -49,6 +53,34 @@ for r in $(seq "$reps"); do
   done
   echo "repetition $r done" >&2
 done
+# Small random I/O: 4 KiB transfers in a random permutation of each task's block, file per task, no fsync
+# until the end of the write phase; IOPS = MiB/s * 256.
+: > "$out/small.tsv"
+for r in $(seq "$reps"); do
+  for api in library mount local; do
+    case $api in
+      library) args=(-a tessera -o /ior/small) ;;
+      mount) args=(-a posix -o "$mnt/ior/small") ;;
+      local) args=(-a posix -o "$local_dir/small") ;;
+    esac
+    "$bin/tessera-bench" ior -t 4k -b "$small_block" -N "$tasks" -F --pattern random -e -C "${args[@]}" \
+      --json "$out/small-$api-$r.json" > "$out/small-$api-$r.txt" 2>&1
+    echo "$r $api $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['write_mib_s']*256:.0f} {d['read_mib_s']*256:.0f}\")" "$out/small-$api-$r.json")" >> "$out/small.tsv"
+  done
+done
+# fio through the mount: psync engine, $tasks jobs, verification on the sequential write (crc32c).
+if [ "$use_fio" = 1 ] && command -v fio > /dev/null; then
+  mkdir -p "$mnt/fio"
+  fio_run() { # name, fio args...
+    local name=$1; shift
+    fio --name="$name" --directory="$mnt/fio" --numjobs="$tasks" --group_reporting --ioengine=psync \
+      --output-format=json --output="$out/fio-$name.json" "$@" > /dev/null
+  }
+  fio_run seqwrite --rw=write --bs=1m --size="$block" --end_fsync=1 --verify=crc32c --do_verify=1
+  fio_run seqread --rw=read --bs=1m --size="$block" --invalidate=1
+  fio_run randwrite --rw=randwrite --bs=4k --size="$small_block" --time_based --runtime="$fio_seconds" --end_fsync=1
+  fio_run randread --rw=randread --bs=4k --size="$small_block" --time_based --runtime="$fio_seconds" --invalidate=1
+fi
 "$bin/tessera-bench" mdtest -a tessera -d /md -n "$mdfiles" -N "$tasks" --json "$out/mdtest-lib.json" > "$out/mdtest-lib.txt" 2>&1
 "$bin/tessera-bench" mdtest -a posix -d "$mnt/md" -n "$mdfiles" -N "$tasks" --json "$out/mdtest-mount.json" > "$out/mdtest-mount.txt" 2>&1
 "$bin/tessera-bench" mdtest -a posix -d "$local_dir" -n "$mdfiles" -N "$tasks" --json "$out/mdtest-local.json" > "$out/mdtest-local.txt" 2>&1
@@ -69,6 +101,24 @@ for mode in ("fpp", "shared"):
     lw, lr = med[(mode, "library")]; mw, mr = med[(mode, "mount")]; pw, pr = med[(mode, "local")]
     lines.append(f"- {mode}: library/local write {lw/pw:.2f}, read {lr/pr:.2f}; mount/library write {mw/lw:.2f}, read {mr/lr:.2f}")
 lines.append("")
+small = collections.defaultdict(lambda: ([], []))
+for line in open(f"{out}/small.tsv"):
+    r, api, w, rd = line.split()
+    small[api][0].append(float(w)); small[api][1].append(float(rd))
+lines.append("| 4 KiB random, file per task | write IOPS (median) | read IOPS (median) | runs |")
+lines.append("|---|---|---|---|")
+for api in ("library", "mount", "local"):
+    w, r = small[api]
+    lines.append(f"| {api} | {statistics.median(w):.0f} | {statistics.median(r):.0f} | {len(w)} |")
+lines.append("")
+import os
+if os.path.exists(f"{out}/fio-seqwrite.json"):
+    lines.append("| fio on the mount | result |"); lines.append("|---|---|")
+    for name in ("seqwrite", "seqread", "randwrite", "randread"):
+        j = json.load(open(f"{out}/fio-{name}.json"))["jobs"][0]
+        side = j["write"] if "write" in name else j["read"]
+        lines.append(f"| {name} | {side['bw'] / 1024:.0f} MiB/s, {side['iops']:.0f} IOPS, errors {j['error']} |")
+    lines.append("")
 lines.append("| mdtest | create/s | stat/s | remove/s |"); lines.append("|---|---|---|---|")
 for name in ("lib", "mount", "local"):
     d = json.load(open(f"{out}/mdtest-{name}.json"))
