@@ -594,12 +594,21 @@ impl Filesystem for TesseraFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.spawn(move |inner| async move {
-            let r = match inner.handle(fh) {
-                Ok(h) => h.read(offset, size as u64).await,
-                Err(e) => Err(e),
-            };
-            match r {
+        let h = match self.inner.handle(fh) {
+            Ok(h) => h,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        // A sequential reader's data is usually in the read-ahead already: answer from this thread.
+        let pending = {
+            let _rt = self.rt.enter();
+            match h.try_read(offset, size as u64) {
+                Ok(Ok(d)) => return reply.data(&d),
+                Ok(Err(e)) => return reply.error(errno(&e)),
+                Err(pending) => pending,
+            }
+        };
+        self.spawn(move |_inner| async move {
+            match h.finish_read(offset, size as u64, pending).await {
                 Ok(d) => reply.data(&d),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -623,7 +632,17 @@ impl Filesystem for TesseraFs {
             Err(e) => return reply.error(errno(&e)),
         };
         let len = data.len() as u32;
-        // Buffering copies the bytes; do it here so the request buffer can be reused at once.
+        // Most writes only append to the write-behind buffer: answer them from this thread, with one
+        // copy and no task.
+        {
+            let _rt = self.rt.enter();
+            match h.try_write(offset, data) {
+                Some(Ok(())) => return reply.written(len),
+                Some(Err(e)) => return reply.error(errno(&e)),
+                None => {}
+            }
+        }
+        // It must wait: copy the bytes so the request buffer can be reused at once.
         let data = bytes::Bytes::copy_from_slice(data);
         self.spawn(move |_inner| async move {
             match h.write(offset, &data).await {

@@ -83,59 +83,70 @@ impl OpenInode {
             return Ok(());
         }
         self.check_layout()?;
-        let end = off
-            .checked_add(data.len() as u64)
-            .ok_or_else(|| FsError::new(tessera_client::ErrorCode::TooBig, "write beyond the largest offset"))?;
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            {
-                let mut st = self.st.lock().map_err(|_| poisoned())?;
-                if let Some(e) = st.error.take() {
-                    return Err(e);
-                }
-                // Sequential: extend the buffer.
-                if let Some(b) = &mut st.buf {
-                    if b.off + b.data.len() as u64 == off && b.tag == *tag && b.data.len() + data.len() <= WRITE_CHUNK {
-                        b.data.extend_from_slice(data);
-                        let full = b.data.len() >= WRITE_CHUNK;
-                        self.note_write(&mut st, end);
-                        if full {
-                            self.submit(&mut st, client);
-                        }
-                        return Ok(());
-                    }
-                }
-                // Anything else starts a new buffer: send the old one first.
-                if st.buf.is_some() {
-                    self.submit(&mut st, client);
-                }
-                let busy = st.inflight.iter().any(|&(_, s, e)| overlaps((s, e), (off, end)));
-                let full = st.inflight_bytes > 0 && st.inflight_bytes + data.len() as u64 > WRITE_INFLIGHT_MAX;
-                if !busy && !full {
-                    // Large writes are likely a streaming writer: room for a whole chunk at once. Small
-                    // ones grow as needed, so many files open with a little data each stay cheap.
-                    let cap = if data.len() >= WRITE_CHUNK {
-                        data.len()
-                    } else if data.len() >= 128 << 10 {
-                        WRITE_CHUNK
-                    } else {
-                        (data.len() * 4).max(16 << 10)
-                    };
-                    let mut buf = BytesMut::with_capacity(cap);
-                    buf.extend_from_slice(data);
-                    st.buf = Some(WBuf { off, data: buf, tag: tag.clone() });
-                    self.note_write(&mut st, end);
-                    if data.len() >= WRITE_CHUNK {
-                        self.submit(&mut st, client);
-                    }
-                    return Ok(());
-                }
+            if let Some(r) = self.try_write(client, tag, off, data) {
+                return r;
             }
             // An overlapping write is still in flight (keep the order) or too much is in flight.
             notified.await;
         }
+    }
+
+    /// Buffers a write if that needs no waiting: `None` when an overlapping write is still in flight
+    /// or too much is. Never blocks, so the FUSE thread can answer at once; call it inside the tokio
+    /// runtime's context (a full buffer is sent by a spawned task).
+    pub fn try_write(self: &Arc<Self>, client: &Client, tag: &IoTag, off: u64, data: &[u8]) -> Option<FsResult<()>> {
+        let Some(end) = off.checked_add(data.len() as u64) else {
+            return Some(Err(FsError::new(tessera_client::ErrorCode::TooBig, "write beyond the largest offset")));
+        };
+        let mut st = match self.st.lock() {
+            Ok(st) => st,
+            Err(_) => return Some(Err(poisoned())),
+        };
+        if let Some(e) = st.error.take() {
+            return Some(Err(e));
+        }
+        // Sequential: extend the buffer.
+        if let Some(b) = &mut st.buf {
+            if b.off + b.data.len() as u64 == off && b.tag == *tag && b.data.len() + data.len() <= WRITE_CHUNK {
+                b.data.extend_from_slice(data);
+                let full = b.data.len() >= WRITE_CHUNK;
+                self.note_write(&mut st, end);
+                if full {
+                    self.submit(&mut st, client);
+                }
+                return Some(Ok(()));
+            }
+        }
+        // Anything else starts a new buffer: send the old one first.
+        if st.buf.is_some() {
+            self.submit(&mut st, client);
+        }
+        let busy = st.inflight.iter().any(|&(_, s, e)| overlaps((s, e), (off, end)));
+        let full = st.inflight_bytes > 0 && st.inflight_bytes + data.len() as u64 > WRITE_INFLIGHT_MAX;
+        if busy || full {
+            return None;
+        }
+        // Large writes are likely a streaming writer: room for a whole chunk at once. Small ones grow
+        // as needed, so many files open with a little data each stay cheap.
+        let cap = if data.len() >= WRITE_CHUNK {
+            data.len()
+        } else if data.len() >= 128 << 10 {
+            WRITE_CHUNK
+        } else {
+            (data.len() * 4).max(16 << 10)
+        };
+        let mut buf = BytesMut::with_capacity(cap);
+        buf.extend_from_slice(data);
+        st.buf = Some(WBuf { off, data: buf, tag: tag.clone() });
+        self.note_write(&mut st, end);
+        if data.len() >= WRITE_CHUNK {
+            self.submit(&mut st, client);
+        }
+        Some(Ok(()))
     }
 
     fn note_write(&self, st: &mut WState, end: u64) {
@@ -251,7 +262,7 @@ impl OpenInode {
     }
 }
 
-type Fetch = Shared<BoxFuture<'static, Result<Bytes, FsError>>>;
+pub type Fetch = Shared<BoxFuture<'static, Result<Bytes, FsError>>>;
 
 /// Read-ahead state of one handle.
 #[derive(Default)]
@@ -301,11 +312,24 @@ impl Handle {
     }
 
     pub async fn write(&self, off: u64, data: &[u8]) -> FsResult<()> {
+        self.check_writable()?;
+        self.inode.write(&self.client, &self.tag, off, data).await
+    }
+
+    /// [`Handle::write`] if it needs no waiting (see [`OpenInode::try_write`]).
+    pub fn try_write(&self, off: u64, data: &[u8]) -> Option<FsResult<()>> {
+        if let Err(e) = self.check_writable() {
+            return Some(Err(e));
+        }
+        self.inode.try_write(&self.client, &self.tag, off, data)
+    }
+
+    fn check_writable(&self) -> FsResult<()> {
         if !self.writable {
             return Err(FsError::new(tessera_client::ErrorCode::Invalid, "file not open for writing"));
         }
         self.wrote.store(true, Ordering::Release);
-        self.inode.write(&self.client, &self.tag, off, data).await
+        Ok(())
     }
 
     fn fetch(&self, off: u64, len: u64) -> Fetch {
@@ -330,73 +354,144 @@ impl Handle {
         if off >= end {
             return Ok(Bytes::new());
         }
+        match self.plan_read(off, end, size)? {
+            Some(parts) => self.assemble(off, end, parts).await,
+            None => self.client.data().read(&self.tag, &self.inode.layout, off, end - off).await,
+        }
+    }
+
+    /// A read answered without waiting when its read-ahead chunks have arrived (the common case of a
+    /// sequential reader), else what is left to do, for [`Handle::finish_read`]. Call it inside the
+    /// tokio runtime's context (read-ahead is started by spawned tasks).
+    pub fn try_read(&self, off: u64, len: u64) -> Result<FsResult<Bytes>, PendingRead> {
+        if self.inode.has_pending() {
+            return Err(PendingRead::Slow);
+        }
+        if let Err(e) = self.inode.check_layout() {
+            return Ok(Err(e));
+        }
+        let size = self.local_size();
+        let end = off.saturating_add(len);
+        if end > size || off >= end {
+            return Err(PendingRead::Slow); // the size may have grown elsewhere: ask the MDS
+        }
+        let parts = match self.plan_read(off, end, size) {
+            Ok(Some(parts)) => parts,
+            Ok(None) => return Err(PendingRead::Slow),
+            Err(e) => return Ok(Err(e)),
+        };
+        let ready: Option<Vec<Bytes>> = parts
+            .iter()
+            .map(|(c, f)| match f.peek() {
+                Some(Ok(data)) => Self::piece(off, end, *c, data),
+                _ => None,
+            })
+            .collect();
+        match ready {
+            Some(pieces) => Ok(Ok(Self::join(off, end, pieces))),
+            None => Err(PendingRead::Parts { off, end, parts }),
+        }
+    }
+
+    /// Completes a read [`Handle::try_read`] could not answer at once.
+    pub async fn finish_read(&self, off: u64, len: u64, pending: PendingRead) -> FsResult<Bytes> {
+        match pending {
+            PendingRead::Slow => self.read(off, len).await,
+            PendingRead::Parts { off, end, parts } => self.assemble(off, end, parts).await,
+        }
+    }
+
+    fn local_size(&self) -> u64 {
+        self.mds_size.load(Ordering::Acquire).max(self.inode.local_state().0)
+    }
+
+    /// For a sequential read of `off..end`: the read-ahead chunks covering it (starting the fetches of
+    /// those missing and of the ones ahead). `None`: not sequential, read directly.
+    fn plan_read(&self, off: u64, end: u64, size: u64) -> FsResult<Option<Vec<(u64, Fetch)>>> {
         let first = off / RA_CHUNK;
         let last = (end - 1) / RA_CHUNK;
-        let wanted: Option<Vec<(u64, Fetch)>> = {
-            let mut ra = self.ra.lock().map_err(|_| FsError::io("read-ahead state poisoned"))?;
-            let wgen = self.inode.wgen();
-            if ra.wgen != wgen {
-                ra.chunks.clear();
-                ra.wgen = wgen;
-            }
-            // The kernel's own read-ahead sends several reads at once, slightly out of order: a read
-            // inside the window counts as sequential too.
-            let in_window = match (ra.chunks.first_key_value(), ra.chunks.last_key_value()) {
-                (Some((&lo, _)), Some((&hi, _))) => first >= lo && first <= hi + 1,
-                _ => false,
-            };
-            let sequential = off == ra.last_end || off == 0 || in_window;
-            ra.last_end = end;
-            if !sequential {
-                None
-            } else {
-                // Keep a little behind us (late out-of-order reads), drop the rest; fetch what is ahead.
-                let keep_from = first.saturating_sub(2);
-                let keep_to = last + RA_AHEAD + 1;
-                ra.chunks.retain(|&c, _| c >= keep_from && c <= keep_to);
-                let ahead_end = ((last + 1 + RA_AHEAD) * RA_CHUNK).min(size);
-                let mut c = first;
-                while c * RA_CHUNK < ahead_end {
-                    if let std::collections::btree_map::Entry::Vacant(v) = ra.chunks.entry(c) {
-                        let start = c * RA_CHUNK;
-                        let f = self.fetch(start, RA_CHUNK.min(size - start));
-                        if c > last {
-                            tokio::spawn(f.clone().map(|_| ()));
-                        }
-                        v.insert(f);
-                    }
-                    c += 1;
-                }
-                Some((first..=last).filter_map(|c| ra.chunks.get(&c).map(|f| (c, f.clone()))).collect())
-            }
-        };
-        let Some(parts) = wanted else {
-            return self.client.data().read(&self.tag, &self.inode.layout, off, end - off).await;
-        };
-        let mut pieces = Vec::with_capacity(parts.len());
-        for (c, f) in parts {
-            let data = f.await?;
-            let cstart = c * RA_CHUNK;
-            let from = off.max(cstart) - cstart;
-            let to = end.min(cstart + RA_CHUNK) - cstart;
-            if (data.len() as u64) < to {
-                // The chunk was fetched when the file was shorter: read directly.
-                if let Ok(mut ra) = self.ra.lock() {
-                    ra.chunks.remove(&c);
-                }
-                return self.client.data().read(&self.tag, &self.inode.layout, off, end - off).await;
-            }
-            pieces.push(data.slice(from as usize..to as usize));
+        let mut ra = self.ra.lock().map_err(|_| FsError::io("read-ahead state poisoned"))?;
+        let wgen = self.inode.wgen();
+        if ra.wgen != wgen {
+            ra.chunks.clear();
+            ra.wgen = wgen;
         }
+        // The kernel's own read-ahead sends several reads at once, slightly out of order: a read
+        // inside the window counts as sequential too.
+        let in_window = match (ra.chunks.first_key_value(), ra.chunks.last_key_value()) {
+            (Some((&lo, _)), Some((&hi, _))) => first >= lo && first <= hi + 1,
+            _ => false,
+        };
+        let sequential = off == ra.last_end || off == 0 || in_window;
+        ra.last_end = end;
+        if !sequential {
+            return Ok(None);
+        }
+        // Keep a little behind us (late out-of-order reads), drop the rest; fetch what is ahead.
+        let keep_from = first.saturating_sub(2);
+        let keep_to = last + RA_AHEAD + 1;
+        ra.chunks.retain(|&c, _| c >= keep_from && c <= keep_to);
+        let ahead_end = ((last + 1 + RA_AHEAD) * RA_CHUNK).min(size);
+        let mut c = first;
+        while c * RA_CHUNK < ahead_end {
+            if let std::collections::btree_map::Entry::Vacant(v) = ra.chunks.entry(c) {
+                let start = c * RA_CHUNK;
+                let f = self.fetch(start, RA_CHUNK.min(size - start));
+                if c > last {
+                    tokio::spawn(f.clone().map(|_| ()));
+                }
+                v.insert(f);
+            }
+            c += 1;
+        }
+        Ok(Some((first..=last).filter_map(|c| ra.chunks.get(&c).map(|f| (c, f.clone()))).collect()))
+    }
+
+    /// The part of chunk `c`'s data inside `off..end`; `None` if the chunk was fetched when the file
+    /// was shorter.
+    fn piece(off: u64, end: u64, c: u64, data: &Bytes) -> Option<Bytes> {
+        let cstart = c * RA_CHUNK;
+        let from = off.max(cstart) - cstart;
+        let to = end.min(cstart + RA_CHUNK) - cstart;
+        ((data.len() as u64) >= to).then(|| data.slice(from as usize..to as usize))
+    }
+
+    fn join(off: u64, end: u64, mut pieces: Vec<Bytes>) -> Bytes {
         if pieces.len() == 1 {
-            return Ok(pieces.pop().unwrap_or_default());
+            return pieces.pop().unwrap_or_default();
         }
         let mut out = BytesMut::with_capacity((end - off) as usize);
         for p in pieces {
             out.extend_from_slice(&p);
         }
-        Ok(out.freeze())
+        out.freeze()
     }
+
+    async fn assemble(&self, off: u64, end: u64, parts: Vec<(u64, Fetch)>) -> FsResult<Bytes> {
+        let mut pieces = Vec::with_capacity(parts.len());
+        for (c, f) in parts {
+            let data = f.await?;
+            match Self::piece(off, end, c, &data) {
+                Some(p) => pieces.push(p),
+                None => {
+                    // The chunk was fetched when the file was shorter: read directly.
+                    if let Ok(mut ra) = self.ra.lock() {
+                        ra.chunks.remove(&c);
+                    }
+                    return self.client.data().read(&self.tag, &self.inode.layout, off, end - off).await;
+                }
+            }
+        }
+        Ok(Self::join(off, end, pieces))
+    }
+}
+
+/// What is left of a read [`Handle::try_read`] could not answer at once.
+pub enum PendingRead {
+    /// Start over on the asynchronous path (size refresh, draining our writes, random access).
+    Slow,
+    /// Wait for these read-ahead chunks.
+    Parts { off: u64, end: u64, parts: Vec<(u64, Fetch)> },
 }
 
 #[cfg(test)]
