@@ -12,6 +12,8 @@ use tokio::sync::Notify;
 
 /// Size of one write-behind chunk (one asynchronous `DataPlane::write`).
 pub const WRITE_CHUNK: usize = 8 << 20;
+/// Sequential streams buffered at once per inode (tasks writing their own parts of a shared file).
+pub const WRITE_STREAMS: usize = 4;
 /// Bytes of write-behind in flight per inode before writers wait.
 pub const WRITE_INFLIGHT_MAX: u64 = 64 << 20;
 /// Read-ahead unit.
@@ -27,7 +29,8 @@ struct WBuf {
 
 #[derive(Default)]
 struct WState {
-    buf: Option<WBuf>,
+    /// One buffer per sequential stream, oldest first.
+    bufs: Vec<WBuf>,
     /// Writes on their way to the data servers: (id, start, end).
     inflight: Vec<(u64, u64, u64)>,
     inflight_bytes: u64,
@@ -109,21 +112,30 @@ impl OpenInode {
         if let Some(e) = st.error.take() {
             return Some(Err(e));
         }
-        // Sequential: extend the buffer.
-        if let Some(b) = &mut st.buf {
-            if b.off + b.data.len() as u64 == off && b.tag == *tag && b.data.len() + data.len() <= WRITE_CHUNK {
-                b.data.extend_from_slice(data);
-                let full = b.data.len() >= WRITE_CHUNK;
-                self.note_write(&mut st, end);
-                if full {
-                    self.submit(&mut st, client);
-                }
-                return Some(Ok(()));
+        // The continuation of a buffered stream: extend it.
+        let continues = |b: &WBuf| b.off + b.data.len() as u64 == off && b.tag == *tag;
+        if let Some(i) = st.bufs.iter().position(|b| continues(b) && b.data.len() + data.len() <= WRITE_CHUNK) {
+            st.bufs[i].data.extend_from_slice(data);
+            let full = st.bufs[i].data.len() >= WRITE_CHUNK;
+            self.note_write(&mut st, end);
+            if full {
+                self.submit(&mut st, i, client);
+            }
+            return Some(Ok(()));
+        }
+        // A new stream. Send first what it overlaps (writes stay in order) or continues (a full buffer),
+        // and the oldest stream if all are taken.
+        let mut i = 0;
+        while i < st.bufs.len() {
+            let b = &st.bufs[i];
+            if continues(b) || overlaps((b.off, b.off + b.data.len() as u64), (off, end)) {
+                self.submit(&mut st, i, client);
+            } else {
+                i += 1;
             }
         }
-        // Anything else starts a new buffer: send the old one first.
-        if st.buf.is_some() {
-            self.submit(&mut st, client);
+        if st.bufs.len() >= WRITE_STREAMS {
+            self.submit(&mut st, 0, client);
         }
         let busy = st.inflight.iter().any(|&(_, s, e)| overlaps((s, e), (off, end)));
         let full = st.inflight_bytes > 0 && st.inflight_bytes + data.len() as u64 > WRITE_INFLIGHT_MAX;
@@ -141,10 +153,11 @@ impl OpenInode {
         };
         let mut buf = BytesMut::with_capacity(cap);
         buf.extend_from_slice(data);
-        st.buf = Some(WBuf { off, data: buf, tag: tag.clone() });
+        st.bufs.push(WBuf { off, data: buf, tag: tag.clone() });
         self.note_write(&mut st, end);
         if data.len() >= WRITE_CHUNK {
-            self.submit(&mut st, client);
+            let last = st.bufs.len() - 1;
+            self.submit(&mut st, last, client);
         }
         Some(Ok(()))
     }
@@ -156,9 +169,12 @@ impl OpenInode {
         self.wgen.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Sends the buffer asynchronously.
-    fn submit(self: &Arc<Self>, st: &mut WState, client: &Client) {
-        let Some(b) = st.buf.take() else { return };
+    /// Sends buffer `i` asynchronously.
+    fn submit(self: &Arc<Self>, st: &mut WState, i: usize, client: &Client) {
+        if i >= st.bufs.len() {
+            return;
+        }
+        let b = st.bufs.remove(i);
         let id = st.next_id;
         st.next_id += 1;
         let len = b.data.len() as u64;
@@ -185,10 +201,10 @@ impl OpenInode {
 
     /// True if writes are buffered or in flight.
     pub fn has_pending(&self) -> bool {
-        self.st.lock().map(|st| st.buf.is_some() || !st.inflight.is_empty()).unwrap_or(false)
+        self.st.lock().map(|st| !st.bufs.is_empty() || !st.inflight.is_empty()).unwrap_or(false)
     }
 
-    /// Sends the buffer and waits until nothing is in flight; returns (and clears) the first write error.
+    /// Sends the buffers and waits until nothing is in flight; returns (and clears) the first write error.
     pub async fn drain(self: &Arc<Self>, client: &Client) -> FsResult<()> {
         loop {
             let notified = self.changed.notified();
@@ -196,8 +212,8 @@ impl OpenInode {
             notified.as_mut().enable();
             {
                 let mut st = self.st.lock().map_err(|_| poisoned())?;
-                if st.buf.is_some() {
-                    self.submit(&mut st, client);
+                while !st.bufs.is_empty() {
+                    self.submit(&mut st, 0, client);
                 }
                 if st.inflight.is_empty() {
                     return match st.error.take() {
