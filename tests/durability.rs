@@ -48,3 +48,37 @@ async fn kill9_after_fsync_loses_nothing() {
     f.close().await.unwrap();
     assert_eq!(c.stat("/proj/data").await.unwrap().size, (5 << 20) + 4);
 }
+
+/// A client keeps working through an MDS restart: a stat, a close and a directory listing issued while
+/// the MDS is dead wait for it and complete once it is back (with the default transport settings).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_wait_for_a_restarting_mds() {
+    let mut cluster = Cluster::start(2);
+    let c = cluster.client().await;
+    c.mkdir("/d", 0o755).await.unwrap();
+    let f = c.create("/d/f", 0o644, None).await.unwrap();
+    f.write_at(0, Bytes::from(pattern(7, 100_000))).await.unwrap();
+    f.fsync().await.unwrap();
+    cluster.kill9_mds();
+    let pending = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let st = c.stat("/d/f").await;
+            let closed = f.close().await;
+            let names = c.readdir("/d").await;
+            (st, closed, names)
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(!pending.is_finished(), "requests answered while the MDS was dead");
+    cluster.start_mds();
+    let (st, closed, names) = tokio::time::timeout(std::time::Duration::from_secs(60), pending)
+        .await
+        .expect("requests still waiting 60 s after the MDS came back")
+        .unwrap();
+    assert_eq!(st.expect("stat through the restart").size, 100_000);
+    closed.expect("close through the restart");
+    assert_eq!(names.expect("readdir through the restart").len(), 1);
+    // A namespace change is not repeated blindly, but works on the new connection.
+    c.mkdir("/d/after", 0o755).await.unwrap();
+}

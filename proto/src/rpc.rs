@@ -251,6 +251,40 @@ impl RpcPeer {
         req: &Req,
         payload: Bytes,
     ) -> FsResult<(Rep, Bytes)> {
+        self.attempt(req, payload).await?
+    }
+
+    /// [`RpcPeer::call`] for a request that may safely be sent twice: a transport failure (the server
+    /// died or restarted, the connection was lost) is retried on a new connection, with back-off, for
+    /// up to `patience`. The server's own errors are never retried.
+    pub async fn call_retrying<Req: Serialize, Rep: DeserializeOwned>(
+        &self,
+        req: &Req,
+        payload: Bytes,
+        patience: Duration,
+    ) -> FsResult<(Rep, Bytes)> {
+        let deadline = tokio::time::Instant::now() + patience;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self.attempt(req, payload.clone()).await {
+                Ok(reply) => return reply,
+                Err(e) if tokio::time::Instant::now() + pause >= deadline => return Err(e),
+                Err(e) => {
+                    tracing::debug!("{} {}: {e}; retrying", self.role, self.target());
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// One try: `Err` is a transport failure; `Ok` holds the server's answer, success or error. (A lost
+    /// connection is replaced by the next call: [`RpcPeer::connection`] checks it is still open.)
+    async fn attempt<Req: Serialize, Rep: DeserializeOwned>(
+        &self,
+        req: &Req,
+        payload: Bytes,
+    ) -> Result<FsResult<(Rep, Bytes)>, FsError> {
         let fut = async {
             let conn = self.connection().await?;
             let (mut send, mut recv) = conn.open_bi().await.map_err(|e| self.transport_err(e))?;
@@ -258,7 +292,7 @@ impl RpcPeer {
             let _ = send.finish();
             let f = frame::read_frame(&mut recv, MAX_PAYLOAD).await.map_err(|e| self.frame_err(e))?;
             let resp: FsResult<Rep> = f.decode().map_err(|e| self.frame_err(e))?;
-            resp.map(|r| (r, f.payload))
+            Ok(resp.map(|r| (r, f.payload)))
         };
         tokio::time::timeout(self.tuning.call_timeout, fut).await.unwrap_or_else(|_| {
             Err(FsError::new(
