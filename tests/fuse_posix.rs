@@ -444,6 +444,17 @@ fn fuse_permissions() {
     assert!(as_user(1000, 1000, &[], &format!("echo a > {tmp}/mine")).0);
     let (ok, err) = as_user(1002, 1002, &[], &format!("rm -f {tmp}/mine"));
     assert!(!ok && err.contains("not permitted"), "{err}");
+    // FIFO opens never reach the file system: the kernel checks the mode (default_permissions), as on ext4
+    // (pjdfstest open/06.t).
+    let fifo = m.p("fifo");
+    let c = cstr(&fifo);
+    // SAFETY: c is a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo: {}", last_errno());
+    let ff = fifo.display().to_string();
+    let (ok, err) = as_user(1002, 1002, &[], &format!("exec 3<>{ff}"));
+    assert!(!ok && err.contains("ermission denied"), "fifo opened by other: {err}");
+    std::os::unix::fs::chown(&fifo, Some(1002), Some(1002)).unwrap();
+    assert!(as_user(1002, 1002, &[], &format!("exec 3<>{ff}")).0);
 }
 
 #[test]

@@ -29,11 +29,12 @@ pub struct Args {
     /// Detach: return once mounted and keep serving in the background.
     #[arg(long)]
     pub daemon: bool,
-    /// Let other users use the mount (needs root or user_allow_other in /etc/fuse.conf).
+    /// Let other users use the mount (needs root or user_allow_other in /etc/fuse.conf). The default when
+    /// root mounts: the MDS checks every request against its caller's credentials, as a shared file system.
     #[arg(long)]
     pub allow_other: bool,
-    /// Mount options, comma-separated: allow_other, allow_root, default_permissions, ro, rw, noatime,
-    /// nodev, nosuid, noexec, readdirplus, fsname=NAME.
+    /// Mount options, comma-separated: allow_other, allow_root, owner_only, default_permissions (the default),
+    /// server_permissions, ro, rw, noatime, nodev, nosuid, noexec, readdirplus, fsname=NAME.
     #[arg(short = 'o', value_delimiter = ',', value_name = "OPTS")]
     pub options: Vec<String>,
 }
@@ -47,9 +48,19 @@ pub struct MountPlan {
 
 /// Translates `--allow-other` and `-o` options.
 pub fn plan(args: &Args) -> Result<MountPlan, String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    plan_as(args, unsafe { libc::geteuid() } == 0)
+}
+
+/// `plan` for a mount by root (`root`) or by an ordinary user: root's mount serves every user, like any
+/// multi-user file system (pjdfstest and other suites switch uids), unless `-o owner_only`.
+fn plan_as(args: &Args, root: bool) -> Result<MountPlan, String> {
     let mut opts = vec![MountOption::FSName("tessera".into()), MountOption::Subtype("tessera".into())];
-    let mut acl = if args.allow_other { SessionACL::All } else { SessionACL::Owner };
+    let mut acl = if args.allow_other || root { SessionACL::All } else { SessionACL::Owner };
     let mut fs = FsOptions::default();
+    // The kernel checks modes itself (as the MDS does too): without it FIFOs, sockets and device nodes,
+    // whose opens never reach the file system, could be opened by anyone.
+    let mut kernel_perms = true;
     for o in args.options.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
         match o {
             "allow_other" => acl = SessionACL::All,
@@ -58,7 +69,10 @@ pub fn plan(args: &Args) -> Result<MountPlan, String> {
                     acl = SessionACL::RootAndOwner
                 }
             }
-            "default_permissions" => opts.push(MountOption::DefaultPermissions),
+            "owner_only" => acl = SessionACL::Owner,
+            "default_permissions" => kernel_perms = true,
+            // Only the MDS decides (the kernel caches no permission decisions; special files are unchecked).
+            "server_permissions" => kernel_perms = false,
             "ro" => opts.push(MountOption::RO),
             "rw" => opts.push(MountOption::RW),
             "noatime" => opts.push(MountOption::NoAtime),
@@ -78,6 +92,9 @@ pub fn plan(args: &Args) -> Result<MountPlan, String> {
             }
             o => return Err(format!("unknown mount option '{o}'")),
         }
+    }
+    if kernel_perms {
+        opts.push(MountOption::DefaultPermissions);
     }
     let mut config = Config::default();
     config.mount_options = opts;
@@ -304,8 +321,13 @@ mod tests {
         assert_eq!(p.config.acl, SessionACL::All);
         assert!(p.config.mount_options.contains(&MountOption::DefaultPermissions));
         assert!(p.fs.readdirplus);
-        let p = plan(&args(&["/mnt"])).unwrap();
+        let p = plan_as(&args(&["/mnt"]), false).unwrap();
         assert_eq!(p.config.acl, SessionACL::Owner);
+        assert_eq!(plan_as(&args(&["/mnt"]), true).unwrap().config.acl, SessionACL::All);
+        assert_eq!(plan_as(&args(&["/mnt", "-o", "owner_only"]), true).unwrap().config.acl, SessionACL::Owner);
+        assert!(p.config.mount_options.contains(&MountOption::DefaultPermissions));
+        let p = plan(&args(&["/mnt", "-o", "server_permissions"])).unwrap();
+        assert!(!p.config.mount_options.contains(&MountOption::DefaultPermissions));
         assert!(plan(&args(&["/mnt", "-o", "bogus"])).is_err());
         let p = plan(&args(&["/mnt", "--allow-other", "-o", "fsname=x"])).unwrap();
         assert_eq!(p.config.acl, SessionACL::All);
