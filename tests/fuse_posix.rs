@@ -475,6 +475,27 @@ fn fuse_two_mounts_mmap_append_readdir() {
         }
     }
     assert_eq!(std::fs::read(b.p("shared")).unwrap(), data);
+    // Write-behind keeps overlapping writes in order: a write that continues one buffered stream but
+    // overlaps another (older) buffer must land after it (found by fsx). Many rounds, since a wrong
+    // order only shows when the two buffers' transfers finish the wrong way round.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().create(true).read(true).write(true).open(a.p("order")).unwrap();
+        const K: u64 = 64 << 10;
+        for round in 0..40u64 {
+            let base = round * 4 * K;
+            f.write_all_at(&vec![1u8; K as usize], base + K).unwrap(); // older buffer [K, 2K)
+            f.write_all_at(&vec![2u8; K as usize], base).unwrap(); // a new stream [0, K)
+            f.write_all_at(&vec![3u8; (K / 2) as usize], base + K).unwrap(); // continues it, overlaps [K, 2K)
+        }
+        f.sync_all().unwrap();
+        let got = std::fs::read(b.p("order")).unwrap();
+        for round in 0..40usize {
+            let base = round * 4 * (64 << 10);
+            let at = |k: usize| got[base + k];
+            assert_eq!((at(0), at(65536), at(65536 + 32767), at(65536 + 32768)), (2, 3, 3, 1), "round {round}");
+        }
+    }
     // Rename and unlink on one mount are seen on the other within the attribute timeout.
     std::fs::rename(a.p("shared"), a.p("moved")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(3);

@@ -112,9 +112,16 @@ impl OpenInode {
         if let Some(e) = st.error.take() {
             return Some(Err(e));
         }
-        // The continuation of a buffered stream: extend it.
+        // The continuation of a buffered stream: extend it — unless the new bytes overlap another
+        // buffer or a write in flight, whose older data could then land after them.
         let continues = |b: &WBuf| b.off + b.data.len() as u64 == off && b.tag == *tag;
-        if let Some(i) = st.bufs.iter().position(|b| continues(b) && b.data.len() + data.len() <= WRITE_CHUNK) {
+        let span = |b: &WBuf| (b.off, b.off + b.data.len() as u64);
+        let extend =
+            st.bufs.iter().position(|b| continues(b) && b.data.len() + data.len() <= WRITE_CHUNK).filter(|&i| {
+                !st.bufs.iter().enumerate().any(|(j, b)| j != i && overlaps(span(b), (off, end)))
+                    && !st.inflight.iter().any(|&(_, s, e)| overlaps((s, e), (off, end)))
+            });
+        if let Some(i) = extend {
             st.bufs[i].data.extend_from_slice(data);
             let full = st.bufs[i].data.len() >= WRITE_CHUNK;
             self.note_write(&mut st, end);
@@ -128,7 +135,7 @@ impl OpenInode {
         let mut i = 0;
         while i < st.bufs.len() {
             let b = &st.bufs[i];
-            if continues(b) || overlaps((b.off, b.off + b.data.len() as u64), (off, end)) {
+            if continues(b) || overlaps(span(b), (off, end)) {
                 self.submit(&mut st, i, client);
             } else {
                 i += 1;
@@ -431,6 +438,12 @@ impl Handle {
         if ra.wgen != wgen {
             ra.chunks.clear();
             ra.wgen = wgen;
+        }
+        // A write buffered since the caller drained (the kernel writes back mmap'ed pages on its own
+        // schedule) is not on the data servers yet: chunks fetched now would be stale under this
+        // generation. Read directly instead; the next read after the write sees a new generation.
+        if self.inode.has_pending() {
+            return Ok(None);
         }
         // The kernel's own read-ahead sends several reads at once, slightly out of order: a read
         // inside the window counts as sequential too.
