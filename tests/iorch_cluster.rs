@@ -77,18 +77,7 @@ impl Hdd {
     }
 
     async fn admin(&self) -> Client {
-        let cfg = ClusterConfig::load(&self.cl.files.admin_config).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match Client::connect(&cfg).await {
-                Ok(c) => return c,
-                Err(e) if Instant::now() < deadline => {
-                    eprintln!("admin connect: {e}; retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => panic!("admin cannot connect: {e}"),
-            }
-        }
+        common::connect(&ClusterConfig::load(&self.cl.files.admin_config).unwrap()).await
     }
 
     /// `tessera --config admin.toml orchestrator mode MODE`, the admin's way at run time.

@@ -138,17 +138,21 @@ impl Cluster {
     }
 
     pub async fn client(&self) -> Client {
-        let cfg = self.client_config();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            match Client::connect(&cfg).await {
-                Ok(c) => return c,
-                Err(e) if Instant::now() < deadline => {
-                    eprintln!("connect: {e}; retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => panic!("cannot connect: {e}"),
+        connect(&self.client_config()).await
+    }
+}
+
+/// A client of `cfg`'s cluster, retrying for 30 s while the servers come up.
+pub async fn connect(cfg: &ClusterConfig) -> Client {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match Client::connect(cfg).await {
+            Ok(c) => return c,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("connect: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
+            Err(e) => panic!("cannot connect: {e}"),
         }
     }
 }
