@@ -480,7 +480,7 @@ fn fuse_two_mounts_mmap_append_readdir() {
     // order only shows when the two buffers' transfers finish the wrong way round.
     {
         use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new().create(true).read(true).write(true).open(a.p("order")).unwrap();
+        let f = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(a.p("order")).unwrap();
         const K: u64 = 64 << 10;
         for round in 0..40u64 {
             let base = round * 4 * K;
