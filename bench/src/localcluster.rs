@@ -25,6 +25,8 @@ pub struct ClusterOptions {
     pub device_model: String,
     /// Address space per object on each server (sets on-disk distances between files); None: default.
     pub reservation: Option<u64>,
+    /// Capacity of the emulated disk in GB (the seek curve is over this span); None: the config default.
+    pub disk_gb: Option<f64>,
     pub trace: bool,
     pub window_ms: u32,
     /// The mode the MDS starts in (switched at run time per configuration).
@@ -47,6 +49,9 @@ pub fn edit_config(cfg: &mut ClusterConfig, o: &ClusterOptions) {
     cfg.ds_options.device_model = o.device_model.clone();
     if let Some(r) = o.reservation {
         cfg.ds_options.object_reservation_bytes = r;
+    }
+    if let Some(gb) = o.disk_gb {
+        cfg.ds_options.hdd.capacity_gb = gb;
     }
     cfg.ds_options.trace = o.trace;
     // Statistics often enough for the orchestrator to see load.
@@ -273,6 +278,7 @@ mod tests {
             stripe_size: 65536,
             device_model: "hdd".into(),
             reservation: Some(10 << 30),
+            disk_gb: Some(150.0),
             trace: true,
             window_ms: 250,
             mode: OrchestratorMode::Off,
@@ -283,6 +289,7 @@ mod tests {
         assert_eq!(c.ds_options.device_model, "hdd");
         assert_eq!(c.ds_options.object_reservation_bytes, 10 << 30);
         assert!(c.ds_options.trace);
+        assert_eq!(c.ds_options.hdd.capacity_gb, 150.0);
         assert_eq!((c.orchestrator.mode.as_str(), c.orchestrator.window_ms), ("off", 250));
     }
 }

@@ -19,6 +19,11 @@ pub const OTHERS: &str = "(others)";
 pub const ALL: &str = "(all)";
 /// Windows a program stays ineligible after failing condition 3 before it may try again.
 pub const COOLDOWN_WINDOWS: u64 = 10;
+/// **decision**: each further condition-3 failure without a pass in between doubles the cool-down, up to
+/// 2^this times [`COOLDOWN_WINDOWS`] (80 s at 500 ms windows). Every retry costs a dedicated slice in which
+/// the device mostly idles; a program whose reuse distance is always too long (ior-mpi-io: RD 20 ms vs
+/// SeekTime 5.1 ms) was otherwise retried every 5.5 s for as long as it ran.
+pub const COOLDOWN_MAX_DOUBLINGS: u32 = 4;
 /// Switch skews kept for the median.
 const SKEW_HISTORY: usize = 64;
 /// Bounds on what one report may make us remember (a report comes from a peer).
@@ -187,7 +192,12 @@ pub fn verdict(samples: &[Sample], p: &Params) -> Verdict {
     let rd_ok = rd_us.map(|rd| rd <= seek);
 
     let ok = |b: bool| if b { "ok" } else { "FAILS" };
-    let ratio_text = if ratio.is_finite() { format!("{ratio:.2}") } else { "inf".into() };
+    // A sequential program's SL_ij decays towards 0 without reaching it: huge ratios in short form.
+    let ratio_text = match ratio {
+        r if !r.is_finite() => "inf".into(),
+        r if r >= 1e6 => format!("{r:.1e}"),
+        r => format!("{r:.2}"),
+    };
     let rd_text = match (rd_us, rd_ok) {
         (Some(rd), Some(b)) => {
             format!("RD {} vs SeekTime {} {} ({} of {n} servers)", fmt_us(rd), fmt_us(seek), ok(b), rds.len())
@@ -377,6 +387,8 @@ struct JobTrack {
     /// Ineligible until this window (condition 3 failed).
     cooldown_until: u64,
     cooldown_why: String,
+    /// Condition-3 failures since it last passed condition 3 (sets the next cool-down's length).
+    strikes: u32,
     /// First dedicated slice of the current eligibility run: RD_ij reported before it is stale.
     served_since: Option<Instant>,
 }
@@ -570,11 +582,15 @@ impl Orchestrator {
                 let left = track.cooldown_until - window;
                 (false, format!("not eligible: cooling down for {left} more windows after: {}", track.cooldown_why))
             } else if v.rd_ok == Some(false) {
-                track.cooldown_until = window + p.cooldown_windows;
+                track.cooldown_until = window + (p.cooldown_windows << track.strikes.min(COOLDOWN_MAX_DOUBLINGS));
+                track.strikes = track.strikes.saturating_add(1);
                 track.cooldown_why = v.reason.clone();
                 tracing::info!(job = %name, reason = %v.reason, "program lost eligibility");
                 (false, v.reason.clone())
             } else {
+                if v.rd_ok == Some(true) {
+                    track.strikes = 0;
+                }
                 (v.eligible(), v.reason.clone())
             };
             if !eligible {
@@ -607,6 +623,15 @@ impl Orchestrator {
         let plan = build_plan(g.mode, &evals, others_rd, &self.params);
         if evals.len() == 1 && evals[0].eligible {
             evals[0].reason.push_str("; but it is the only program running: served work-conserving");
+        }
+        // One line per window (RUST_LOG=tessera_mds::orchestrator=debug): how eligibility and the plan
+        // evolve is what the experiments' throughput depends on.
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let slices: Vec<String> = plan.iter().map(|s| format!("{}={:.0}ms", s.label, s.slice_ms)).collect();
+            for e in &evals {
+                tracing::debug!(window = g.windows, job = %e.job, eligible = e.eligible, reason = %e.reason, "verdict");
+            }
+            tracing::debug!(window = g.windows, plan = %slices.join(" "), "plan");
         }
         g.evals = evals;
         g.plan = plan.clone();
@@ -714,6 +739,9 @@ mod tests {
         let v = verdict(&six(4.0 * GB, 0.0, None), &Params::default());
         assert!(v.consistent && v.local && v.rd_ok.is_none() && v.eligible(), "{}", v.reason);
         assert!(v.reason.starts_with("eligible") && v.reason.contains("ratio inf"), "{}", v.reason);
+        // An SL_ij that decayed towards 0 gives a huge but short ratio.
+        let v = verdict(&six(4.0 * GB, 1e-90, None), &Params::default());
+        assert!(v.eligible() && v.reason.contains("e99 (min"), "{}", v.reason);
     }
 
     #[test]
@@ -912,16 +940,35 @@ mod tests {
             assert_eq!(o.plan_window(now)[0].target, ServeTarget::All, "window {w}");
             assert!(o.status(now).jobs[1].reason.contains("cooling down"), "{}", o.status(now).jobs[1].reason);
         }
-        // Cool-down over: it may try again (old RD no longer counts), then keeps it if RD is short.
+        // Cool-down over: it may try again (old RD no longer counts).
         now += Duration::from_millis(100);
         feed(&o, now, &[("seq", 0.0, Some(50_000.0)), ("other", 4.0 * GB, None)]);
         assert_eq!(o.plan_window(now)[0].target, ServeTarget::Job("seq".into()));
+        o.mark_served("seq", now);
+        // Failing again: twice as long a cool-down this time (windows counted: the failing one and the
+        // cooling ones, until it is planned again).
+        let windows_after = |o: &Orchestrator, now: &mut Instant, rd: f64| {
+            let mut n = 0;
+            loop {
+                *now += Duration::from_millis(100);
+                feed(o, *now, &[("seq", 0.0, Some(rd)), ("other", 4.0 * GB, None)]);
+                if o.plan_window(*now)[0].target == ServeTarget::Job("seq".into()) {
+                    return n;
+                }
+                n += 1;
+            }
+        };
+        assert_eq!(windows_after(&o, &mut now, 50_000.0), 2 * COOLDOWN_WINDOWS);
+        o.mark_served("seq", now);
+        assert_eq!(windows_after(&o, &mut now, 50_000.0), 4 * COOLDOWN_WINDOWS);
+        // A short RD under dedicated service: it keeps its slice, and passing resets the back-off.
         o.mark_served("seq", now);
         now += Duration::from_millis(100);
         feed(&o, now, &[("seq", 0.0, Some(900.0)), ("other", 4.0 * GB, None)]);
         let plan = o.plan_window(now);
         assert_eq!(plan[0].target, ServeTarget::Job("seq".into()));
         assert_eq!(plan[0].rd_us, Some(900.0));
+        assert_eq!(windows_after(&o, &mut now, 50_000.0), COOLDOWN_WINDOWS);
     }
 
     #[test]
