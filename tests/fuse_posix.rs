@@ -455,6 +455,20 @@ fn fuse_permissions() {
     assert!(!ok && err.contains("ermission denied"), "fifo opened by other: {err}");
     std::os::unix::fs::chown(&fifo, Some(1002), Some(1002)).unwrap();
     assert!(as_user(1002, 1002, &[], &format!("exec 3<>{ff}")).0);
+    // A write or truncate by a non-owner clears S_ISUID/S_ISGID (the kernel's chmod as that caller must be
+    // let through), as on ext4 (pjdfstest chmod/12.t); the non-owner still cannot chmod itself.
+    let su = m.p("suid");
+    std::fs::write(&su, b"").unwrap();
+    let sus = su.display().to_string();
+    for (mode, how) in [(0o4777, "echo x >> {f}"), (0o6777, "truncate -s 1 {f}"), (0o2777, "echo y > {f}")] {
+        std::fs::set_permissions(&su, std::fs::Permissions::from_mode(mode)).unwrap();
+        let (ok, err) = as_user(1002, 1002, &[], &how.replace("{f}", &sus));
+        assert!(ok, "{how} by non-owner of a {mode:o} file: {err}");
+        let got = std::fs::metadata(&su).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(got, 0o777, "{how} left mode {got:o}");
+    }
+    let (ok, err) = as_user(1002, 1002, &[], &format!("chmod 755 {sus}"));
+    assert!(!ok && err.contains("not permitted"), "{err}");
 }
 
 #[test]
@@ -480,7 +494,8 @@ fn fuse_two_mounts_mmap_append_readdir() {
     // order only shows when the two buffers' transfers finish the wrong way round.
     {
         use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(a.p("order")).unwrap();
+        let f =
+            std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(a.p("order")).unwrap();
         const K: u64 = 64 << 10;
         for round in 0..40u64 {
             let base = round * 4 * K;

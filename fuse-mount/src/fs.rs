@@ -150,6 +150,13 @@ struct Key {
     gid: u32,
 }
 
+/// Whether mode bits `new` are `cur` with only S_ISUID and/or S_ISGID cleared (the kernel's "kill privileges").
+fn kills_only_privs(cur: u32, new: u32) -> bool {
+    const PRIVS: u32 = 0o6000;
+    let cur = cur & 0o7777;
+    new != cur && new & !cur == 0 && (cur & !new) & !PRIVS == 0
+}
+
 fn key(req: &Request) -> Key {
     Key { pid: req.pid(), uid: req.uid(), gid: req.gid() }
 }
@@ -302,12 +309,34 @@ impl Inner {
             // ftruncate on a descriptor open for writing: allowed whatever the mode is now.
             mds.with_caller(Caller::root()).setattr(ino, set.clone()).await?
         } else {
-            mds.setattr(ino, set.clone()).await?
+            match mds.setattr(ino, set.clone()).await {
+                Err(e) if e.code == ErrorCode::Perm && set.perm.is_some() => {
+                    self.kill_privs(&mds, ino, &set, e).await?
+                }
+                r => r?,
+            }
         };
         if let (Some(s), Some(i)) = (set.size, &inode) {
             i.truncated(s);
         }
         Ok(self.fix(attr))
+    }
+
+    /// After a write or truncate by a caller that is not the owner, the kernel clears S_ISUID/S_ISGID with a
+    /// chmod sent as that caller, which the MDS refuses to a non-owner. A caller that may write the file may
+    /// have those bits cleared (as a local file system does on write): only the clearing runs as root, the
+    /// rest of the change (a truncate) as the caller. Anything else gets the MDS's refusal `denied`.
+    async fn kill_privs(&self, mds: &MdsClient, ino: Ino, set: &SetAttrs, denied: FsError) -> FsResult<Attr> {
+        let (Some(new), None, None) = (set.perm, set.uid, set.gid) else { return Err(denied) };
+        let cur = mds.getattr(ino).await?;
+        if !kills_only_privs(cur.perm, new) || mds.access(ino, libc::W_OK as u32).await.is_err() {
+            return Err(denied);
+        }
+        let rest = SetAttrs { perm: None, ..set.clone() };
+        if rest != SetAttrs::default() {
+            mds.setattr(ino, rest).await?;
+        }
+        mds.with_caller(Caller::root()).setattr(ino, SetAttrs { perm: Some(new), ..SetAttrs::default() }).await
     }
 
     async fn readdir_page(&self, k: Key, ino: Ino, offset: u64) -> FsResult<Vec<(Ino, u64, FileKind, String)>> {
@@ -889,6 +918,17 @@ impl Filesystem for TesseraFs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kill_privs_is_only_clearing_suid_sgid() {
+        assert!(kills_only_privs(0o104777, 0o777));
+        assert!(kills_only_privs(0o6777, 0o2777));
+        assert!(kills_only_privs(0o2775, 0o775));
+        assert!(!kills_only_privs(0o777, 0o777), "nothing cleared");
+        assert!(!kills_only_privs(0o4777, 0o4775), "other bits changed");
+        assert!(!kills_only_privs(0o4755, 0o757), "bits added");
+        assert!(!kills_only_privs(0o755, 0o4755), "suid set");
+    }
 
     #[test]
     fn names_and_attrs() {
