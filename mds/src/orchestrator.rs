@@ -292,13 +292,16 @@ pub struct JobEval {
     pub servers: Vec<(DsId, f64, Option<f64>)>,
     /// Mean RD_ij (microseconds) under dedicated service.
     pub rd_us: Option<f64>,
+    /// Eligible again after failing condition 3, RD not measured yet: a probe slice ([`PROBE_MS`]).
+    pub probe: bool,
 }
 
-/// **decision**: a program whose reuse distance has not been measured under dedicated service yet is
-/// given a probe slice of this length (at least the floor), enough for the servers to measure it for
-/// condition 3, and its inverse-RD slice from the next window on. The spec can only check condition 3
-/// during dedication, so a weak-locality program that passes conditions 1 and 2 (ior-mpi-io hovers at the
-/// 1.5 ratio) costs the others a probe instead of half a window each time it is tried.
+/// **decision**: a program that has failed condition 3 before (its RD was too long under dedication)
+/// and is tried again after its cool-down is given a probe slice of this length (at least the floor),
+/// enough for the servers to measure its RD again, and its inverse-RD slice once it passed. The spec can
+/// only check condition 3 during dedication, so a weak-locality program that keeps passing conditions 1
+/// and 2 (ior-mpi-io hovers at the 1.5 ratio) costs the others a probe instead of half a window each
+/// time it is retried. A first trial gets a full slice: a program with good locality loses nothing.
 pub const PROBE_MS: f64 = 50.0;
 
 /// The window's plan: scheduling objects in order with their slice lengths.
@@ -346,15 +349,16 @@ pub fn build_plan(mode: OrchestratorMode, evals: &[JobEval], others_rd_us: Optio
         plan.push(PlanSlice { label: ALL.into(), target: ServeTarget::All, slice_ms: w * f, rd_us: None });
     }
     if mode == OrchestratorMode::IOrchestrator {
-        shorten_probes(&mut plan, (w * p.min_slice_fraction).max(PROBE_MS).min(w));
+        let probes: Vec<&str> = evals.iter().filter(|e| e.eligible && e.probe).map(|e| e.job.as_str()).collect();
+        shorten_probes(&mut plan, (w * p.min_slice_fraction).max(PROBE_MS).min(w), &probes);
     }
     plan
 }
 
-/// Cuts the slices of programs with no measured RD to `probe` ms and gives the time to the other
-/// objects in proportion to their slices (there is always one: `(others)` or `(all)`).
-fn shorten_probes(plan: &mut [PlanSlice], probe: f64) {
-    let is_probe = |s: &PlanSlice| matches!(s.target, ServeTarget::Job(_)) && s.rd_us.is_none();
+/// Cuts the slices of the `probes` programs to `probe` ms and gives the time to the other objects in
+/// proportion to their slices (there is always one: `(others)` or `(all)`).
+fn shorten_probes(plan: &mut [PlanSlice], probe: f64, probes: &[&str]) {
+    let is_probe = |s: &PlanSlice| matches!(&s.target, ServeTarget::Job(j) if probes.contains(&j.as_str()));
     let mut freed = 0.0;
     for s in plan.iter_mut().filter(|s| is_probe(s) && s.slice_ms > probe) {
         freed += s.slice_ms - probe;
@@ -630,6 +634,7 @@ impl Orchestrator {
                 reason,
                 servers: samples.iter().map(|s| (s.ds, s.sl_ij, s.rd_us)).collect(),
                 rd_us: v.rd_us,
+                probe: eligible && v.rd_us.is_none() && track.strikes > 0,
             });
         }
         evals
@@ -843,7 +848,7 @@ mod tests {
     }
 
     fn eval(job: &str, eligible: bool, rd: Option<f64>) -> JobEval {
-        JobEval { job: job.into(), eligible, reason: String::new(), servers: vec![], rd_us: rd }
+        JobEval { job: job.into(), eligible, reason: String::new(), servers: vec![], rd_us: rd, probe: false }
     }
 
     #[test]
@@ -858,21 +863,26 @@ mod tests {
         // Unknown RD for the others: the mean of the known ones → equal.
         let plan = build_plan(OrchestratorMode::IOrchestrator, &evals, None, &p);
         assert!((plan[0].slice_ms - 250.0).abs() < 1e-6, "{plan:?}");
-        // No RD measured yet: probe slices (PROBE_MS) for the programs, the rest to the others.
+        // Nothing known, first trials: even.
         let evals = [eval("a", true, None), eval("b", true, None), eval("c", false, None)];
+        let plan = build_plan(OrchestratorMode::IOrchestrator, &evals, None, &p);
+        assert!(plan.iter().all(|s| (s.slice_ms - 500.0 / 3.0).abs() < 1e-6), "{plan:?}");
+        // Retried after failing condition 3: probe slices (PROBE_MS), the rest to the others.
+        let probe = |job: &str| JobEval { probe: true, ..eval(job, true, None) };
+        let evals = [probe("a"), probe("b"), eval("c", false, None)];
         let plan = build_plan(OrchestratorMode::IOrchestrator, &evals, None, &p);
         let ms: Vec<f64> = plan.iter().map(|s| s.slice_ms).collect();
         assert!((ms[0] - PROBE_MS).abs() < 1e-6 && (ms[1] - PROBE_MS).abs() < 1e-6, "{plan:?}");
         assert!((ms[2] - (500.0 - 2.0 * PROBE_MS)).abs() < 1e-6, "{plan:?}");
         // One measured, one probing, nobody else: the measured program and (all) share what the probe leaves.
-        let evals = [eval("a", true, Some(1000.0)), eval("b", true, None)];
+        let evals = [eval("a", true, Some(1000.0)), probe("b")];
         let plan = build_plan(OrchestratorMode::IOrchestrator, &evals, None, &p);
         assert_eq!(plan[1].target, ServeTarget::Job("b".into()));
         assert!((plan[1].slice_ms - PROBE_MS).abs() < 1e-6, "{plan:?}");
         assert!((plan.iter().map(|s| s.slice_ms).sum::<f64>() - 500.0).abs() < 1e-6, "{plan:?}");
         assert!(plan[0].slice_ms > 5.0 * plan[2].slice_ms, "{plan:?}");
         // Even slicing knows no probes.
-        let evals = [eval("a", true, None), eval("b", true, None), eval("c", false, None)];
+        let evals = [probe("a"), probe("b"), eval("c", false, None)];
         let plan = build_plan(OrchestratorMode::Even, &evals, None, &p);
         assert!(plan.iter().all(|s| (s.slice_ms - 500.0 / 3.0).abs() < 1e-6), "{plan:?}");
         // A huge RD is floored at 5% of the window.
@@ -948,8 +958,7 @@ mod tests {
         assert_eq!(st.windows_run, 1);
         assert_eq!(st.servers.len(), 6);
         let seq = st.jobs.iter().find(|j| j.job == "seq").unwrap();
-        // Its RD is not measured yet: a probe slice.
-        assert!(seq.eligible && (seq.slice_share - PROBE_MS / 500.0).abs() < 1e-9, "{seq:?}");
+        assert!(seq.eligible && (seq.slice_share - 0.5).abs() < 1e-9, "{seq:?}");
         assert_eq!(seq.servers.len(), 6);
         let ior = st.jobs.iter().find(|j| j.job == "ior").unwrap();
         assert!(!ior.eligible && ior.slice_share == 0.0 && ior.reason.contains("(2:"), "{ior:?}");

@@ -623,6 +623,11 @@ mod tests {
         assert!(s.new_ino().unwrap() > 1);
     }
 
+    /// A journaling store whose periodic commit never comes during a test.
+    fn journaled(dir: &Path) -> Store {
+        Store::open_with(dir, MetadataCommit::Journal, Duration::from_secs(3600)).unwrap()
+    }
+
     fn copy_dir(from: &Path, to: &Path) {
         std::fs::create_dir_all(to).unwrap();
         for e in std::fs::read_dir(from).unwrap() {
@@ -634,7 +639,7 @@ mod tests {
     #[test]
     fn journal_replays_acknowledged_changes_the_database_lacks() {
         let live = tempfile::tempdir().unwrap();
-        let s = Store::open_with(live.path(), MetadataCommit::Journal, Duration::from_secs(3600)).unwrap();
+        let s = journaled(live.path());
         let mut tx = s.begin();
         tx.put(T::Meta, b"kept", b"1".to_vec());
         tx.put(T::Meta, b"gone", b"2".to_vec());
@@ -667,7 +672,7 @@ mod tests {
     #[test]
     fn flush_retires_journal_segments() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Store::open_with(dir.path(), MetadataCommit::Journal, Duration::from_secs(3600)).unwrap();
+        let s = journaled(dir.path());
         let mut tx = s.begin();
         tx.put(T::Meta, b"k", b"v".to_vec());
         tx.commit().unwrap();
