@@ -114,6 +114,8 @@ pub struct Verdict {
     pub rd_ok: Option<bool>,
     /// Mean RD_ij over the servers that measured it, microseconds.
     pub rd_us: Option<f64>,
+    /// Condition 2's `sum SL_i / sum SL_ij`.
+    pub ratio: f64,
     pub reason: String,
 }
 
@@ -204,7 +206,7 @@ pub fn verdict(samples: &[Sample], p: &Params) -> Verdict {
         }
         _ => format!("RD not measured yet (SeekTime {})", fmt_us(seek)),
     };
-    let v = Verdict { consistent, local, rd_ok, rd_us, reason: String::new() };
+    let v = Verdict { consistent, local, rd_ok, rd_us, ratio, reason: String::new() };
     let head = if n == 0 {
         "not eligible: no live server reports it".to_string()
     } else if v.eligible() {
@@ -296,13 +298,16 @@ pub struct JobEval {
     pub probe: bool,
 }
 
-/// **decision**: a program that has failed condition 3 before (its RD was too long under dedication)
-/// and is tried again after its cool-down is given a probe slice of this length (at least the floor),
-/// enough for the servers to measure its RD again, and its inverse-RD slice once it passed. The spec can
-/// only check condition 3 during dedication, so a weak-locality program that keeps passing conditions 1
-/// and 2 (ior-mpi-io hovers at the 1.5 ratio) costs the others a probe instead of half a window each
-/// time it is retried. A first trial gets a full slice: a program with good locality loses nothing.
+/// **decision**: a program whose RD has not been measured under dedication yet is given a probe slice
+/// of this length (at least the floor) — enough for the servers to measure it for condition 3 — and its
+/// inverse-RD slice once it passed, when (a) it failed condition 3 before and is retried after its
+/// cool-down, or (b) its locality ratio is marginal (below [`MARGINAL_RATIO`] times the threshold). The
+/// spec can only check condition 3 during dedication, so a weak-locality program that passes conditions
+/// 1 and 2 by a hair (ior-mpi-io hovers at the 1.5 ratio) costs the others a probe instead of half a
+/// window. A program with clearly strong locality gets its full slice at once and loses nothing.
 pub const PROBE_MS: f64 = 50.0;
+/// See [`PROBE_MS`]: a locality ratio below this multiple of the threshold is marginal.
+pub const MARGINAL_RATIO: f64 = 2.0;
 
 /// The window's plan: scheduling objects in order with their slice lengths.
 ///
@@ -634,7 +639,9 @@ impl Orchestrator {
                 reason,
                 servers: samples.iter().map(|s| (s.ds, s.sl_ij, s.rd_us)).collect(),
                 rd_us: v.rd_us,
-                probe: eligible && v.rd_us.is_none() && track.strikes > 0,
+                probe: eligible
+                    && v.rd_us.is_none()
+                    && (track.strikes > 0 || v.ratio < MARGINAL_RATIO * p.locality_ratio),
             });
         }
         evals
@@ -943,6 +950,19 @@ mod tests {
         for ds in 0..6 {
             assert!(o.record(report(ds, 4.0 * GB, jobs), now));
         }
+    }
+
+    #[test]
+    fn marginal_locality_is_probed_strong_locality_served_at_once() {
+        let o = Orchestrator::new(Params::default(), OrchestratorMode::IOrchestrator, (0..6).collect());
+        let t0 = Instant::now();
+        // SL_i 4 GiB: "weak" has ratio 1.6 (marginal, below 2 x 1.5), "seq" a huge one.
+        feed(&o, t0, &[("seq", 0.0, None), ("weak", 2.5 * GB, None), ("other", 16.0 * GB, None)]);
+        let plan = o.plan_window(t0);
+        let slice = |job: &str| plan.iter().find(|s| s.target == ServeTarget::Job(job.into())).map(|s| s.slice_ms);
+        assert!((slice("weak").unwrap() - PROBE_MS).abs() < 1e-6, "{plan:?}");
+        assert!(slice("seq").unwrap() > 2.0 * PROBE_MS, "{plan:?}");
+        assert!((plan.iter().map(|s| s.slice_ms).sum::<f64>() - 500.0).abs() < 1e-6, "{plan:?}");
     }
 
     #[test]
