@@ -649,24 +649,10 @@ async fn distance(s: &Settings) -> Result<(Vec<Record>, bool)> {
         let mut sess = Session::start(s, "distance", s.cluster_options(reservation, false, 500), 2).await?;
         let res: Result<()> = async {
             for &mode in &modes {
-                let (m, st) = sess.measure(&specs, Op::Read, mode, false).await?;
+                let measured = sess.measure(&specs, Op::Read, mode, false).await?;
                 done += 1;
-                println!(
-                    "[{done}/{total}] 2x mpi-io-test read, files {gb} GB apart, {}: {:.1} MiB/s (runs: {}){}",
-                    mode.as_str(),
-                    m.system,
-                    runs_text(&m),
-                    st.map(|s| format!("\n      orchestrator: {}", status_line(&s))).unwrap_or_default()
-                );
-                records.push(Record {
-                    benchmark: "mpi-io-test x2".into(),
-                    op: "read".into(),
-                    mode: mode.as_str().into(),
-                    param: Some(gb as f64),
-                    device_model: s.device.as_str().into(),
-                    throughput_mib_s: m.system,
-                    runs: s.runs,
-                });
+                let what = format!("[{done}/{total}] 2x mpi-io-test read, files {gb} GB apart, {}", mode.as_str());
+                records.push(mpi_io_pair_record(s, &what, mode, Some(gb as f64), measured));
             }
             Ok(())
         }
@@ -693,27 +679,37 @@ async fn window(s: &Settings) -> Result<(Vec<Record>, bool)> {
         let mut sess = Session::start(s, "window", opts, 2).await?;
         let res = sess.measure(&specs, Op::Read, mode, false).await;
         missing |= finish(sess).await;
-        let (m, st) = res?;
         done += 1;
-        println!(
-            "[{done}/{total}] 2x mpi-io-test read, {}{}: {:.1} MiB/s (runs: {}){}",
-            mode.as_str(),
-            w.map(|w| format!(", window {w} ms")).unwrap_or_default(),
-            m.system,
-            runs_text(&m),
-            st.map(|s| format!("\n      orchestrator: {}", status_line(&s))).unwrap_or_default()
-        );
-        records.push(Record {
-            benchmark: "mpi-io-test x2".into(),
-            op: "read".into(),
-            mode: mode.as_str().into(),
-            param: w.map(f64::from),
-            device_model: s.device.as_str().into(),
-            throughput_mib_s: m.system,
-            runs: s.runs,
-        });
+        let window = w.map(|w| format!(", window {w} ms")).unwrap_or_default();
+        let what = format!("[{done}/{total}] 2x mpi-io-test read, {}{window}", mode.as_str());
+        records.push(mpi_io_pair_record(s, &what, mode, w.map(f64::from), res?));
     }
     Ok((records, missing))
+}
+
+/// Prints the progress line of one two-mpi-io-test read configuration (`what`) and returns its record.
+fn mpi_io_pair_record(
+    s: &Settings,
+    what: &str,
+    mode: OrchestratorMode,
+    param: Option<f64>,
+    (m, st): (Measured, Option<OrchestratorStatus>),
+) -> Record {
+    println!(
+        "{what}: {:.1} MiB/s (runs: {}){}",
+        m.system,
+        runs_text(&m),
+        st.map(|s| format!("\n      orchestrator: {}", status_line(&s))).unwrap_or_default()
+    );
+    Record {
+        benchmark: "mpi-io-test x2".into(),
+        op: "read".into(),
+        mode: mode.as_str().into(),
+        param,
+        device_model: s.device.as_str().into(),
+        throughput_mib_s: m.system,
+        runs: s.runs,
+    }
 }
 
 fn value(records: &[Record], bench: &str, op: &str, mode: &str, param: Option<f64>) -> f64 {

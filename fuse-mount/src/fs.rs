@@ -25,14 +25,6 @@ use tessera_client::{
 
 /// How long the kernel may cache attributes and entries.
 pub const TTL: Duration = Duration::from_secs(1);
-
-/// What the MDS needs of open(2) flags (O_TRUNC implies writing).
-fn open_flags(flags: i32) -> OpenFlags {
-    let acc = flags & libc::O_ACCMODE;
-    let truncate = flags & libc::O_TRUNC != 0;
-    let write = acc == libc::O_WRONLY || acc == libc::O_RDWR || truncate;
-    OpenFlags { read: acc == libc::O_RDONLY || acc == libc::O_RDWR, write, truncate }
-}
 /// Largest write (and read) request: 1 MiB.
 pub const MAX_WRITE: u32 = 1 << 20;
 /// `st_blksize`: the I/O size programs should use.
@@ -155,6 +147,14 @@ fn kills_only_privs(cur: u32, new: u32) -> bool {
     const PRIVS: u32 = 0o6000;
     let cur = cur & 0o7777;
     new != cur && new & !cur == 0 && (cur & !new) & !PRIVS == 0
+}
+
+/// What the MDS needs of open(2) flags (O_TRUNC implies writing).
+fn open_flags(flags: i32) -> OpenFlags {
+    let acc = flags & libc::O_ACCMODE;
+    let truncate = flags & libc::O_TRUNC != 0;
+    let write = acc == libc::O_WRONLY || acc == libc::O_RDWR || truncate;
+    OpenFlags { read: acc == libc::O_RDONLY || acc == libc::O_RDWR, write, truncate }
 }
 
 fn key(req: &Request) -> Key {

@@ -163,6 +163,7 @@ impl GroupCommit {
         let pending = Arc::new((Mutex::new(FlushCtl::default()), Condvar::new()));
         let (tx, done) = watch::channel(FlushState::default());
         let (n, p) = (next.clone(), pending.clone());
+        let jdir = journal.as_ref().map(|j| j.lock().unwrap_or_else(|e| e.into_inner()).dir().to_path_buf());
         let thread = std::thread::Builder::new()
             .name("mds-flush".into())
             .spawn(move || loop {
@@ -194,9 +195,8 @@ impl GroupCommit {
                     continue; // periodic wake-up with nothing journaled
                 }
                 let error = db.flush().err().map(|e| Arc::from(e.to_string()));
-                if let (None, Some(upto), Some(j)) = (&error, retire, &journal) {
-                    let dir = j.lock().unwrap_or_else(|e| e.into_inner()).dir().to_path_buf();
-                    if let Err(e) = journal::retire(&dir, upto) {
+                if let (None, Some(upto), Some(dir)) = (&error, retire, &jdir) {
+                    if let Err(e) = journal::retire(dir, upto) {
                         warn!("metadata journal: cannot delete committed segments: {e}");
                     }
                 }
