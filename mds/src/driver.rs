@@ -32,6 +32,9 @@ pub struct Driver {
     /// A server whose previous command is still in flight is skipped (no pile-up behind a dead one).
     busy: HashMap<DsId, Arc<AtomicBool>>,
     failing: HashSet<DsId>,
+    /// Commands on their way; a stopping driver waits for them, so none reaches a server after the
+    /// shutdown's release to work-conserving service.
+    sends: tokio::task::JoinSet<()>,
 }
 
 /// What one command achieved.
@@ -44,11 +47,21 @@ pub struct SwitchOutcome {
 
 impl Driver {
     pub fn new(orch: Arc<Orchestrator>, board: Arc<dyn Switchboard>) -> Driver {
-        Driver { orch, board, busy: HashMap::new(), failing: HashSet::new() }
+        Driver { orch, board, busy: HashMap::new(), failing: HashSet::new(), sends: tokio::task::JoinSet::new() }
     }
 
-    /// Runs forever (the server aborts the task at shutdown).
-    pub async fn run(mut self) {
+    /// Runs until `stop` is notified, then waits (briefly) for the commands still on their way.
+    pub async fn run(mut self, stop: Arc<tokio::sync::Notify>) {
+        tokio::select! {
+            _ = self.windows() => {}
+            _ = stop.notified() => {}
+        }
+        let _ =
+            tokio::time::timeout(Duration::from_millis(500), async { while self.sends.join_next().await.is_some() {} })
+                .await;
+    }
+
+    async fn windows(&mut self) {
         let window = self.orch.params().window;
         let mut deadline = Instant::now();
         loop {
@@ -84,6 +97,7 @@ impl Driver {
             fallback_ms: self.orch.params().fallback_ms(),
         };
         let limit = reply_timeout(len);
+        while self.sends.try_join_next().is_some() {}
         let mut waits = Vec::new();
         let mut out = SwitchOutcome::default();
         for ds in self.board.servers() {
@@ -95,7 +109,7 @@ impl Driver {
             let (tx, rx) = tokio::sync::oneshot::channel();
             let board = self.board.clone();
             let cmd = cmd.clone();
-            tokio::spawn(async move {
+            self.sends.spawn(async move {
                 let r = board.serve(ds, cmd).await;
                 flag.store(false, Ordering::Release);
                 let _ = tx.send(r);
@@ -147,9 +161,25 @@ impl Driver {
     }
 }
 
+/// The running driver.
+pub struct DriverTask {
+    task: tokio::task::JoinHandle<()>,
+    stop: Arc<tokio::sync::Notify>,
+}
+
+impl DriverTask {
+    /// Stops the driver once the commands it has on their way are answered (or 500 ms passed), so
+    /// that [`release_all`] afterwards is the last command every server gets.
+    pub async fn stop(self) {
+        self.stop.notify_one();
+        let _ = self.task.await;
+    }
+}
+
 /// Starts the driver task.
-pub fn spawn(orch: Arc<Orchestrator>, board: Arc<dyn Switchboard>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(Driver::new(orch, board).run())
+pub fn spawn(orch: Arc<Orchestrator>, board: Arc<dyn Switchboard>) -> DriverTask {
+    let stop = Arc::new(tokio::sync::Notify::new());
+    DriverTask { task: tokio::spawn(Driver::new(orch, board).run(stop.clone())), stop }
 }
 
 /// Best effort at shutdown: every data server back to work-conserving service now rather than
@@ -245,7 +275,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(250)).await;
         o.set_mode(OrchestratorMode::Off);
         tokio::time::sleep(Duration::from_millis(250)).await;
-        task.abort();
+        task.stop().await;
         let log = board.log.lock().unwrap();
         let seq = log.iter().filter(|(_, c)| c.target == ServeTarget::Job("seq".into())).count();
         let others = log.iter().filter(|(_, c)| matches!(c.target, ServeTarget::Others { .. })).count();

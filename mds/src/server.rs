@@ -194,7 +194,7 @@ pub async fn run(
 
     shutdown.await;
     info!("shutting down");
-    driver.abort();
+    driver.stop().await;
     if let Some(m) = metrics {
         m.abort();
     }
