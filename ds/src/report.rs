@@ -48,29 +48,18 @@ pub fn spawn_report_task(
     tuning: Tuning,
     interval: Duration,
 ) -> FsResult<tokio::task::JoinHandle<()>> {
-    let endpoint = rpc::client_endpoint(mds_addr.is_ipv6())?;
-    // A report older than the next one is useless: do not wait for it longer than an interval.
-    let tuning = Tuning { call_timeout: interval.max(Duration::from_secs(1)), ..tuning };
-    let peer = RpcPeer::new(endpoint, identity, Role::Mds, mds_addr, tuning)?;
-    Ok(tokio::spawn(async move {
-        let mut tick = tokio::time::interval(interval.max(Duration::from_millis(10)));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let report = match reporter.build().await {
-                Ok(r) => r,
+    spawn_sender("report", identity, mds_addr, tuning, interval, move || {
+        let reporter = reporter.clone();
+        async move {
+            match reporter.build().await {
+                Ok(r) => Some(MdsRequest::DsReport(r)),
                 Err(e) => {
                     debug!("building report: {e}");
-                    continue;
+                    None
                 }
-            };
-            let call = MdsCall { caller: Caller::root(), req: MdsRequest::DsReport(report) };
-            match peer.call::<_, MdsReply>(&call, Bytes::new()).await {
-                Ok(_) => {}
-                Err(e) => debug!(mds = %mds_addr, "report not delivered: {e}"),
             }
         }
-    }))
+    })
 }
 
 /// Sends the locality report to the MDS every `interval` (`orchestrator.report_interval_ms`).
@@ -81,6 +70,26 @@ pub fn spawn_locality_task(
     tuning: Tuning,
     interval: Duration,
 ) -> FsResult<tokio::task::JoinHandle<()>> {
+    spawn_sender("locality report", identity, mds_addr, tuning, interval, move || {
+        let report = locality.report(true);
+        async move { Some(MdsRequest::LocalityReport(report)) }
+    })
+}
+
+/// Every `interval` (at least 10 ms), builds a request with `make` and sends it to the MDS as root. A
+/// request older than the next one is useless: no call waits longer than an interval (at least 1 s).
+fn spawn_sender<F, Fut>(
+    what: &'static str,
+    identity: &NodeIdentity,
+    mds_addr: SocketAddr,
+    tuning: Tuning,
+    interval: Duration,
+    mut make: F,
+) -> FsResult<tokio::task::JoinHandle<()>>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Option<MdsRequest>> + Send,
+{
     let endpoint = rpc::client_endpoint(mds_addr.is_ipv6())?;
     let interval = interval.max(Duration::from_millis(10));
     let tuning = Tuning { call_timeout: interval.max(Duration::from_secs(1)), ..tuning };
@@ -90,9 +99,10 @@ pub fn spawn_locality_task(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let call = MdsCall { caller: Caller::root(), req: MdsRequest::LocalityReport(locality.report(true)) };
+            let Some(req) = make().await else { continue };
+            let call = MdsCall { caller: Caller::root(), req };
             if let Err(e) = peer.call::<_, MdsReply>(&call, Bytes::new()).await {
-                debug!(mds = %mds_addr, "locality report not delivered: {e}");
+                debug!(mds = %mds_addr, "{what} not delivered: {e}");
             }
         }
     }))
