@@ -5,7 +5,7 @@ use anyhow::{anyhow, Context, Result};
 use bytes::Bytes;
 use std::future::Future;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use tessera_client::{Client, ClusterConfig, LayoutSpec, OpenOptions};
 use tokio::sync::oneshot;
 
@@ -40,6 +40,20 @@ pub trait Backend: Send + Sync + 'static {
     where
         T: Send + 'static,
         F: Future<Output = T> + Send + 'static;
+}
+
+/// Options every benchmark command has: which cluster, which job id, where the JSON goes.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ClusterArgs {
+    /// Job id the servers see (Tessera API; default: TESSERA_JOB or the session id — `workload`: NAME-PID).
+    #[arg(long)]
+    pub job: Option<String>,
+    /// Cluster configuration (else $TESSERA_CONFIG).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Write results as JSON to FILE.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// The Tessera client library; each task owns its own connection.

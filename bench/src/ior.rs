@@ -1,7 +1,7 @@
 //! `tessera-bench ior`: an IOR-like workload generator — options, per-task offset generation for each
 //! access pattern, the verification pattern, and the timed write/read phases.
 
-use crate::backend::{join, parent_dir, Backend, PosixBackend, TesseraBackend};
+use crate::backend::{join, parent_dir, Backend, ClusterArgs, PosixBackend, TesseraBackend};
 use crate::report::{self, IorJson, PhaseLine};
 use crate::units::{format_size, size_arg};
 use anyhow::{bail, Context, Result};
@@ -9,7 +9,6 @@ use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 use tessera_client::{ClusterConfig, LayoutSpec};
@@ -95,15 +94,8 @@ pub struct IorArgs {
     /// Stripe count of the created test file(s) (tessera; 0 = all data servers).
     #[arg(short = 'c', long = "stripe-count")]
     pub stripe_count: Option<u32>,
-    /// Job name the servers see (tessera).
-    #[arg(long)]
-    pub job: Option<String>,
-    /// Cluster configuration (else $TESSERA_CONFIG).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Write results as JSON to FILE.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// Keep the test files (else they are removed after each iteration that wrote them).
     #[arg(short = 'k', long = "keep-file")]
     pub keep: bool,
@@ -418,7 +410,7 @@ fn plan(args: IorArgs) -> Result<Plan> {
     } else {
         None
     };
-    if args.api == Api::Posix && (layout.is_some() || args.job.is_some()) {
+    if args.api == Api::Posix && (layout.is_some() || args.cluster.job.is_some()) {
         tracing::warn!("--stripe-size/--stripe-count/--job only apply to -a tessera; ignored");
     }
     Ok(Plan { args, geo, write, read, layout })
@@ -429,10 +421,10 @@ pub async fn run(args: IorArgs) -> Result<()> {
     let p = plan(args)?;
     match p.args.api {
         Api::Tessera => {
-            let cfg = ClusterConfig::locate(p.args.config.as_deref())?;
+            let cfg = ClusterConfig::locate(p.args.cluster.config.as_deref())?;
             let mut backends = Vec::with_capacity(p.geo.tasks);
             for _ in 0..p.geo.tasks {
-                backends.push(Arc::new(TesseraBackend::connect(&cfg, p.args.job.as_deref()).await?));
+                backends.push(Arc::new(TesseraBackend::connect(&cfg, p.args.cluster.job.as_deref()).await?));
             }
             run_with(&p, &backends).await
         }
@@ -491,7 +483,7 @@ async fn run_with<B: Backend>(p: &Plan, backends: &[Arc<B>]) -> Result<()> {
     print!("{}", report::format_summary(&lines));
     println!("Finished            : {}", now_string());
 
-    if let Some(jp) = &a.json {
+    if let Some(jp) = &a.cluster.json {
         let bws = |acc: &str| lines.iter().filter(|l| l.access == acc).map(PhaseLine::bw_mib).collect::<Vec<_>>();
         let (w, r) = (bws("write"), bws("read"));
         let j = IorJson {
@@ -547,7 +539,7 @@ fn print_header(p: &Plan, path: &str) {
         let cnt = l.stripe_count.map(|c| c.to_string()).unwrap_or_else(|| "default".into());
         println!("layout              : stripe size {sz}, stripe count {cnt}");
     }
-    if let Some(j) = &a.job {
+    if let Some(j) = &a.cluster.job {
         println!("job                 : {j}");
     }
     println!();

@@ -1,12 +1,11 @@
 //! `tessera-bench mdtest`: metadata rates like mdtest — each task creates, stats and removes its own
 //! empty files in its own subdirectory; each phase is timed from a start barrier to the last task's end.
 
-use crate::backend::{join, Backend, PosixBackend, TesseraBackend};
+use crate::backend::{join, Backend, ClusterArgs, PosixBackend, TesseraBackend};
 use crate::ior::Api;
 use crate::report::{self, MdtestJson};
 use anyhow::{bail, Context, Result};
 use futures::stream::{FuturesUnordered, StreamExt};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 use tessera_client::ClusterConfig;
@@ -26,15 +25,8 @@ pub struct MdtestArgs {
     /// Test directory (tessera path, or a local directory for -a posix); created if missing.
     #[arg(short = 'd', long, default_value = "/mdtest")]
     pub dir: String,
-    /// Job name the servers see (tessera).
-    #[arg(long)]
-    pub job: Option<String>,
-    /// Cluster configuration (else $TESSERA_CONFIG).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Write results as JSON to FILE.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 /// Files of `task` when `files` are split over `tasks` (the first `files % tasks` tasks get one more).
@@ -110,10 +102,10 @@ pub async fn run(a: MdtestArgs) -> Result<()> {
     }
     match a.api {
         Api::Tessera => {
-            let cfg = ClusterConfig::locate(a.config.as_deref())?;
+            let cfg = ClusterConfig::locate(a.cluster.config.as_deref())?;
             let mut backends = Vec::with_capacity(a.tasks);
             for _ in 0..a.tasks {
-                backends.push(Arc::new(TesseraBackend::connect(&cfg, a.job.as_deref()).await?));
+                backends.push(Arc::new(TesseraBackend::connect(&cfg, a.cluster.job.as_deref()).await?));
             }
             run_with(&a, &backends).await
         }
@@ -148,7 +140,7 @@ async fn run_with<B: Backend>(a: &MdtestArgs, backends: &[Arc<B>]) -> Result<()>
     for task in 0..a.tasks {
         b0.remove_all(&task_dir(&a.dir, task)).await?;
     }
-    if let Some(jp) = &a.json {
+    if let Some(jp) = &a.cluster.json {
         let j = MdtestJson {
             api: a.api.name().to_lowercase(),
             create_ops_s: create,
@@ -182,9 +174,7 @@ mod tests {
             files: 25,
             tasks: 3,
             dir: dir.path().to_str().unwrap().into(),
-            job: None,
-            config: None,
-            json: Some(dir.path().join("r.json")),
+            cluster: ClusterArgs { json: Some(dir.path().join("r.json")), ..Default::default() },
         };
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(run(a)).unwrap();

@@ -21,13 +21,12 @@
 //! covered span of its domain as one request (data sieving over small holes). Collective calls synchronise
 //! the processes, so collective implies a barrier.
 
-use crate::backend::parent_dir;
+use crate::backend::{parent_dir, ClusterArgs};
 use crate::report::mib_per_sec;
 use crate::units::{format_size, size_arg};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use futures::future::try_join_all;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -492,15 +491,8 @@ pub struct WorkloadArgs {
     /// File in the Tessera namespace.
     #[arg(long, default_value = "/iorch/workload.dat")]
     pub file: String,
-    /// Job id (default: the benchmark name).
-    #[arg(long)]
-    pub job: Option<String>,
-    /// Cluster configuration (else $TESSERA_CONFIG).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Write the result as JSON.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 #[derive(serde::Serialize)]
@@ -529,8 +521,8 @@ pub async fn run(a: WorkloadArgs) -> Result<()> {
     let spec = Spec { kind: a.name, procs: a.procs, file_size: a.size, barrier: a.barrier, collective: a.collective };
     spec.validate()?;
     let limit = limit_of(a.time, a.bytes)?;
-    let cfg = ClusterConfig::locate(a.config.as_deref())?;
-    let job = a.job.clone().unwrap_or_else(|| format!("{}-{}", a.name.label(), std::process::id()));
+    let cfg = ClusterConfig::locate(a.cluster.config.as_deref())?;
+    let job = a.cluster.job.clone().unwrap_or_else(|| format!("{}-{}", a.name.label(), std::process::id()));
     let client = Client::connect(&cfg).await.context("connecting to the Tessera cluster")?.with_job(job);
     println!("preparing {} ({})", a.file, format_size(a.size));
     prepare_file(&client, &a.file, a.size).await?;
@@ -549,7 +541,7 @@ pub async fn run(a: WorkloadArgs) -> Result<()> {
         p.mib_s(),
         p.job
     );
-    if let Some(j) = &a.json {
+    if let Some(j) = &a.cluster.json {
         crate::report::write_json(
             j,
             &WorkloadJson {
