@@ -317,21 +317,26 @@ impl ServeControl {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Falls back to `All` once the command in force has gone unrenewed for its fallback time.
+    /// Falls back to `All` once the command in force has gone unrenewed for its fallback time. A
+    /// server already serving `All` on command falls back too (counted, epochs no longer ordered): its
+    /// orchestrator went silent all the same.
     fn expire(&self, st: &mut ServeState, now: std::time::Instant) {
-        if st.target != ServeTarget::All && now >= st.last_command + st.fallback {
+        let commanded = st.ordered || st.target != ServeTarget::All;
+        if commanded && now >= st.last_command + st.fallback {
             tracing::warn!(
                 epoch = st.epoch,
                 "no orchestrator command for {:?}: falling back to work-conserving service",
                 st.fallback
             );
-            st.target = ServeTarget::All;
             st.fallen_back = true;
             st.fallbacks += 1;
             st.ordered = false;
-            st.generation += 1;
-            st.switched_at_us = crate::trace::unix_us();
-            self.locality.set_slice(st.generation, ServeTarget::All, 0, None);
+            if st.target != ServeTarget::All {
+                st.target = ServeTarget::All;
+                st.generation += 1;
+                st.switched_at_us = crate::trace::unix_us();
+                self.locality.set_slice(st.generation, ServeTarget::All, 0, None);
+            }
         }
     }
 
@@ -596,6 +601,14 @@ mod orchestrated_tests {
         let snap = ctl.snapshot();
         assert!(snap.fallen_back && snap.fallbacks == 1 && snap.target == ServeTarget::All && snap.epoch == 0);
         // A restarted orchestrator counting from 1 is accepted after the fallback.
+        assert_eq!(ctl.apply(&cmd(1, job("a"), 150)).0, 1);
+        // Silence while serving All on command is a fallback too (seen in the metrics), counted once.
+        ctl.apply(&cmd(5, ServeTarget::All, 100));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let snap = ctl.snapshot();
+        assert!(snap.fallen_back && snap.fallbacks == 2 && snap.target == ServeTarget::All, "{snap:?}");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(ctl.snapshot().fallbacks, 2);
         assert_eq!(ctl.apply(&cmd(1, job("a"), 150)).0, 1);
         assert!(!ctl.snapshot().fallen_back);
         // Renewals keep the slice alive past one fallback period.
