@@ -79,6 +79,13 @@ impl Params {
         (self.report_interval * 3).max(Duration::from_millis(50))
     }
 
+    /// A program with no served request for this long gets no slice (its statistics are kept for
+    /// `job_idle`): every running program is served at least once per window, so a longer silence means
+    /// it stopped or computes, and a dedicated slice would leave every server idle.
+    pub fn active_span(&self) -> Duration {
+        (self.window + self.window / 2).max(self.window + self.report_interval * 2).min(self.job_idle)
+    }
+
     /// Silence after which a data server falls back to work-conserving service.
     pub fn fallback_ms(&self) -> u32 {
         self.window_ms().saturating_mul(self.fallback_windows)
@@ -598,7 +605,7 @@ impl Orchestrator {
         });
         let mut evals = Vec::new();
         for (name, track) in jobs.iter_mut() {
-            let running = track.last_active.is_some_and(|a| now.saturating_duration_since(a) <= p.job_idle);
+            let running = track.last_active.is_some_and(|a| now.saturating_duration_since(a) <= p.active_span());
             if !running {
                 track.served_since = None;
                 continue;
@@ -995,6 +1002,18 @@ mod tests {
         assert_eq!(seq.servers.len(), 6);
         let ior = st.jobs.iter().find(|j| j.job == "ior").unwrap();
         assert!(!ior.eligible && ior.slice_share == 0.0 && ior.reason.contains("(2:"), "{ior:?}");
+        // A program that stops issuing requests gets no slice once it has missed a window and a half,
+        // although the servers still report its statistics.
+        let mut quiet = report(0, 4.0 * GB, &[("seq", 0.0, None), ("ior", 3.9 * GB, None)]);
+        quiet.jobs[0].requests = 0;
+        for (i, dt) in [300u64, 700, 800].into_iter().enumerate() {
+            for ds in 0..6 {
+                assert!(o.record(LocalityReport { ds, ..quiet.clone() }, t0 + Duration::from_millis(dt)));
+            }
+            let plan = o.plan_window(t0 + Duration::from_millis(dt));
+            let served = plan.iter().any(|s| s.target == ServeTarget::Job("seq".into()));
+            assert_eq!(served, i < 2, "{dt} ms: {plan:?}");
+        }
         // Reports stop: servers go stale, programs stop running, the plan is work-conserving.
         let later = t0 + Duration::from_secs(5);
         let plan = o.plan_window(later);
