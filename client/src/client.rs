@@ -301,12 +301,12 @@ impl Client {
 
     pub async fn unlink(&self, path: &str) -> FsResult<()> {
         let (parent, name) = self.parent_of(path).await?;
-        self.mds.unlink(parent, &name).await
+        self.mds.unlink(parent, &name).await.map(drop)
     }
 
     pub async fn rmdir(&self, path: &str) -> FsResult<()> {
         let (parent, name) = self.parent_of(path).await?;
-        self.mds.rmdir(parent, &name).await
+        self.mds.rmdir(parent, &name).await.map(drop)
     }
 
     /// `rm -rf`: removes `path` and everything below it; a missing path is not an error.
@@ -336,9 +336,9 @@ impl Client {
                     .collect()
                     .await;
                 results.into_iter().collect::<FsResult<Vec<()>>>()?;
-                self.mds.rmdir(parent, &name).await
+                self.mds.rmdir(parent, &name).await.map(drop)
             } else {
-                self.mds.unlink(parent, &name).await
+                self.mds.unlink(parent, &name).await.map(drop)
             };
             match res {
                 Err(e) if e.code == ErrorCode::NotFound => Ok(()),

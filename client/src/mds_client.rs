@@ -51,6 +51,8 @@ pub struct Opened {
     pub attr: Attr,
     pub layout: Option<Layout>,
     pub handle: u64,
+    /// After a create: the parent directory's new attributes.
+    pub parent: Option<Attr>,
 }
 
 /// What `GetLayout` returned: a file's layout or a directory's default.
@@ -192,7 +194,7 @@ impl MdsClient {
     ) -> FsResult<Opened> {
         let req = MdsRequest::CreateOpen { parent, name: name.to_string(), perm, exclusive, layout, flags };
         match self.call(req).await? {
-            MdsReply::Opened { attr, layout, handle } => Ok(Opened { attr, layout, handle }),
+            MdsReply::Opened { attr, layout, handle, parent } => Ok(Opened { attr, layout, handle, parent }),
             r => Err(unexpected("CreateOpen", r)),
         }
     }
@@ -226,12 +228,14 @@ impl MdsClient {
         }
     }
 
-    pub async fn unlink(&self, parent: Ino, name: &str) -> FsResult<()> {
-        ok_of("Unlink", self.call(MdsRequest::Unlink { parent, name: name.to_string() }).await?)
+    /// Removes a non-directory; returns the parent's new attributes.
+    pub async fn unlink(&self, parent: Ino, name: &str) -> FsResult<Attr> {
+        attr_of("Unlink", self.call(MdsRequest::Unlink { parent, name: name.to_string() }).await?)
     }
 
-    pub async fn rmdir(&self, parent: Ino, name: &str) -> FsResult<()> {
-        ok_of("Rmdir", self.call(MdsRequest::Rmdir { parent, name: name.to_string() }).await?)
+    /// Removes an empty directory; returns the parent's new attributes.
+    pub async fn rmdir(&self, parent: Ino, name: &str) -> FsResult<Attr> {
+        attr_of("Rmdir", self.call(MdsRequest::Rmdir { parent, name: name.to_string() }).await?)
     }
 
     pub async fn rename(
@@ -257,7 +261,7 @@ impl MdsClient {
 
     pub async fn open(&self, ino: Ino, flags: OpenFlags) -> FsResult<Opened> {
         match self.call(MdsRequest::Open { ino, flags }).await? {
-            MdsReply::Opened { attr, layout, handle } => Ok(Opened { attr, layout, handle }),
+            MdsReply::Opened { attr, layout, handle, parent } => Ok(Opened { attr, layout, handle, parent }),
             r => Err(unexpected("Open", r)),
         }
     }

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use tessera_client::mds_client::{LayoutReply, Opened};
 use tessera_client::proto::types::NAME_MAX;
 use tessera_client::{
@@ -33,6 +33,7 @@ const BLKSIZE: u32 = 1 << 20;
 const READDIR_BATCH: u32 = 128;
 /// Directory parents remembered for "..".
 const PARENTS_MAX: usize = 65536;
+const FRESH_DIR_ATTRS_MAX: usize = 1024;
 
 /// Mount-time choices that change behaviour.
 #[derive(Clone, Debug, Default)]
@@ -50,6 +51,11 @@ struct Inner {
     /// Open inodes with the number of handles on each.
     inodes: Mutex<HashMap<Ino, (usize, Arc<OpenInode>)>>,
     parents: Mutex<HashMap<Ino, Ino>>,
+    /// Directory attributes a create or removal just returned, with when: the kernel drops its cached
+    /// attributes of the parent after such a change and asks for them again before the next one, which
+    /// this answers (once, within [`TTL`]) without a round trip to the MDS. Any other change to the
+    /// directory through this mount forgets its entry.
+    fresh_dir_attrs: Mutex<HashMap<Ino, (Attr, Instant)>>,
 }
 
 /// A handle on the file system's state that outlives the session (for a clean shutdown).
@@ -213,6 +219,35 @@ impl Inner {
         }
     }
 
+    fn remember_dir_attr(&self, a: Attr) {
+        if let Ok(mut m) = self.fresh_dir_attrs.lock() {
+            if m.len() >= FRESH_DIR_ATTRS_MAX {
+                m.clear();
+            }
+            // Concurrent changes may answer out of order: keep the latest state.
+            if m.get(&a.ino).is_none_or(|(old, _)| old.ctime <= a.ctime) {
+                m.insert(a.ino, (a, Instant::now()));
+            }
+        }
+    }
+
+    /// After any other change to `ino` (or to unknown directories: `None`), its remembered attributes
+    /// are out of date.
+    fn forget_dir_attr(&self, ino: Option<Ino>) {
+        if let Ok(mut m) = self.fresh_dir_attrs.lock() {
+            match ino {
+                Some(i) => drop(m.remove(&i)),
+                None => m.clear(),
+            }
+        }
+    }
+
+    /// The attributes a create returned for directory `ino`, if taken within [`TTL`] (used up).
+    fn take_fresh_dir_attr(&self, ino: Ino) -> Option<Attr> {
+        let (a, at) = self.fresh_dir_attrs.lock().ok()?.remove(&ino)?;
+        (at.elapsed() < TTL).then_some(a)
+    }
+
     fn parent_of(&self, ino: Ino) -> Ino {
         if ino == ROOT_INO {
             return ROOT_INO;
@@ -366,6 +401,7 @@ impl TesseraFs {
             next_fh: AtomicU64::new(1),
             inodes: Mutex::new(HashMap::new()),
             parents: Mutex::new(HashMap::new()),
+            fresh_dir_attrs: Mutex::new(HashMap::new()),
         };
         TesseraFs { inner: Arc::new(inner), rt }
     }
@@ -458,6 +494,9 @@ impl Filesystem for TesseraFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if let Some(a) = self.inner.take_fresh_dir_attr(ino.0) {
+            return reply.attr(&TTL, &self.inner.fattr(a));
+        }
         let k = key(req);
         self.spawn(move |inner| async move {
             match inner.mds(k).getattr(ino.0).await {
@@ -495,7 +534,9 @@ impl Filesystem for TesseraFs {
             mtime: mtime.map(time_set),
         };
         self.spawn(move |inner| async move {
-            match inner.setattr(k, ino.0, set, fh).await {
+            let r = inner.setattr(k, ino.0, set, fh).await;
+            inner.forget_dir_attr(Some(ino.0));
+            match r {
                 Ok(a) => reply.attr(&TTL, &file_attr(&a)),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -524,6 +565,7 @@ impl Filesystem for TesseraFs {
                     inner.mds(k).create(parent.0, &name, kind, perm, rdev, true, None).await.map(|(a, _)| a)
                 }
             };
+            inner.forget_dir_attr(Some(parent.0));
             reply_entry(&inner, reply, r);
         });
     }
@@ -533,6 +575,7 @@ impl Filesystem for TesseraFs {
         let k = key(req);
         self.spawn(move |inner| async move {
             let r = inner.mds(k).mkdir(parent.0, &name, mode & 0o7777 & !umask).await;
+            inner.forget_dir_attr(Some(parent.0));
             if let Ok(a) = &r {
                 inner.note_parent(a, parent.0);
             }
@@ -543,13 +586,19 @@ impl Filesystem for TesseraFs {
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
         let k = key(req);
-        self.spawn(move |inner| async move { reply_empty(reply, inner.mds(k).unlink(parent.0, &name).await) });
+        self.spawn(move |inner| async move {
+            let r = inner.mds(k).unlink(parent.0, &name).await.map(|p| inner.remember_dir_attr(p));
+            reply_empty(reply, r)
+        });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
         let k = key(req);
-        self.spawn(move |inner| async move { reply_empty(reply, inner.mds(k).rmdir(parent.0, &name).await) });
+        self.spawn(move |inner| async move {
+            let r = inner.mds(k).rmdir(parent.0, &name).await.map(|p| inner.remember_dir_attr(p));
+            reply_empty(reply, r)
+        });
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
@@ -560,6 +609,7 @@ impl Filesystem for TesseraFs {
         let k = key(req);
         self.spawn(move |inner| async move {
             let r = inner.mds(k).symlink(parent.0, &name, &target).await;
+            inner.forget_dir_attr(Some(parent.0));
             reply_entry(&inner, reply, r);
         });
     }
@@ -587,6 +637,8 @@ impl Filesystem for TesseraFs {
         let k = key(req);
         self.spawn(move |inner| async move {
             let r = inner.mds(k).rename(parent.0, &name, newparent.0, &newname, rf).await;
+            // Both parents and a moved directory itself changed.
+            inner.forget_dir_attr(None);
             reply_empty(reply, r)
         });
     }
@@ -596,6 +648,7 @@ impl Filesystem for TesseraFs {
         let k = key(req);
         self.spawn(move |inner| async move {
             let r = inner.mds(k).link(ino.0, newparent.0, &name).await;
+            inner.forget_dir_attr(Some(newparent.0));
             reply_entry(&inner, reply, r);
         });
     }
@@ -813,9 +866,11 @@ impl Filesystem for TesseraFs {
         };
         let value = value.to_vec();
         let k = key(req);
-        self.spawn(
-            move |inner| async move { reply_empty(reply, inner.mds(k).setxattr(ino.0, &name, value, mode).await) },
-        );
+        self.spawn(move |inner| async move {
+            let r = inner.mds(k).setxattr(ino.0, &name, value, mode).await;
+            inner.forget_dir_attr(Some(ino.0));
+            reply_empty(reply, r)
+        });
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -845,7 +900,11 @@ impl Filesystem for TesseraFs {
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
         let k = key(req);
-        self.spawn(move |inner| async move { reply_empty(reply, inner.mds(k).removexattr(ino.0, &name).await) });
+        self.spawn(move |inner| async move {
+            let r = inner.mds(k).removexattr(ino.0, &name).await;
+            inner.forget_dir_attr(Some(ino.0));
+            reply_empty(reply, r)
+        });
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
@@ -881,6 +940,9 @@ impl Filesystem for TesseraFs {
                 // whatever its mode), or opens what is there when not exclusive.
                 let of = open_flags(flags);
                 let opened = mds.create_open(parent.0, &name, perm, excl, None, of).await?;
+                if let Some(p) = opened.parent.clone() {
+                    inner.remember_dir_attr(p);
+                }
                 inner.attach(&who, &mds, opened, of).await
             }
             .await;

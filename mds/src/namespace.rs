@@ -278,7 +278,9 @@ impl Namespace {
             Q::CreateOpen { parent, name, perm, exclusive, layout, flags } => {
                 let r = self.create_sync(c, parent, &name, FileKind::File, perm, 0, exclusive, layout, true);
                 match self.durable(r).await? {
-                    (i, Some(handle)) => Ok(MdsReply::Opened { attr: i.attr, layout: i.layout, handle }),
+                    (i, Some((handle, parent))) => {
+                        Ok(MdsReply::Opened { attr: i.attr, layout: i.layout, handle, parent: Some(parent) })
+                    }
                     // It existed: an ordinary open, with its permission checks and O_TRUNC.
                     (i, None) => self.open(c, i.attr.ino, flags).await,
                 }
@@ -416,11 +418,12 @@ impl Namespace {
     // Entry helpers (callers hold the mutation lock)
 
     /// Adds `name → ino` to `parent` with a fresh readdir position; parent size/nlink/times follow.
-    fn add_entry(&self, tx: &mut Txn<'_>, parent: Ino, name: &str, ino: Ino, kind: FileKind) -> FsResult<()> {
+    /// Adds an entry; returns the parent's new attributes.
+    fn add_entry(&self, tx: &mut Txn<'_>, parent: Ino, name: &str, ino: Ino, kind: FileKind) -> FsResult<Attr> {
         let seq = self.store.new_id()?;
         tx.put_dentry(parent, name, Dentry { ino, kind, seq })?;
         let now = Timestamp::now();
-        tx.update_inode(parent, |p| {
+        let p = tx.update_inode(parent, |p| {
             p.attr.size = p.attr.size.saturating_add(1);
             if kind == FileKind::Dir {
                 p.attr.nlink = p.attr.nlink.saturating_add(1);
@@ -428,13 +431,14 @@ impl Namespace {
             p.attr.mtime = now;
             p.attr.ctime = now;
         })?;
-        Ok(())
+        Ok(p.attr)
     }
 
-    fn remove_entry(&self, tx: &mut Txn<'_>, parent: Ino, name: &str, d: &Dentry) -> FsResult<()> {
+    /// Removes an entry; returns the parent's new attributes.
+    fn remove_entry(&self, tx: &mut Txn<'_>, parent: Ino, name: &str, d: &Dentry) -> FsResult<Attr> {
         tx.del_dentry(parent, name, d);
         let now = Timestamp::now();
-        tx.update_inode(parent, |p| {
+        let p = tx.update_inode(parent, |p| {
             p.attr.size = p.attr.size.saturating_sub(1);
             if d.kind == FileKind::Dir {
                 p.attr.nlink = p.attr.nlink.saturating_sub(1).max(2);
@@ -442,7 +446,7 @@ impl Namespace {
             p.attr.mtime = now;
             p.attr.ctime = now;
         })?;
-        Ok(())
+        Ok(p.attr)
     }
 
     /// Drops one link of a non-directory: at zero links it becomes an orphan if open, else it is
@@ -516,7 +520,8 @@ impl Namespace {
 
     /// Creates `name` (or, if `exclusive` is false, finds the regular file of that name). With `open`,
     /// a NEW file is also opened, registered under the same lock so no unlink can slip in between:
-    /// the handle is returned; for an existing file it is `None` and the caller opens it normally.
+    /// its handle is returned with the parent's new attributes; for an existing file it is `None` and
+    /// the caller opens it normally.
     #[allow(clippy::too_many_arguments)]
     fn create_sync(
         &self,
@@ -529,7 +534,7 @@ impl Namespace {
         exclusive: bool,
         spec: Option<LayoutSpec>,
         open: bool,
-    ) -> FsResult<(Inode, Option<u64>)> {
+    ) -> FsResult<(Inode, Option<(u64, Attr)>)> {
         validate_name(name)?;
         if matches!(kind, FileKind::Dir | FileKind::Symlink) {
             return Err(FsError::invalid("create makes files, FIFOs, sockets and devices (use mkdir/symlink)"));
@@ -555,9 +560,9 @@ impl Namespace {
             i.layout = Some(self.new_layout(spec.unwrap_or_default(), base)?);
         }
         tx.add_inode(&i)?;
-        self.add_entry(&mut tx, parent, name, i.attr.ino, kind)?;
+        let parent_attr = self.add_entry(&mut tx, parent, name, i.attr.ino, kind)?;
         self.commit(tx)?;
-        let handle = open.then(|| self.register_open(i.attr.ino));
+        let handle = open.then(|| (self.register_open(i.attr.ino), parent_attr));
         Ok((i, handle))
     }
 
@@ -645,10 +650,10 @@ impl Namespace {
         if i.attr.kind == FileKind::Dir {
             return Err(err(ErrorCode::IsDir, format!("{name} is a directory")));
         }
-        self.remove_entry(&mut tx, parent, name, &d)?;
+        let parent_attr = self.remove_entry(&mut tx, parent, name, &d)?;
         self.drop_link(&mut tx, d.ino)?;
         self.commit(tx)?;
-        Ok(MdsReply::Ok)
+        Ok(MdsReply::Attr(parent_attr))
     }
 
     fn rmdir_sync(&self, c: &Caller, parent: Ino, name: &str) -> FsResult<MdsReply> {
@@ -669,10 +674,10 @@ impl Namespace {
         if tx.dir_has_entries(i.attr.ino)? {
             return Err(err(ErrorCode::NotEmpty, format!("{name} is not empty")));
         }
-        self.remove_entry(&mut tx, parent, name, &d)?;
+        let parent_attr = self.remove_entry(&mut tx, parent, name, &d)?;
         tx.remove_inode(&i)?;
         self.commit(tx)?;
-        Ok(MdsReply::Ok)
+        Ok(MdsReply::Attr(parent_attr))
     }
 
     /// Whether directory `ancestor` is `dir` or one of its ancestors.
@@ -914,7 +919,7 @@ impl Namespace {
                 self.commit(tx)?;
             }
             let handle = self.register_open(ino);
-            Ok(MdsReply::Opened { attr: i.attr, layout: i.layout, handle })
+            Ok(MdsReply::Opened { attr: i.attr, layout: i.layout, handle, parent: None })
         };
         if truncate {
             self.durable(r).await
@@ -1002,9 +1007,9 @@ impl Namespace {
         if offset == u64::MAX {
             return Ok(MdsReply::DirEntries(out));
         }
-        let range = dirseq_key(ino, offset + 1)..=dirseq_key(ino, u64::MAX);
-        for kv in self.store.tree(T::Dirseq).range(range) {
-            let (k, v) = kv.map_err(crate::store::db_err)?;
+        let start = dirseq_key(ino, offset + 1);
+        for kv in self.store.scan_from(T::Dirseq, &start, &ino.to_be_bytes()) {
+            let (k, v) = kv?;
             let Ok(seq) = <[u8; 8]>::try_from(&k[8..]).map(u64::from_be_bytes) else { continue };
             let Ok(name) = std::str::from_utf8(&v) else { continue };
             // An entry removed or renamed since the scan started is skipped.

@@ -371,15 +371,19 @@ async fn create_open_is_one_round_trip_with_open_semantics() {
     };
     // A new file: opened for writing although its mode grants its owner nothing (open(2) with O_CREAT).
     let (f, h) = match ns.handle(&alice, create_open("f", 0o000, true, rw)).await.unwrap() {
-        MdsReply::Opened { attr, layout, handle } => {
+        MdsReply::Opened { attr, layout, handle, parent } => {
             assert!(layout.is_some());
+            // The directory as the create left it (a FUSE client answers the kernel's next GETATTR).
+            assert_eq!(parent, Some(getattr(&ns, d.ino).await));
+            assert_eq!(parent.map(|p| p.size), Some(1));
             (attr, handle)
         }
         o => panic!("{o:?}"),
     };
     assert_eq!((f.uid, f.perm, f.nlink), (1000, 0o000, 1));
-    // The handle counts: an unlink keeps the file until it is closed.
-    unlink(&ns, &alice, d.ino, "f").await.unwrap();
+    // The handle counts: an unlink keeps the file until it is closed. Its reply: the parent's new attributes.
+    let after = ns.handle(&alice, MdsRequest::Unlink { parent: d.ino, name: "f".into() }).await.unwrap();
+    assert_eq!(after, MdsReply::Attr(getattr(&ns, d.ino).await));
     assert_eq!(getattr(&ns, f.ino).await.nlink, 0);
     ns.handle(&alice, MdsRequest::Close { ino: f.ino, handle: h, size: None, wrote: false }).await.unwrap();
     assert_eq!(code(ns.handle(&alice, MdsRequest::GetAttr { ino: f.ino }).await), ErrorCode::NotFound);

@@ -100,7 +100,10 @@ async fn serves_clients_reaches_data_servers_and_shuts_down() {
     let mut c = start().await;
     let me = Caller::current_process();
     let cl = client(&c, Role::Client, "c1");
-    assert_eq!(call(&cl, &me, MdsRequest::Ping).await.unwrap(), MdsReply::Pong { version: 1 });
+    assert_eq!(
+        call(&cl, &me, MdsRequest::Ping).await.unwrap(),
+        MdsReply::Pong { version: tessera_proto::PROTOCOL_VERSION }
+    );
 
     // Only data servers report; data servers may do nothing else.
     let rep = DsReport { ds: 0, capacity: 1 << 30, free: 1 << 29, ..Default::default() };

@@ -277,6 +277,9 @@ pub enum MdsReply {
         attr: Attr,
         layout: Option<Layout>,
         handle: u64,
+        /// After a create: the parent directory's attributes the create left (the kernel asks for
+        /// them next; a client may answer from this within its attribute timeout).
+        parent: Option<Attr>,
     },
     Target(String),
     DirEntries(Vec<DirEntry>),
