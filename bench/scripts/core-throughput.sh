@@ -8,6 +8,7 @@
 #
 #   bench/scripts/core-throughput.sh [OUT_DIR]
 #   env: REPS=3 BLOCK=256m TASKS=2 DS=4 MDFILES=10000 SMALL_BLOCK=32m FIO_SECONDS=10 (FIO=0 skips fio)
+#        FUSE_OPTS=readdirplus,... (extra mount options for tessera-fuse -o)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${BIN:-$here/target/release}
@@ -33,7 +34,7 @@ for _ in $(seq 100); do grep -q "TESSERA UP" "$work/up.log" && break; sleep 0.2;
 export TESSERA_CONFIG=$work/cluster/client.toml
 "$bin/tessera" mkdir -p /ior && "$bin/tessera" mkdir -p /md
 "$bin/tessera" setstripe -S 1M -c "$nds" /ior
-"$bin/tessera-fuse" "$mnt" --allow-other > "$work/fuse.log" 2>&1 &
+"$bin/tessera-fuse" "$mnt" --allow-other ${FUSE_OPTS:+-o "$FUSE_OPTS"} > "$work/fuse.log" 2>&1 &
 fuse_pid=$!
 for _ in $(seq 100); do grep -q READY "$work/fuse.log" && break; sleep 0.2; done
 
