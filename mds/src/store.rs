@@ -135,7 +135,7 @@ pub struct Store {
     /// Set in [`MetadataCommit::Journal`] mode.
     journal: Option<Arc<Mutex<Journal>>>,
     /// Journaled changes not yet applied to sled (journal mode).
-    pending: Arc<RwLock<Pending>>,
+    overlay: Arc<Overlay>,
     flusher: GroupCommit,
 }
 
@@ -150,6 +150,14 @@ type PendingEntry = (Vec<u8>, Option<Vec<u8>>);
 struct Pending {
     map: BTreeMap<Key, Versioned>,
     commits: u64,
+}
+
+/// The pending overlay, and the lock that lets one apply run at a time: two overlapping applies could
+/// write an older snapshot's value after a newer one was applied and dropped from the overlay.
+#[derive(Default)]
+struct Overlay {
+    pending: RwLock<Pending>,
+    applying: Mutex<()>,
 }
 
 fn read_pending(p: &RwLock<Pending>) -> std::sync::RwLockReadGuard<'_, Pending> {
@@ -190,7 +198,9 @@ fn apply_writes<'w>(
 }
 
 /// Moves everything pending into sled (one transaction); entries rewritten meanwhile stay pending.
-fn apply_pending(trees: &[Tree], pending: &RwLock<Pending>) -> FsResult<usize> {
+fn apply_pending(trees: &[Tree], overlay: &Overlay) -> FsResult<usize> {
+    let _one_at_a_time = overlay.applying.lock().unwrap_or_else(|e| e.into_inner());
+    let pending = &overlay.pending;
     let snapshot: Vec<(Key, Versioned)> =
         read_pending(pending).map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     if snapshot.is_empty() {
@@ -276,7 +286,7 @@ impl GroupCommit {
     fn start(
         db: Db,
         trees: Vec<Tree>,
-        overlay: Arc<RwLock<Pending>>,
+        overlay: Arc<Overlay>,
         journal: Option<Arc<Mutex<Journal>>>,
         interval: Duration,
     ) -> FsResult<GroupCommit> {
@@ -312,7 +322,7 @@ impl GroupCommit {
                     },
                     None => None,
                 };
-                if !requested && retire.is_none() && read_pending(&overlay).map.is_empty() {
+                if !requested && retire.is_none() && read_pending(&overlay.pending).map.is_empty() {
                     continue; // periodic wake-up with nothing journaled
                 }
                 // The rotation took the journal's lock, so every change journaled before it is pending
@@ -389,9 +399,9 @@ impl Store {
             ))),
             MetadataCommit::Fsync => None,
         };
-        let pending = Arc::new(RwLock::new(Pending::default()));
-        let flusher = GroupCommit::start(db.clone(), trees.clone(), pending.clone(), journal.clone(), interval)?;
-        let store = Store { db, trees, inode_count: AtomicI64::new(0), journal, pending, flusher };
+        let overlay = Arc::new(Overlay::default());
+        let flusher = GroupCommit::start(db.clone(), trees.clone(), overlay.clone(), journal.clone(), interval)?;
+        let store = Store { db, trees, inode_count: AtomicI64::new(0), journal, overlay, flusher };
         let meta = store.tree(T::Meta);
         match meta.get(FORMAT_KEY).map_err(db_err)? {
             None => {
@@ -440,13 +450,13 @@ impl Store {
     }
 
     pub fn flush_sync(&self) -> FsResult<()> {
-        apply_pending(&self.trees, &self.pending)?;
+        apply_pending(&self.trees, &self.overlay)?;
         self.db.flush().map(|_| ()).map_err(db_err)
     }
 
     /// The committed value of a key (pending overlay first, then sled).
     pub fn read(&self, t: T, key: &[u8]) -> FsResult<Option<Vec<u8>>> {
-        if let Some((_, v)) = read_pending(&self.pending).map.get(&(t, key.to_vec())) {
+        if let Some((_, v)) = read_pending(&self.overlay.pending).map.get(&(t, key.to_vec())) {
             return Ok(v.clone());
         }
         Ok(self.tree(t).get(key).map_err(db_err)?.map(|v| v.to_vec()))
@@ -454,7 +464,7 @@ impl Store {
 
     /// Committed keys from `start` on that begin with `prefix` (see [`Scan`]).
     pub fn scan_from(&self, t: T, start: &[u8], prefix: &[u8]) -> Scan {
-        let pending: Vec<PendingEntry> = read_pending(&self.pending)
+        let pending: Vec<PendingEntry> = read_pending(&self.overlay.pending)
             .map
             .range((t, start.to_vec())..)
             .take_while(|((pt, k), _)| *pt == t && k.starts_with(prefix))
@@ -703,7 +713,7 @@ impl<'a> Txn<'a> {
         let appended = journal.append(ws);
         {
             // Under the journal's lock: a rotation sees every record it closes in the overlay.
-            let mut p = write_pending(&store.pending);
+            let mut p = write_pending(&store.overlay.pending);
             p.commits += 1;
             let commit = p.commits;
             for (k, v) in self.writes {
@@ -859,7 +869,7 @@ mod tests {
         block_on(s.flush()).unwrap();
         assert_eq!(names(&s), want);
         assert_eq!(s.tree(T::Xattrs).len(), 3);
-        assert!(read_pending(&s.pending).map.is_empty());
+        assert!(read_pending(&s.overlay.pending).map.is_empty());
         // A newer pending value wins over the one sled has.
         let mut tx = s.begin();
         tx.put(T::Meta, b"k", b"1".to_vec());
@@ -874,7 +884,7 @@ mod tests {
         assert_eq!(s.tree(T::Meta).get(b"k").unwrap().unwrap().as_ref(), b"2");
     }
 
-    /// Writers commit while the overlay is applied to sled again and again: every reader sees its own
+    /// Writers commit while two threads apply the overlay to sled again and again: every reader sees its own
     /// latest writes throughout, and in the end sled holds exactly the last value of every key.
     #[test]
     fn overlay_stays_consistent_while_it_is_applied_concurrently() {
@@ -883,11 +893,14 @@ mod tests {
         let s = journaled(dir.path());
         let done = std::sync::atomic::AtomicBool::new(false);
         let models: Vec<BTreeMap<Vec<u8>, Option<Vec<u8>>>> = std::thread::scope(|sc| {
-            sc.spawn(|| {
-                while !done.load(Ordering::Acquire) {
-                    s.flush_sync().unwrap();
-                }
-            });
+            // Two appliers, as when the commit thread's tick meets a synchronous flush.
+            for _ in 0..2 {
+                sc.spawn(|| {
+                    while !done.load(Ordering::Acquire) {
+                        s.flush_sync().unwrap();
+                    }
+                });
+            }
             let writers: Vec<_> = (0..4u8)
                 .map(|w| {
                     let s = &s;
@@ -924,7 +937,7 @@ mod tests {
             joined.into_iter().map(|r| r.unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
         });
         s.flush_sync().unwrap();
-        assert!(read_pending(&s.pending).map.is_empty());
+        assert!(read_pending(&s.overlay.pending).map.is_empty());
         let want: BTreeMap<Vec<u8>, Vec<u8>> =
             models.iter().flatten().filter_map(|(k, v)| Some((k.clone(), v.clone()?))).collect();
         let in_sled: BTreeMap<Vec<u8>, Vec<u8>> =
