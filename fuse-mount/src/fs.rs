@@ -242,7 +242,7 @@ impl Inner {
         }
     }
 
-    /// The attributes a create returned for directory `ino`, if taken within [`TTL`] (used up).
+    /// The attributes a create or removal returned for directory `ino`, if taken within [`TTL`] (used up).
     fn take_fresh_dir_attr(&self, ino: Ino) -> Option<Attr> {
         let (a, at) = self.fresh_dir_attrs.lock().ok()?.remove(&ino)?;
         (at.elapsed() < TTL).then_some(a)

@@ -418,7 +418,7 @@ impl Namespace {
     // Entry helpers (callers hold the mutation lock)
 
     /// Adds `name → ino` to `parent` with a fresh readdir position; parent size/nlink/times follow.
-    /// Adds an entry; returns the parent's new attributes.
+    /// Returns the parent's new attributes.
     fn add_entry(&self, tx: &mut Txn<'_>, parent: Ino, name: &str, ino: Ino, kind: FileKind) -> FsResult<Attr> {
         let seq = self.store.new_id()?;
         tx.put_dentry(parent, name, Dentry { ino, kind, seq })?;

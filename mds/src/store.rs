@@ -198,13 +198,13 @@ fn apply_writes<'w>(
 }
 
 /// Moves everything pending into sled (one transaction); entries rewritten meanwhile stay pending.
-fn apply_pending(trees: &[Tree], overlay: &Overlay) -> FsResult<usize> {
+fn apply_pending(trees: &[Tree], overlay: &Overlay) -> FsResult<()> {
     let _one_at_a_time = overlay.applying.lock().unwrap_or_else(|e| e.into_inner());
     let pending = &overlay.pending;
     let snapshot: Vec<(Key, Versioned)> =
         read_pending(pending).map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     if snapshot.is_empty() {
-        return Ok(0);
+        return Ok(());
     }
     apply_writes(trees, snapshot.iter().map(|(k, (_, v))| (k, v)))?;
     let mut p = write_pending(pending);
@@ -213,7 +213,7 @@ fn apply_pending(trees: &[Tree], overlay: &Overlay) -> FsResult<usize> {
             p.map.remove(k);
         }
     }
-    Ok(snapshot.len())
+    Ok(())
 }
 
 /// Keys from `start` on that begin with `prefix`, with values: sled merged with a snapshot of the
@@ -327,7 +327,7 @@ impl GroupCommit {
                 }
                 // The rotation took the journal's lock, so every change journaled before it is pending
                 // (or applied) now: the flush below covers the segments up to `retire`.
-                let applied = apply_pending(&trees, &overlay).map(|_| ());
+                let applied = apply_pending(&trees, &overlay);
                 let error = applied.and_then(|()| db.flush().map(|_| ()).map_err(db_err)).err();
                 let error = error.map(|e| Arc::from(e.to_string()));
                 if let (None, Some(upto), Some(dir)) = (&error, retire, &jdir) {
@@ -456,9 +456,14 @@ impl Store {
 
     /// The committed value of a key (pending overlay first, then sled).
     pub fn read(&self, t: T, key: &[u8]) -> FsResult<Option<Vec<u8>>> {
-        if let Some((_, v)) = read_pending(&self.overlay.pending).map.get(&(t, key.to_vec())) {
-            return Ok(v.clone());
+        // Usually empty (always in fsync mode): then no key copy for the lookup.
+        let pending = read_pending(&self.overlay.pending);
+        if !pending.map.is_empty() {
+            if let Some((_, v)) = pending.map.get(&(t, key.to_vec())) {
+                return Ok(v.clone());
+            }
         }
+        drop(pending);
         Ok(self.tree(t).get(key).map_err(db_err)?.map(|v| v.to_vec()))
     }
 
