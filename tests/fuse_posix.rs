@@ -456,11 +456,17 @@ fn fuse_permissions() {
     std::os::unix::fs::chown(&fifo, Some(1002), Some(1002)).unwrap();
     assert!(as_user(1002, 1002, &[], &format!("exec 3<>{ff}")).0);
     // A write or truncate by a non-owner clears S_ISUID/S_ISGID (the kernel's chmod as that caller must be
-    // let through), as on ext4 (pjdfstest chmod/12.t); the non-owner still cannot chmod itself.
+    // let through; a direct write carries FUSE_WRITE_KILL_SUIDGID instead), as on ext4 (pjdfstest
+    // chmod/12.t); the non-owner still cannot chmod itself.
     let su = m.p("suid");
     std::fs::write(&su, b"").unwrap();
     let sus = su.display().to_string();
-    for (mode, how) in [(0o4777, "echo x >> {f}"), (0o6777, "truncate -s 1 {f}"), (0o2777, "echo y > {f}")] {
+    for (mode, how) in [
+        (0o4777, "echo x >> {f}"),
+        (0o6777, "truncate -s 1 {f}"),
+        (0o2777, "echo y > {f}"),
+        (0o6777, "printf z | dd of={f} conv=notrunc status=none"),
+    ] {
         std::fs::set_permissions(&su, std::fs::Permissions::from_mode(mode)).unwrap();
         let (ok, err) = as_user(1002, 1002, &[], &how.replace("{f}", &sus));
         assert!(ok, "{how} by non-owner of a {mode:o} file: {err}");

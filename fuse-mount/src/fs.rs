@@ -2,7 +2,7 @@
 //! process's credentials sent to the MDS (which enforces permissions) and its job id on the data path.
 
 use crate::creds::{Creds, Who};
-use crate::io::{Handle, OpenInode};
+use crate::io::{privileged_bits, Handle, OpenInode};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags as FuseOpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::future::Future;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tessera_client::mds_client::{LayoutReply, Opened};
@@ -40,6 +40,9 @@ const FRESH_DIR_ATTRS_MAX: usize = 1024;
 pub struct FsOptions {
     /// Ask the kernel for READDIRPLUS (attributes with directory listings).
     pub readdirplus: bool,
+    /// Reads and writes go through the kernel's page cache (`-o page_cache`), instead of the default
+    /// direct I/O: see [`Inner::direct_io`].
+    pub page_cache: bool,
 }
 
 struct Inner {
@@ -56,6 +59,12 @@ struct Inner {
     /// this answers (once, within [`TTL`]) without a round trip to the MDS. Any other change to the
     /// directory through this mount forgets its entry.
     fresh_dir_attrs: Mutex<HashMap<Ino, (Attr, Instant)>>,
+    /// Opens bypass the kernel's page cache (FOPEN_DIRECT_IO): a read or write reaches this process as one
+    /// request of the caller's size, copied once, and writes to one file from several processes run in
+    /// parallel (FOPEN_PARALLEL_DIRECT_WRITES), where the page-cache path holds the inode's lock per write
+    /// and copies twice. Data is cached here anyway (read-ahead, write-behind). Set at INIT when the kernel
+    /// can still mmap such files (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6) and `-o page_cache` is not given.
+    direct_io: AtomicBool,
 }
 
 /// A handle on the file system's state that outlives the session (for a clean shutdown).
@@ -168,6 +177,15 @@ fn key(req: &Request) -> Key {
 }
 
 impl Inner {
+    /// The open flags every open and create replies with.
+    fn fopen_flags(&self) -> FopenFlags {
+        if self.direct_io.load(Ordering::Relaxed) {
+            FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
     fn who(&self, k: Key) -> Arc<Who> {
         self.creds.get(k.pid, k.uid, k.gid)
     }
@@ -290,6 +308,7 @@ impl Inner {
         if truncate {
             inode.truncated(0);
         }
+        inode.privileged.store(privileged_bits(opened.attr.perm) != 0, Ordering::Relaxed);
         let tag = IoTag { job: who.job.clone(), client: self.client.client_id(), ino };
         let client = self.client.clone().with_caller(mds.caller().clone());
         let h = Arc::new(Handle::new(inode, opened.handle, tag, client, write, opened.attr.size));
@@ -351,8 +370,11 @@ impl Inner {
                 r => r?,
             }
         };
-        if let (Some(s), Some(i)) = (set.size, &inode) {
-            i.truncated(s);
+        if let Some(i) = &inode {
+            if let Some(s) = set.size {
+                i.truncated(s);
+            }
+            i.privileged.store(privileged_bits(attr.perm) != 0, Ordering::Relaxed);
         }
         Ok(self.fix(attr))
     }
@@ -372,6 +394,20 @@ impl Inner {
             mds.setattr(ino, rest).await?;
         }
         mds.with_caller(Caller::root()).setattr(ino, SetAttrs { perm: Some(new), ..SetAttrs::default() }).await
+    }
+
+    /// A direct write by a caller without CAP_FSETID (the kernel's FUSE_WRITE_KILL_SUIDGID) clears the
+    /// file's S_ISUID/S_ISGID first, as the page-cache path's SETATTR does: as root, since the caller may
+    /// write the file (its handle is open for writing) but need not own it.
+    async fn clear_privileges(&self, h: &Handle) -> FsResult<()> {
+        let root = h.mds.with_caller(Caller::root());
+        let cur = root.getattr(h.inode.ino).await?;
+        let bits = privileged_bits(cur.perm);
+        if bits != 0 {
+            root.setattr(h.inode.ino, SetAttrs { perm: Some(cur.perm & !bits), ..SetAttrs::default() }).await?;
+        }
+        h.inode.privileged.store(false, Ordering::Relaxed);
+        Ok(())
     }
 
     async fn readdir_page(&self, k: Key, ino: Ino, offset: u64) -> FsResult<Vec<(Ino, u64, FileKind, String)>> {
@@ -402,6 +438,7 @@ impl TesseraFs {
             inodes: Mutex::new(HashMap::new()),
             parents: Mutex::new(HashMap::new()),
             fresh_dir_attrs: Mutex::new(HashMap::new()),
+            direct_io: AtomicBool::new(false),
         };
         TesseraFs { inner: Arc::new(inner), rt }
     }
@@ -469,6 +506,13 @@ impl Filesystem for TesseraFs {
             InitFlags::FUSE_BIG_WRITES,
             InitFlags::FUSE_MAX_PAGES,
         ];
+        if !self.inner.opts.page_cache {
+            let mmap_ok = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP).is_ok();
+            self.inner.direct_io.store(mmap_ok, Ordering::Relaxed);
+            if !mmap_ok {
+                tracing::info!("kernel cannot mmap direct-I/O files: reads and writes use its page cache");
+            }
+        }
         if self.inner.opts.readdirplus {
             wanted.push(InitFlags::FUSE_DO_READDIRPLUS);
             wanted.push(InitFlags::FUSE_READDIRPLUS_AUTO);
@@ -659,7 +703,7 @@ impl Filesystem for TesseraFs {
             let who = inner.who(k);
             let mds = inner.client.mds().with_caller(who.caller.clone());
             match inner.open(&who, &mds, ino.0, flags.0).await {
-                Ok((fh, _)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Ok((fh, _)) => reply.opened(FileHandle(fh), inner.fopen_flags()),
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -704,7 +748,7 @@ impl Filesystem for TesseraFs {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: FuseOpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
@@ -714,6 +758,21 @@ impl Filesystem for TesseraFs {
             Err(e) => return reply.error(errno(&e)),
         };
         let len = data.len() as u32;
+        let kill_privs =
+            write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) && h.inode.privileged.load(Ordering::Relaxed);
+        if kill_privs {
+            let data = bytes::Bytes::copy_from_slice(data);
+            return self.spawn(move |inner| async move {
+                let r = match inner.clear_privileges(&h).await {
+                    Ok(()) => h.write(offset, &data).await,
+                    Err(e) => Err(e),
+                };
+                match r {
+                    Ok(()) => reply.written(len),
+                    Err(e) => reply.error(errno(&e)),
+                }
+            });
+        }
         // Most writes only append to the write-behind buffer: answer them from this thread, with one
         // copy and no task.
         {
@@ -947,7 +1006,7 @@ impl Filesystem for TesseraFs {
             }
             .await;
             match r {
-                Ok((fh, a)) => reply.created(&TTL, &file_attr(&a), Generation(0), FileHandle(fh), FopenFlags::empty()),
+                Ok((fh, a)) => reply.created(&TTL, &file_attr(&a), Generation(0), FileHandle(fh), inner.fopen_flags()),
                 Err(e) => reply.error(errno(&e)),
             }
         });

@@ -54,6 +54,19 @@ pub struct OpenInode {
     changed: Notify,
     /// Bumped by every write, so read-ahead data fetched before it is dropped.
     wgen: AtomicU64,
+    /// The mode has bits a write by an unprivileged caller clears ([`privileged_bits`]), as last heard
+    /// from the MDS through this mount.
+    pub privileged: AtomicBool,
+}
+
+/// The mode bits a write or truncate by a caller without CAP_FSETID clears (Linux `should_remove_suid`):
+/// S_ISUID, and S_ISGID when group-execute is set (without it S_ISGID means mandatory locking).
+pub fn privileged_bits(perm: u32) -> u32 {
+    let mut bits = perm & libc::S_ISUID;
+    if perm & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP {
+        bits |= libc::S_ISGID;
+    }
+    bits
 }
 
 fn poisoned() -> FsError {
@@ -66,7 +79,14 @@ fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
 
 impl OpenInode {
     pub fn new(ino: Ino, layout: Layout) -> OpenInode {
-        OpenInode { ino, layout, st: Mutex::new(WState::default()), changed: Notify::new(), wgen: AtomicU64::new(0) }
+        OpenInode {
+            ino,
+            layout,
+            st: Mutex::new(WState::default()),
+            changed: Notify::new(),
+            wgen: AtomicU64::new(0),
+            privileged: AtomicBool::new(false),
+        }
     }
 
     pub fn wgen(&self) -> u64 {
@@ -526,6 +546,15 @@ pub enum PendingRead {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn privileged_bits_follow_linux_should_remove_suid() {
+        assert_eq!(privileged_bits(0o4755), 0o4000);
+        assert_eq!(privileged_bits(0o2775), 0o2000, "S_ISGID with group-exec");
+        assert_eq!(privileged_bits(0o2765), 0, "S_ISGID without group-exec is mandatory locking");
+        assert_eq!(privileged_bits(0o6777), 0o6000);
+        assert_eq!(privileged_bits(0o777), 0);
+    }
 
     #[test]
     fn ranges_overlap() {

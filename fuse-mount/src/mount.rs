@@ -34,7 +34,8 @@ pub struct Args {
     #[arg(long)]
     pub allow_other: bool,
     /// Mount options, comma-separated: allow_other, allow_root, owner_only, default_permissions (the default),
-    /// server_permissions, ro, rw, noatime, nodev, nosuid, noexec, readdirplus, fsname=NAME.
+    /// server_permissions, ro, rw, noatime, nodev, nosuid, noexec, readdirplus, page_cache (reads and writes through the kernel's page
+    /// cache instead of direct I/O), fsname=NAME.
     #[arg(short = 'o', value_delimiter = ',', value_name = "OPTS")]
     pub options: Vec<String>,
 }
@@ -84,6 +85,7 @@ fn plan_as(args: &Args, root: bool) -> Result<MountPlan, String> {
             "noexec" => opts.push(MountOption::NoExec),
             "exec" => opts.push(MountOption::Exec),
             "readdirplus" => fs.readdirplus = true,
+            "page_cache" => fs.page_cache = true,
             // fstab noise.
             "defaults" | "_netdev" | "noauto" | "auto" | "user" | "nouser" => {}
             o if o.starts_with("fsname=") => {
@@ -321,6 +323,8 @@ mod tests {
         assert_eq!(p.config.acl, SessionACL::All);
         assert!(p.config.mount_options.contains(&MountOption::DefaultPermissions));
         assert!(p.fs.readdirplus);
+        assert!(!p.fs.page_cache, "direct I/O is the default");
+        assert!(plan(&args(&["/mnt", "-o", "page_cache"])).unwrap().fs.page_cache);
         let p = plan_as(&args(&["/mnt"]), false).unwrap();
         assert_eq!(p.config.acl, SessionACL::Owner);
         assert_eq!(plan_as(&args(&["/mnt"]), true).unwrap().config.acl, SessionACL::All);
