@@ -2,6 +2,7 @@
 //!
 //! - [`store`]: the sled database — trees, records, and the overlay that commits as one transaction.
 //! - [`journal`]: the redo journal that makes an acknowledged change survive an MDS crash before fsync.
+//! - [`lease`]: directory leases, which let a client create files in a directory without waiting.
 //! - [`perm`]: POSIX permission checks from the caller's credentials.
 //! - [`namespace`]: every metadata operation with POSIX semantics.
 //! - [`placement`]: placement policies choosing data servers for new files (round-robin).
@@ -17,6 +18,7 @@ pub mod destroy;
 pub mod driver;
 pub mod dsclient;
 pub mod journal;
+pub mod lease;
 pub mod metrics;
 pub mod namespace;
 pub mod orchestrator;

@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::debug;
 
 /// Request type names, in [`kind`] order.
-pub const KINDS: [&str; 32] = [
+pub const KINDS: [&str; 34] = [
     "Ping",
     "Lookup",
     "LookupPath",
@@ -46,6 +46,8 @@ pub const KINDS: [&str; 32] = [
     "OrchestratorStatus",
     "CreateOpen",
     "Sync",
+    "LeaseDir",
+    "CreateBatch",
 ];
 
 /// Index of a request's type in [`KINDS`].
@@ -84,6 +86,8 @@ pub fn kind(req: &MdsRequest) -> usize {
         Q::OrchestratorStatus => 29,
         Q::CreateOpen { .. } => 30,
         Q::Sync => 31,
+        Q::LeaseDir { .. } => 32,
+        Q::CreateBatch { .. } => 33,
     }
 }
 

@@ -7,6 +7,7 @@
 //! mutex also keeps the journal in the order the changes were applied. Reads take no lock.
 
 use crate::dsclient::DataServers;
+use crate::lease::{Leases, Renewal, LEASE_TIME, RESERVED_INOS};
 use crate::perm::{self, R, W, X};
 use crate::placement::{self, Placement};
 use crate::stats::StatsView;
@@ -143,6 +144,7 @@ pub struct Namespace {
     data: Arc<dyn DataServers>,
     destroy_wake: Arc<Notify>,
     destroy_pending: AtomicBool,
+    leases: Leases,
 }
 
 impl Namespace {
@@ -167,6 +169,7 @@ impl Namespace {
             data,
             destroy_wake: Arc::new(Notify::new()),
             destroy_pending: AtomicBool::new(false),
+            leases: Leases::default(),
         };
         ns.init()?;
         Ok(ns)
@@ -222,6 +225,10 @@ impl Namespace {
     /// Notified whenever destroy-log entries were made durable.
     pub fn destroy_wake(&self) -> Arc<Notify> {
         self.destroy_wake.clone()
+    }
+
+    pub fn leases(&self) -> &Leases {
+        &self.leases
     }
 
     pub fn data_servers(&self) -> Arc<dyn DataServers> {
@@ -335,7 +342,122 @@ impl Namespace {
                 self.stats.record(r);
                 Ok(MdsReply::Ok)
             }
+            Q::LeaseDir { .. } | Q::CreateBatch { .. } => {
+                Err(FsError::new(ErrorCode::Unsupported, "lease requests need the caller's connection"))
+            }
         }
+    }
+
+    /// The requests that belong to a connection: directory leases and their batches of creates.
+    pub async fn handle_lease(&self, c: &Caller, conn: u64, req: MdsRequest) -> FsResult<MdsReply> {
+        match req {
+            MdsRequest::LeaseDir { dir } => self.lease_dir(c, conn, dir).map(MdsReply::Lease),
+            MdsRequest::CreateBatch { dir, token, entries, keep } => {
+                self.create_batch(conn, dir, token, entries, keep).await
+            }
+            other => self.handle(c, other).await,
+        }
+    }
+
+    fn new_lease(&self, dir: Ino, token: u64, count: usize, attr: Attr) -> FsResult<DirLease> {
+        let inos = (0..count).map(|_| self.store.new_ino()).collect::<FsResult<Vec<_>>>()?;
+        self.leases.reserve(dir, &inos);
+        Ok(DirLease { dir, token, valid_ms: LEASE_TIME.as_millis() as u32, inos, attr })
+    }
+
+    /// Grants `conn` the lease on the empty directory `dir` if `c` may create in it.
+    fn lease_dir(&self, c: &Caller, conn: u64, dir: Ino) -> FsResult<DirLease> {
+        // Under the mutation lock: no entry can appear between the check and the grant.
+        let _g = self.lock();
+        let tx = self.store.begin();
+        let d = tx.dir(dir)?;
+        perm::check(c, &d.attr, W | X)?;
+        if tx.dir_has_entries(dir)? {
+            return Err(err(ErrorCode::Busy, "only an empty directory is leased"));
+        }
+        let token = self.leases.grant(dir, conn).ok_or_else(|| err(ErrorCode::Busy, "another client holds it"))?;
+        self.new_lease(dir, token, RESERVED_INOS, d.attr)
+    }
+
+    /// Applies a lease holder's batch of creates, then renews or ends its lease.
+    async fn create_batch(
+        &self,
+        conn: u64,
+        dir: Ino,
+        token: u64,
+        entries: Vec<AsyncCreate>,
+        keep: bool,
+    ) -> FsResult<MdsReply> {
+        if !self.leases.holds(dir, token, conn) {
+            // Lost (expired, or the MDS restarted): whoever holds it now goes first.
+            self.leases.wait_for(conn, Some(&[dir])).await;
+        }
+        let used = entries.len();
+        let r = self.create_batch_sync(dir, entries);
+        let (results, dir_attr) = self.durable(r).await?;
+        let lease = match self.leases.renew(dir, token, keep) {
+            Renewal::Renewed => Some(self.new_lease(dir, token, used, dir_attr.clone())?),
+            Renewal::Ended => None,
+        };
+        Ok(MdsReply::Batch { results, dir_attr, lease })
+    }
+
+    /// Creates (and opens, as asked) each entry of a batch in one transaction; an entry that cannot be
+    /// made fails alone. An entry whose name already holds its inode number was made by an earlier send
+    /// of the same batch.
+    fn create_batch_sync(&self, dir: Ino, entries: Vec<AsyncCreate>) -> FsResult<(Vec<BatchResult>, Attr)> {
+        let _g = self.lock();
+        let mut tx = self.store.begin();
+        let mut dir_attr = tx.dir(dir)?.attr;
+        let base = tx.dir_layout(dir)?.unwrap_or_default();
+        let mut made = Vec::with_capacity(entries.len());
+        for e in entries {
+            let layout = match tx.dentry(dir, &e.name)? {
+                Some(d) if d.ino == e.ino => Ok(tx.inode(e.ino)?.layout),
+                Some(_) => Err(FsError::exists(e.name.clone())),
+                None => match validate_name(&e.name) {
+                    Err(x) => Err(x),
+                    Ok(()) if e.perm & !0o7777 != 0 => Err(FsError::invalid("mode bits beyond 07777")),
+                    Ok(()) if !self.leases.use_reserved(dir, e.ino) => {
+                        Err(FsError::invalid(format!("inode {} was not reserved for this directory", e.ino)))
+                    }
+                    Ok(()) => {
+                        let attr = Attr {
+                            ino: e.ino,
+                            kind: FileKind::File,
+                            perm: e.perm,
+                            nlink: 1,
+                            uid: e.uid,
+                            gid: e.gid,
+                            size: 0,
+                            atime: e.time,
+                            mtime: e.time,
+                            ctime: e.time,
+                            crtime: e.time,
+                            rdev: 0,
+                        };
+                        let layout = self.new_layout(LayoutSpec::default(), base)?;
+                        tx.add_inode(&Inode { attr, layout: Some(layout.clone()), target: None, parent: dir })?;
+                        dir_attr = self.add_entry(&mut tx, dir, &e.name, e.ino, FileKind::File)?;
+                        Ok(Some(layout))
+                    }
+                },
+            };
+            made.push((e.ino, e.open, layout));
+        }
+        self.commit(tx)?;
+        let results = made
+            .into_iter()
+            .map(|(ino, open, layout)| {
+                let result = layout.and_then(|l| match (open, l) {
+                    (Some(_), Some(l)) => Ok(Some((self.register_open(ino), l))),
+                    (Some(_), None) => Err(FsError::protocol(format!("inode {ino} has no layout"))),
+                    (None, _) => Ok(None),
+                });
+                BatchResult { ino, result }
+            })
+            .collect();
+        Ok((results, dir_attr))
     }
 
     // ---------------------------------------------------------------------------------------------

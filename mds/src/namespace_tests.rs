@@ -790,3 +790,88 @@ async fn many_concurrent_creates_finish() {
     eprintln!("1280 creates in {:?}", t0.elapsed());
     assert_eq!(getattr(&ns, ROOT_INO).await.size, 1280);
 }
+
+fn async_create(ino: Ino, name: &str, open: bool) -> AsyncCreate {
+    let open = open.then_some(OpenFlags { read: true, write: true, truncate: false });
+    AsyncCreate { ino, name: name.into(), perm: 0o640, uid: 1000, gid: 1000, time: Timestamp::now(), open }
+}
+
+fn leased(r: FsResult<MdsReply>) -> DirLease {
+    match r.unwrap() {
+        MdsReply::Lease(l) => l,
+        other => panic!("not a lease: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_lease_holder_creates_in_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap().ino;
+    let full = mkdir(&ns, &root(), ROOT_INO, "full").await.unwrap().ino;
+    create(&ns, &root(), full, "x").await.unwrap();
+    let lease_req = |dir| MdsRequest::LeaseDir { dir };
+    assert_eq!(code(ns.handle_lease(&root(), 1, lease_req(full)).await), ErrorCode::Busy, "not empty");
+    assert_eq!(code(ns.handle_lease(&user(1000), 1, lease_req(d)).await), ErrorCode::Access, "not writable");
+    let l = leased(ns.handle_lease(&root(), 1, lease_req(d)).await);
+    assert_eq!(l.inos.len(), crate::lease::RESERVED_INOS);
+    assert_eq!(code(ns.handle_lease(&root(), 2, lease_req(d)).await), ErrorCode::Busy, "held by connection 1");
+    let entries = vec![
+        async_create(l.inos[0], "a", false),
+        async_create(l.inos[1], "b", true),
+        async_create(l.inos[2], "a", false),
+        async_create(999_999, "c", false),
+    ];
+    let batch = MdsRequest::CreateBatch { dir: d, token: l.token, entries: entries.clone(), keep: true };
+    let MdsReply::Batch { results, dir_attr, lease } = ns.handle_lease(&root(), 1, batch).await.unwrap() else {
+        panic!("not a batch reply")
+    };
+    assert_eq!(results[0].result, Ok(None));
+    assert!(matches!(&results[1].result, Ok(Some((_, l))) if !l.targets.is_empty()), "opened with its layout");
+    assert_eq!(results[2].result.as_ref().unwrap_err().code, ErrorCode::Exists, "a name taken");
+    assert_eq!(results[3].result.as_ref().unwrap_err().code, ErrorCode::Invalid, "an inode not reserved");
+    assert_eq!(dir_attr.size, 2);
+    let renewed = lease.expect("renewed");
+    assert_eq!(renewed.inos.len(), 4, "the inode numbers used are replaced");
+    let a = lookup(&ns, &root(), d, "a").await.unwrap();
+    assert_eq!((a.ino, a.uid, a.gid, a.perm, a.nlink), (l.inos[0], 1000, 1000, 0o640, 1));
+    // Sent again (a lost reply): the entries made are taken as done.
+    let again = MdsRequest::CreateBatch { dir: d, token: l.token, entries: entries[..2].to_vec(), keep: false };
+    let MdsReply::Batch { results, lease, .. } = ns.handle_lease(&root(), 1, again).await.unwrap() else {
+        panic!("not a batch reply")
+    };
+    assert!(results.iter().all(|r| r.result.is_ok()), "{results:?}");
+    assert!(lease.is_none(), "given up");
+    assert_eq!(getattr(&ns, d).await.size, 2);
+    // Given up: another connection may take it once the directory is empty again.
+    assert_eq!(code(ns.handle_lease(&root(), 2, lease_req(d)).await), ErrorCode::Busy, "not empty any more");
+}
+
+#[tokio::test]
+async fn another_clients_request_waits_for_the_holders_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let ns = Arc::new(ns);
+    let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap().ino;
+    let l = leased(ns.handle_lease(&root(), 1, MdsRequest::LeaseDir { dir: d }).await);
+    let other = tokio::spawn({
+        let ns = ns.clone();
+        async move {
+            let req = MdsRequest::Lookup { parent: d, name: "f".into() };
+            ns.leases().admit(2, &req).await;
+            ns.handle_lease(&root(), 2, req).await.map(attr_of)
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(!other.is_finished(), "held while the lease lasts");
+    let batch = MdsRequest::CreateBatch {
+        dir: d,
+        token: l.token,
+        entries: vec![async_create(l.inos[0], "f", false)],
+        keep: true,
+    };
+    let MdsReply::Batch { lease, .. } = ns.handle_lease(&root(), 1, batch).await.unwrap() else { panic!() };
+    assert!(lease.is_none(), "recalled: the batch ends it");
+    let found = tokio::time::timeout(std::time::Duration::from_secs(1), other).await.unwrap().unwrap().unwrap();
+    assert_eq!(found.ino, l.inos[0], "the waiting lookup sees the holder's create");
+}

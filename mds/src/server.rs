@@ -69,7 +69,8 @@ impl MdsService {
             },
             None => call.req,
         };
-        self.ns.handle(&call.caller, req).await
+        self.ns.leases().admit(peer.conn, &req).await;
+        self.ns.handle_lease(&call.caller, peer.conn, req).await
     }
 }
 

@@ -259,6 +259,56 @@ pub enum MdsRequest {
     },
     /// What the orchestrator sees and decides (`tessera jobs`, `tessera orchestrator status`).
     OrchestratorStatus,
+    /// Asks for a lease on an empty directory (see [`DirLease`]): granted (`Lease`) when the caller may
+    /// write and search it, it has no entries and no other client holds one; refused otherwise (EBUSY).
+    LeaseDir {
+        dir: Ino,
+    },
+    /// The files a lease holder created in `dir` since its last batch, applied in order, each on its own
+    /// (one failing does not stop the rest). Renews the lease (`keep`) or gives it up. Safe to resend:
+    /// an entry whose name already holds its inode number is taken as done. Reply: `Batch`.
+    CreateBatch {
+        dir: Ino,
+        token: u64,
+        entries: Vec<AsyncCreate>,
+        keep: bool,
+    },
+}
+
+/// A directory lease. While it lasts its holder is the only client that reads or changes the directory
+/// (the MDS holds other clients' requests on it until the holder gives the lease up or it expires): so the
+/// holder answers lookups of names it does not know as absent, and creates files there without waiting,
+/// with inode numbers reserved for it, sending them later in a `CreateBatch`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DirLease {
+    pub dir: Ino,
+    pub token: u64,
+    /// How long the lease lasts from when the request that returned it was sent.
+    pub valid_ms: u32,
+    /// Fresh inode numbers for the holder's next creates (topped up by every batch).
+    pub inos: Vec<Ino>,
+    /// The directory's attributes.
+    pub attr: Attr,
+}
+
+/// One file a lease holder created: owner, mode and times as the holder gave them to the program.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct AsyncCreate {
+    pub ino: Ino,
+    pub name: String,
+    pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub time: Timestamp,
+    /// Still open on the holder: open it at the MDS too (the reply carries the handle and layout).
+    pub open: Option<OpenFlags>,
+}
+
+/// What became of one [`AsyncCreate`]: the open handle and layout when it was to be opened.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct BatchResult {
+    pub ino: Ino,
+    pub result: FsResult<Option<(u64, Layout)>>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -290,6 +340,14 @@ pub enum MdsReply {
     DirLayout(LayoutSpec),
     Cluster(Vec<DsStatus>),
     Orchestrator(OrchestratorStatus),
+    Lease(DirLease),
+    /// A `CreateBatch`'s results, in order, the directory's attributes after it, and the renewed lease
+    /// (`None`: given up, expired, or recalled because another client waits for the directory).
+    Batch {
+        results: Vec<BatchResult>,
+        dir_attr: Attr,
+        lease: Option<DirLease>,
+    },
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -322,7 +322,11 @@ pub struct PeerInfo {
     pub role: Role,
     pub name: String,
     pub addr: SocketAddr,
+    /// This connection, unique in the server process (a reconnecting peer gets a new one).
+    pub conn: u64,
 }
+
+static NEXT_CONN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// A service served over [`serve`]. Replies are `FsResult<Self::Reply>` on the wire.
 pub trait Service: Send + Sync + 'static {
@@ -376,7 +380,8 @@ async fn serve_connection<S: Service>(conn: quinn::Connection, service: Arc<S>) 
         return;
     }
     debug!(%addr, %role, %name, "peer connected");
-    let peer = Arc::new(PeerInfo { role, name, addr });
+    let conn_id = NEXT_CONN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let peer = Arc::new(PeerInfo { role, name, addr, conn: conn_id });
     loop {
         match conn.accept_bi().await {
             Ok((send, recv)) => {
