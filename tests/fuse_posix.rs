@@ -722,3 +722,62 @@ fn cluster_alive(c: &Cluster) -> bool {
     // SAFETY: kill with signal 0 only checks that the processes exist.
     c.mds.iter().chain(c.ds.iter().flatten()).all(|p| unsafe { libc::kill(p.id() as i32, 0) } == 0)
 }
+
+/// Creates in a directory the mount made (and leases) do not wait for the MDS; another mount still sees
+/// every one of them at once, and the first mount sees the other's changes after it.
+#[test]
+fn fuse_async_creates_in_leased_directory() {
+    if !fuse_usable("fuse_async_creates_in_leased_directory") {
+        return;
+    }
+    let cluster = Cluster::start(2);
+    let a = Mount::new(&cluster, "a");
+    let b = Mount::new(&cluster, "b");
+    std::fs::create_dir(a.p("d")).unwrap();
+    std::fs::write(a.p("later"), b"x").unwrap();
+    let create = |name: &str| {
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o640).open(a.p(&format!("d/{name}")))
+    };
+    drop(create("f0").unwrap());
+    // Made from the inode numbers reserved when the directory was leased: below a file made after that.
+    let (f0, later) = (std::fs::metadata(a.p("d/f0")).unwrap(), std::fs::metadata(a.p("later")).unwrap());
+    assert!(f0.ino() < later.ino(), "f0 {} was not created from the lease's reserve (later {})", f0.ino(), later.ino());
+    for i in 1..200 {
+        let mut f = create(&format!("f{i}")).unwrap();
+        if i % 10 == 0 {
+            f.write_all(format!("data {i}").as_bytes()).unwrap();
+        }
+    }
+    assert_eq!(errno_of(create("f1")), libc::EEXIST, "O_EXCL on a name created here");
+    assert_eq!(std::fs::metadata(a.p("d")).unwrap().len(), 200, "the directory's size counts its entries");
+    // The other mount's listing waits for this mount's creates (it recalls the lease).
+    let mut names: Vec<String> =
+        std::fs::read_dir(b.p("d")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    let mut want: Vec<String> = (0..200).map(|i| format!("f{i}")).collect();
+    want.sort();
+    assert_eq!(names, want);
+    let m = std::fs::metadata(b.p("d/f5")).unwrap();
+    assert_eq!((m.mode() & 0o7777, m.uid(), m.len()), (0o640, 0, 0));
+    assert_eq!(std::fs::read(b.p("d/f30")).unwrap(), b"data 30");
+    // And this mount sees the other's changes after that.
+    std::fs::write(b.p("d/from_b"), b"b").unwrap();
+    std::fs::remove_file(b.p("d/f3")).unwrap();
+    assert_eq!(std::fs::read(a.p("d/from_b")).unwrap(), b"b");
+    // (Its kernel may keep f3's entry for the attribute timeout.)
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while std::fs::metadata(a.p("d/f3")).is_ok() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(errno_of(std::fs::metadata(a.p("d/f3"))), libc::ENOENT);
+    // A new leased directory: a file still open from its create, unlinked, then written and read back.
+    std::fs::create_dir(a.p("e")).unwrap();
+    let mut f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(a.p("e/tmp")).unwrap();
+    std::fs::remove_file(a.p("e/tmp")).unwrap();
+    f.write_all(b"still here").unwrap();
+    f.rewind().unwrap();
+    let mut got = String::new();
+    f.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "still here");
+    assert_eq!(std::fs::read_dir(b.p("e")).unwrap().count(), 0);
+}

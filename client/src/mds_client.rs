@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use tessera_proto::error::{FsError, FsResult};
 use tessera_proto::layout::{Layout, LayoutSpec};
 use tessera_proto::msg::{
-    DirEntry, DsReport, DsStatus, MdsCall, MdsReply, MdsRequest, OpenFlags, OrchestratorMode, OrchestratorStatus,
-    RenameFlags, SetAttrs, StatFs, XattrMode,
+    AsyncCreate, BatchResult, DirEntry, DirLease, DsReport, DsStatus, MdsCall, MdsReply, MdsRequest, OpenFlags,
+    OrchestratorMode, OrchestratorStatus, RenameFlags, SetAttrs, StatFs, XattrMode,
 };
 use tessera_proto::rpc::RpcPeer;
 use tessera_proto::types::{Attr, Caller, FileKind, Ino};
@@ -42,6 +42,7 @@ fn retry_safe(req: &MdsRequest) -> bool {
             | Q::Sync
             | Q::SetAttr { .. }
             | Q::Open { flags: OpenFlags { truncate: false, .. }, .. }
+            | Q::CreateBatch { .. }
     )
 }
 
@@ -196,6 +197,29 @@ impl MdsClient {
         match self.call(req).await? {
             MdsReply::Opened { attr, layout, handle, parent } => Ok(Opened { attr, layout, handle, parent }),
             r => Err(unexpected("CreateOpen", r)),
+        }
+    }
+
+    /// Asks for the lease on the empty directory `dir` (EBUSY when it is not empty or held elsewhere).
+    pub async fn lease_dir(&self, dir: Ino) -> FsResult<DirLease> {
+        match self.call(MdsRequest::LeaseDir { dir }).await? {
+            MdsReply::Lease(l) => Ok(l),
+            r => Err(unexpected("LeaseDir", r)),
+        }
+    }
+
+    /// Sends a lease holder's creates in `dir`; returns each one's result, the directory's attributes
+    /// and the renewed lease (`keep`), if it still holds one.
+    pub async fn create_batch(
+        &self,
+        dir: Ino,
+        token: u64,
+        entries: Vec<AsyncCreate>,
+        keep: bool,
+    ) -> FsResult<(Vec<BatchResult>, Attr, Option<DirLease>)> {
+        match self.call(MdsRequest::CreateBatch { dir, token, entries, keep }).await? {
+            MdsReply::Batch { results, dir_attr, lease } => Ok((results, dir_attr, lease)),
+            r => Err(unexpected("CreateBatch", r)),
         }
     }
 

@@ -2,6 +2,7 @@
 //! process's credentials sent to the MDS (which enforces permissions) and its job id on the data path.
 
 use crate::creds::{Creds, Who};
+use crate::dirlease::{self, DirLeases};
 use crate::io::{privileged_bits, Handle, OpenInode};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
@@ -43,6 +44,9 @@ pub struct FsOptions {
     /// Reads and writes go through the kernel's page cache (`-o page_cache`), instead of the default
     /// direct I/O: see [`Inner::direct_io`].
     pub page_cache: bool,
+    /// Every create waits for the MDS (`-o sync_creates`, and with `-o server_permissions`, since a
+    /// create in a leased directory is checked by the kernel only): no directory leases.
+    pub sync_creates: bool,
 }
 
 struct Inner {
@@ -65,6 +69,8 @@ struct Inner {
     /// and copies twice. Data is cached here anyway (read-ahead, write-behind). Set at INIT when the kernel
     /// can still mmap such files (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6) and `-o page_cache` is not given.
     direct_io: AtomicBool,
+    /// Directories this mount leases, and the creates in them not sent yet.
+    leases: DirLeases,
 }
 
 /// A handle on the file system's state that outlives the session (for a clean shutdown).
@@ -72,8 +78,10 @@ struct Inner {
 pub struct FsState(Arc<Inner>);
 
 impl FsState {
-    /// Sends every buffered write and closes every handle still open (the daemon is going away).
+    /// Sends waiting creates and every buffered write, gives up leases, and closes every handle still open (the daemon is going away).
     pub async fn shutdown(&self) {
+        self.0.settle().await;
+        self.0.give_up_lease(None).await;
         let handles: Vec<(u64, Arc<Handle>)> = match self.0.handles.lock() {
             Ok(mut m) => m.drain().collect(),
             Err(_) => return,
@@ -177,6 +185,31 @@ fn key(req: &Request) -> Key {
 }
 
 impl Inner {
+    /// Sends the creates waiting in leased directories and attaches their creating opens.
+    async fn settle(&self) {
+        if self.leases.has_pending() {
+            let opened = self.leases.settle(&self.client.mds().with_caller(Caller::root())).await;
+            self.attach_created(opened).await;
+        }
+    }
+
+    /// The creating opens of files that just reached the MDS become ordinary handles, under the same
+    /// file handle numbers the kernel has.
+    async fn attach_created(&self, opened: Vec<dirlease::Opened>) {
+        for o in opened {
+            let mds = self.client.mds().with_caller(o.who.caller.clone());
+            let op = Opened { attr: o.attr, layout: Some(o.layout), handle: o.handle, parent: None };
+            if let Err(e) = self.attach_as(Some(o.fh), &o.who, &mds, op, o.flags).await {
+                tracing::warn!(fh = o.fh, "open of a created file: {e}");
+            }
+        }
+    }
+
+    /// Before a change other than a create in `dir` (`None`: anywhere): this mount stops answering for it.
+    async fn give_up_lease(&self, dir: Option<Ino>) {
+        self.leases.give_up(&self.client.mds().with_caller(Caller::root()), dir).await;
+    }
+
     /// The open flags every open and create replies with.
     fn fopen_flags(&self) -> FopenFlags {
         if self.direct_io.load(Ordering::Relaxed) {
@@ -282,6 +315,18 @@ impl Inner {
 
     /// Open-file state for a handle the MDS granted (released again if it is not a regular file).
     async fn attach(&self, who: &Who, mds: &MdsClient, opened: Opened, of: OpenFlags) -> FsResult<(u64, Attr)> {
+        self.attach_as(None, who, mds, opened, of).await
+    }
+
+    /// [`Inner::attach`] under file handle number `fh` (`None`: a new one).
+    async fn attach_as(
+        &self,
+        fh: Option<u64>,
+        who: &Who,
+        mds: &MdsClient,
+        opened: Opened,
+        of: OpenFlags,
+    ) -> FsResult<(u64, Attr)> {
         let (ino, write, truncate) = (opened.attr.ino, of.write, of.truncate);
         let fail = |e: FsError| async move {
             let _ = mds.close(ino, opened.handle, None, false).await;
@@ -312,7 +357,7 @@ impl Inner {
         let tag = IoTag { job: who.job.clone(), client: self.client.client_id(), ino };
         let client = self.client.clone().with_caller(mds.caller().clone());
         let h = Arc::new(Handle::new(inode, opened.handle, tag, client, write, opened.attr.size));
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let fh = fh.unwrap_or_else(|| self.next_fh.fetch_add(1, Ordering::Relaxed));
         self.handles.lock().map_err(|_| FsError::io("handle table poisoned"))?.insert(fh, h);
         Ok((fh, self.fix(opened.attr)))
     }
@@ -439,8 +484,22 @@ impl TesseraFs {
             parents: Mutex::new(HashMap::new()),
             fresh_dir_attrs: Mutex::new(HashMap::new()),
             direct_io: AtomicBool::new(false),
+            leases: DirLeases::default(),
         };
-        TesseraFs { inner: Arc::new(inner), rt }
+        let inner = Arc::new(inner);
+        if !inner.opts.sync_creates {
+            // Sends waiting creates, renews leases in use and gives up idle ones, while the mount lives.
+            let weak = Arc::downgrade(&inner);
+            rt.spawn(async move {
+                loop {
+                    tokio::time::sleep(dirlease::BATCH_AGE / 2).await;
+                    let Some(inner) = weak.upgrade() else { break };
+                    let opened = inner.leases.tick(&inner.client.mds().with_caller(Caller::root())).await;
+                    inner.attach_created(opened).await;
+                }
+            });
+        }
+        TesseraFs { inner, rt }
     }
 
     pub fn state(&self) -> FsState {
@@ -448,12 +507,18 @@ impl TesseraFs {
     }
 
     /// Runs `f` with the shared state on the runtime: slow requests never hold up others.
+    /// Creates this mount made without waiting reach the MDS first, so it sees every change in order.
     fn spawn<F, Fut>(&self, f: F)
     where
         F: FnOnce(Arc<Inner>) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.rt.spawn(f(self.inner.clone()));
+        let inner = self.inner.clone();
+        let fut = f(inner.clone());
+        self.rt.spawn(async move {
+            inner.settle().await;
+            fut.await
+        });
     }
 }
 
@@ -527,6 +592,9 @@ impl Filesystem for TesseraFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
+        if let Some(r) = self.inner.leases.lookup(parent.0, &name) {
+            return reply_entry(&self.inner, reply, r);
+        }
         let k = key(req);
         self.spawn(move |inner| async move {
             let r = inner.mds(k).lookup(parent.0, &name).await.map(|(a, _)| a);
@@ -538,7 +606,7 @@ impl Filesystem for TesseraFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        if let Some(a) = self.inner.take_fresh_dir_attr(ino.0) {
+        if let Some(a) = self.inner.leases.getattr(ino.0).or_else(|| self.inner.take_fresh_dir_attr(ino.0)) {
             return reply.attr(&TTL, &self.inner.fattr(a));
         }
         let k = key(req);
@@ -578,6 +646,7 @@ impl Filesystem for TesseraFs {
             mtime: mtime.map(time_set),
         };
         self.spawn(move |inner| async move {
+            inner.give_up_lease(Some(ino.0)).await;
             let r = inner.setattr(k, ino.0, set, fh).await;
             inner.forget_dir_attr(Some(ino.0));
             match r {
@@ -606,6 +675,7 @@ impl Filesystem for TesseraFs {
                 None | Some(FileKind::Dir) | Some(FileKind::Symlink) => Err(FsError::invalid("mknod of this type")),
                 Some(kind) => {
                     let perm = mode & 0o7777 & !umask;
+                    inner.give_up_lease(Some(parent.0)).await;
                     inner.mds(k).create(parent.0, &name, kind, perm, rdev, true, None).await.map(|(a, _)| a)
                 }
             };
@@ -618,10 +688,14 @@ impl Filesystem for TesseraFs {
         let name = name_or_reply!(name, reply);
         let k = key(req);
         self.spawn(move |inner| async move {
+            inner.give_up_lease(Some(parent.0)).await;
             let r = inner.mds(k).mkdir(parent.0, &name, mode & 0o7777 & !umask).await;
             inner.forget_dir_attr(Some(parent.0));
             if let Ok(a) = &r {
                 inner.note_parent(a, parent.0);
+                if !inner.opts.sync_creates {
+                    inner.leases.acquire(&inner.mds(k), a.ino, a.clone()).await;
+                }
             }
             reply_entry(&inner, reply, r);
         });
@@ -631,6 +705,7 @@ impl Filesystem for TesseraFs {
         let name = name_or_reply!(name, reply);
         let k = key(req);
         self.spawn(move |inner| async move {
+            inner.give_up_lease(Some(parent.0)).await;
             let r = inner.mds(k).unlink(parent.0, &name).await.map(|p| inner.remember_dir_attr(p));
             reply_empty(reply, r)
         });
@@ -640,6 +715,8 @@ impl Filesystem for TesseraFs {
         let name = name_or_reply!(name, reply);
         let k = key(req);
         self.spawn(move |inner| async move {
+            // The directory removed may be leased here, and the MDS holds removals while any is.
+            inner.give_up_lease(None).await;
             let r = inner.mds(k).rmdir(parent.0, &name).await.map(|p| inner.remember_dir_attr(p));
             reply_empty(reply, r)
         });
@@ -652,6 +729,7 @@ impl Filesystem for TesseraFs {
         };
         let k = key(req);
         self.spawn(move |inner| async move {
+            inner.give_up_lease(Some(parent.0)).await;
             let r = inner.mds(k).symlink(parent.0, &name, &target).await;
             inner.forget_dir_attr(Some(parent.0));
             reply_entry(&inner, reply, r);
@@ -680,6 +758,7 @@ impl Filesystem for TesseraFs {
         };
         let k = key(req);
         self.spawn(move |inner| async move {
+            inner.give_up_lease(None).await;
             let r = inner.mds(k).rename(parent.0, &name, newparent.0, &newname, rf).await;
             // Both parents and a moved directory itself changed.
             inner.forget_dir_attr(None);
@@ -691,6 +770,7 @@ impl Filesystem for TesseraFs {
         let name = name_or_reply!(newname, reply);
         let k = key(req);
         self.spawn(move |inner| async move {
+            inner.give_up_lease(Some(newparent.0)).await;
             let r = inner.mds(k).link(ino.0, newparent.0, &name).await;
             inner.forget_dir_attr(Some(newparent.0));
             reply_entry(&inner, reply, r);
@@ -720,6 +800,18 @@ impl Filesystem for TesseraFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if self.inner.leases.is_pending_fh(fh.0) {
+            // The creating open of a file the MDS does not have yet: it gets it first.
+            return self.spawn(move |inner| async move {
+                match inner.handle(fh) {
+                    Ok(h) => match h.read(offset, size as u64).await {
+                        Ok(d) => reply.data(&d),
+                        Err(e) => reply.error(errno(&e)),
+                    },
+                    Err(e) => reply.error(errno(&e)),
+                }
+            });
+        }
         let h = match self.inner.handle(fh) {
             Ok(h) => h,
             Err(e) => return reply.error(errno(&e)),
@@ -753,11 +845,23 @@ impl Filesystem for TesseraFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let len = data.len() as u32;
+        if self.inner.leases.is_pending_fh(fh.0) {
+            let data = bytes::Bytes::copy_from_slice(data);
+            return self.spawn(move |inner| async move {
+                match inner.handle(fh) {
+                    Ok(h) => match h.write(offset, &data).await {
+                        Ok(()) => reply.written(len),
+                        Err(e) => reply.error(errno(&e)),
+                    },
+                    Err(e) => reply.error(errno(&e)),
+                }
+            });
+        }
         let h = match self.inner.handle(fh) {
             Ok(h) => h,
             Err(e) => return reply.error(errno(&e)),
         };
-        let len = data.len() as u32;
         let kill_privs =
             write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) && h.inode.privileged.load(Ordering::Relaxed);
         if kill_privs {
@@ -794,6 +898,10 @@ impl Filesystem for TesseraFs {
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        // A pending file's creating open has written nothing (a write sends the create first).
+        if self.inner.leases.is_pending_fh(fh.0) {
+            return reply.ok();
+        }
         // Nothing written through this handle (most closes): nothing to drain or report.
         let h = match self.inner.handle(fh) {
             Ok(h) if h.wrote.load(Ordering::Acquire) => h,
@@ -813,6 +921,9 @@ impl Filesystem for TesseraFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if self.inner.leases.release_fh(fh.0) {
+            return reply.ok();
+        }
         self.spawn(move |inner| async move {
             let r = inner.release(fh).await;
             if let Err(e) = &r {
@@ -926,6 +1037,7 @@ impl Filesystem for TesseraFs {
         let value = value.to_vec();
         let k = key(req);
         self.spawn(move |inner| async move {
+            inner.give_up_lease(Some(ino.0)).await;
             let r = inner.mds(k).setxattr(ino.0, &name, value, mode).await;
             inner.forget_dir_attr(Some(ino.0));
             reply_empty(reply, r)
@@ -960,6 +1072,7 @@ impl Filesystem for TesseraFs {
         let name = name_or_reply!(name, reply);
         let k = key(req);
         self.spawn(move |inner| async move {
+            inner.give_up_lease(Some(ino.0)).await;
             let r = inner.mds(k).removexattr(ino.0, &name).await;
             inner.forget_dir_attr(Some(ino.0));
             reply_empty(reply, r)
@@ -985,6 +1098,15 @@ impl Filesystem for TesseraFs {
     ) {
         let name = name_or_reply!(name, reply);
         let k = key(req);
+        if !self.inner.opts.sync_creates && mode & libc::S_IFMT == libc::S_IFREG {
+            // In a directory leased here: created at once, sent to the MDS with the next batch.
+            let who = self.inner.who(k);
+            let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
+            let perm = mode & 0o7777 & !umask;
+            if let Some(a) = self.inner.leases.try_create(parent.0, &name, perm, &who, open_flags(flags), fh) {
+                return reply.created(&TTL, &file_attr(&a), Generation(0), FileHandle(fh), self.inner.fopen_flags());
+            }
+        }
         self.spawn(move |inner| async move {
             let r: FsResult<(u64, Attr)> = async {
                 let kind = if mode & libc::S_IFMT == 0 { Some(FileKind::File) } else { FileKind::from_mode(mode) };
@@ -999,6 +1121,7 @@ impl Filesystem for TesseraFs {
                 // whatever its mode), or opens what is there when not exclusive.
                 let of = open_flags(flags);
                 let opened = mds.create_open(parent.0, &name, perm, excl, None, of).await?;
+                inner.leases.note_created(parent.0, &name);
                 if let Some(p) = opened.parent.clone() {
                     inner.remember_dir_attr(p);
                 }

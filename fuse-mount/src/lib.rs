@@ -2,6 +2,8 @@
 
 /// Caller credentials and job ids of requesting processes, from /proc.
 pub mod creds;
+/// Directory leases on the mount's side: creates that do not wait for the MDS.
+pub mod dirlease;
 /// The `fuser::Filesystem` implementation: one tokio task per request.
 pub mod fs;
 /// Open files: write-behind per inode, read-ahead per handle.

@@ -34,8 +34,9 @@ pub struct Args {
     #[arg(long)]
     pub allow_other: bool,
     /// Mount options, comma-separated: allow_other, allow_root, owner_only, default_permissions (the default),
-    /// server_permissions, ro, rw, noatime, nodev, nosuid, noexec, readdirplus, page_cache (reads and writes through the kernel's page
-    /// cache instead of direct I/O), fsname=NAME.
+    /// server_permissions, ro, rw, noatime, nodev, nosuid, noexec, readdirplus, page_cache (reads and writes
+    /// through the kernel's page cache instead of direct I/O), sync_creates (every create waits for the
+    /// metadata server: no directory leases), fsname=NAME.
     #[arg(short = 'o', value_delimiter = ',', value_name = "OPTS")]
     pub options: Vec<String>,
 }
@@ -74,6 +75,7 @@ fn plan_as(args: &Args, root: bool) -> Result<MountPlan, String> {
             "default_permissions" => kernel_perms = true,
             // Only the MDS decides (the kernel caches no permission decisions; special files are unchecked).
             "server_permissions" => kernel_perms = false,
+            "sync_creates" => fs.sync_creates = true,
             "ro" => opts.push(MountOption::RO),
             "rw" => opts.push(MountOption::RW),
             "noatime" => opts.push(MountOption::NoAtime),
@@ -97,6 +99,9 @@ fn plan_as(args: &Args, root: bool) -> Result<MountPlan, String> {
     }
     if kernel_perms {
         opts.push(MountOption::DefaultPermissions);
+    } else {
+        // Creates in a leased directory are checked by the kernel alone.
+        fs.sync_creates = true;
     }
     let mut config = Config::default();
     config.mount_options = opts;

@@ -42,7 +42,10 @@ struct Table {
 pub enum Renewal {
     /// Still held, now until `LEASE_TIME` from now.
     Renewed,
-    /// Not held any more (given up, expired, recalled, or the MDS restarted).
+    /// Another client waits: the holder must stop using it and give it up (its `CreateBatch` with
+    /// `keep` false), which lets the waiters go on. Until then, or its expiry, it still holds them.
+    Recalled,
+    /// Not held any more (given up, expired, or the MDS restarted).
     Ended,
 }
 
@@ -64,7 +67,7 @@ impl Leases {
         let mut t = self.table();
         let now = Instant::now();
         if let Some(l) = t.leases.get(&dir) {
-            if l.expires > now && !(l.conn == conn && !l.recalled) {
+            if l.expires > now && (l.conn != conn || l.recalled) {
                 return None;
             }
         }
@@ -98,15 +101,20 @@ impl Leases {
         t.leases.get(&dir).is_some_and(|l| l.token == token && l.conn == conn && l.expires > Instant::now())
     }
 
-    /// After a holder's batch: renews the lease (`keep`, not recalled) or ends it.
+    /// After a holder's batch: renews the lease (`keep`, not recalled) or ends it (`keep` false). A
+    /// recalled lease ends only when its holder gives it up, so waiters never go on while the holder may
+    /// still answer for the directory (it learns of the recall from this batch's reply).
     pub fn renew(&self, dir: Ino, token: u64, keep: bool) -> Renewal {
         let mut t = self.table();
         let now = Instant::now();
         let Some(l) = t.leases.get_mut(&dir) else { return Renewal::Ended };
-        if l.token != token {
+        if l.token != token || l.expires <= now {
             return Renewal::Ended;
         }
-        if keep && !l.recalled && l.expires > now {
+        if keep && l.recalled {
+            return Renewal::Recalled;
+        }
+        if keep {
             l.expires = now + LEASE_TIME;
             return Renewal::Renewed;
         }
@@ -255,7 +263,10 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiter.is_finished(), "another connection waits while the lease lasts");
-        assert_eq!(l.renew(10, t, true), Renewal::Ended, "recalled: the holder's next batch ends it");
+        assert_eq!(l.renew(10, t, true), Renewal::Recalled, "recalled: the holder learns it at its next batch");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished(), "the waiter goes on only once the holder gave it up");
+        assert_eq!(l.renew(10, t, false), Renewal::Ended);
         tokio::time::timeout(Duration::from_secs(1), waiter).await.unwrap().unwrap();
     }
 

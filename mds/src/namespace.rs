@@ -145,6 +145,9 @@ pub struct Namespace {
     destroy_wake: Arc<Notify>,
     destroy_pending: AtomicBool,
     leases: Leases,
+    /// The first inode number of this run: lower ones were handed out before (sled's ids only grow,
+    /// across restarts too), so a batch may use one a lease reserved before an MDS restart.
+    boot_ino: Ino,
 }
 
 impl Namespace {
@@ -158,6 +161,7 @@ impl Namespace {
         let placement = placement::by_name(&defaults.placement)?;
         let spec = LayoutSpec { stripe_size: Some(defaults.stripe_size), stripe_count: Some(defaults.stripe_count) };
         spec.validate()?;
+        let boot_ino = store.new_ino()?;
         let ns = Namespace {
             store,
             mutate: Mutex::new(()),
@@ -170,6 +174,7 @@ impl Namespace {
             destroy_wake: Arc::new(Notify::new()),
             destroy_pending: AtomicBool::new(false),
             leases: Leases::default(),
+            boot_ino,
         };
         ns.init()?;
         Ok(ns)
@@ -397,9 +402,15 @@ impl Namespace {
         let (results, dir_attr) = self.durable(r).await?;
         let lease = match self.leases.renew(dir, token, keep) {
             Renewal::Renewed => Some(self.new_lease(dir, token, used, dir_attr.clone())?),
-            Renewal::Ended => None,
+            Renewal::Recalled | Renewal::Ended => None,
         };
         Ok(MdsReply::Batch { results, dir_attr, lease })
+    }
+
+    /// Whether `ino` may have been reserved for a lease before this MDS restarted (its reservations are
+    /// in memory): handed out by an earlier run and not in use.
+    fn reserved_before_restart(&self, tx: &Txn<'_>, ino: Ino) -> FsResult<bool> {
+        Ok(ino < self.boot_ino && ino > ROOT_INO && tx.get_inode(ino)?.is_none())
     }
 
     /// Creates (and opens, as asked) each entry of a batch in one transaction; an entry that cannot be
@@ -418,7 +429,7 @@ impl Namespace {
                 None => match validate_name(&e.name) {
                     Err(x) => Err(x),
                     Ok(()) if e.perm & !0o7777 != 0 => Err(FsError::invalid("mode bits beyond 07777")),
-                    Ok(()) if !self.leases.use_reserved(dir, e.ino) => {
+                    Ok(()) if !self.leases.use_reserved(dir, e.ino) && !self.reserved_before_restart(&tx, e.ino)? => {
                         Err(FsError::invalid(format!("inode {} was not reserved for this directory", e.ino)))
                     }
                     Ok(()) => {

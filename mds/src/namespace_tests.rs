@@ -871,7 +871,32 @@ async fn another_clients_request_waits_for_the_holders_batch() {
         keep: true,
     };
     let MdsReply::Batch { lease, .. } = ns.handle_lease(&root(), 1, batch).await.unwrap() else { panic!() };
-    assert!(lease.is_none(), "recalled: the batch ends it");
+    assert!(lease.is_none(), "recalled: the reply says so");
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(!other.is_finished(), "held until the holder gives it up");
+    let give_up = MdsRequest::CreateBatch { dir: d, token: l.token, entries: vec![], keep: false };
+    ns.handle_lease(&root(), 1, give_up).await.unwrap();
     let found = tokio::time::timeout(std::time::Duration::from_secs(1), other).await.unwrap().unwrap().unwrap();
     assert_eq!(found.ino, l.inos[0], "the waiting lookup sees the holder's create");
+}
+
+#[tokio::test]
+async fn a_batch_after_an_mds_restart_uses_the_inode_numbers_reserved_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, l, used) = {
+        let (ns, _) = open_ns(dir.path());
+        let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap().ino;
+        let used = create(&ns, &root(), ROOT_INO, "used").await.unwrap().ino;
+        let l = leased(ns.handle_lease(&root(), 1, MdsRequest::LeaseDir { dir: d }).await);
+        ns.store().flush_sync().unwrap();
+        (d, l, used)
+    };
+    let (ns, _) = open_ns(dir.path());
+    let entries = vec![async_create(l.inos[0], "a", false), async_create(used, "b", false)];
+    let batch = MdsRequest::CreateBatch { dir: d, token: l.token, entries, keep: true };
+    let MdsReply::Batch { results, lease, .. } = ns.handle_lease(&root(), 7, batch).await.unwrap() else { panic!() };
+    assert_eq!(results[0].result, Ok(None), "reserved before the restart");
+    assert_eq!(results[1].result.as_ref().unwrap_err().code, ErrorCode::Invalid, "an inode number in use");
+    assert!(lease.is_none(), "the restart ended the lease");
+    assert_eq!(lookup(&ns, &root(), d, "a").await.unwrap().ino, l.inos[0]);
 }

@@ -342,7 +342,8 @@ pub enum MdsReply {
     Orchestrator(OrchestratorStatus),
     Lease(DirLease),
     /// A `CreateBatch`'s results, in order, the directory's attributes after it, and the renewed lease
-    /// (`None`: given up, expired, or recalled because another client waits for the directory).
+    /// (`None`: given up, expired, or recalled because another client waits for the directory; a
+    /// recalled lease still holds the others until its holder gives it up with `keep` false).
     Batch {
         results: Vec<BatchResult>,
         dir_attr: Attr,

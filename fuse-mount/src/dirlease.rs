@@ -1,0 +1,431 @@
+//! Directory leases on the mount's side (asynchronous creates). A directory this mount made is leased
+//! to it by the MDS while no other client uses it: the mount then knows every name in it, answers
+//! lookups of other names as absent, and creates files there at once, with inode numbers the MDS
+//! reserved, sending them in batches (every [`BATCH_AGE`] or [`BATCH_MAX`] creates). Anything else that
+//! goes to the MDS first sends what is pending ([`DirLeases::settle`]), so the MDS always sees this
+//! mount's changes in order; any change other than a create in a leased directory gives its lease up.
+//!
+//! What a create that did not reach the MDS yet costs on a crash of this process: it is lost, like a
+//! write still in the write-behind buffer. fsync of the file or the directory sends it first.
+
+use crate::creds::Who;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tessera_client::{AsyncCreate, Attr, DirLease, FileKind, FsError, FsResult, Ino, Layout, MdsClient, OpenFlags};
+use tessera_client::{ErrorCode, Timestamp};
+
+/// A create waits at most this long before it is sent.
+pub const BATCH_AGE: Duration = Duration::from_millis(20);
+/// Creates sent in one batch at most (a create finding this many waiting goes to the MDS itself).
+pub const BATCH_MAX: usize = 512;
+/// A lease unused this long is given up (other clients wait for it).
+const IDLE: Duration = Duration::from_millis(300);
+/// Renewed this long before it would expire; never used closer to its end than this either.
+const MARGIN: Duration = Duration::from_millis(500);
+
+struct Held {
+    /// 0 while the grant is on its way.
+    token: u64,
+    /// Usable until then (from when the granting or renewing request was sent).
+    until: Instant,
+    attr: Attr,
+    /// Every name in the directory.
+    names: HashSet<String>,
+    inos: Vec<Ino>,
+    last_used: Instant,
+    /// A change other than a create came while the grant was on its way: give it up on arrival.
+    abandoned: bool,
+}
+
+/// A file created here that the MDS does not have yet.
+struct Pending {
+    attr: Attr,
+    dir: Ino,
+    name: String,
+    /// The creating open, while it is open: the MDS opens the file too when it gets the batch.
+    fh: Option<u64>,
+    who: Arc<Who>,
+    flags: OpenFlags,
+    queued_at: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    dirs: HashMap<Ino, Held>,
+    /// Not sent yet, in creation order.
+    queue: Vec<Ino>,
+    /// Queued or being sent.
+    files: HashMap<Ino, Pending>,
+    by_name: HashMap<(Ino, String), Ino>,
+    /// File handles of pending files.
+    fhs: HashMap<u64, Ino>,
+}
+
+/// A creating open whose file reached the MDS: the handle it opened there, to attach to `fh`.
+pub struct Opened {
+    pub fh: u64,
+    pub who: Arc<Who>,
+    pub flags: OpenFlags,
+    pub attr: Attr,
+    pub layout: Layout,
+    pub handle: u64,
+}
+
+#[derive(Default)]
+pub struct DirLeases {
+    state: Mutex<State>,
+    /// Queued or being sent (read without the lock on every request).
+    pending: AtomicUsize,
+    /// One batch at a time, so they reach the MDS in order.
+    sending: tokio::sync::Mutex<()>,
+}
+
+impl DirLeases {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether creates wait to be sent.
+    pub fn has_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire) > 0
+    }
+
+    /// Asks the MDS for the lease on `dir`, just made by this mount (empty).
+    pub async fn acquire(&self, mds: &MdsClient, dir: Ino, attr: Attr) {
+        {
+            let mut st = self.state();
+            let now = Instant::now();
+            st.dirs.insert(
+                dir,
+                Held {
+                    token: 0,
+                    until: now,
+                    attr,
+                    names: HashSet::new(),
+                    inos: Vec::new(),
+                    last_used: now,
+                    abandoned: false,
+                },
+            );
+        }
+        let sent = Instant::now();
+        let r = mds.lease_dir(dir).await;
+        let give_back = {
+            let mut st = self.state();
+            match (r, st.dirs.get_mut(&dir)) {
+                (Ok(l), Some(h)) if !h.abandoned => {
+                    install(h, &l, sent);
+                    None
+                }
+                (Ok(l), _) => Some(l.token),
+                (Err(e), _) => {
+                    tracing::debug!(dir, "no lease: {e}");
+                    st.dirs.remove(&dir);
+                    None
+                }
+            }
+        };
+        if let Some(token) = give_back {
+            self.state().dirs.remove(&dir);
+            let _ = mds.create_batch(dir, token, Vec::new(), false).await;
+        }
+    }
+
+    /// A lookup this mount can answer: a pending file, or (`Err`) a name a leased directory lacks.
+    pub fn lookup(&self, dir: Ino, name: &str) -> Option<FsResult<Attr>> {
+        let st = self.state();
+        if let Some(ino) = st.by_name.get(&(dir, name.to_string())) {
+            return st.files.get(ino).map(|p| Ok(p.attr.clone()));
+        }
+        let h = st.dirs.get(&dir)?;
+        (h.token != 0 && Instant::now() < h.until && !h.names.contains(name))
+            .then(|| Err(FsError::new(ErrorCode::NotFound, name.to_string())))
+    }
+
+    /// Attributes this mount has authority over: a pending file's, a leased directory's.
+    pub fn getattr(&self, ino: Ino) -> Option<Attr> {
+        let st = self.state();
+        if let Some(p) = st.files.get(&ino) {
+            return Some(p.attr.clone());
+        }
+        st.dirs.get(&ino).filter(|h| h.token != 0 && Instant::now() < h.until).map(|h| h.attr.clone())
+    }
+
+    /// Creates `name` in `dir` here if this mount leases `dir` and the create needs nothing from the MDS:
+    /// a regular file without set-id bits in a directory without set-group-id (whose group it would
+    /// inherit), with an inode number in reserve and room in the batch. `fh` is the creating open's.
+    pub fn try_create(
+        &self,
+        dir: Ino,
+        name: &str,
+        perm: u32,
+        who: &Arc<Who>,
+        flags: OpenFlags,
+        fh: u64,
+    ) -> Option<Attr> {
+        if perm & 0o6000 != 0 {
+            return None;
+        }
+        let mut st = self.state();
+        if st.queue.len() >= BATCH_MAX {
+            return None;
+        }
+        let now = Instant::now();
+        let h = st.dirs.get_mut(&dir)?;
+        if h.token == 0 || now >= h.until || h.attr.perm & 0o2000 != 0 || h.names.contains(name) {
+            return None;
+        }
+        let ino = h.inos.pop()?;
+        let time = Timestamp::now();
+        let attr = Attr {
+            ino,
+            kind: FileKind::File,
+            perm,
+            nlink: 1,
+            uid: who.caller.uid,
+            gid: who.caller.gid,
+            size: 0,
+            atime: time,
+            mtime: time,
+            ctime: time,
+            crtime: time,
+            rdev: 0,
+        };
+        h.names.insert(name.to_string());
+        h.attr.size += 1;
+        h.attr.mtime = time;
+        h.attr.ctime = time;
+        h.last_used = now;
+        st.queue.push(ino);
+        st.by_name.insert((dir, name.to_string()), ino);
+        st.fhs.insert(fh, ino);
+        let p = Pending {
+            attr: attr.clone(),
+            dir,
+            name: name.to_string(),
+            fh: Some(fh),
+            who: who.clone(),
+            flags,
+            queued_at: now,
+        };
+        st.files.insert(ino, p);
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        Some(attr)
+    }
+
+    /// Whether `fh` is a pending file's creating open.
+    pub fn is_pending_fh(&self, fh: u64) -> bool {
+        self.has_pending() && self.state().fhs.contains_key(&fh)
+    }
+
+    /// Closes a pending file's creating open if its batch has not left: true when done (nothing to send).
+    pub fn release_fh(&self, fh: u64) -> bool {
+        let mut st = self.state();
+        let Some(&ino) = st.fhs.get(&fh) else { return false };
+        if !st.queue.contains(&ino) {
+            return false;
+        }
+        st.fhs.remove(&fh);
+        if let Some(p) = st.files.get_mut(&ino) {
+            p.fh = None;
+        }
+        true
+    }
+
+    /// A create in `dir` that went to the MDS itself: its name is now known here.
+    pub fn note_created(&self, dir: Ino, name: &str) {
+        if let Some(h) = self.state().dirs.get_mut(&dir) {
+            h.names.insert(name.to_string());
+        }
+    }
+
+    /// Gives up the lease on `dir` (`None`: on every directory) before another kind of change; call
+    /// after [`DirLeases::settle`].
+    pub async fn give_up(&self, mds: &MdsClient, dir: Option<Ino>) {
+        let released: Vec<(Ino, u64)> = {
+            let mut st = self.state();
+            let dirs: Vec<Ino> = match dir {
+                Some(d) => st.dirs.contains_key(&d).then_some(d).into_iter().collect(),
+                None => st.dirs.keys().copied().collect(),
+            };
+            let mut out = Vec::new();
+            for d in dirs {
+                let Some(h) = st.dirs.get_mut(&d) else { continue };
+                if h.token == 0 {
+                    h.abandoned = true;
+                } else if let Some(h) = st.dirs.remove(&d) {
+                    out.push((d, h.token));
+                }
+            }
+            out
+        };
+        for (d, token) in released {
+            let _ = mds.create_batch(d, token, Vec::new(), false).await;
+        }
+    }
+
+    /// Sends every pending create (in order, a batch per directory) and returns the creating opens to
+    /// attach to the handles the MDS opened. A create the MDS refused is logged and forgotten.
+    pub async fn settle(&self, mds: &MdsClient) -> Vec<Opened> {
+        if !self.has_pending() {
+            return Vec::new();
+        }
+        let _one = self.sending.lock().await;
+        let queue = std::mem::take(&mut self.state().queue);
+        let mut by_dir: Vec<(Ino, Vec<Ino>)> = Vec::new();
+        for ino in queue {
+            let Some(dir) = self.state().files.get(&ino).map(|p| p.dir) else { continue };
+            match by_dir.iter_mut().find(|(d, _)| *d == dir) {
+                Some((_, v)) => v.push(ino),
+                None => by_dir.push((dir, vec![ino])),
+            }
+        }
+        let mut opened = Vec::new();
+        for (dir, inos) in by_dir {
+            self.send(mds, dir, inos, true, &mut opened).await;
+        }
+        opened
+    }
+
+    /// Sends `inos` (created in `dir`) and renews the lease (`keep`) or gives it up. When the reply says it
+    /// was recalled, what was created there meanwhile goes with the giving up.
+    async fn send(&self, mds: &MdsClient, dir: Ino, inos: Vec<Ino>, keep: bool, opened: &mut Vec<Opened>) {
+        let token = self.state().dirs.get(&dir).map_or(0, |h| h.token);
+        if self.send_once(mds, dir, token, inos, keep, opened).await {
+            let rest = {
+                let mut st = self.state();
+                let queue = std::mem::take(&mut st.queue);
+                let (mine, others): (Vec<Ino>, Vec<Ino>) =
+                    queue.into_iter().partition(|i| st.files.get(i).is_some_and(|p| p.dir == dir));
+                st.queue = others;
+                mine
+            };
+            // Another client waits for the directory: it goes on once this mount has stopped answering
+            // for it, which the giving up tells the MDS.
+            self.send_once(mds, dir, token, rest, false, opened).await;
+        }
+    }
+
+    /// One batch; true when the lease was recalled (this mount has stopped using it, and must give it up).
+    async fn send_once(
+        &self,
+        mds: &MdsClient,
+        dir: Ino,
+        token: u64,
+        inos: Vec<Ino>,
+        keep: bool,
+        opened: &mut Vec<Opened>,
+    ) -> bool {
+        let entries = {
+            let st = self.state();
+            let entries: Vec<AsyncCreate> = inos
+                .iter()
+                .filter_map(|ino| st.files.get(ino))
+                .map(|p| AsyncCreate {
+                    ino: p.attr.ino,
+                    name: p.name.clone(),
+                    perm: p.attr.perm,
+                    uid: p.attr.uid,
+                    gid: p.attr.gid,
+                    time: p.attr.crtime,
+                    open: p.fh.map(|_| p.flags),
+                })
+                .collect();
+            entries
+        };
+        let sent = Instant::now();
+        let reply = mds.create_batch(dir, token, entries, keep).await;
+        let mut recalled = false;
+        let mut st = self.state();
+        let results = match reply {
+            Ok((results, dir_attr, lease)) => {
+                match (lease, st.dirs.get_mut(&dir)) {
+                    (Some(l), Some(h)) => {
+                        h.attr = dir_attr;
+                        install(h, &l, sent);
+                    }
+                    _ => {
+                        recalled = keep && st.dirs.remove(&dir).is_some();
+                    }
+                }
+                results.into_iter().map(|r| (r.ino, r.result)).collect()
+            }
+            Err(e) => {
+                // Retried through an MDS restart already: the lease is gone, and so are these creates.
+                st.dirs.remove(&dir);
+                inos.iter().map(|&ino| (ino, Err(e.clone()))).collect::<Vec<_>>()
+            }
+        };
+        for (ino, result) in results {
+            let Some(p) = st.files.remove(&ino) else { continue };
+            st.by_name.remove(&(p.dir, p.name.clone()));
+            if let Some(fh) = p.fh {
+                st.fhs.remove(&fh);
+            }
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            match (result, p.fh) {
+                (Ok(Some((handle, layout))), Some(fh)) => {
+                    opened.push(Opened { fh, who: p.who, flags: p.flags, attr: p.attr, layout, handle })
+                }
+                (Ok(_), _) => {}
+                (Err(e), _) => {
+                    tracing::error!(dir, name = %p.name, ino, "create lost: the MDS refused it: {e}");
+                    if let Some(h) = st.dirs.get_mut(&dir) {
+                        h.names.remove(&p.name);
+                    }
+                }
+            }
+        }
+        recalled
+    }
+
+    /// The periodic work: sends creates older than [`BATCH_AGE`] (or a full batch), renews leases in
+    /// use before they expire and gives up idle ones. Returns the creating opens to attach.
+    pub async fn tick(&self, mds: &MdsClient) -> Vec<Opened> {
+        let now = Instant::now();
+        let (due, renew, idle) = {
+            let st = self.state();
+            let due = st.queue.len() >= BATCH_MAX / 2
+                || st.queue.first().and_then(|i| st.files.get(i)).is_some_and(|p| now - p.queued_at >= BATCH_AGE);
+            let mut renew = Vec::new();
+            let mut idle = Vec::new();
+            for (&d, h) in &st.dirs {
+                if h.token == 0 {
+                    continue;
+                }
+                if now - h.last_used >= IDLE {
+                    idle.push(d);
+                } else if h.until.saturating_duration_since(now) < MARGIN * 2 {
+                    renew.push(d);
+                }
+            }
+            (due, renew, idle)
+        };
+        let mut opened = if due { self.settle(mds).await } else { Vec::new() };
+        for d in renew {
+            let _one = self.sending.lock().await;
+            self.send(mds, d, Vec::new(), true, &mut opened).await;
+        }
+        for d in idle {
+            let _one = self.sending.lock().await;
+            let unsent = {
+                let st = self.state();
+                st.queue.iter().any(|i| st.files.get(i).is_some_and(|p| p.dir == d))
+            };
+            if !unsent {
+                self.give_up(mds, Some(d)).await;
+            }
+        }
+        opened
+    }
+}
+
+/// Takes a grant or renewal: usable until `MARGIN` before its end, counted from when it was asked for.
+fn install(h: &mut Held, l: &DirLease, sent: Instant) {
+    h.token = l.token;
+    h.until = sent + Duration::from_millis(u64::from(l.valid_ms)).saturating_sub(MARGIN);
+    h.inos.extend_from_slice(&l.inos);
+    h.attr = l.attr.clone();
+}
