@@ -429,3 +429,85 @@ fn install(h: &mut Held, l: &DirLease, sent: Instant) {
     h.inos.extend_from_slice(&l.inos);
     h.attr = l.attr.clone();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_client::Caller;
+
+    fn dir_attr(ino: Ino, perm: u32) -> Attr {
+        let t = Timestamp::now();
+        Attr {
+            ino,
+            kind: FileKind::Dir,
+            perm,
+            nlink: 2,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            rdev: 0,
+        }
+    }
+
+    /// A lease as if the MDS had just granted it.
+    fn leases_with(dir: Ino, perm: u32, inos: Vec<Ino>, valid: Duration) -> DirLeases {
+        let l = DirLeases::default();
+        let now = Instant::now();
+        l.state().dirs.insert(
+            dir,
+            Held {
+                token: 1,
+                until: now + valid,
+                attr: dir_attr(dir, perm),
+                names: HashSet::new(),
+                inos,
+                last_used: now,
+                abandoned: false,
+            },
+        );
+        l
+    }
+
+    fn who(uid: u32) -> Arc<Who> {
+        Arc::new(Who { caller: Caller { uid, gid: uid + 1, groups: vec![] }, job: "j".into() })
+    }
+
+    const RW: OpenFlags = OpenFlags { read: true, write: true, truncate: false };
+
+    #[test]
+    fn a_leased_directory_answers_lookups_and_creates_here() {
+        let l = leases_with(10, 0o755, vec![100, 101], Duration::from_secs(1));
+        assert_eq!(l.lookup(10, "x").unwrap().unwrap_err().code, ErrorCode::NotFound);
+        assert!(l.lookup(11, "x").is_none(), "not leased: the MDS answers");
+        let a = l.try_create(10, "x", 0o640, &who(1000), RW, 7).unwrap();
+        assert_eq!((a.ino, a.uid, a.gid, a.perm, a.kind), (101, 1000, 1001, 0o640, FileKind::File));
+        assert_eq!(l.lookup(10, "x").unwrap().unwrap().ino, 101);
+        assert_eq!(l.getattr(101).unwrap().ino, 101);
+        assert_eq!(l.getattr(10).unwrap().size, 1, "the directory counts the new entry");
+        assert!(l.has_pending() && l.is_pending_fh(7));
+        assert!(l.try_create(10, "x", 0o640, &who(1000), RW, 8).is_none(), "the name exists: the MDS says EEXIST");
+        assert!(l.try_create(10, "s", 0o4755, &who(1000), RW, 8).is_none(), "set-id bits: the MDS decides");
+        l.note_created(10, "synced");
+        assert!(l.lookup(10, "synced").is_none(), "a name known to exist: the MDS has its attributes");
+        assert!(l.try_create(10, "y", 0o600, &who(0), RW, 9).is_some());
+        assert!(l.try_create(10, "z", 0o600, &who(0), RW, 10).is_none(), "no inode number left");
+        // Closing a create not sent yet needs nothing from the MDS; an unknown handle is not ours.
+        assert!(l.release_fh(7));
+        assert!(!l.is_pending_fh(7));
+        assert!(!l.release_fh(12345));
+    }
+
+    #[test]
+    fn no_local_answers_from_an_expired_lease_or_a_setgid_directory() {
+        let l = leases_with(10, 0o755, vec![100], Duration::ZERO);
+        assert!(l.lookup(10, "x").is_none());
+        assert!(l.getattr(10).is_none());
+        assert!(l.try_create(10, "x", 0o640, &who(1), RW, 1).is_none());
+        let l = leases_with(10, 0o2775, vec![100], Duration::from_secs(1));
+        assert!(l.try_create(10, "x", 0o640, &who(1), RW, 1).is_none(), "the group comes from the directory");
+    }
+}
