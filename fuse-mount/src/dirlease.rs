@@ -340,11 +340,16 @@ impl DirLeases {
         let mut recalled = false;
         let mut st = self.state();
         let results = match reply {
-            Ok((results, dir_attr, lease)) => {
+            Ok((results, _, lease)) => {
+                // Creates made while this batch was out are not in the MDS's attributes yet.
+                let queued = st.queue.iter().filter(|i| st.files.get(i).is_some_and(|p| p.dir == dir)).count();
                 match (lease, st.dirs.get_mut(&dir)) {
                     (Some(l), Some(h)) => {
-                        h.attr = dir_attr;
+                        let local = h.attr.clone();
                         install(h, &l, sent);
+                        h.attr.size += queued as u64;
+                        h.attr.mtime = h.attr.mtime.max(local.mtime);
+                        h.attr.ctime = h.attr.ctime.max(local.ctime);
                     }
                     _ => {
                         recalled = keep && st.dirs.remove(&dir).is_some();

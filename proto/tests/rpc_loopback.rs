@@ -82,3 +82,28 @@ async fn latency_probe() {
         }
     }
 }
+
+/// `cargo test -p tessera-proto --release --test rpc_loopback small_call_probe -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn small_call_probe() {
+    let (_dir, peer) = setup(Tuning::default()).await;
+    peer.call::<u32, u32>(&0, Bytes::new()).await.unwrap();
+    let before = peer.connection().await.unwrap().stats();
+    let n = 2000;
+    let t = Instant::now();
+    for _ in 0..n {
+        peer.call::<u32, u32>(&0, Bytes::new()).await.unwrap();
+    }
+    let dt = t.elapsed();
+    let after = peer.connection().await.unwrap().stats();
+    println!(
+        "{:.1} us/call; per call: {:.2} datagrams sent, {:.2} received, {:.2} ack frames sent, {:.2} stream frames sent, max_streams {:.2}",
+        dt.as_secs_f64() * 1e6 / n as f64,
+        (after.udp_tx.datagrams - before.udp_tx.datagrams) as f64 / n as f64,
+        (after.udp_rx.datagrams - before.udp_rx.datagrams) as f64 / n as f64,
+        (after.frame_tx.acks - before.frame_tx.acks) as f64 / n as f64,
+        (after.frame_tx.stream - before.frame_tx.stream) as f64 / n as f64,
+        (after.frame_rx.max_streams_bidi - before.frame_rx.max_streams_bidi) as f64 / n as f64,
+    );
+}
