@@ -161,17 +161,27 @@ impl Store {
             if len == 0 {
                 return Ok(Bytes::new());
             }
-            let mut buf = vec![0u8; len];
-            let mut done = 0;
-            while done < len {
-                match file.read_at(&mut buf[done..], offset + done as u64) {
-                    Ok(0) => break,
-                    Ok(n) => done += n,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e.into()),
+            // Read into the buffer's spare capacity: zero-filling it first cost as much as the read's copy.
+            let mut buf: Vec<u8> = Vec::with_capacity(len);
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+            while buf.len() < len {
+                let done = buf.len();
+                let at = libc::off_t::try_from(offset + done as u64).map_err(|_| FsError::invalid("offset"))?;
+                // SAFETY: pread writes at most `len - done` bytes into the spare capacity starting at
+                // `done`, which `with_capacity(len)` allocated; `fd` is open for the whole call.
+                let n = unsafe { libc::pread(fd, buf.as_mut_ptr().add(done).cast(), len - done, at) };
+                match n {
+                    0 => break,
+                    // SAFETY: pread initialised those `n` bytes (n <= len - done).
+                    n if n > 0 => unsafe { buf.set_len(done + n as usize) },
+                    _ => {
+                        let e = std::io::Error::last_os_error();
+                        if e.kind() != ErrorKind::Interrupted {
+                            return Err(e.into());
+                        }
+                    }
                 }
             }
-            buf.truncate(done);
             Ok(Bytes::from(buf))
         })
         .await
