@@ -76,7 +76,8 @@ pub struct Opened {
 #[derive(Default)]
 pub struct DirLeases {
     state: Mutex<State>,
-    /// Queued or being sent (read without the lock on every request).
+    /// Creates queued, being sent, or whose creating open is not attached yet (read without the lock on
+    /// every request).
     pending: AtomicUsize,
     /// One batch at a time, so they reach the MDS in order.
     sending: tokio::sync::Mutex<()>,
@@ -241,28 +242,63 @@ impl DirLeases {
         }
     }
 
-    /// Gives up the lease on `dir` (`None`: on every directory) before another kind of change; call
-    /// after [`DirLeases::settle`].
-    pub async fn give_up(&self, mds: &MdsClient, dir: Option<Ino>) {
-        let released: Vec<(Ino, u64)> = {
+    /// Gives up the lease on `dir` (`None`: on every directory) before another kind of change. What was
+    /// created there and not sent yet goes with the giving up (a create may slip in between the caller's
+    /// settle and this). Returns the creating opens to attach.
+    pub async fn give_up(&self, mds: &MdsClient, dir: Option<Ino>) -> Vec<Opened> {
+        let _one = self.sending.lock().await;
+        let mut opened = Vec::new();
+        self.give_up_locked(mds, dir, false, &mut opened).await;
+        opened
+    }
+
+    /// [`DirLeases::give_up`] with `sending` held; `only_idle`: only leases unused for [`IDLE`].
+    async fn give_up_locked(&self, mds: &MdsClient, dir: Option<Ino>, only_idle: bool, opened: &mut Vec<Opened>) {
+        let released: Vec<(Ino, u64, Vec<Ino>)> = {
             let mut st = self.state();
             let dirs: Vec<Ino> = match dir {
                 Some(d) => st.dirs.contains_key(&d).then_some(d).into_iter().collect(),
                 None => st.dirs.keys().copied().collect(),
             };
+            let now = Instant::now();
             let mut out = Vec::new();
             for d in dirs {
                 let Some(h) = st.dirs.get_mut(&d) else { continue };
+                if only_idle && (h.token == 0 || now - h.last_used < IDLE) {
+                    continue;
+                }
                 if h.token == 0 {
                     h.abandoned = true;
-                } else if let Some(h) = st.dirs.remove(&d) {
-                    out.push((d, h.token));
+                    continue;
                 }
+                let token = h.token;
+                st.dirs.remove(&d);
+                let queue = std::mem::take(&mut st.queue);
+                let (mine, others): (Vec<Ino>, Vec<Ino>) =
+                    queue.into_iter().partition(|i| st.files.get(i).is_some_and(|p| p.dir == d));
+                st.queue = others;
+                out.push((d, token, mine));
             }
             out
         };
-        for (d, token) in released {
-            let _ = mds.create_batch(d, token, Vec::new(), false).await;
+        for (d, token, inos) in released {
+            self.send_once(mds, d, token, inos, false, opened).await;
+        }
+    }
+
+    /// Whether this mount leases `dir` (`None`: any directory), granted or being granted.
+    pub fn leases_any(&self, dir: Option<Ino>) -> bool {
+        let st = self.state();
+        match dir {
+            Some(d) => st.dirs.contains_key(&d),
+            None => !st.dirs.is_empty(),
+        }
+    }
+
+    /// A creating open that came back from a batch is now an ordinary handle (or failed to become one).
+    pub fn attached(&self, fh: u64) {
+        if self.state().fhs.remove(&fh).is_some() {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -366,13 +402,11 @@ impl DirLeases {
         for (ino, result) in results {
             let Some(p) = st.files.remove(&ino) else { continue };
             st.by_name.remove(&(p.dir, p.name.clone()));
-            if let Some(fh) = p.fh {
-                st.fhs.remove(&fh);
-            }
-            self.pending.fetch_sub(1, Ordering::AcqRel);
             match (result, p.fh) {
+                // Still counted as pending (its handle is in `fhs`) until the caller attached it.
                 (Ok(Some((handle, layout))), Some(fh)) => {
-                    opened.push(Opened { fh, who: p.who, flags: p.flags, attr: p.attr, layout, handle })
+                    opened.push(Opened { fh, who: p.who, flags: p.flags, attr: p.attr, layout, handle });
+                    continue;
                 }
                 (Ok(_), _) => {}
                 (Err(e), _) => {
@@ -382,6 +416,10 @@ impl DirLeases {
                     }
                 }
             }
+            if let Some(fh) = p.fh {
+                st.fhs.remove(&fh);
+            }
+            self.pending.fetch_sub(1, Ordering::AcqRel);
         }
         recalled
     }
@@ -415,13 +453,8 @@ impl DirLeases {
         }
         for d in idle {
             let _one = self.sending.lock().await;
-            let unsent = {
-                let st = self.state();
-                st.queue.iter().any(|i| st.files.get(i).is_some_and(|p| p.dir == d))
-            };
-            if !unsent {
-                self.give_up(mds, Some(d)).await;
-            }
+            // Checked again under the lock: a create may have used it meanwhile.
+            self.give_up_locked(mds, Some(d), true, &mut opened).await;
         }
         opened
     }

@@ -71,6 +71,11 @@ struct Inner {
     direct_io: AtomicBool,
     /// Directories this mount leases, and the creates in them not sent yet.
     leases: DirLeases,
+    /// Held from sending creates until their creating opens are attached, so a request on such an open
+    /// that waits for it finds the handle.
+    settling: tokio::sync::Mutex<()>,
+    /// Shut down: the ticker stops.
+    closed: AtomicBool,
 }
 
 /// A handle on the file system's state that outlives the session (for a clean shutdown).
@@ -80,6 +85,7 @@ pub struct FsState(Arc<Inner>);
 impl FsState {
     /// Sends waiting creates and every buffered write, gives up leases, and closes every handle still open (the daemon is going away).
     pub async fn shutdown(&self) {
+        self.0.closed.store(true, Ordering::Release);
         self.0.settle().await;
         self.0.give_up_lease(None).await;
         let handles: Vec<(u64, Arc<Handle>)> = match self.0.handles.lock() {
@@ -188,6 +194,7 @@ impl Inner {
     /// Sends the creates waiting in leased directories and attaches their creating opens.
     async fn settle(&self) {
         if self.leases.has_pending() {
+            let _one = self.settling.lock().await;
             let opened = self.leases.settle(&self.client.mds().with_caller(Caller::root())).await;
             self.attach_created(opened).await;
         }
@@ -202,12 +209,18 @@ impl Inner {
             if let Err(e) = self.attach_as(Some(o.fh), &o.who, &mds, op, o.flags).await {
                 tracing::warn!(fh = o.fh, "open of a created file: {e}");
             }
+            self.leases.attached(o.fh);
         }
     }
 
     /// Before a change other than a create in `dir` (`None`: anywhere): this mount stops answering for it.
     async fn give_up_lease(&self, dir: Option<Ino>) {
-        self.leases.give_up(&self.client.mds().with_caller(Caller::root()), dir).await;
+        if !self.leases.leases_any(dir) {
+            return;
+        }
+        let _one = self.settling.lock().await;
+        let opened = self.leases.give_up(&self.client.mds().with_caller(Caller::root()), dir).await;
+        self.attach_created(opened).await;
     }
 
     /// The open flags every open and create replies with.
@@ -485,6 +498,8 @@ impl TesseraFs {
             fresh_dir_attrs: Mutex::new(HashMap::new()),
             direct_io: AtomicBool::new(false),
             leases: DirLeases::default(),
+            settling: tokio::sync::Mutex::new(()),
+            closed: AtomicBool::new(false),
         };
         let inner = Arc::new(inner);
         if !inner.opts.sync_creates {
@@ -494,6 +509,10 @@ impl TesseraFs {
                 loop {
                     tokio::time::sleep(dirlease::BATCH_AGE / 2).await;
                     let Some(inner) = weak.upgrade() else { break };
+                    if inner.closed.load(Ordering::Acquire) {
+                        break;
+                    }
+                    let _one = inner.settling.lock().await;
                     let opened = inner.leases.tick(&inner.client.mds().with_caller(Caller::root())).await;
                     inner.attach_created(opened).await;
                 }

@@ -7,7 +7,7 @@
 //! Leases live in memory only. An MDS restart forgets them; a holder then learns it has none from its
 //! next batch (entries whose names were taken meanwhile fail with EEXIST and are reported to it).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tessera_proto::msg::MdsRequest;
@@ -27,14 +27,44 @@ struct Lease {
     expires: Instant,
     /// Another client waits: the next batch ends the lease.
     recalled: bool,
+    /// Inode numbers handed to the holder and not used yet.
+    reserved: HashSet<Ino>,
 }
 
 #[derive(Default)]
 struct Table {
     leases: HashMap<Ino, Lease>,
-    /// Inode numbers handed to holders and not used yet, with the directory they were given for.
-    reserved: HashMap<Ino, Ino>,
+    /// Reservations of leases that expired (a holder's late batch may still use them), with when.
+    retired: VecDeque<(Instant, Ino, HashSet<Ino>)>,
+    /// Requests admitted and not finished, per directory they touch, and those that touch any.
+    inflight: HashMap<Ino, usize>,
+    inflight_any: usize,
     next_token: u64,
+}
+
+/// How long the reservations of an expired lease stay usable.
+const RETIRED_KEEP: Duration = Duration::from_secs(60);
+
+impl Table {
+    /// Ends `dir`'s lease; an expired one's reservations are kept a while, a given-up one's dropped.
+    fn end(&mut self, dir: Ino, expired: bool) {
+        if let Some(l) = self.leases.remove(&dir) {
+            if expired && !l.reserved.is_empty() {
+                self.retired.push_back((Instant::now(), dir, l.reserved));
+            }
+        }
+        let now = Instant::now();
+        while self.retired.front().is_some_and(|(at, _, _)| now.duration_since(*at) > RETIRED_KEEP) {
+            self.retired.pop_front();
+        }
+    }
+
+    fn expire(&mut self, now: Instant) {
+        let expired: Vec<Ino> = self.leases.iter().filter(|(_, l)| l.expires <= now).map(|(&d, _)| d).collect();
+        for d in expired {
+            self.end(d, true);
+        }
+    }
 }
 
 /// What a holder's renewal found.
@@ -54,44 +84,104 @@ pub struct Leases {
     table: Mutex<Table>,
     /// Woken whenever a lease ends.
     ended: Notify,
+    /// After a restart: until then requests on directories wait, since a holder from before may still
+    /// be answering for one (this run does not know which).
+    grace_until: Option<Instant>,
+}
+
+/// A request admitted past the leases: counted as in flight (no lease is granted on what it touches)
+/// until dropped.
+pub struct Admitted<'a> {
+    leases: &'a Leases,
+    touches: Touches,
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        let mut t = self.leases.table();
+        match &self.touches {
+            Touches::Nothing => {}
+            Touches::Any => t.inflight_any = t.inflight_any.saturating_sub(1),
+            Touches::Inodes(inos) => {
+                for i in inos {
+                    if let Some(n) = t.inflight.get_mut(i) {
+                        *n -= 1;
+                        if *n == 0 {
+                            t.inflight.remove(i);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Leases {
+    /// Leases for an MDS that starts now; `grace`: how long the previous run's leases may still last.
+    pub fn with_grace(grace: Duration) -> Leases {
+        let grace_until = (!grace.is_zero()).then(|| Instant::now() + grace);
+        if !grace.is_zero() {
+            tracing::info!(?grace, "leases may still be held from before the restart: directories wait");
+        }
+        Leases { grace_until, ..Leases::default() }
+    }
+
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A new lease on `dir` for connection `conn`, unless another live one exists. (The namespace checks
-    /// the directory is empty and the caller may use it.)
+    /// A new lease on `dir` for connection `conn`, unless another live one exists or a request on it (or
+    /// on any directory) is in flight: it may have passed [`Leases::admit`] before this grant and change
+    /// the directory after it, behind the holder's back. (The namespace checks the directory is empty
+    /// and the caller may use it.)
     pub fn grant(&self, dir: Ino, conn: u64) -> Option<u64> {
         let mut t = self.table();
         let now = Instant::now();
+        t.expire(now);
+        if t.inflight_any > 0 || t.inflight.contains_key(&dir) {
+            return None;
+        }
         if let Some(l) = t.leases.get(&dir) {
-            if l.expires > now && (l.conn != conn || l.recalled) {
+            if l.conn != conn || l.recalled {
                 return None;
             }
         }
+        t.end(dir, false);
         t.next_token += 1;
         let token = t.next_token;
-        t.leases.insert(dir, Lease { token, conn, expires: now + LEASE_TIME, recalled: false });
+        let lease = Lease { token, conn, expires: now + LEASE_TIME, recalled: false, reserved: HashSet::new() };
+        t.leases.insert(dir, lease);
         Some(token)
     }
 
     /// Remembers inode numbers handed to the holder of `dir`.
     pub fn reserve(&self, dir: Ino, inos: &[Ino]) {
-        let mut t = self.table();
-        t.reserved.extend(inos.iter().map(|&i| (i, dir)));
+        if let Some(l) = self.table().leases.get_mut(&dir) {
+            l.reserved.extend(inos.iter().copied());
+        }
     }
 
-    /// Takes a reserved inode number for a create in `dir`: false if it was not handed out for it.
-    pub fn use_reserved(&self, dir: Ino, ino: Ino) -> bool {
+    /// Whether `ino` was handed out for creates in `dir` and not used yet.
+    pub fn is_reserved(&self, dir: Ino, ino: Ino) -> bool {
+        let t = self.table();
+        t.leases.get(&dir).is_some_and(|l| l.reserved.contains(&ino))
+            || t.retired.iter().any(|(_, d, r)| *d == dir && r.contains(&ino))
+    }
+
+    /// Marks reserved numbers as used (after the creates that used them committed).
+    pub fn consume(&self, dir: Ino, inos: &[Ino]) {
         let mut t = self.table();
-        match t.reserved.get(&ino) {
-            Some(&d) if d == dir => {
-                t.reserved.remove(&ino);
-                true
+        if let Some(l) = t.leases.get_mut(&dir) {
+            for i in inos {
+                l.reserved.remove(i);
             }
-            _ => false,
+        }
+        for (_, d, r) in t.retired.iter_mut() {
+            if *d == dir {
+                for i in inos {
+                    r.remove(i);
+                }
+            }
         }
     }
 
@@ -99,6 +189,15 @@ impl Leases {
     pub fn holds(&self, dir: Ino, token: u64, conn: u64) -> bool {
         let t = self.table();
         t.leases.get(&dir).is_some_and(|l| l.token == token && l.conn == conn && l.expires > Instant::now())
+    }
+
+    /// Keeps a held lease from expiring while its holder's batch is applied (and waiters waiting).
+    pub fn extend(&self, dir: Ino, token: u64) {
+        let mut t = self.table();
+        let now = Instant::now();
+        if let Some(l) = t.leases.get_mut(&dir).filter(|l| l.token == token && l.expires > now) {
+            l.expires = l.expires.max(now + LEASE_TIME);
+        }
     }
 
     /// After a holder's batch: renews the lease (`keep`, not recalled) or ends it (`keep` false). A
@@ -118,7 +217,7 @@ impl Leases {
             l.expires = now + LEASE_TIME;
             return Renewal::Renewed;
         }
-        t.leases.remove(&dir);
+        t.end(dir, false);
         drop(t);
         self.ended.notify_waiters();
         Renewal::Ended
@@ -135,7 +234,7 @@ impl Leases {
             let deadline = {
                 let mut t = self.table();
                 let now = Instant::now();
-                t.leases.retain(|_, l| l.expires > now);
+                t.expire(now);
                 let mut deadline: Option<Instant> = None;
                 for (dir, l) in t.leases.iter_mut() {
                     if l.conn == conn || dirs.is_some_and(|d| !d.contains(dir)) {
@@ -207,16 +306,36 @@ pub fn touches(req: &MdsRequest) -> Touches {
 }
 
 impl Leases {
-    /// Holds `req` from connection `conn` while another connection leases what it touches.
-    pub async fn admit(&self, conn: u64, req: &MdsRequest) {
-        if !self.any() {
-            return;
+    /// Counts `req` from connection `conn` as in flight, then holds it while another connection leases
+    /// what it touches. The request is served while the returned guard lives.
+    pub async fn admit(&self, conn: u64, req: &MdsRequest) -> Admitted<'_> {
+        let touches = touches(req);
+        {
+            let mut t = self.table();
+            match &touches {
+                Touches::Nothing => {}
+                Touches::Any => t.inflight_any += 1,
+                Touches::Inodes(inos) => {
+                    for &i in inos {
+                        *t.inflight.entry(i).or_default() += 1;
+                    }
+                }
+            }
         }
-        match touches(req) {
-            Touches::Nothing => {}
-            Touches::Inodes(inos) => self.wait_for(conn, Some(&inos)).await,
-            Touches::Any => self.wait_for(conn, None).await,
+        let admitted = Admitted { leases: self, touches };
+        if let Some(g) = self.grace_until {
+            if admitted.touches != Touches::Nothing && Instant::now() < g {
+                tokio::time::sleep_until(g.into()).await;
+            }
         }
+        if self.any() {
+            match &admitted.touches {
+                Touches::Nothing => {}
+                Touches::Inodes(inos) => self.wait_for(conn, Some(inos)).await,
+                Touches::Any => self.wait_for(conn, None).await,
+            }
+        }
+        admitted
     }
 }
 
@@ -240,14 +359,35 @@ mod tests {
     }
 
     #[test]
-    fn reserved_inodes_are_used_once_and_only_in_their_directory() {
+    fn reservations_belong_to_their_lease_and_end_with_it() {
         let l = Leases::default();
+        let t = l.grant(10, 1).unwrap();
         l.reserve(10, &[100, 101]);
-        assert!(!l.use_reserved(11, 100));
-        assert!(l.use_reserved(10, 100));
-        assert!(!l.use_reserved(10, 100));
-        assert!(!l.use_reserved(10, 999));
-        assert!(l.use_reserved(10, 101));
+        l.reserve(11, &[200]);
+        assert!(!l.is_reserved(11, 200), "no lease on 11: nothing reserved there");
+        assert!(!l.is_reserved(11, 100));
+        assert!(l.is_reserved(10, 100));
+        l.consume(10, &[100]);
+        assert!(!l.is_reserved(10, 100), "used once");
+        assert!(l.is_reserved(10, 101));
+        assert_eq!(l.renew(10, t, false), Renewal::Ended);
+        assert!(!l.is_reserved(10, 101), "given up: its reservations go with it");
+    }
+
+    #[test]
+    fn no_grant_while_a_request_on_the_directory_is_in_flight() {
+        let l = Leases::default();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let lookup = MdsRequest::Lookup { parent: 10, name: "x".into() };
+        let admitted = rt.block_on(l.admit(2, &lookup));
+        assert!(l.grant(10, 1).is_none(), "the lookup may run after a grant and see the directory");
+        assert!(l.grant(11, 1).is_some(), "another directory is free");
+        drop(admitted);
+        let path = MdsRequest::LookupPath { path: "/a".into(), follow: true };
+        let walking = rt.block_on(l.admit(2, &path));
+        assert!(l.grant(10, 1).is_none(), "a path walk may reach any directory");
+        drop(walking);
+        assert!(l.grant(10, 1).is_some());
     }
 
     #[tokio::test]

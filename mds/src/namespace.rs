@@ -15,6 +15,7 @@ use crate::store::{dirseq_key, xattr_key, xattr_prefix, Dentry, Inode, Store, Tx
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 use tessera_proto::config::Defaults;
 use tessera_proto::error::ErrorCode;
 use tessera_proto::layout::{Layout, LayoutSpec, StripeTarget};
@@ -30,6 +31,13 @@ const STATFS_BLOCK: u64 = 4096;
 const FILES_FREE: u64 = 1 << 40;
 const LAYOUT_XATTR: &str = "tessera.layout";
 const READDIR_MAX: usize = 8192;
+/// Meta key: when a lease was last granted or renewed (milliseconds since the epoch, big-endian).
+const LEASE_ACTIVITY_KEY: &[u8] = b"lease-activity";
+
+fn epoch_ms() -> u64 {
+    let t = Timestamp::now();
+    (t.secs.max(0) as u64) * 1000 + u64::from(t.nanos / 1_000_000)
+}
 
 fn err(code: ErrorCode, detail: impl Into<String>) -> FsError {
     FsError::new(code, detail)
@@ -131,6 +139,21 @@ fn xattr_ns(name: &str) -> FsResult<XattrNs> {
     }
 }
 
+/// Written with every grant and batch, so a restarted MDS knows whether a lease may still be in use: its
+/// holder keeps answering for the directory until its lease would have expired.
+fn note_lease_activity(tx: &mut Txn<'_>) {
+    tx.put(T::Meta, LEASE_ACTIVITY_KEY, epoch_ms().to_be_bytes().to_vec());
+}
+
+/// How long after this start requests on directories must wait: until the leases the previous run may
+/// have granted have certainly expired at their holders.
+fn lease_grace(store: &Store) -> FsResult<Duration> {
+    let Some(v) = store.read(T::Meta, LEASE_ACTIVITY_KEY)? else { return Ok(Duration::ZERO) };
+    let last = v.as_slice().try_into().map(u64::from_be_bytes).unwrap_or(0);
+    let until = last.saturating_add(LEASE_TIME.as_millis() as u64);
+    Ok(Duration::from_millis(until.saturating_sub(epoch_ms())).min(LEASE_TIME))
+}
+
 pub struct Namespace {
     store: Arc<Store>,
     /// Serialises mutations (reads never take it).
@@ -162,6 +185,7 @@ impl Namespace {
         let spec = LayoutSpec { stripe_size: Some(defaults.stripe_size), stripe_count: Some(defaults.stripe_count) };
         spec.validate()?;
         let boot_ino = store.new_ino()?;
+        let leases = Leases::with_grace(lease_grace(&store)?);
         let ns = Namespace {
             store,
             mutate: Mutex::new(()),
@@ -173,7 +197,7 @@ impl Namespace {
             data,
             destroy_wake: Arc::new(Notify::new()),
             destroy_pending: AtomicBool::new(false),
-            leases: Leases::default(),
+            leases,
             boot_ino,
         };
         ns.init()?;
@@ -381,6 +405,9 @@ impl Namespace {
             return Err(err(ErrorCode::Busy, "only an empty directory is leased"));
         }
         let token = self.leases.grant(dir, conn).ok_or_else(|| err(ErrorCode::Busy, "another client holds it"))?;
+        let mut tx = tx;
+        note_lease_activity(&mut tx);
+        self.commit(tx)?;
         self.new_lease(dir, token, RESERVED_INOS, d.attr)
     }
 
@@ -393,7 +420,10 @@ impl Namespace {
         entries: Vec<AsyncCreate>,
         keep: bool,
     ) -> FsResult<MdsReply> {
-        if !self.leases.holds(dir, token, conn) {
+        if self.leases.holds(dir, token, conn) {
+            // Others keep waiting while this batch is applied, however long that takes.
+            self.leases.extend(dir, token);
+        } else {
             // Lost (expired, or the MDS restarted): whoever holds it now goes first.
             self.leases.wait_for(conn, Some(&[dir])).await;
         }
@@ -421,15 +451,19 @@ impl Namespace {
         let mut tx = self.store.begin();
         let mut dir_attr = tx.dir(dir)?.attr;
         let base = tx.dir_layout(dir)?.unwrap_or_default();
+        note_lease_activity(&mut tx);
         let mut made = Vec::with_capacity(entries.len());
+        let mut used = Vec::new();
         for e in entries {
             let layout = match tx.dentry(dir, &e.name)? {
                 Some(d) if d.ino == e.ino => Ok(tx.inode(e.ino)?.layout),
                 Some(_) => Err(FsError::exists(e.name.clone())),
                 None => match validate_name(&e.name) {
                     Err(x) => Err(x),
-                    Ok(()) if e.perm & !0o7777 != 0 => Err(FsError::invalid("mode bits beyond 07777")),
-                    Ok(()) if !self.leases.use_reserved(dir, e.ino) && !self.reserved_before_restart(&tx, e.ino)? => {
+                    // Set-id bits are never created without the MDS deciding (the holder sends none).
+                    Ok(()) if e.perm & !0o1777 != 0 => Err(FsError::invalid("mode bits beyond 01777")),
+                    Ok(()) if used.contains(&e.ino) => Err(FsError::invalid("inode number used twice")),
+                    Ok(()) if !self.leases.is_reserved(dir, e.ino) && !self.reserved_before_restart(&tx, e.ino)? => {
                         Err(FsError::invalid(format!("inode {} was not reserved for this directory", e.ino)))
                     }
                     Ok(()) => {
@@ -450,6 +484,7 @@ impl Namespace {
                         let layout = self.new_layout(LayoutSpec::default(), base)?;
                         tx.add_inode(&Inode { attr, layout: Some(layout.clone()), target: None, parent: dir })?;
                         dir_attr = self.add_entry(&mut tx, dir, &e.name, e.ino, FileKind::File)?;
+                        used.push(e.ino);
                         Ok(Some(layout))
                     }
                 },
@@ -457,6 +492,8 @@ impl Namespace {
             made.push((e.ino, e.open, layout));
         }
         self.commit(tx)?;
+        // Only now: a batch that failed as a whole may be sent again with the same numbers.
+        self.leases.consume(dir, &used);
         let results = made
             .into_iter()
             .map(|(ino, open, layout)| {

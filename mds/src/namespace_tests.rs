@@ -900,3 +900,25 @@ async fn a_batch_after_an_mds_restart_uses_the_inode_numbers_reserved_before() {
     assert!(lease.is_none(), "the restart ended the lease");
     assert_eq!(lookup(&ns, &root(), d, "a").await.unwrap().ino, l.inos[0]);
 }
+
+#[tokio::test]
+async fn after_a_restart_directories_wait_out_the_leases_of_the_previous_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let lookup = MdsRequest::Lookup { parent: ROOT_INO, name: "d".into() };
+    let quick = std::time::Duration::from_millis(300);
+    {
+        let (ns, _) = open_ns(dir.path());
+        let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap().ino;
+        assert!(tokio::time::timeout(quick, ns.leases().admit(5, &lookup)).await.is_ok(), "no lease yet: no wait");
+        leased(ns.handle_lease(&root(), 1, MdsRequest::LeaseDir { dir: d }).await);
+        ns.store().flush_sync().unwrap();
+    }
+    let (ns, _) = open_ns(dir.path());
+    assert!(
+        tokio::time::timeout(quick, ns.leases().admit(5, &lookup)).await.is_err(),
+        "a holder from before the restart may still answer for the directory"
+    );
+    let batch = MdsRequest::CreateBatch { dir: ROOT_INO, token: 1, entries: vec![], keep: false };
+    assert!(tokio::time::timeout(quick, ns.leases().admit(5, &batch)).await.is_ok(), "a holder's batch is let through");
+    assert!(tokio::time::timeout(crate::lease::LEASE_TIME * 2, ns.leases().admit(5, &lookup)).await.is_ok());
+}

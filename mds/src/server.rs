@@ -69,7 +69,7 @@ impl MdsService {
             },
             None => call.req,
         };
-        self.ns.leases().admit(peer.conn, &req).await;
+        let _admitted = self.ns.leases().admit(peer.conn, &req).await;
         self.ns.handle_lease(&call.caller, peer.conn, req).await
     }
 }
