@@ -734,15 +734,16 @@ fn fuse_async_creates_in_leased_directory() {
     let a = Mount::new(&cluster, "a");
     let b = Mount::new(&cluster, "b");
     std::fs::create_dir(a.p("d")).unwrap();
-    std::fs::write(a.p("later"), b"x").unwrap();
     let create = |name: &str| {
         std::fs::OpenOptions::new().write(true).create_new(true).mode(0o640).open(a.p(&format!("d/{name}")))
     };
+    // The first create leases the directory; creates take the reserved inode numbers from the top down,
+    // where the MDS hands out ascending ones.
     drop(create("f0").unwrap());
-    // Made from the inode numbers reserved when the directory was leased: below a file made after that.
-    let (f0, later) = (std::fs::metadata(a.p("d/f0")).unwrap(), std::fs::metadata(a.p("later")).unwrap());
-    assert!(f0.ino() < later.ino(), "f0 {} was not created from the lease's reserve (later {})", f0.ino(), later.ino());
-    for i in 1..200 {
+    drop(create("f1").unwrap());
+    let (f0, f1) = (std::fs::metadata(a.p("d/f0")).unwrap().ino(), std::fs::metadata(a.p("d/f1")).unwrap().ino());
+    assert!(f1 < f0, "f1 ({f1}) after f0 ({f0}) was not created from the lease's reserve");
+    for i in 2..200 {
         let mut f = create(&format!("f{i}")).unwrap();
         if i % 10 == 0 {
             f.write_all(format!("data {i}").as_bytes()).unwrap();

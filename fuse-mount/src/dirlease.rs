@@ -20,6 +20,8 @@ use tessera_client::{ErrorCode, Timestamp};
 pub const BATCH_AGE: Duration = Duration::from_millis(20);
 /// Creates sent in one batch at most (a create finding this many waiting goes to the MDS itself).
 pub const BATCH_MAX: usize = 512;
+/// Directories remembered as made here (forgotten all at once beyond that).
+const CANDIDATES_MAX: usize = 4096;
 /// A lease unused this long is given up (other clients wait for it).
 const IDLE: Duration = Duration::from_millis(300);
 /// Renewed this long before it would expire; never used closer to its end than this either.
@@ -61,6 +63,8 @@ struct State {
     by_name: HashMap<(Ino, String), Ino>,
     /// File handles of pending files.
     fhs: HashMap<u64, Ino>,
+    /// Directories this mount made that have not asked for their lease yet.
+    candidates: HashSet<Ino>,
 }
 
 /// A creating open whose file reached the MDS: the handle it opened there, to attach to `fh`.
@@ -93,9 +97,44 @@ impl DirLeases {
         self.pending.load(Ordering::Acquire) > 0
     }
 
-    /// Asks the MDS for the lease on `dir`, just made by this mount (empty).
-    pub async fn acquire(&self, mds: &MdsClient, dir: Ino, attr: Attr) {
+    /// `dir` was made by this mount: the first create in it asks for its lease ([`DirLeases::take_candidate`]),
+    /// so directories that get no files cost nothing.
+    pub fn note_made(&self, dir: Ino) {
+        let mut st = self.state();
+        if st.candidates.len() >= CANDIDATES_MAX {
+            st.candidates.clear();
+        }
+        st.candidates.insert(dir);
+    }
+
+    /// Whether a create in `dir` should ask for its lease first.
+    pub fn is_candidate(&self, dir: Ino) -> bool {
+        self.state().candidates.contains(&dir)
+    }
+
+    /// Takes `dir` off the candidates (asked once only): true if it was one.
+    pub fn take_candidate(&self, dir: Ino) -> bool {
+        self.state().candidates.remove(&dir)
+    }
+
+    /// Asks the MDS for the lease on `dir` (granted only while it is empty). Its attributes come with it.
+    pub async fn acquire(&self, mds: &MdsClient, dir: Ino) {
         {
+            let t = Timestamp { secs: 0, nanos: 0 };
+            let attr = Attr {
+                ino: dir,
+                kind: FileKind::Dir,
+                perm: 0,
+                nlink: 2,
+                uid: 0,
+                gid: 0,
+                size: 0,
+                atime: t,
+                mtime: t,
+                ctime: t,
+                crtime: t,
+                rdev: 0,
+            };
             let mut st = self.state();
             let now = Instant::now();
             st.dirs.insert(
@@ -537,6 +576,15 @@ mod tests {
         assert!(l.release_fh(7));
         assert!(!l.is_pending_fh(7));
         assert!(!l.release_fh(12345));
+    }
+
+    #[test]
+    fn a_directory_made_here_asks_for_its_lease_once() {
+        let l = DirLeases::default();
+        l.note_made(10);
+        assert!(l.is_candidate(10) && !l.is_candidate(11));
+        assert!(l.take_candidate(10));
+        assert!(!l.take_candidate(10), "asked once only");
     }
 
     #[test]

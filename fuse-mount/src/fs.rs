@@ -713,7 +713,7 @@ impl Filesystem for TesseraFs {
             if let Ok(a) = &r {
                 inner.note_parent(a, parent.0);
                 if !inner.opts.sync_creates {
-                    inner.leases.acquire(&inner.mds(k), a.ino, a.clone()).await;
+                    inner.leases.note_made(a.ino);
                 }
             }
             reply_entry(&inner, reply, r);
@@ -1139,6 +1139,14 @@ impl Filesystem for TesseraFs {
                 // One round trip: the MDS creates and opens (its creator may open a new file as asked
                 // whatever its mode), or opens what is there when not exclusive.
                 let of = open_flags(flags);
+                if !inner.opts.sync_creates && inner.leases.take_candidate(parent.0) {
+                    // The first create in a directory this mount made: lease it, then create here.
+                    inner.leases.acquire(&mds, parent.0).await;
+                    let fh = inner.next_fh.fetch_add(1, Ordering::Relaxed);
+                    if let Some(a) = inner.leases.try_create(parent.0, &name, perm, &who, of, fh) {
+                        return Ok((fh, a));
+                    }
+                }
                 let opened = mds.create_open(parent.0, &name, perm, excl, None, of).await?;
                 inner.leases.note_created(parent.0, &name);
                 if let Some(p) = opened.parent.clone() {
