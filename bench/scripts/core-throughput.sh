@@ -18,25 +18,12 @@ small_block=${SMALL_BLOCK:-32m}; fio_seconds=${FIO_SECONDS:-10}; use_fio=${FIO:-
 mkdir -p "$out"
 work=$(mktemp -d /tmp/tessera-core.XXXXXX)
 mnt=$work/mnt; local_dir=$work/local
-mkdir -p "$mnt" "$local_dir"
-up_pid=""; fuse_pid=""
-cleanup() {
-  [ -n "$fuse_pid" ] && kill "$fuse_pid" 2>/dev/null && wait "$fuse_pid" 2>/dev/null || true
-  umount -l "$mnt" 2>/dev/null || true
-  [ -n "$up_pid" ] && kill -INT "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-"$bin/tessera" up --dir "$work/cluster" --ds "$nds" --port-base 0 > "$work/up.log" 2>&1 &
-up_pid=$!
-for _ in $(seq 100); do grep -q "TESSERA UP" "$work/up.log" && break; sleep 0.2; done
-export TESSERA_CONFIG=$work/cluster/client.toml
+mkdir -p "$local_dir"
+. "$here/bench/scripts/cluster.sh"
+start_cluster "$nds"
 "$bin/tessera" mkdir -p /ior && "$bin/tessera" mkdir -p /md
 "$bin/tessera" setstripe -S 1M -c "$nds" /ior
-"$bin/tessera-fuse" "$mnt" --allow-other ${FUSE_OPTS:+-o "$FUSE_OPTS"} > "$work/fuse.log" 2>&1 &
-fuse_pid=$!
-for _ in $(seq 100); do grep -q READY "$work/fuse.log" && break; sleep 0.2; done
+mount_fuse "$mnt" "$work/fuse.log" "${FUSE_OPTS:-}"
 
 ior() { # name, extra args...
   local name=$1; shift

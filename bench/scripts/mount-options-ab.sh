@@ -11,25 +11,11 @@ bin=${BIN:-$here/target/release}
 reps=${REPS:-3}; n=${MDFILES:-10000}; nds=${DS:-4}
 a_opts=${A_OPTS:-}; b_opts=${B_OPTS:-sync_creates}
 work=$(mktemp -d /tmp/tessera-ab.XXXXXX)
-mkdir -p "$work/a" "$work/b"
-up_pid=""; fa=""; fb=""
-cleanup() {
-  for p in $fa $fb; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
-  umount -l "$work/a" "$work/b" 2>/dev/null || true
-  [ -n "$up_pid" ] && kill -INT "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-"$bin/tessera" up --dir "$work/cluster" --ds "$nds" --port-base 0 > "$work/up.log" 2>&1 &
-up_pid=$!
-for _ in $(seq 100); do grep -q "TESSERA UP" "$work/up.log" && break; sleep 0.2; done
-export TESSERA_CONFIG=$work/cluster/client.toml
+. "$here/bench/scripts/cluster.sh"
+start_cluster "$nds"
 "$bin/tessera" mkdir -p /md
-"$bin/tessera-fuse" "$work/a" --allow-other ${a_opts:+-o "$a_opts"} > "$work/fa.log" 2>&1 &
-fa=$!
-"$bin/tessera-fuse" "$work/b" --allow-other ${b_opts:+-o "$b_opts"} > "$work/fb.log" 2>&1 &
-fb=$!
-for m in a b; do for _ in $(seq 100); do grep -q READY "$work/f$m.log" && break; sleep 0.2; done; done
+mount_fuse "$work/a" "$work/fa.log" "$a_opts"
+mount_fuse "$work/b" "$work/fb.log" "$b_opts"
 run() { # label, mdtest args...
   local label=$1; shift
   "$bin/tessera-bench" mdtest -n "$n" -N 2 "$@" --json "$work/r.json" > "$work/r.txt" 2>&1

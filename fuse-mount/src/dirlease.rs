@@ -120,21 +120,8 @@ impl DirLeases {
     /// Asks the MDS for the lease on `dir` (granted only while it is empty). Its attributes come with it.
     pub async fn acquire(&self, mds: &MdsClient, dir: Ino) {
         {
-            let t = Timestamp { secs: 0, nanos: 0 };
-            let attr = Attr {
-                ino: dir,
-                kind: FileKind::Dir,
-                perm: 0,
-                nlink: 2,
-                uid: 0,
-                gid: 0,
-                size: 0,
-                atime: t,
-                mtime: t,
-                ctime: t,
-                crtime: t,
-                rdev: 0,
-            };
+            // Never served (no token yet); the grant brings the real attributes.
+            let attr = dir_attr(dir, 0, Timestamp { secs: 0, nanos: 0 });
             let mut st = self.state();
             let now = Instant::now();
             st.dirs.insert(
@@ -499,6 +486,24 @@ impl DirLeases {
     }
 }
 
+/// Attributes of a directory owned by root with mode `perm`, all times `t`.
+fn dir_attr(ino: Ino, perm: u32, t: Timestamp) -> Attr {
+    Attr {
+        ino,
+        kind: FileKind::Dir,
+        perm,
+        nlink: 2,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        atime: t,
+        mtime: t,
+        ctime: t,
+        crtime: t,
+        rdev: 0,
+    }
+}
+
 /// Takes a grant or renewal: usable until `MARGIN` before its end, counted from when it was asked for.
 fn install(h: &mut Held, l: &DirLease, sent: Instant) {
     h.token = l.token;
@@ -512,24 +517,6 @@ mod tests {
     use super::*;
     use tessera_client::Caller;
 
-    fn dir_attr(ino: Ino, perm: u32) -> Attr {
-        let t = Timestamp::now();
-        Attr {
-            ino,
-            kind: FileKind::Dir,
-            perm,
-            nlink: 2,
-            uid: 0,
-            gid: 0,
-            size: 0,
-            atime: t,
-            mtime: t,
-            ctime: t,
-            crtime: t,
-            rdev: 0,
-        }
-    }
-
     /// A lease as if the MDS had just granted it.
     fn leases_with(dir: Ino, perm: u32, inos: Vec<Ino>, valid: Duration) -> DirLeases {
         let l = DirLeases::default();
@@ -539,7 +526,7 @@ mod tests {
             Held {
                 token: 1,
                 until: now + valid,
-                attr: dir_attr(dir, perm),
+                attr: dir_attr(dir, perm, Timestamp::now()),
                 names: HashSet::new(),
                 inos,
                 last_used: now,
