@@ -176,16 +176,50 @@ fn pick_ports(port_base: u16, n_ds: usize) -> FsResult<Vec<u16>> {
         v.extend((0..n_ds).map(|i| port_base + 10 + i as u16));
         return Ok(v);
     }
-    // Hold every socket until all are bound so the ports are distinct.
-    let socks: Vec<std::net::UdpSocket> = (0..=n_ds)
-        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0"))
-        .collect::<Result<_, _>>()
-        .map_err(|e| FsError::io(format!("picking free ports: {e}")))?;
+    // Below the kernel's ephemeral range: a port the kernel may hand to any client socket (every QUIC
+    // client binds one) could be taken between this pick and the server's start. Randomly placed, so
+    // clusters prepared at the same time rarely probe the same ports; every socket is held until all are
+    // bound, so the ports are distinct.
+    let high = ephemeral_ports_start();
+    if high < PICK_LOW + 1024 {
+        return Err(FsError::invalid(format!("no port range below the ephemeral ports (they start at {high})")));
+    }
+    let span = u64::from(high - PICK_LOW);
+    let seed = {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish()
+    };
+    let mut socks = Vec::with_capacity(n_ds + 1);
+    for i in 0..span {
+        if socks.len() == n_ds + 1 {
+            break;
+        }
+        let port = PICK_LOW + ((seed.wrapping_add(i)) % span) as u16;
+        if let Ok(s) = std::net::UdpSocket::bind(("127.0.0.1", port)) {
+            socks.push(s);
+        }
+    }
+    if socks.len() < n_ds + 1 {
+        return Err(FsError::io(format!("picking free ports: fewer than {} free in {PICK_LOW}..{high}", n_ds + 1)));
+    }
     socks
         .iter()
         .map(|s| s.local_addr().map(|a| a.port()))
         .collect::<Result<_, _>>()
         .map_err(|e| FsError::io(format!("picking free ports: {e}")))
+}
+
+/// Lowest port picked for servers when none is given.
+const PICK_LOW: u16 = 10_000;
+
+/// First port of the kernel's ephemeral range (Linux's default when it cannot be read).
+fn ephemeral_ports_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|p| p.parse().ok()))
+        .unwrap_or(32_768)
 }
 
 /// Path of a server binary: next to the running executable (or in `$TESSERA_BIN_DIR`).
@@ -519,6 +553,9 @@ mod tests {
     #[test]
     fn fixed_ports_follow_the_base() {
         assert_eq!(pick_ports(7400, 2).unwrap(), vec![7400, 7410, 7411]);
+        let picked = pick_ports(0, 4).unwrap();
+        assert_eq!(picked.iter().collect::<std::collections::HashSet<_>>().len(), 5, "distinct: {picked:?}");
+        assert!(picked.iter().all(|&p| p >= PICK_LOW && p < ephemeral_ports_start()), "{picked:?}");
         assert!(pick_ports(65530, 2).is_err());
         assert!(prepare(tempfile::tempdir().unwrap().path(), 0, 0, Defaults::default()).is_err());
     }
