@@ -121,7 +121,7 @@ impl DirLeases {
     pub async fn acquire(&self, mds: &MdsClient, dir: Ino) {
         {
             // Never served (no token yet); the grant brings the real attributes.
-            let attr = dir_attr(dir, 0, Timestamp { secs: 0, nanos: 0 });
+            let attr = Attr::new(dir, FileKind::Dir, 0, 0, 0, Timestamp::default());
             let mut st = self.state();
             let now = Instant::now();
             st.dirs.insert(
@@ -206,20 +206,7 @@ impl DirLeases {
         }
         let ino = h.inos.pop()?;
         let time = Timestamp::now();
-        let attr = Attr {
-            ino,
-            kind: FileKind::File,
-            perm,
-            nlink: 1,
-            uid: who.caller.uid,
-            gid: who.caller.gid,
-            size: 0,
-            atime: time,
-            mtime: time,
-            ctime: time,
-            crtime: time,
-            rdev: 0,
-        };
+        let attr = Attr::new(ino, FileKind::File, perm, who.caller.uid, who.caller.gid, time);
         h.names.insert(name.to_string());
         h.attr.size += 1;
         h.attr.mtime = time;
@@ -486,24 +473,6 @@ impl DirLeases {
     }
 }
 
-/// Attributes of a directory owned by root with mode `perm`, all times `t`.
-fn dir_attr(ino: Ino, perm: u32, t: Timestamp) -> Attr {
-    Attr {
-        ino,
-        kind: FileKind::Dir,
-        perm,
-        nlink: 2,
-        uid: 0,
-        gid: 0,
-        size: 0,
-        atime: t,
-        mtime: t,
-        ctime: t,
-        crtime: t,
-        rdev: 0,
-    }
-}
-
 /// Takes a grant or renewal: usable until `MARGIN` before its end, counted from when it was asked for.
 fn install(h: &mut Held, l: &DirLease, sent: Instant) {
     h.token = l.token;
@@ -526,7 +495,7 @@ mod tests {
             Held {
                 token: 1,
                 until: now + valid,
-                attr: dir_attr(dir, perm, Timestamp::now()),
+                attr: Attr::new(dir, FileKind::Dir, perm, 0, 0, Timestamp::now()),
                 names: HashSet::new(),
                 inos,
                 last_used: now,

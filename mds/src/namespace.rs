@@ -208,21 +208,7 @@ impl Namespace {
         let mut tx = self.store.begin();
         if tx.get_inode(ROOT_INO)?.is_none() {
             let c = Caller::current_process();
-            let now = Timestamp::now();
-            let attr = Attr {
-                ino: ROOT_INO,
-                kind: FileKind::Dir,
-                perm: 0o755,
-                nlink: 2,
-                uid: c.uid,
-                gid: c.gid,
-                size: 0,
-                atime: now,
-                mtime: now,
-                ctime: now,
-                crtime: now,
-                rdev: 0,
-            };
+            let attr = Attr::new(ROOT_INO, FileKind::Dir, 0o755, c.uid, c.gid, Timestamp::now());
             tx.add_inode(&Inode { attr, layout: None, target: None, parent: ROOT_INO })?;
             info!(uid = c.uid, gid = c.gid, "created the root directory");
         }
@@ -467,20 +453,7 @@ impl Namespace {
                         Err(FsError::invalid(format!("inode {} was not reserved for this directory", e.ino)))
                     }
                     Ok(()) => {
-                        let attr = Attr {
-                            ino: e.ino,
-                            kind: FileKind::File,
-                            perm: e.perm,
-                            nlink: 1,
-                            uid: e.uid,
-                            gid: e.gid,
-                            size: 0,
-                            atime: e.time,
-                            mtime: e.time,
-                            ctime: e.time,
-                            crtime: e.time,
-                            rdev: 0,
-                        };
+                        let attr = Attr::new(e.ino, FileKind::File, e.perm, e.uid, e.gid, e.time);
                         let layout = self.new_layout(LayoutSpec::default(), base)?;
                         tx.add_inode(&Inode { attr, layout: Some(layout.clone()), target: None, parent: dir })?;
                         dir_attr = self.add_entry(&mut tx, dir, &e.name, e.ino, FileKind::File)?;
@@ -637,22 +610,8 @@ impl Namespace {
 
     fn new_inode(&self, c: &Caller, parent: &Inode, kind: FileKind, perm: u32, rdev: u32) -> FsResult<Inode> {
         let ino = self.store.new_ino()?;
-        let now = Timestamp::now();
         let (uid, gid, perm) = perm::new_owner(c, &parent.attr, kind, perm);
-        let attr = Attr {
-            ino,
-            kind,
-            perm,
-            nlink: if kind == FileKind::Dir { 2 } else { 1 },
-            uid,
-            gid,
-            size: 0,
-            atime: now,
-            mtime: now,
-            ctime: now,
-            crtime: now,
-            rdev,
-        };
+        let attr = Attr { rdev, ..Attr::new(ino, kind, perm, uid, gid, Timestamp::now()) };
         Ok(Inode { attr, layout: None, target: None, parent: parent.attr.ino })
     }
 

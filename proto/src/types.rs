@@ -116,6 +116,13 @@ pub struct Attr {
 }
 
 impl Attr {
+    /// A new inode's attributes: empty, no device, every time `t`; two links for a directory (its entry
+    /// and its "."), one otherwise.
+    pub fn new(ino: Ino, kind: FileKind, perm: u32, uid: u32, gid: u32, t: Timestamp) -> Attr {
+        let nlink = if kind == FileKind::Dir { 2 } else { 1 };
+        Attr { ino, kind, perm, nlink, uid, gid, size: 0, atime: t, mtime: t, ctime: t, crtime: t, rdev: 0 }
+    }
+
     /// `st_mode`: type bits | permission bits.
     pub fn mode(&self) -> u32 {
         self.kind.mode_bits() | (self.perm & 0o7777)
