@@ -1,9 +1,10 @@
-//! Directory leases on the mount's side (asynchronous creates). A directory this mount made is leased
-//! to it by the MDS while no other client uses it: the mount then knows every name in it, answers
-//! lookups of other names as absent, and creates files there at once, with inode numbers the MDS
-//! reserved, sending them in batches (every [`BATCH_AGE`] or [`BATCH_MAX`] creates). Anything else that
-//! goes to the MDS first sends what is pending ([`DirLeases::settle`]), so the MDS always sees this
-//! mount's changes in order; any change other than a create in a leased directory gives its lease up.
+//! Directory leases on the mount's side (asynchronous creates). The first create in a directory this
+//! mount made asks the MDS for its lease, granted while it is empty and no other client uses it: the
+//! mount then knows every name in it, answers lookups of other names as absent, and creates files there
+//! at once, with inode numbers the MDS reserved, sending them in batches (every [`BATCH_AGE`] or
+//! [`BATCH_MAX`] creates). Anything else that goes to the MDS first sends what is pending
+//! ([`DirLeases::settle`]), so the MDS always sees this mount's changes in order; any change other than
+//! a create in a leased directory gives its lease up.
 //!
 //! What a create that did not reach the MDS yet costs on a crash of this process: it is lost, like a
 //! write still in the write-behind buffer. fsync of the file or the directory sends it first.
@@ -67,6 +68,17 @@ struct State {
     candidates: HashSet<Ino>,
 }
 
+impl State {
+    /// Takes the creates made in `dir` and not sent yet out of the queue, in order.
+    fn take_queued(&mut self, dir: Ino) -> Vec<Ino> {
+        let queue = std::mem::take(&mut self.queue);
+        let (mine, others): (Vec<Ino>, Vec<Ino>) =
+            queue.into_iter().partition(|i| self.files.get(i).is_some_and(|p| p.dir == dir));
+        self.queue = others;
+        mine
+    }
+}
+
 /// A creating open whose file reached the MDS: the handle it opened there, to attach to `fh`.
 pub struct Opened {
     pub fh: u64,
@@ -107,11 +119,6 @@ impl DirLeases {
         st.candidates.insert(dir);
     }
 
-    /// Whether a create in `dir` should ask for its lease first.
-    pub fn is_candidate(&self, dir: Ino) -> bool {
-        self.state().candidates.contains(&dir)
-    }
-
     /// Takes `dir` off the candidates (asked once only): true if it was one.
     pub fn take_candidate(&self, dir: Ino) -> bool {
         self.state().candidates.remove(&dir)
@@ -146,7 +153,10 @@ impl DirLeases {
                     install(h, &l, sent);
                     None
                 }
-                (Ok(l), _) => Some(l.token),
+                (Ok(l), _) => {
+                    st.dirs.remove(&dir);
+                    Some(l.token)
+                }
                 (Err(e), _) => {
                     tracing::debug!(dir, "no lease: {e}");
                     st.dirs.remove(&dir);
@@ -155,7 +165,6 @@ impl DirLeases {
             }
         };
         if let Some(token) = give_back {
-            self.state().dirs.remove(&dir);
             let _ = mds.create_batch(dir, token, Vec::new(), false).await;
         }
     }
@@ -286,11 +295,7 @@ impl DirLeases {
                 }
                 let token = h.token;
                 st.dirs.remove(&d);
-                let queue = std::mem::take(&mut st.queue);
-                let (mine, others): (Vec<Ino>, Vec<Ino>) =
-                    queue.into_iter().partition(|i| st.files.get(i).is_some_and(|p| p.dir == d));
-                st.queue = others;
-                out.push((d, token, mine));
+                out.push((d, token, st.take_queued(d)));
             }
             out
         };
@@ -343,14 +348,7 @@ impl DirLeases {
     async fn send(&self, mds: &MdsClient, dir: Ino, inos: Vec<Ino>, keep: bool, opened: &mut Vec<Opened>) {
         let token = self.state().dirs.get(&dir).map_or(0, |h| h.token);
         if self.send_once(mds, dir, token, inos, keep, opened).await {
-            let rest = {
-                let mut st = self.state();
-                let queue = std::mem::take(&mut st.queue);
-                let (mine, others): (Vec<Ino>, Vec<Ino>) =
-                    queue.into_iter().partition(|i| st.files.get(i).is_some_and(|p| p.dir == dir));
-                st.queue = others;
-                mine
-            };
+            let rest = self.state().take_queued(dir);
             // Another client waits for the directory: it goes on once this mount has stopped answering
             // for it, which the giving up tells the MDS.
             self.send_once(mds, dir, token, rest, false, opened).await;
@@ -367,10 +365,9 @@ impl DirLeases {
         keep: bool,
         opened: &mut Vec<Opened>,
     ) -> bool {
-        let entries = {
+        let entries: Vec<AsyncCreate> = {
             let st = self.state();
-            let entries: Vec<AsyncCreate> = inos
-                .iter()
+            inos.iter()
                 .filter_map(|ino| st.files.get(ino))
                 .map(|p| AsyncCreate {
                     ino: p.attr.ino,
@@ -381,8 +378,7 @@ impl DirLeases {
                     time: p.attr.crtime,
                     open: p.fh.map(|_| p.flags),
                 })
-                .collect();
-            entries
+                .collect()
         };
         let sent = Instant::now();
         let reply = mds.create_batch(dir, token, entries, keep).await;
@@ -538,7 +534,7 @@ mod tests {
     fn a_directory_made_here_asks_for_its_lease_once() {
         let l = DirLeases::default();
         l.note_made(10);
-        assert!(l.is_candidate(10) && !l.is_candidate(11));
+        assert!(!l.take_candidate(11), "not made here");
         assert!(l.take_candidate(10));
         assert!(!l.take_candidate(10), "asked once only");
     }
