@@ -98,17 +98,18 @@ pub struct Admitted<'a> {
 
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
-        let mut t = self.leases.table();
-        match &self.touches {
+        match self.touches {
             Touches::Nothing => {}
-            Touches::Any => t.inflight_any = t.inflight_any.saturating_sub(1),
-            Touches::Inodes(inos) => {
-                for i in inos {
-                    if let Some(n) = t.inflight.get_mut(i) {
-                        *n -= 1;
-                        if *n == 0 {
-                            t.inflight.remove(i);
-                        }
+            Touches::Any => {
+                let mut t = self.leases.table();
+                t.inflight_any = t.inflight_any.saturating_sub(1);
+            }
+            Touches::Inode(i) => {
+                let mut t = self.leases.table();
+                if let Some(n) = t.inflight.get_mut(&i) {
+                    *n -= 1;
+                    if *n == 0 {
+                        t.inflight.remove(&i);
                     }
                 }
             }
@@ -257,11 +258,11 @@ impl Leases {
 }
 
 /// What a request may read or change that a lease covers.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Touches {
     Nothing,
-    /// These inodes (when they are leased directories).
-    Inodes(Vec<Ino>),
+    /// This inode (when it is a leased directory).
+    Inode(Ino),
     /// Possibly any directory: a path walk, or a removal or rename (which may replace a directory).
     Any,
 }
@@ -274,8 +275,8 @@ pub fn touches(req: &MdsRequest) -> Touches {
         | Q::CreateOpen { parent, .. }
         | Q::Mkdir { parent, .. }
         | Q::Symlink { parent, .. }
-        | Q::Unlink { parent, .. } => Touches::Inodes(vec![*parent]),
-        Q::Link { new_parent, .. } => Touches::Inodes(vec![*new_parent]),
+        | Q::Unlink { parent, .. } => Touches::Inode(*parent),
+        Q::Link { new_parent, .. } => Touches::Inode(*new_parent),
         Q::GetAttr { ino }
         | Q::SetAttr { ino, .. }
         | Q::Readlink { ino }
@@ -287,7 +288,7 @@ pub fn touches(req: &MdsRequest) -> Touches {
         | Q::ListXattr { ino }
         | Q::RemoveXattr { ino, .. }
         | Q::GetLayout { ino }
-        | Q::SetLayout { ino, .. } => Touches::Inodes(vec![*ino]),
+        | Q::SetLayout { ino, .. } => Touches::Inode(*ino),
         Q::LookupPath { .. } | Q::Rmdir { .. } | Q::Rename { .. } => Touches::Any,
         // Files (closes, size reports), a lease's own requests, the cluster and the orchestrator.
         Q::Close { .. }
@@ -310,28 +311,21 @@ impl Leases {
     /// what it touches. The request is served while the returned guard lives.
     pub async fn admit(&self, conn: u64, req: &MdsRequest) -> Admitted<'_> {
         let touches = touches(req);
-        {
-            let mut t = self.table();
-            match &touches {
-                Touches::Nothing => {}
-                Touches::Any => t.inflight_any += 1,
-                Touches::Inodes(inos) => {
-                    for &i in inos {
-                        *t.inflight.entry(i).or_default() += 1;
-                    }
-                }
-            }
+        match touches {
+            Touches::Nothing => {}
+            Touches::Any => self.table().inflight_any += 1,
+            Touches::Inode(i) => *self.table().inflight.entry(i).or_default() += 1,
         }
         let admitted = Admitted { leases: self, touches };
         if let Some(g) = self.grace_until {
-            if admitted.touches != Touches::Nothing && Instant::now() < g {
+            if touches != Touches::Nothing && Instant::now() < g {
                 tokio::time::sleep_until(g.into()).await;
             }
         }
         if self.any() {
-            match &admitted.touches {
+            match touches {
                 Touches::Nothing => {}
-                Touches::Inodes(inos) => self.wait_for(conn, Some(inos)).await,
+                Touches::Inode(i) => self.wait_for(conn, Some(&[i])).await,
                 Touches::Any => self.wait_for(conn, None).await,
             }
         }
