@@ -521,6 +521,26 @@ impl TesseraFs {
         TesseraFs { inner, rt }
     }
 
+    /// A write that must wait (its file is not at the MDS yet, set-id bits must be cleared first, or the
+    /// write-behind is full): on a task, its bytes copied so the request buffer can be reused at once.
+    /// `kill_privs`: the kernel asked for S_ISUID/S_ISGID to be cleared (FUSE_WRITE_KILL_SUIDGID).
+    fn write_on_task(&self, fh: FileHandle, offset: u64, data: &[u8], kill_privs: bool, reply: ReplyWrite) {
+        let data = bytes::Bytes::copy_from_slice(data);
+        self.spawn(move |inner| async move {
+            let r = async {
+                let h = inner.handle(fh)?;
+                if kill_privs && h.inode.privileged.load(Ordering::Relaxed) {
+                    inner.clear_privileges(&h).await?;
+                }
+                h.write(offset, &data).await
+            };
+            match r.await {
+                Ok(()) => reply.written(data.len() as u32),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
     pub fn state(&self) -> FsState {
         FsState(self.inner.clone())
     }
@@ -864,56 +884,29 @@ impl Filesystem for TesseraFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let len = data.len() as u32;
+        let kill_privs = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         if self.inner.leases.is_pending_fh(fh.0) {
-            let data = bytes::Bytes::copy_from_slice(data);
-            return self.spawn(move |inner| async move {
-                match inner.handle(fh) {
-                    Ok(h) => match h.write(offset, &data).await {
-                        Ok(()) => reply.written(len),
-                        Err(e) => reply.error(errno(&e)),
-                    },
-                    Err(e) => reply.error(errno(&e)),
-                }
-            });
+            // The creating open of a file the MDS does not have yet: it gets it first.
+            return self.write_on_task(fh, offset, data, kill_privs, reply);
         }
         let h = match self.inner.handle(fh) {
             Ok(h) => h,
             Err(e) => return reply.error(errno(&e)),
         };
-        let kill_privs =
-            write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) && h.inode.privileged.load(Ordering::Relaxed);
-        if kill_privs {
-            let data = bytes::Bytes::copy_from_slice(data);
-            return self.spawn(move |inner| async move {
-                let r = match inner.clear_privileges(&h).await {
-                    Ok(()) => h.write(offset, &data).await,
-                    Err(e) => Err(e),
-                };
-                match r {
-                    Ok(()) => reply.written(len),
-                    Err(e) => reply.error(errno(&e)),
-                }
-            });
+        if kill_privs && h.inode.privileged.load(Ordering::Relaxed) {
+            return self.write_on_task(fh, offset, data, kill_privs, reply);
         }
         // Most writes only append to the write-behind buffer: answer them from this thread, with one
         // copy and no task.
         {
             let _rt = self.rt.enter();
             match h.try_write(offset, data) {
-                Some(Ok(())) => return reply.written(len),
+                Some(Ok(())) => return reply.written(data.len() as u32),
                 Some(Err(e)) => return reply.error(errno(&e)),
                 None => {}
             }
         }
-        // It must wait: copy the bytes so the request buffer can be reused at once.
-        let data = bytes::Bytes::copy_from_slice(data);
-        self.spawn(move |_inner| async move {
-            match h.write(offset, &data).await {
-                Ok(()) => reply.written(len),
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        self.write_on_task(fh, offset, data, kill_privs, reply);
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
