@@ -384,14 +384,13 @@ impl Namespace {
     fn lease_dir(&self, c: &Caller, conn: u64, dir: Ino) -> FsResult<DirLease> {
         // Under the mutation lock: no entry can appear between the check and the grant.
         let _g = self.lock();
-        let tx = self.store.begin();
+        let mut tx = self.store.begin();
         let d = tx.dir(dir)?;
         perm::check(c, &d.attr, W | X)?;
         if tx.dir_has_entries(dir)? {
             return Err(err(ErrorCode::Busy, "only an empty directory is leased"));
         }
         let token = self.leases.grant(dir, conn).ok_or_else(|| err(ErrorCode::Busy, "another client holds it"))?;
-        let mut tx = tx;
         note_lease_activity(&mut tx);
         self.commit(tx)?;
         self.new_lease(dir, token, RESERVED_INOS, d.attr)
