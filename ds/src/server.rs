@@ -341,16 +341,18 @@ mod tests {
             s.write(&tag("a"), 1, i * 65536, chunk.clone(), false).await.unwrap();
         }
         let seq = t.elapsed();
+        // Sequential requests are charged no positioning, only transfer.
+        assert_eq!(s.data_path().locality.report(false).seek_time_us, 0.0);
         let t = Instant::now();
         for i in 0..4u64 {
             s.write(&tag("b"), 2, i * 65536, chunk.clone(), false).await.unwrap();
             s.write(&tag("a"), 1, (11 + i) * 65536, chunk.clone(), false).await.unwrap();
         }
         let far = t.elapsed();
-        // 10 sequential 64 KiB requests: 8.4 ms of transfer; 8 alternating ones: about 11.4 ms each.
+        // 10 sequential 64 KiB requests: 8.4 ms of transfer; 8 alternating ones: about 11.4 ms each. Only
+        // lower bounds: a loaded machine can make either phase slower, never faster than the model.
         assert!(seq >= Duration::from_micros(8400), "{seq:?}");
         assert!(far >= Duration::from_millis(85), "{far:?}");
-        assert!(far > seq * 4, "far {far:?} vs sequential {seq:?}");
         assert_eq!(&s.read(&tag("b"), 2, 65536, 4).await.unwrap()[..], &[5u8; 4]);
         let rep = s.data_path().locality.report(false);
         assert!(rep.seek_time_us > 4167.0, "{rep:?}");
