@@ -1,20 +1,37 @@
 # Sourced by the benchmark scripts: a throwaway `tessera up` cluster on loopback and FUSE mounts of it,
 # all torn down when the script exits. Needs $bin (the binaries) and $work (a scratch directory).
-up_pid=""; fuse_pids=(); mounts=()
+up_pids=(); fuse_pids=(); mounts=()
 cleanup() {
   for p in "${fuse_pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
   for m in "${mounts[@]}"; do umount -l "$m" 2>/dev/null || true; done
-  [ -n "$up_pid" ] && kill -INT "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null || true
+  for p in "${up_pids[@]}"; do kill -INT "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-# start_cluster DATA_SERVERS: `tessera up` in $work/cluster; exports TESSERA_CONFIG.
-start_cluster() {
-  "$bin/tessera" up --dir "$work/cluster" --ds "$1" --port-base 0 > "$work/up.log" 2>&1 &
+# up DIR DATA_SERVERS: `tessera up` in DIR until it is ready; its pid is left in $up_pid.
+up() {
+  "$bin/tessera" up --dir "$1" --ds "$2" --port-base 0 > "$1.log" 2>&1 &
   up_pid=$!
-  for _ in $(seq 100); do grep -q "TESSERA UP" "$work/up.log" && break; sleep 0.2; done
-  export TESSERA_CONFIG=$work/cluster/client.toml
+  for _ in $(seq 100); do grep -q "TESSERA UP" "$1.log" && break; sleep 0.2; done
+}
+
+# start_cluster DATA_SERVERS [NAME [KEY=VALUE...]]: a cluster in $work/NAME (default "cluster"); exports
+# TESSERA_CONFIG. KEY=VALUE pairs override settings in every node's configuration (e.g.
+# direct_writes=false): the cluster is started once to write its files, then restarted with them edited.
+start_cluster() {
+  local dir=$work/${2:-cluster}
+  if [ $# -gt 2 ]; then
+    up "$dir" "$1"
+    kill -INT "$up_pid"; wait "$up_pid" 2>/dev/null || true
+    for kv in "${@:3}"; do
+      grep -q "^${kv%%=*} = " "$dir/mds.toml" || { echo "no setting ${kv%%=*} in $dir/mds.toml" >&2; exit 1; }
+      sed -i "s|^${kv%%=*} = .*|${kv%%=*} = ${kv#*=}|" "$dir"/*.toml
+    done
+  fi
+  up "$dir" "$1"
+  up_pids+=("$up_pid")
+  export TESSERA_CONFIG=$dir/client.toml
 }
 
 # mount_fuse MOUNTPOINT LOG [OPTIONS]: tessera-fuse on MOUNTPOINT (-o OPTIONS), waits until it is ready.

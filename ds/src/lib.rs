@@ -101,6 +101,8 @@ async fn run(args: Args) -> Result<(), String> {
     let model_name = args.device_model.as_deref().unwrap_or(&opts.device_model);
     let model = device::DeviceModel::parse(model_name, &opts.hdd).map_err(|e| e.detail)?;
     let store = store::Store::open(&data_dir, args.id).map_err(|e| e.detail)?;
+    store.set_direct_writes(opts.direct_writes);
+    let store_handle = store.clone();
     let tuning = config.tuning();
     let endpoint = rpc::server_endpoint(listen, &identity, &tuning).map_err(|e| e.detail)?;
     let local = endpoint.local_addr().map_err(|e| format!("listening address: {e}"))?;
@@ -121,6 +123,7 @@ async fn run(args: Args) -> Result<(), String> {
                 serve: data_path.serve.clone(),
                 scheduler: reporter.scheduler.clone(),
                 trace: data_path.trace.clone(),
+                store: store_handle.clone(),
             };
             Some(tokio::spawn(metrics::serve(l, m)))
         }

@@ -4,6 +4,7 @@
 use crate::counters::Counters;
 use crate::locality::Locality;
 use crate::scheduler::{Scheduler, ServeControl};
+use crate::store::Store;
 use crate::trace::Trace;
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ pub struct Metrics {
     pub serve: Arc<ServeControl>,
     pub scheduler: Scheduler,
     pub trace: Option<Arc<Trace>>,
+    pub store: Store,
 }
 
 /// A label value with `\`, `"` and line breaks escaped.
@@ -66,6 +68,13 @@ impl Metrics {
             head(&mut o, "tessera_ds_others_rd_seconds", "gauge", "Reuse distance of the others object while served.");
             let _ = writeln!(o, "tessera_ds_others_rd_seconds{{ds=\"{ds}\"}} {}", rd / 1e6);
         }
+        head(
+            &mut o,
+            "tessera_ds_direct_write_bytes_total",
+            "counter",
+            "Bytes written around the page cache (O_DIRECT).",
+        );
+        let _ = writeln!(o, "tessera_ds_direct_write_bytes_total{{ds=\"{ds}\"}} {}", self.store.direct_bytes());
         head(&mut o, "tessera_ds_queue_depth", "gauge", "Requests waiting or in service.");
         let _ = writeln!(o, "tessera_ds_queue_depth{{ds=\"{ds}\"}} {}", self.scheduler.depth());
         let serve = self.serve.snapshot();
@@ -170,7 +179,10 @@ mod tests {
         locality.on_served("job\"1", 1 << 20, 4096, Duration::from_micros(10));
         ctl.apply(&ServeCommand { epoch: 4, target: ServeTarget::Job("job\"1".into()), slice_ms: 100, fallback_ms: 0 });
         scheduler.submit("job\"1", async { Ok(()) }).await.unwrap();
-        let m = Metrics { ds: 3, counters, locality, serve: ctl, scheduler, trace: None };
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 3).unwrap();
+        store.write(1, 0, bytes::Bytes::from(vec![1u8; 1 << 20]), false).await.unwrap();
+        let m = Metrics { ds: 3, counters, locality, serve: ctl, scheduler, trace: None, store };
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let task = tokio::spawn(serve(l, m));
@@ -184,6 +196,7 @@ mod tests {
             "tessera_ds_seek_time_seconds{ds=\"3\"} 0.00001",
             "tessera_ds_job_sl_bytes{ds=\"3\",job=\"job\\\"1\"} 1044480",
             "tessera_ds_queue_depth{ds=\"3\"} 0",
+            "tessera_ds_direct_write_bytes_total{ds=\"3\"} 1048576",
             "tessera_ds_serve_epoch{ds=\"3\"} 4",
             "tessera_ds_serve_target{ds=\"3\",kind=\"job\",job=\"job\\\"1\"} 1",
             "tessera_ds_serve_fallback{ds=\"3\"} 0",
