@@ -1,7 +1,9 @@
 //! Tessera data server (`tessera-ds`): stores objects on the local file system and serves the data
 //! service (`DsRequest`) over QUIC.
 //!
-//! - [`store`]: the object store, one file per object in sharded directories, positional I/O.
+//! - [`store`]: the object store, one file per object in sharded directories, positional I/O; large
+//!   writes with O_DIRECT.
+//! - [`write_cache`]: recently written data kept in memory for reads.
 //! - [`address`]: each object's base address in the volume (allocation order), persisted.
 //! - [`scheduler`]: per-job queues feeding the device; round robin or orchestrated dedicated service.
 //! - [`device`]: the device model: `none` or the emulated rotating disk `hdd` (one head, C-LOOK).
@@ -22,6 +24,7 @@ pub mod scheduler;
 pub mod server;
 pub mod store;
 pub mod trace;
+pub mod write_cache;
 
 use clap::Parser;
 use std::io::Write;
@@ -102,6 +105,7 @@ async fn run(args: Args) -> Result<(), String> {
     let model = device::DeviceModel::parse(model_name, &opts.hdd).map_err(|e| e.detail)?;
     let store = store::Store::open(&data_dir, args.id).map_err(|e| e.detail)?;
     store.set_direct_writes(opts.direct_writes);
+    store.set_write_cache(opts.write_cache_mb.saturating_mul(1 << 20));
     let store_handle = store.clone();
     let tuning = config.tuning();
     let endpoint = rpc::server_endpoint(listen, &identity, &tuning).map_err(|e| e.detail)?;

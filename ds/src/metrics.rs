@@ -75,6 +75,12 @@ impl Metrics {
             "Bytes written around the page cache (O_DIRECT).",
         );
         let _ = writeln!(o, "tessera_ds_direct_write_bytes_total{{ds=\"{ds}\"}} {}", self.store.direct_bytes());
+        let cache = self.store.write_cache_stats();
+        head(&mut o, "tessera_ds_write_cache_bytes", "gauge", "Recently written data kept in memory for reads.");
+        let _ = writeln!(o, "tessera_ds_write_cache_bytes{{ds=\"{ds}\"}} {}", cache.bytes);
+        head(&mut o, "tessera_ds_write_cache_reads_total", "counter", "Reads looked up in the write cache.");
+        let _ = writeln!(o, "tessera_ds_write_cache_reads_total{{ds=\"{ds}\",result=\"hit\"}} {}", cache.hits);
+        let _ = writeln!(o, "tessera_ds_write_cache_reads_total{{ds=\"{ds}\",result=\"miss\"}} {}", cache.misses);
         head(&mut o, "tessera_ds_queue_depth", "gauge", "Requests waiting or in service.");
         let _ = writeln!(o, "tessera_ds_queue_depth{{ds=\"{ds}\"}} {}", self.scheduler.depth());
         let serve = self.serve.snapshot();
@@ -182,6 +188,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 3).unwrap();
         store.write(1, 0, bytes::Bytes::from(vec![1u8; 1 << 20]), false).await.unwrap();
+        store.read(1, 0, 10).await.unwrap();
         let m = Metrics { ds: 3, counters, locality, serve: ctl, scheduler, trace: None, store };
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
@@ -197,6 +204,8 @@ mod tests {
             "tessera_ds_job_sl_bytes{ds=\"3\",job=\"job\\\"1\"} 1044480",
             "tessera_ds_queue_depth{ds=\"3\"} 0",
             "tessera_ds_direct_write_bytes_total{ds=\"3\"} 1048576",
+            "tessera_ds_write_cache_bytes{ds=\"3\"} 1048576",
+            "tessera_ds_write_cache_reads_total{ds=\"3\",result=\"hit\"} 1",
             "tessera_ds_serve_epoch{ds=\"3\"} 4",
             "tessera_ds_serve_target{ds=\"3\",kind=\"job\",job=\"job\\\"1\"} 1",
             "tessera_ds_serve_fallback{ds=\"3\"} 0",

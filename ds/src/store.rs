@@ -6,8 +6,9 @@
 //! Large writes go around the page cache (`O_DIRECT`): on the VMs we measure on, a buffered write into
 //! fresh page-cache memory ran at a third of the device's direct rate (see the README). Reads, small
 //! writes and the unaligned ends of large ones stay buffered; the kernel keeps the two paths coherent.
-//! The price: data just written is not in the page cache, so reading it back comes from the device.
+//! Data just written is then not in the page cache; the [`WriteCache`] keeps it for reads instead.
 
+use crate::write_cache::{CacheStats, WriteCache};
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
@@ -22,6 +23,8 @@ use tessera_proto::{DsId, FsError, FsResult, ObjectId};
 
 /// Largest object the store accepts (offset + length beyond it is EFBIG).
 pub const MAX_OBJECT_SIZE: u64 = 1 << 50;
+/// Bytes of recently written data kept for reads by default.
+pub const DEFAULT_WRITE_CACHE: u64 = 256 << 20;
 /// Open handles kept by default.
 pub const DEFAULT_OPEN_FILES: usize = 512;
 
@@ -60,6 +63,8 @@ struct Inner {
     direct_writes: AtomicBool,
     /// Bytes written with `O_DIRECT` since start.
     direct_bytes: AtomicU64,
+    /// What large writes wrote, for reads (replaced by `set_write_cache`).
+    write_cache: std::sync::RwLock<Arc<WriteCache>>,
 }
 
 /// An open object: its buffered handle, and an `O_DIRECT` one opened at its first large write.
@@ -160,6 +165,7 @@ impl Store {
                 object_count: AtomicU64::new(0),
                 direct_writes: AtomicBool::new(true),
                 direct_bytes: AtomicU64::new(0),
+                write_cache: std::sync::RwLock::new(Arc::new(WriteCache::new(DEFAULT_WRITE_CACHE))),
             }),
         };
         let n = store.inner.list_blocking()?.len() as u64;
@@ -174,6 +180,15 @@ impl Store {
 
     pub fn direct_writes(&self) -> bool {
         self.inner.direct_writes.load(Ordering::Relaxed)
+    }
+
+    /// Keeps up to `bytes` of what large writes wrote for reads (0: none); empties the cache.
+    pub fn set_write_cache(&self, bytes: u64) {
+        *self.inner.write_cache.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(WriteCache::new(bytes));
+    }
+
+    pub fn write_cache_stats(&self) -> CacheStats {
+        self.inner.cache().stats()
     }
 
     /// Bytes written around the page cache since start.
@@ -196,6 +211,9 @@ impl Store {
         check_range(offset, len as u64)?;
         if len == 0 || offset >= MAX_OBJECT_SIZE {
             return Ok(Bytes::new());
+        }
+        if let Some(data) = self.inner.cache().read(id, offset, len) {
+            return Ok(data);
         }
         let inner = self.inner.clone();
         blocking(move || {
@@ -241,18 +259,31 @@ impl Store {
             return Err(too_big(end));
         }
         let inner = self.inner.clone();
-        blocking(move || {
+        let cache = self.inner.cache();
+        let change = cache.begin(id, offset, end);
+        let res = blocking(move || {
             let (object, created) = inner.handle(id, true)?.ok_or_else(|| FsError::io("object vanished on create"))?;
-            inner.write_at(&object, &data, offset)?;
+            let direct = inner.write_at(&object, &data, offset)?;
             if sync {
                 object.file.sync_data()?;
                 if created {
                     inner.sync_shard(id)?;
                 }
             }
-            Ok(())
+            // Only what went around the page cache is cached: the page cache holds the rest.
+            Ok((direct > 0).then_some(data))
         })
-        .await
+        .await;
+        match res {
+            Ok(written) => {
+                cache.finish(change, written);
+                Ok(())
+            }
+            Err(e) => {
+                cache.finish(change, None);
+                Err(e)
+            }
+        }
     }
 
     /// Sets the object's size, creating it if missing.
@@ -261,18 +292,24 @@ impl Store {
             return Err(too_big(size));
         }
         let inner = self.inner.clone();
-        blocking(move || {
+        let cache = self.inner.cache();
+        let change = cache.begin(id, size, u64::MAX);
+        let res = blocking(move || {
             let (object, _) = inner.handle(id, true)?.ok_or_else(|| FsError::io("object vanished on create"))?;
             object.file.set_len(size)?;
             Ok(())
         })
-        .await
+        .await;
+        cache.finish(change, None);
+        res
     }
 
     /// Removes objects; missing ones are fine.
     pub async fn remove(&self, ids: Vec<ObjectId>) -> FsResult<()> {
         let inner = self.inner.clone();
-        blocking(move || {
+        let cache = self.inner.cache();
+        let changes: Vec<_> = ids.iter().map(|&id| cache.begin(id, 0, u64::MAX)).collect();
+        let res = blocking(move || {
             for id in ids {
                 inner.bump_and_evict(id);
                 let res = std::fs::remove_file(inner.path(id));
@@ -289,7 +326,11 @@ impl Store {
             }
             Ok(())
         })
-        .await
+        .await;
+        for change in changes {
+            cache.finish(change, None);
+        }
+        res
     }
 
     /// Makes an object's data and directory entry durable (a missing object is fine).
@@ -335,6 +376,10 @@ impl Store {
 }
 
 impl Inner {
+    fn cache(&self) -> Arc<WriteCache> {
+        self.write_cache.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     fn shard_dir(&self, id: ObjectId) -> PathBuf {
         self.objects.join(format!("{:02x}", id & 0xff))
     }
@@ -399,7 +444,8 @@ impl Inner {
     }
 
     /// Writes `data` at `offset`: the aligned middle of a large write with `O_DIRECT`, the rest buffered.
-    fn write_at(&self, object: &Object, data: &[u8], offset: u64) -> io::Result<()> {
+    /// Returns how many bytes went around the page cache.
+    fn write_at(&self, object: &Object, data: &[u8], offset: u64) -> io::Result<usize> {
         let align = DIRECT_ALIGN as u64;
         let head = ((align - offset % align) % align) as usize;
         let body = data.len().saturating_sub(head) / DIRECT_ALIGN * DIRECT_ALIGN;
@@ -407,13 +453,14 @@ impl Inner {
             true => self.direct_handle(object),
             false => None,
         };
-        let Some(direct) = direct else { return object.file.write_all_at(data, offset) };
+        let Some(direct) = direct else { return object.file.write_all_at(data, offset).map(|()| 0) };
         object.file.write_all_at(&data[..head], offset)?;
         let done = self.write_direct(direct, &data[head..head + body], offset + head as u64)?;
         self.direct_bytes.fetch_add(done as u64, Ordering::Relaxed);
         // What `O_DIRECT` did not take (nothing, unless the file system refused it) goes buffered.
         let from = head + done;
-        object.file.write_all_at(&data[from..], offset + from as u64)
+        object.file.write_all_at(&data[from..], offset + from as u64)?;
+        Ok(done)
     }
 
     /// The object's `O_DIRECT` handle, reopened through /proc so that it is the same file even if the
@@ -644,7 +691,13 @@ mod tests {
             s.write(9, off as u64, payload, false).await.unwrap();
         }
         assert!(s.direct_bytes() >= 2 << 20, "only {} bytes went direct", s.direct_bytes());
+        // From the write cache, where it covers the range, then from the disk alone.
+        assert_eq!(&s.read(9, 2 << 20, 1 << 20).await.unwrap()[..], &model[2 << 20..3 << 20]);
+        assert_eq!(s.write_cache_stats().hits, 1);
         assert_eq!(s.read(9, 0, 4 << 20).await.unwrap(), Bytes::from(model.clone()));
+        s.set_write_cache(0);
+        assert_eq!(s.read(9, 0, 4 << 20).await.unwrap(), Bytes::from(model.clone()));
+        s.set_write_cache(DEFAULT_WRITE_CACHE);
         // Concurrent large writes to neighbouring, partly shared pages.
         let mut tasks = Vec::new();
         for k in 0..8usize {
@@ -658,6 +711,25 @@ mod tests {
             t.await.unwrap().unwrap();
         }
         assert_eq!(&s.read(10, 0, 8 * 300_001).await.unwrap()[..], &model[..8 * 300_001]);
+        s.set_write_cache(0);
+        assert_eq!(&s.read(10, 0, 8 * 300_001).await.unwrap()[..], &model[..8 * 300_001]);
+    }
+
+    /// Cached data never outlives the change that replaced it: a small overwrite, a truncation, a removal.
+    #[tokio::test]
+    async fn write_cache_follows_later_changes() {
+        let (_d, s) = store();
+        s.write(4, 0, Bytes::from(vec![1u8; 1 << 20]), false).await.unwrap();
+        assert_eq!(s.read(4, 4096, 10).await.unwrap(), Bytes::from(vec![1u8; 10]));
+        s.write(4, 4096, Bytes::from_static(b"new"), false).await.unwrap();
+        assert_eq!(&s.read(4, 4095, 5).await.unwrap()[..], b"\x01new\x01");
+        s.write(4, 0, Bytes::from(vec![2u8; 1 << 20]), false).await.unwrap();
+        s.truncate(4, 100).await.unwrap();
+        assert_eq!(s.read(4, 0, 1 << 20).await.unwrap(), Bytes::from(vec![2u8; 100]));
+        s.write(4, 0, Bytes::from(vec![3u8; 1 << 20]), false).await.unwrap();
+        s.remove(vec![4]).await.unwrap();
+        assert!(s.read(4, 0, 10).await.unwrap().is_empty());
+        assert_eq!(s.write_cache_stats().bytes, 0);
     }
 
     #[tokio::test]

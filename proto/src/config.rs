@@ -189,6 +189,9 @@ pub struct DsOptions {
     /// Faster writes; data just written is then read back from the device, not the page cache. Falls
     /// back to buffered writes where the file system refuses O_DIRECT.
     pub direct_writes: bool,
+    /// MiB of what direct writes wrote kept in memory per data server for reads (0: none), since the
+    /// page cache no longer holds it.
+    pub write_cache_mb: u64,
     /// Address space reserved per object in the server's volume: object k's data lies at
     /// base(k) + offset, base(k) = k-th allocation * reservation. Sets on-disk distances between files.
     pub object_reservation_bytes: u64,
@@ -206,6 +209,7 @@ impl Default for DsOptions {
             device_queue_depth: 8,
             sync_writes: false,
             direct_writes: true,
+            write_cache_mb: 256,
             object_reservation_bytes: 1 << 30,
             hdd: HddParams::default(),
             trace: false,
