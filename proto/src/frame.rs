@@ -97,7 +97,10 @@ pub fn parse_prefix(p: &[u8; PREFIX], max_payload: usize) -> Result<(usize, usiz
     Ok((hlen, plen))
 }
 
-pub async fn read_frame(recv: &mut quinn::RecvStream, max_payload: usize) -> Result<Frame, FrameError> {
+/// Reads one frame. `aligned`: gather a large payload page-aligned (requests to servers that may write it
+/// with O_DIRECT); replies are not, since their readers may turn them into a `Vec`, which would then move
+/// them.
+pub async fn read_frame(recv: &mut quinn::RecvStream, max_payload: usize, aligned: bool) -> Result<Frame, FrameError> {
     let mut prefix = [0u8; PREFIX];
     match recv.read_exact(&mut prefix).await {
         Ok(()) => {}
@@ -108,18 +111,23 @@ pub async fn read_frame(recv: &mut quinn::RecvStream, max_payload: usize) -> Res
         Err(quinn::ReadExactError::ReadError(e)) => return Err(FrameError::Io(e.to_string())),
     }
     let (hlen, plen) = parse_prefix(&prefix, max_payload)?;
-    let header = read_exact_bytes(recv, hlen, "header").await?;
-    let payload = read_exact_bytes(recv, plen, "payload").await?;
+    let header = read_exact_bytes(recv, hlen, "header", false).await?;
+    let payload = read_exact_bytes(recv, plen, "payload", aligned).await?;
     Ok(Frame { header, payload })
 }
 
-async fn read_exact_bytes(recv: &mut quinn::RecvStream, len: usize, what: &str) -> Result<Bytes, FrameError> {
+async fn read_exact_bytes(
+    recv: &mut quinn::RecvStream,
+    len: usize,
+    what: &str,
+    aligned: bool,
+) -> Result<Bytes, FrameError> {
     if len == 0 {
         return Ok(Bytes::new());
     }
     // Take the first chunk without copying when it already holds everything (the common case for
     // headers); otherwise gather into one buffer.
-    let mut buf = gather_buffer(len);
+    let mut buf = if aligned { gather_buffer(len) } else { BytesMut::with_capacity(len) };
     while buf.len() < len {
         match recv.read_chunk(len - buf.len(), true).await {
             Ok(Some(chunk)) => {

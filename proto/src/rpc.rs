@@ -290,7 +290,7 @@ impl RpcPeer {
             let (mut send, mut recv) = conn.open_bi().await.map_err(|e| self.transport_err(e))?;
             frame::write_frame(&mut send, req, payload).await.map_err(|e| self.frame_err(e))?;
             let _ = send.finish();
-            let f = frame::read_frame(&mut recv, MAX_PAYLOAD).await.map_err(|e| self.frame_err(e))?;
+            let f = frame::read_frame(&mut recv, MAX_PAYLOAD, false).await.map_err(|e| self.frame_err(e))?;
             let resp: FsResult<Rep> = f.decode().map_err(|e| self.frame_err(e))?;
             Ok(resp.map(|r| (r, f.payload)))
         };
@@ -407,7 +407,9 @@ async fn serve_stream<S: Service>(
     mut recv: quinn::RecvStream,
 ) {
     let frame =
-        match tokio::time::timeout(REQUEST_READ_TIMEOUT, frame::read_frame(&mut recv, service.max_payload())).await {
+        match tokio::time::timeout(REQUEST_READ_TIMEOUT, frame::read_frame(&mut recv, service.max_payload(), true))
+            .await
+        {
             Ok(Ok(f)) => f,
             Ok(Err(FrameError::Closed)) => return,
             Ok(Err(e)) => {

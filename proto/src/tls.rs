@@ -114,7 +114,7 @@ impl NodeIdentity {
 
     /// rustls server config requiring a client certificate from the cluster CA.
     pub fn server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = crypto_provider();
         let verifier =
             rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(self.roots()?), provider.clone())
                 .build()
@@ -131,7 +131,7 @@ impl NodeIdentity {
 
     /// rustls client config presenting this node's certificate and trusting only the cluster CA.
     pub fn client_config(&self) -> Result<rustls::ClientConfig, TlsError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = crypto_provider();
         let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| TlsError::Config(e.to_string()))?
@@ -141,6 +141,15 @@ impl NodeIdentity {
         cfg.alpn_protocols = vec![ALPN.to_vec()];
         Ok(cfg)
     }
+}
+
+/// ring's TLS 1.3 suites with AES-128-GCM first: every byte of file data is sealed once and opened once,
+/// and AES-128 (10 rounds) costs about a quarter less CPU than AES-256 (14), which rustls prefers by default.
+/// The other suites stay, so peers that prefer them still connect.
+fn crypto_provider() -> Arc<rustls::crypto::CryptoProvider> {
+    let mut p = rustls::crypto::ring::default_provider();
+    p.cipher_suites.sort_by_key(|s| s.suite() != rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+    Arc::new(p)
 }
 
 /// Role and name (OU and CN) of a Tessera certificate.
@@ -198,5 +207,35 @@ mod tests {
         assert_eq!(id.name, "ds-3");
         id.server_config().unwrap();
         id.client_config().unwrap();
+    }
+
+    /// A full mutual-TLS handshake in memory between two cluster nodes settles on AES-128-GCM.
+    #[test]
+    fn nodes_negotiate_aes_128_gcm() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = generate_ca("t").unwrap();
+        write_ca(dir.path(), &ca).unwrap();
+        let load = |role, name| {
+            NodeIdentity::load(&issue_to_dir(dir.path(), &ca, role, name, &["127.0.0.1".into()]).unwrap()).unwrap()
+        };
+        let (server_id, client_id) = (load(Role::Ds, "ds0"), load(Role::Client, "c"));
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let mut client =
+            rustls::ClientConnection::new(Arc::new(client_id.client_config().unwrap()), name.to_owned()).unwrap();
+        let mut server = rustls::ServerConnection::new(Arc::new(server_id.server_config().unwrap())).unwrap();
+        for _ in 0..10 {
+            let mut buf = Vec::new();
+            client.write_tls(&mut buf).unwrap();
+            server.read_tls(&mut &buf[..]).unwrap();
+            server.process_new_packets().unwrap();
+            buf.clear();
+            server.write_tls(&mut buf).unwrap();
+            client.read_tls(&mut &buf[..]).unwrap();
+            client.process_new_packets().unwrap();
+        }
+        assert!(!client.is_handshaking() && !server.is_handshaking());
+        let suite = |s: Option<rustls::SupportedCipherSuite>| s.map(|s| s.suite());
+        assert_eq!(suite(client.negotiated_cipher_suite()), Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256));
+        assert_eq!(suite(server.negotiated_cipher_suite()), Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256));
     }
 }
