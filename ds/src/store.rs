@@ -63,8 +63,8 @@ struct Inner {
     direct_writes: AtomicBool,
     /// Bytes written with `O_DIRECT` since start.
     direct_bytes: AtomicU64,
-    /// What large writes wrote, for reads (replaced by `set_write_cache`).
-    write_cache: std::sync::RwLock<Arc<WriteCache>>,
+    /// What large writes wrote, for reads.
+    write_cache: WriteCache,
 }
 
 /// An open object: its buffered handle, and an `O_DIRECT` one opened at its first large write.
@@ -165,7 +165,7 @@ impl Store {
                 object_count: AtomicU64::new(0),
                 direct_writes: AtomicBool::new(true),
                 direct_bytes: AtomicU64::new(0),
-                write_cache: std::sync::RwLock::new(Arc::new(WriteCache::new(DEFAULT_WRITE_CACHE))),
+                write_cache: WriteCache::new(DEFAULT_WRITE_CACHE),
             }),
         };
         let n = store.inner.list_blocking()?.len() as u64;
@@ -178,17 +178,13 @@ impl Store {
         self.inner.direct_writes.store(on, Ordering::Relaxed);
     }
 
-    pub fn direct_writes(&self) -> bool {
-        self.inner.direct_writes.load(Ordering::Relaxed)
-    }
-
-    /// Keeps up to `bytes` of what large writes wrote for reads (0: none); empties the cache.
+    /// Keeps up to `bytes` of what large writes wrote for reads (0: none).
     pub fn set_write_cache(&self, bytes: u64) {
-        *self.inner.write_cache.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(WriteCache::new(bytes));
+        self.inner.write_cache.set_capacity(bytes);
     }
 
     pub fn write_cache_stats(&self) -> CacheStats {
-        self.inner.cache().stats()
+        self.inner.write_cache.stats()
     }
 
     /// Bytes written around the page cache since start.
@@ -212,7 +208,7 @@ impl Store {
         if len == 0 || offset >= MAX_OBJECT_SIZE {
             return Ok(Bytes::new());
         }
-        if let Some(data) = self.inner.cache().read(id, offset, len) {
+        if let Some(data) = self.inner.write_cache.read(id, offset, len) {
             return Ok(data);
         }
         let inner = self.inner.clone();
@@ -258,9 +254,9 @@ impl Store {
         if end > MAX_OBJECT_SIZE {
             return Err(too_big(end));
         }
-        let inner = self.inner.clone();
-        let cache = self.inner.cache();
+        let cache = &self.inner.write_cache;
         let change = cache.begin(id, offset, end);
+        let inner = self.inner.clone();
         let res = blocking(move || {
             let (object, created) = inner.handle(id, true)?.ok_or_else(|| FsError::io("object vanished on create"))?;
             let direct = inner.write_at(&object, &data, offset)?;
@@ -291,9 +287,9 @@ impl Store {
         if size > MAX_OBJECT_SIZE {
             return Err(too_big(size));
         }
-        let inner = self.inner.clone();
-        let cache = self.inner.cache();
+        let cache = &self.inner.write_cache;
         let change = cache.begin(id, size, u64::MAX);
+        let inner = self.inner.clone();
         let res = blocking(move || {
             let (object, _) = inner.handle(id, true)?.ok_or_else(|| FsError::io("object vanished on create"))?;
             object.file.set_len(size)?;
@@ -306,9 +302,9 @@ impl Store {
 
     /// Removes objects; missing ones are fine.
     pub async fn remove(&self, ids: Vec<ObjectId>) -> FsResult<()> {
-        let inner = self.inner.clone();
-        let cache = self.inner.cache();
+        let cache = &self.inner.write_cache;
         let changes: Vec<_> = ids.iter().map(|&id| cache.begin(id, 0, u64::MAX)).collect();
+        let inner = self.inner.clone();
         let res = blocking(move || {
             for id in ids {
                 inner.bump_and_evict(id);
@@ -376,10 +372,6 @@ impl Store {
 }
 
 impl Inner {
-    fn cache(&self) -> Arc<WriteCache> {
-        self.write_cache.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
     fn shard_dir(&self, id: ObjectId) -> PathBuf {
         self.objects.join(format!("{:02x}", id & 0xff))
     }
@@ -449,10 +441,8 @@ impl Inner {
         let align = DIRECT_ALIGN as u64;
         let head = ((align - offset % align) % align) as usize;
         let body = data.len().saturating_sub(head) / DIRECT_ALIGN * DIRECT_ALIGN;
-        let direct = match body >= DIRECT_WRITE_MIN / 2 && data.len() >= DIRECT_WRITE_MIN {
-            true => self.direct_handle(object),
-            false => None,
-        };
+        let large = body >= DIRECT_WRITE_MIN / 2 && data.len() >= DIRECT_WRITE_MIN;
+        let direct = if large { self.direct_handle(object) } else { None };
         let Some(direct) = direct else { return object.file.write_all_at(data, offset).map(|()| 0) };
         object.file.write_all_at(&data[..head], offset)?;
         let done = self.write_direct(direct, &data[head..head + body], offset + head as u64)?;

@@ -17,12 +17,13 @@ use tessera_proto::ObjectId;
 
 /// The cache of one data server's store.
 pub struct WriteCache {
-    cap: u64,
     st: Mutex<State>,
 }
 
 #[derive(Default)]
 struct State {
+    /// Byte budget of the cached payloads.
+    cap: u64,
     /// Per object: cached payloads by starting offset (non-overlapping).
     objects: HashMap<ObjectId, BTreeMap<u64, Entry>>,
     /// Least recently used first: tick → (object, offset).
@@ -64,7 +65,14 @@ pub struct CacheStats {
 impl WriteCache {
     /// A cache holding at most `cap` bytes of payloads (0: nothing is cached).
     pub fn new(cap: u64) -> WriteCache {
-        WriteCache { cap, st: Mutex::new(State::default()) }
+        WriteCache { st: Mutex::new(State { cap, ..State::default() }) }
+    }
+
+    /// Changes the budget, dropping the least recently used payloads that no longer fit.
+    pub fn set_capacity(&self, cap: u64) {
+        let mut st = self.state();
+        st.cap = cap;
+        st.evict_to_cap();
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -95,7 +103,7 @@ impl WriteCache {
         let p = st.pending.swap_remove(i);
         let Some(data) = written else { return };
         let len = data.len() as u64;
-        if p.tainted || len == 0 || len > self.cap || p.start.checked_add(len) != Some(p.end) {
+        if p.tainted || len == 0 || len > st.cap || p.start.checked_add(len) != Some(p.end) {
             return;
         }
         st.tick += 1;
@@ -103,10 +111,7 @@ impl WriteCache {
         st.objects.entry(p.object).or_default().insert(p.start, Entry { data, tick });
         st.lru.insert(tick, (p.object, p.start));
         st.bytes += len;
-        while st.bytes > self.cap {
-            let Some((_, (object, offset))) = st.lru.pop_first() else { break };
-            st.remove_entry(object, offset);
-        }
+        st.evict_to_cap();
     }
 
     /// `len` bytes at `offset` if cached payloads cover all of them.
@@ -156,6 +161,13 @@ impl WriteCache {
 }
 
 impl State {
+    fn evict_to_cap(&mut self) {
+        while self.bytes > self.cap {
+            let Some((_, (object, offset))) = self.lru.pop_first() else { break };
+            self.remove_entry(object, offset);
+        }
+    }
+
     /// Drops the entries of `object` that overlap `start..end`.
     fn drop_range(&mut self, object: ObjectId, start: u64, end: u64) {
         let Some(entries) = self.objects.get(&object) else { return };
