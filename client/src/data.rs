@@ -54,43 +54,89 @@ pub fn plan(layout: &Layout, offset: u64, len: u64, max_request: u64) -> Vec<Pie
     out
 }
 
-/// Builds the result of a read of `len` bytes at `offset` from the pieces' replies. A piece whose reply
-/// is short (the object ends early, i.e. a hole inside the file) reads as zeros for the rest.
+/// The replies of a read of `[offset, offset+len)`, kept as they arrived, in file order: a slice inside
+/// one reply is handed out without a copy (large reads come back one stripe unit per reply). A reply
+/// shorter than its piece (the object ends early, i.e. a hole inside the file) reads as zeros for the rest.
+#[derive(Clone, Debug, Default)]
+pub struct ReadData {
+    offset: u64,
+    len: u64,
+    /// (file offset, reply), sorted by file offset, non-overlapping.
+    parts: Vec<(u64, Bytes)>,
+}
+
+impl ReadData {
+    /// Checks the replies against their pieces (none longer than asked, all inside the range).
+    pub fn new(offset: u64, len: u64, parts: Vec<(Piece, Bytes)>) -> FsResult<ReadData> {
+        for (p, data) in &parts {
+            if data.len() as u64 > p.len {
+                return Err(FsError::protocol(format!(
+                    "data server returned {} bytes for a read of {} at object offset {}",
+                    data.len(),
+                    p.len,
+                    p.object_offset
+                )));
+            }
+            if p.file_offset < offset || p.file_offset + p.len > offset + len {
+                return Err(FsError::invalid("read piece outside the requested range"));
+            }
+        }
+        let mut parts: Vec<(u64, Bytes)> = parts.into_iter().map(|(p, data)| (p.file_offset, data)).collect();
+        parts.sort_by_key(|&(at, _)| at);
+        Ok(ReadData { offset, len, parts })
+    }
+
+    /// The file offset the data starts at.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes of file range `[from, to)`, clamped to this read's range: zero-copy when one reply
+    /// holds them all, else gathered (only the holes zeroed: zeroing the whole buffer first cost as much
+    /// as a copy of it in profiles of large reads).
+    pub fn slice(&self, from: u64, to: u64) -> Bytes {
+        let from = from.max(self.offset);
+        let to = to.min(self.offset + self.len);
+        if from >= to {
+            return Bytes::new();
+        }
+        let len = (to - from) as usize;
+        let within = |&(at, ref data): &(u64, Bytes)| at < to && at + data.len() as u64 > from;
+        let mut hits = self.parts.iter().filter(|p| within(p));
+        if let (Some((at, data)), None) = (hits.next(), hits.next()) {
+            if *at <= from && at + data.len() as u64 >= to {
+                return data.slice((from - at) as usize..(to - at) as usize);
+            }
+        }
+        let mut buf = BytesMut::with_capacity(len);
+        for (at, data) in self.parts.iter().filter(|p| within(p)) {
+            let (skip, start) = if *at < from { ((from - at) as usize, 0) } else { (0, (at - from) as usize) };
+            let take = (data.len() - skip).min(len - start);
+            if start > buf.len() {
+                buf.resize(start, 0);
+            }
+            // Pieces do not overlap; if they did, the one further on would win.
+            let overlap = buf.len().min(start + take) - start;
+            buf[start..start + overlap].copy_from_slice(&data[skip..skip + overlap]);
+            buf.extend_from_slice(&data[skip + overlap..skip + take]);
+        }
+        buf.resize(len, 0);
+        buf.freeze()
+    }
+}
+
+/// Builds the result of a read of `len` bytes at `offset` from the pieces' replies (see [`ReadData`]).
 pub fn assemble(offset: u64, len: usize, parts: Vec<(Piece, Bytes)>) -> FsResult<Bytes> {
-    for (p, data) in &parts {
-        if data.len() as u64 > p.len {
-            return Err(FsError::protocol(format!(
-                "data server returned {} bytes for a read of {} at object offset {}",
-                data.len(),
-                p.len,
-                p.object_offset
-            )));
-        }
-        if p.file_offset < offset || p.file_offset + p.len > offset + len as u64 {
-            return Err(FsError::invalid("read piece outside the requested range"));
-        }
-    }
-    // Common case: one full piece covers the whole read — hand its buffer over without a copy.
-    if parts.len() == 1 && parts[0].0.file_offset == offset && parts[0].1.len() == len {
-        return Ok(parts.into_iter().next().map(|(_, data)| data).unwrap_or_default());
-    }
-    // Filled in file order: only the holes are zeroed (zeroing the whole buffer first cost as much as a
-    // copy of it in profiles of large reads).
-    let mut parts = parts;
-    parts.sort_by_key(|(p, _)| p.file_offset);
-    let mut buf = BytesMut::with_capacity(len);
-    for (p, data) in parts {
-        let at = (p.file_offset - offset) as usize;
-        if at > buf.len() {
-            buf.resize(at, 0);
-        }
-        // Pieces do not overlap; if they did, the one further on would win.
-        let overlap = buf.len().min(at + data.len()) - at;
-        buf[at..at + overlap].copy_from_slice(&data[..overlap]);
-        buf.extend_from_slice(&data[overlap..]);
-    }
-    buf.resize(len, 0);
-    Ok(buf.freeze())
+    let data = ReadData::new(offset, len as u64, parts)?;
+    Ok(data.slice(offset, offset + len as u64))
 }
 
 /// One data server: its connection and the permits bounding this client's requests in flight to it.
@@ -176,14 +222,20 @@ impl DataPlane {
     /// Reads `[offset, offset+len)` of a file whose size is at least `offset+len` (the caller clamps to the
     /// size): holes and short objects read as zeros.
     pub async fn read(&self, tag: &IoTag, layout: &Layout, offset: u64, len: u64) -> FsResult<Bytes> {
-        let total = usize::try_from(len).map_err(|_| FsError::invalid("read too large for this machine"))?;
+        let data = self.read_data(tag, layout, offset, len).await?;
+        Ok(data.slice(offset, offset + len))
+    }
+
+    /// [`DataPlane::read`] with the replies kept apart, for callers that hand out slices of it.
+    pub async fn read_data(&self, tag: &IoTag, layout: &Layout, offset: u64, len: u64) -> FsResult<ReadData> {
+        usize::try_from(len).map_err(|_| FsError::invalid("read too large for this machine"))?;
         let pieces = plan(layout, offset, len, self.max_request);
         let parts = try_join_all(pieces.into_iter().map(|p| async move {
             let data = self.read_piece(tag, layout, p).await?;
             Ok::<_, FsError>((p, data))
         }))
         .await?;
-        assemble(offset, total, parts)
+        ReadData::new(offset, len, parts)
     }
 
     async fn read_piece(&self, tag: &IoTag, layout: &Layout, p: Piece) -> FsResult<Bytes> {
@@ -335,6 +387,23 @@ mod tests {
         assert_eq!(out.as_ptr(), data.as_ptr());
         let err = assemble(0, 5, vec![(p, Bytes::from_static(b"hello!"))]).unwrap_err();
         assert_eq!(err.code, tessera_proto::error::ErrorCode::Protocol);
+    }
+
+    #[test]
+    fn read_data_slices_within_a_reply_without_copying() {
+        let l = layout(4, 2);
+        // 12 bytes at 4: [4,8) s1, [8,12) s0 (short: "x" then a hole), [12,16) s1.
+        let ps = plan(&l, 4, 12, 100);
+        let replies = [Bytes::from_static(b"abcd"), Bytes::from_static(b"x"), Bytes::from_static(b"wxyz")];
+        let rd = ReadData::new(4, 12, ps.into_iter().zip(replies.iter().cloned()).rev().collect()).unwrap();
+        let inside = rd.slice(5, 7);
+        assert_eq!(&inside[..], b"bc");
+        assert_eq!(inside.as_ptr(), replies[0][1..].as_ptr(), "a slice inside one reply is not copied");
+        assert_eq!(&rd.slice(6, 14)[..], b"cdx\0\0\0wx", "across replies and the hole");
+        assert_eq!(&rd.slice(9, 11)[..], b"\0\0", "inside the hole only");
+        assert_eq!(&rd.slice(0, 100)[..], b"abcdx\0\0\0wxyz", "clamped to the read's range");
+        assert!(rd.slice(16, 20).is_empty() && rd.slice(7, 7).is_empty());
+        assert_eq!(&ReadData::new(0, 3, Vec::new()).unwrap().slice(0, 3)[..], b"\0\0\0", "no replies: zeros");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use tessera_client::data::ReadData;
 use tessera_client::{Client, FsError, FsResult, Ino, IoTag, Layout, MdsClient, Timestamp};
 use tokio::sync::Notify;
 
@@ -305,7 +306,8 @@ impl OpenInode {
     }
 }
 
-pub type Fetch = Shared<BoxFuture<'static, Result<Bytes, FsError>>>;
+/// One read-ahead chunk on its way: its replies are kept apart, so a read inside one costs no copy.
+pub type Fetch = Shared<BoxFuture<'static, Result<ReadData, FsError>>>;
 
 /// Read-ahead state of one handle.
 #[derive(Default)]
@@ -379,7 +381,7 @@ impl Handle {
         let client = self.client.clone();
         let tag = self.tag.clone();
         let layout = self.inode.layout.clone();
-        async move { client.data().read(&tag, &layout, off, len).await }.boxed().shared()
+        async move { client.data().read_data(&tag, &layout, off, len).await }.boxed().shared()
     }
 
     /// Reads up to `len` bytes at `off`: short only at the end of the file.
@@ -498,11 +500,11 @@ impl Handle {
 
     /// The part of chunk `c`'s data inside `off..end`; `None` if the chunk was fetched when the file
     /// was shorter.
-    fn piece(off: u64, end: u64, c: u64, data: &Bytes) -> Option<Bytes> {
+    fn piece(off: u64, end: u64, c: u64, data: &ReadData) -> Option<Bytes> {
         let cstart = c * RA_CHUNK;
-        let from = off.max(cstart) - cstart;
-        let to = end.min(cstart + RA_CHUNK) - cstart;
-        ((data.len() as u64) >= to).then(|| data.slice(from as usize..to as usize))
+        let from = off.max(cstart);
+        let to = end.min(cstart + RA_CHUNK);
+        (data.offset() + data.len() >= to).then(|| data.slice(from, to))
     }
 
     fn join(off: u64, end: u64, mut pieces: Vec<Bytes>) -> Bytes {
