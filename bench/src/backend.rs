@@ -150,6 +150,46 @@ fn posix_open(path: &str, read: bool, write: bool, create: bool) -> Result<std::
         .with_context(|| format!("open {path}"))
 }
 
+thread_local! {
+    /// The posix tasks' read buffer (one OS thread per task).
+    static READ_BUF: std::cell::RefCell<bytes::BytesMut> = std::cell::RefCell::new(bytes::BytesMut::new());
+}
+
+/// `pread` of exactly `len` bytes into a buffer reused from one call to the next once the caller has
+/// dropped the last result, like IOR's single buffer: a fresh zeroed buffer per call cost each task
+/// a memset of every byte it read (2% of a mount read's system-wide profile).
+fn pread_reusing(f: &std::fs::File, offset: u64, len: usize) -> std::io::Result<Bytes> {
+    use std::os::fd::AsRawFd;
+    READ_BUF.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        buf.clear();
+        buf.reserve(len);
+        while buf.len() < len {
+            let done = buf.len();
+            let at = libc::off_t::try_from(offset + done as u64)
+                .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "offset too large"))?;
+            let spare = buf.spare_capacity_mut();
+            // SAFETY: the kernel writes at most `len - done` bytes at the start of the spare capacity,
+            // which `reserve(len)` made at least that long.
+            let n = unsafe { libc::pread(f.as_raw_fd(), spare.as_mut_ptr().cast(), len - done, at) };
+            match n {
+                n if n > 0 => {
+                    // SAFETY: the kernel initialised these `n` bytes.
+                    unsafe { buf.set_len(done + n as usize) }
+                }
+                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(buf.split().freeze())
+    })
+}
+
 impl Backend for PosixBackend {
     type File = std::fs::File;
 
@@ -166,9 +206,7 @@ impl Backend for PosixBackend {
         f.write_all_at(&data, offset).with_context(|| format!("pwrite {} bytes at offset {offset}", data.len()))
     }
     async fn read_at(&self, f: &Self::File, offset: u64, len: usize) -> Result<Bytes> {
-        let mut buf = vec![0u8; len];
-        f.read_exact_at(&mut buf, offset).with_context(|| format!("pread {len} bytes at offset {offset}"))?;
-        Ok(Bytes::from(buf))
+        pread_reusing(f, offset, len).with_context(|| format!("pread {len} bytes at offset {offset}"))
     }
     async fn fsync(&self, f: &Self::File) -> Result<()> {
         f.sync_all().context("fsync")
@@ -253,6 +291,10 @@ mod tests {
             let f = b.open_read(&p).await.unwrap();
             assert_eq!(&b.read_at(&f, 4, 4).await.unwrap()[..], b"abcd");
             assert!(b.read_at(&f, 6, 4).await.is_err());
+            // The read buffer is reused only once a result is dropped: a result kept stays intact.
+            let kept = b.read_at(&f, 4, 4).await.unwrap();
+            assert_eq!(&b.read_at(&f, 0, 6).await.unwrap()[..], b"\0\0\0\0ab");
+            assert_eq!(&kept[..], b"abcd");
             b.close(f).await.unwrap();
             b.unlink(&p).await.unwrap();
             assert!(b.stat(&p).await.is_err());
