@@ -1,7 +1,7 @@
 //! The data path: one RPC peer per data server with a bound on requests in flight, the splitting of a
 //! file range into per-object requests of at most `max_request` bytes, and the reassembly of reads.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::future::try_join_all;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -54,36 +54,46 @@ pub fn plan(layout: &Layout, offset: u64, len: u64, max_request: u64) -> Vec<Pie
     out
 }
 
-/// The replies of a read of `[offset, offset+len)`, kept as they arrived, in file order: a slice inside
-/// one reply is handed out without a copy (large reads come back one stripe unit per reply). A reply
-/// shorter than its piece (the object ends early, i.e. a hole inside the file) reads as zeros for the rest.
+/// The replies of a read of `[offset, offset+len)`, kept in the pieces they arrived in, in file order:
+/// a range inside one piece is handed out without a copy, and a range across pieces as a list of them
+/// (a FUSE reply writes that list with one `writev`). A reply shorter than its request (the object ends
+/// early, i.e. a hole inside the file) reads as zeros for the rest.
 #[derive(Clone, Debug, Default)]
 pub struct ReadData {
     offset: u64,
     len: u64,
-    /// (file offset, reply), sorted by file offset, non-overlapping.
-    parts: Vec<(u64, Bytes)>,
+    /// (file offset, bytes), sorted by file offset, non-overlapping, none empty.
+    segments: Vec<(u64, Bytes)>,
 }
 
+/// What holes are read from.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+
 impl ReadData {
-    /// Checks the replies against their pieces (none longer than asked, all inside the range).
-    pub fn new(offset: u64, len: u64, parts: Vec<(Piece, Bytes)>) -> FsResult<ReadData> {
-        for (p, data) in &parts {
-            if data.len() as u64 > p.len {
+    /// Checks each piece's reply (its chunks, in order) against the piece: none longer than asked, all
+    /// inside the range.
+    pub fn new(offset: u64, len: u64, parts: Vec<(Piece, Vec<Bytes>)>) -> FsResult<ReadData> {
+        let mut segments = Vec::with_capacity(parts.iter().map(|(_, c)| c.len()).sum());
+        for (p, chunks) in parts {
+            let got: u64 = chunks.iter().map(|c| c.len() as u64).sum();
+            if got > p.len {
                 return Err(FsError::protocol(format!(
-                    "data server returned {} bytes for a read of {} at object offset {}",
-                    data.len(),
-                    p.len,
-                    p.object_offset
+                    "data server returned {got} bytes for a read of {} at object offset {}",
+                    p.len, p.object_offset
                 )));
             }
             if p.file_offset < offset || p.file_offset + p.len > offset + len {
                 return Err(FsError::invalid("read piece outside the requested range"));
             }
+            let mut at = p.file_offset;
+            for c in chunks.into_iter().filter(|c| !c.is_empty()) {
+                let n = c.len() as u64;
+                segments.push((at, c));
+                at += n;
+            }
         }
-        let mut parts: Vec<(u64, Bytes)> = parts.into_iter().map(|(p, data)| (p.file_offset, data)).collect();
-        parts.sort_by_key(|&(at, _)| at);
-        Ok(ReadData { offset, len, parts })
+        segments.sort_by_key(|&(at, _)| at);
+        Ok(ReadData { offset, len, segments })
     }
 
     /// The file offset the data starts at.
@@ -99,44 +109,50 @@ impl ReadData {
         self.len == 0
     }
 
-    /// The bytes of file range `[from, to)`, clamped to this read's range: zero-copy when one reply
-    /// holds them all, else gathered (only the holes zeroed: zeroing the whole buffer first cost as much
-    /// as a copy of it in profiles of large reads).
-    pub fn slice(&self, from: u64, to: u64) -> Bytes {
+    /// The bytes of file range `[from, to)`, clamped to this read's range, as consecutive pieces that
+    /// share the replies' buffers (holes are static zeros): nothing is copied.
+    pub fn slices(&self, from: u64, to: u64) -> Vec<Bytes> {
         let from = from.max(self.offset);
         let to = to.min(self.offset + self.len);
-        if from >= to {
-            return Bytes::new();
-        }
-        let len = (to - from) as usize;
-        let within = |&(at, ref data): &(u64, Bytes)| at < to && at + data.len() as u64 > from;
-        let mut hits = self.parts.iter().filter(|p| within(p));
-        if let (Some((at, data)), None) = (hits.next(), hits.next()) {
-            if *at <= from && at + data.len() as u64 >= to {
-                return data.slice((from - at) as usize..(to - at) as usize);
+        let mut out = Vec::new();
+        let mut pos = from;
+        let first = self.segments.partition_point(|(at, data)| at + data.len() as u64 <= from);
+        for (at, data) in &self.segments[first..] {
+            if pos >= to || *at >= to {
+                break;
             }
-        }
-        let mut buf = BytesMut::with_capacity(len);
-        for (at, data) in self.parts.iter().filter(|p| within(p)) {
-            let (skip, start) = if *at < from { ((from - at) as usize, 0) } else { (0, (at - from) as usize) };
-            let take = (data.len() - skip).min(len - start);
-            if start > buf.len() {
-                buf.resize(start, 0);
+            // Pieces do not overlap; if they did, the part already covered is skipped.
+            let end = (at + data.len() as u64).min(to);
+            if end <= pos {
+                continue;
             }
-            // Pieces do not overlap; if they did, the one further on would win.
-            let overlap = buf.len().min(start + take) - start;
-            buf[start..start + overlap].copy_from_slice(&data[skip..skip + overlap]);
-            buf.extend_from_slice(&data[skip + overlap..skip + take]);
+            push_zeros(&mut out, at.saturating_sub(pos));
+            let start = pos.max(*at);
+            out.push(data.slice((start - at) as usize..(end - at) as usize));
+            pos = end;
         }
-        buf.resize(len, 0);
-        buf.freeze()
+        push_zeros(&mut out, to.saturating_sub(pos));
+        out
+    }
+
+    /// [`ReadData::slices`] as one buffer: zero-copy when one piece holds the whole range.
+    pub fn slice(&self, from: u64, to: u64) -> Bytes {
+        tessera_proto::frame::concat(self.slices(from, to))
+    }
+}
+
+fn push_zeros(out: &mut Vec<Bytes>, mut n: u64) {
+    while n > 0 {
+        let k = n.min(ZEROS.len() as u64);
+        out.push(Bytes::from_static(&ZEROS[..k as usize]));
+        n -= k;
     }
 }
 
 /// Builds the result of a read of `len` bytes at `offset` from the pieces' replies (see [`ReadData`]).
 pub fn assemble(offset: u64, len: usize, parts: Vec<(Piece, Bytes)>) -> FsResult<Bytes> {
-    let data = ReadData::new(offset, len as u64, parts)?;
-    Ok(data.slice(offset, offset + len as u64))
+    let parts = parts.into_iter().map(|(p, data)| (p, vec![data])).collect();
+    Ok(ReadData::new(offset, len as u64, parts)?.slice(offset, offset + len as u64))
 }
 
 /// One data server: its connection and the permits bounding this client's requests in flight to it.
@@ -151,6 +167,12 @@ impl DsConn {
     pub async fn call(&self, req: &DsRequest, payload: Bytes) -> FsResult<(DsReply, Bytes)> {
         let _permit = self.permits.acquire().await.map_err(|_| FsError::io("client is shutting down"))?;
         self.peer.call(req, payload).await
+    }
+
+    /// [`DsConn::call`] with the reply's payload in the chunks it arrived in.
+    pub async fn call_chunked(&self, req: &DsRequest, payload: Bytes) -> FsResult<(DsReply, Vec<Bytes>)> {
+        let _permit = self.permits.acquire().await.map_err(|_| FsError::io("client is shutting down"))?;
+        self.peer.call_chunked(req, payload).await
     }
 }
 
@@ -238,21 +260,26 @@ impl DataPlane {
         ReadData::new(offset, len, parts)
     }
 
-    async fn read_piece(&self, tag: &IoTag, layout: &Layout, p: Piece) -> FsResult<Bytes> {
+    /// One piece's reply, in the chunks it arrived in.
+    async fn read_piece(&self, tag: &IoTag, layout: &Layout, p: Piece) -> FsResult<Vec<Bytes>> {
         let target = layout.targets[p.stripe];
         let conn = self.server(target.ds)?;
         let req =
             DsRequest::Read { tag: tag.clone(), object: target.object, offset: p.object_offset, len: p.len as u32 };
-        match conn.call(&req, Bytes::new()).await {
-            Ok((DsReply::Data { len }, payload)) if len as usize == payload.len() => Ok(payload),
-            Ok((DsReply::Data { len }, payload)) => Err(FsError::protocol(format!(
-                "data server {} declared {len} bytes but sent {}",
-                target.ds,
-                payload.len()
-            ))),
+        match conn.call_chunked(&req, Bytes::new()).await {
+            Ok((DsReply::Data { len }, chunks)) => {
+                let sent: usize = chunks.iter().map(Bytes::len).sum();
+                if len as usize != sent {
+                    return Err(FsError::protocol(format!(
+                        "data server {} declared {len} bytes but sent {sent}",
+                        target.ds
+                    )));
+                }
+                Ok(chunks)
+            }
             Ok((r, _)) => Err(FsError::protocol(format!("data server {} answered Read with {r:?}", target.ds))),
             // An object never written (a file that is all hole there) reads as zeros.
-            Err(e) if e.code == tessera_proto::error::ErrorCode::NotFound => Ok(Bytes::new()),
+            Err(e) if e.code == tessera_proto::error::ErrorCode::NotFound => Ok(Vec::new()),
             Err(e) => Err(e),
         }
     }
@@ -395,10 +422,24 @@ mod tests {
         // 12 bytes at 4: [4,8) s1, [8,12) s0 (short: "x" then a hole), [12,16) s1.
         let ps = plan(&l, 4, 12, 100);
         let replies = [Bytes::from_static(b"abcd"), Bytes::from_static(b"x"), Bytes::from_static(b"wxyz")];
-        let rd = ReadData::new(4, 12, ps.into_iter().zip(replies.iter().cloned()).rev().collect()).unwrap();
+        // The last reply arrived in two chunks.
+        let chunked = |i: usize| {
+            if i == 2 {
+                vec![replies[2].slice(..1), replies[2].slice(1..)]
+            } else {
+                vec![replies[i].clone()]
+            }
+        };
+        let rd =
+            ReadData::new(4, 12, ps.into_iter().enumerate().map(|(i, p)| (p, chunked(i))).rev().collect()).unwrap();
         let inside = rd.slice(5, 7);
         assert_eq!(&inside[..], b"bc");
         assert_eq!(inside.as_ptr(), replies[0][1..].as_ptr(), "a slice inside one reply is not copied");
+        let pieces = rd.slices(6, 15);
+        let lens: Vec<usize> = pieces.iter().map(Bytes::len).collect();
+        assert_eq!(lens, vec![2, 1, 3, 1, 2], "reply, reply, hole, chunk, chunk");
+        assert_eq!(pieces[3].as_ptr(), replies[2].as_ptr(), "chunks are shared, not copied");
+        assert_eq!(pieces.concat(), b"cdx\0\0\0wxy");
         assert_eq!(&rd.slice(6, 14)[..], b"cdx\0\0\0wx", "across replies and the hole");
         assert_eq!(&rd.slice(9, 11)[..], b"\0\0", "inside the hole only");
         assert_eq!(&rd.slice(0, 100)[..], b"abcdx\0\0\0wxyz", "clamped to the read's range");

@@ -4,6 +4,7 @@
 use crate::creds::{Creds, Who};
 use crate::dirlease::{self, DirLeases};
 use crate::io::{privileged_bits, Handle, OpenInode};
+use bytes::Bytes;
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags as FuseOpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -105,6 +106,19 @@ impl FsState {
 pub struct TesseraFs {
     inner: Arc<Inner>,
     rt: tokio::runtime::Handle,
+}
+
+/// Answers a read with data kept in pieces: one `writev` to the kernel, no gathering copy.
+fn reply_pieces(reply: ReplyData, pieces: &[Bytes]) {
+    match pieces {
+        [one] => reply.data(one),
+        // writev takes at most IOV_MAX (1024) slices, the reply's header one of them.
+        _ if pieces.len() >= 1000 => reply.data(&pieces.concat()),
+        _ => {
+            let iov: Vec<std::io::IoSlice<'_>> = pieces.iter().map(|p| std::io::IoSlice::new(p)).collect();
+            reply.data_vectored(&iov)
+        }
+    }
 }
 
 fn errno(e: &FsError) -> Errno {
@@ -844,7 +858,7 @@ impl Filesystem for TesseraFs {
             return self.spawn(move |inner| async move {
                 match inner.handle(fh) {
                     Ok(h) => match h.read(offset, size as u64).await {
-                        Ok(d) => reply.data(&d),
+                        Ok(d) => reply_pieces(reply, &d),
                         Err(e) => reply.error(errno(&e)),
                     },
                     Err(e) => reply.error(errno(&e)),
@@ -859,14 +873,14 @@ impl Filesystem for TesseraFs {
         let pending = {
             let _rt = self.rt.enter();
             match h.try_read(offset, size as u64) {
-                Ok(Ok(d)) => return reply.data(&d),
+                Ok(Ok(d)) => return reply_pieces(reply, &d),
                 Ok(Err(e)) => return reply.error(errno(&e)),
                 Err(pending) => pending,
             }
         };
         self.spawn(move |_inner| async move {
             match h.finish_read(offset, size as u64, pending).await {
-                Ok(d) => reply.data(&d),
+                Ok(d) => reply_pieces(reply, &d),
                 Err(e) => reply.error(errno(&e)),
             }
         });

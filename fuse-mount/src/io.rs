@@ -384,8 +384,9 @@ impl Handle {
         async move { client.data().read_data(&tag, &layout, off, len).await }.boxed().shared()
     }
 
-    /// Reads up to `len` bytes at `off`: short only at the end of the file.
-    pub async fn read(&self, off: u64, len: u64) -> FsResult<Bytes> {
+    /// Reads up to `len` bytes at `off`: short only at the end of the file. The data comes as the pieces
+    /// it arrived in (see [`ReadData::slices`]).
+    pub async fn read(&self, off: u64, len: u64) -> FsResult<Vec<Bytes>> {
         if self.inode.has_pending() {
             // Our own buffered writes must be visible to our reads.
             self.inode.drain(&self.client).await?;
@@ -397,18 +398,18 @@ impl Handle {
         }
         let end = off.saturating_add(len).min(size);
         if off >= end {
-            return Ok(Bytes::new());
+            return Ok(Vec::new());
         }
         match self.plan_read(off, end, size)? {
             Some(parts) => self.assemble(off, end, parts).await,
-            None => self.client.data().read(&self.tag, &self.inode.layout, off, end - off).await,
+            None => self.read_direct(off, end).await,
         }
     }
 
     /// A read answered without waiting when its read-ahead chunks have arrived (the common case of a
     /// sequential reader), else what is left to do, for [`Handle::finish_read`]. Call it inside the
     /// tokio runtime's context (read-ahead is started by spawned tasks).
-    pub fn try_read(&self, off: u64, len: u64) -> Result<FsResult<Bytes>, PendingRead> {
+    pub fn try_read(&self, off: u64, len: u64) -> Result<FsResult<Vec<Bytes>>, PendingRead> {
         if self.inode.has_pending() {
             return Err(PendingRead::Slow);
         }
@@ -425,7 +426,7 @@ impl Handle {
             Ok(None) => return Err(PendingRead::Slow),
             Err(e) => return Ok(Err(e)),
         };
-        let ready: Option<Vec<Bytes>> = parts
+        let ready: Option<Vec<Vec<Bytes>>> = parts
             .iter()
             .map(|(c, f)| match f.peek() {
                 Some(Ok(data)) => Self::piece(off, end, *c, data),
@@ -433,13 +434,13 @@ impl Handle {
             })
             .collect();
         match ready {
-            Some(pieces) => Ok(Ok(Self::join(off, end, pieces))),
+            Some(pieces) => Ok(Ok(pieces.concat())),
             None => Err(PendingRead::Parts { off, end, parts }),
         }
     }
 
     /// Completes a read [`Handle::try_read`] could not answer at once.
-    pub async fn finish_read(&self, off: u64, len: u64, pending: PendingRead) -> FsResult<Bytes> {
+    pub async fn finish_read(&self, off: u64, len: u64, pending: PendingRead) -> FsResult<Vec<Bytes>> {
         match pending {
             PendingRead::Slow => self.read(off, len).await,
             PendingRead::Parts { off, end, parts } => self.assemble(off, end, parts).await,
@@ -500,25 +501,20 @@ impl Handle {
 
     /// The part of chunk `c`'s data inside `off..end`; `None` if the chunk was fetched when the file
     /// was shorter.
-    fn piece(off: u64, end: u64, c: u64, data: &ReadData) -> Option<Bytes> {
+    fn piece(off: u64, end: u64, c: u64, data: &ReadData) -> Option<Vec<Bytes>> {
         let cstart = c * RA_CHUNK;
         let from = off.max(cstart);
         let to = end.min(cstart + RA_CHUNK);
-        (data.offset() + data.len() >= to).then(|| data.slice(from, to))
+        (data.offset() + data.len() >= to).then(|| data.slices(from, to))
     }
 
-    fn join(off: u64, end: u64, mut pieces: Vec<Bytes>) -> Bytes {
-        if pieces.len() == 1 {
-            return pieces.pop().unwrap_or_default();
-        }
-        let mut out = BytesMut::with_capacity((end - off) as usize);
-        for p in pieces {
-            out.extend_from_slice(&p);
-        }
-        out.freeze()
+    /// A read around the read-ahead.
+    async fn read_direct(&self, off: u64, end: u64) -> FsResult<Vec<Bytes>> {
+        let data = self.client.data().read_data(&self.tag, &self.inode.layout, off, end - off).await?;
+        Ok(data.slices(off, end))
     }
 
-    async fn assemble(&self, off: u64, end: u64, parts: Vec<(u64, Fetch)>) -> FsResult<Bytes> {
+    async fn assemble(&self, off: u64, end: u64, parts: Vec<(u64, Fetch)>) -> FsResult<Vec<Bytes>> {
         let mut pieces = Vec::with_capacity(parts.len());
         for (c, f) in parts {
             let data = f.await?;
@@ -529,11 +525,11 @@ impl Handle {
                     if let Ok(mut ra) = self.ra.lock() {
                         ra.chunks.remove(&c);
                     }
-                    return self.client.data().read(&self.tag, &self.inode.layout, off, end - off).await;
+                    return self.read_direct(off, end).await;
                 }
             }
         }
-        Ok(Self::join(off, end, pieces))
+        Ok(pieces.concat())
     }
 }
 

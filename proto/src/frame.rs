@@ -101,6 +101,58 @@ pub fn parse_prefix(p: &[u8; PREFIX], max_payload: usize) -> Result<(usize, usiz
 /// with O_DIRECT); replies are not, since their readers may turn them into a `Vec`, which would then move
 /// them.
 pub async fn read_frame(recv: &mut quinn::RecvStream, max_payload: usize, aligned: bool) -> Result<Frame, FrameError> {
+    let (header, plen) = read_head(recv, max_payload).await?;
+    let payload = read_exact_bytes(recv, plen, "payload", aligned).await?;
+    Ok(Frame { header, payload })
+}
+
+/// Payloads arriving in more chunks than this (small datagrams, e.g. a standard 1500-byte MTU) are
+/// gathered anyway by [`read_frame_chunked`]: thousands of tiny pieces cost more to carry than one copy.
+pub const MAX_CHUNKS: usize = 64;
+
+/// [`read_frame`] leaving the payload in the chunks it arrived in (16 or so per MiB on loopback, whose
+/// datagrams are 64 KiB): a caller that can use the pieces (a FUSE read reply written with `writev`)
+/// saves the copy that gathering them into one buffer costs. Returns the header and the chunks.
+pub async fn read_frame_chunked(
+    recv: &mut quinn::RecvStream,
+    max_payload: usize,
+) -> Result<(Bytes, Vec<Bytes>), FrameError> {
+    let (header, plen) = read_head(recv, max_payload).await?;
+    let mut chunks = Vec::new();
+    let mut got = 0;
+    while got < plen {
+        match recv.read_chunk(plen - got, true).await {
+            Ok(Some(chunk)) => {
+                got += chunk.bytes.len();
+                chunks.push(chunk.bytes);
+            }
+            Ok(None) => return Err(FrameError::Truncated(format!("{got} of {plen} payload bytes"))),
+            Err(e) => return Err(FrameError::Io(e.to_string())),
+        }
+    }
+    if chunks.len() > MAX_CHUNKS {
+        chunks = vec![concat(chunks)];
+    }
+    Ok((header, chunks))
+}
+
+/// The chunks joined into one buffer: no copy for zero or one chunk.
+pub fn concat(mut chunks: Vec<Bytes>) -> Bytes {
+    match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.pop().unwrap_or_default(),
+        _ => {
+            let mut buf = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
+            for c in &chunks {
+                buf.extend_from_slice(c);
+            }
+            buf.freeze()
+        }
+    }
+}
+
+/// Reads a frame's prefix and header; returns the header and the payload's length.
+async fn read_head(recv: &mut quinn::RecvStream, max_payload: usize) -> Result<(Bytes, usize), FrameError> {
     let mut prefix = [0u8; PREFIX];
     match recv.read_exact(&mut prefix).await {
         Ok(()) => {}
@@ -112,8 +164,7 @@ pub async fn read_frame(recv: &mut quinn::RecvStream, max_payload: usize, aligne
     }
     let (hlen, plen) = parse_prefix(&prefix, max_payload)?;
     let header = read_exact_bytes(recv, hlen, "header", false).await?;
-    let payload = read_exact_bytes(recv, plen, "payload", aligned).await?;
-    Ok(Frame { header, payload })
+    Ok((header, plen))
 }
 
 async fn read_exact_bytes(
@@ -175,6 +226,15 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn concat_copies_only_several_chunks() {
+        assert!(concat(Vec::new()).is_empty());
+        let one = Bytes::from_static(b"abc");
+        assert_eq!(concat(vec![one.clone()]).as_ptr(), one.as_ptr());
+        let joined = concat(vec![one, Bytes::new(), Bytes::from_static(b"de")]);
+        assert_eq!(&joined[..], b"abcde");
+    }
 
     #[test]
     fn prefix_checks() {

@@ -8,6 +8,7 @@ use crate::error::{ErrorCode, FsError, FsResult};
 use crate::frame::{self, FrameError, MAX_PAYLOAD};
 use crate::tls::{self, NodeIdentity};
 use crate::types::Role;
+use crate::wire;
 use bytes::Bytes;
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::Future;
@@ -283,6 +284,16 @@ impl RpcPeer {
         req: &Req,
         payload: Bytes,
     ) -> FsResult<(Rep, Bytes)> {
+        self.call_chunked(req, payload).await.map(|(r, chunks)| (r, frame::concat(chunks)))
+    }
+
+    /// [`RpcPeer::call`] with the reply's payload left in the chunks it arrived in
+    /// ([`frame::read_frame_chunked`]).
+    pub async fn call_chunked<Req: Serialize, Rep: DeserializeOwned>(
+        &self,
+        req: &Req,
+        payload: Bytes,
+    ) -> FsResult<(Rep, Vec<Bytes>)> {
         self.attempt(req, payload).await?
     }
 
@@ -299,7 +310,7 @@ impl RpcPeer {
         let mut pause = Duration::from_millis(50);
         loop {
             match self.attempt(req, payload.clone()).await {
-                Ok(reply) => return reply,
+                Ok(reply) => return reply.map(|(r, chunks)| (r, frame::concat(chunks))),
                 Err(e) if tokio::time::Instant::now() + pause >= deadline => return Err(e),
                 Err(e) => {
                     tracing::debug!("{} {}: {e}; retrying", self.role, self.target());
@@ -316,15 +327,16 @@ impl RpcPeer {
         &self,
         req: &Req,
         payload: Bytes,
-    ) -> Result<FsResult<(Rep, Bytes)>, FsError> {
+    ) -> Result<FsResult<(Rep, Vec<Bytes>)>, FsError> {
         let fut = async {
             let conn = self.connection().await?;
             let (mut send, mut recv) = conn.open_bi().await.map_err(|e| self.transport_err(e))?;
             frame::write_frame(&mut send, req, payload).await.map_err(|e| self.frame_err(e))?;
             let _ = send.finish();
-            let f = frame::read_frame(&mut recv, MAX_PAYLOAD, false).await.map_err(|e| self.frame_err(e))?;
-            let resp: FsResult<Rep> = f.decode().map_err(|e| self.frame_err(e))?;
-            Ok(resp.map(|r| (r, f.payload)))
+            let (header, chunks) =
+                frame::read_frame_chunked(&mut recv, MAX_PAYLOAD).await.map_err(|e| self.frame_err(e))?;
+            let resp: FsResult<Rep> = wire::decode(&header).map_err(|e| self.frame_err(FrameError::Decode(e)))?;
+            Ok(resp.map(|r| (r, chunks)))
         };
         tokio::time::timeout(self.tuning.call_timeout, fut).await.unwrap_or_else(|_| {
             Err(FsError::new(
