@@ -119,17 +119,7 @@ pub async fn read_frame_chunked(
 ) -> Result<(Bytes, Vec<Bytes>), FrameError> {
     let (header, plen) = read_head(recv, max_payload).await?;
     let mut chunks = Vec::new();
-    let mut got = 0;
-    while got < plen {
-        match recv.read_chunk(plen - got, true).await {
-            Ok(Some(chunk)) => {
-                got += chunk.bytes.len();
-                chunks.push(chunk.bytes);
-            }
-            Ok(None) => return Err(FrameError::Truncated(format!("{got} of {plen} payload bytes"))),
-            Err(e) => return Err(FrameError::Io(e.to_string())),
-        }
-    }
+    for_each_chunk(recv, plen, "payload", |chunk| chunks.push(chunk)).await?;
     if chunks.len() > MAX_CHUNKS {
         chunks = vec![concat(chunks)];
     }
@@ -178,20 +168,38 @@ async fn read_exact_bytes(
     }
     // Take the first chunk without copying when it already holds everything (the common case for
     // headers); otherwise gather into one buffer.
+    let mut whole = None;
     let mut buf = if aligned { gather_buffer(len) } else { BytesMut::with_capacity(len) };
-    while buf.len() < len {
-        match recv.read_chunk(len - buf.len(), true).await {
+    for_each_chunk(recv, len, what, |chunk| {
+        if chunk.len() == len {
+            whole = Some(chunk);
+        } else {
+            buf.extend_from_slice(&chunk);
+        }
+    })
+    .await?;
+    Ok(whole.unwrap_or_else(|| buf.freeze()))
+}
+
+/// Hands the next `len` bytes of the stream to `take`, in the chunks they arrive in.
+async fn for_each_chunk(
+    recv: &mut quinn::RecvStream,
+    len: usize,
+    what: &str,
+    mut take: impl FnMut(Bytes),
+) -> Result<(), FrameError> {
+    let mut got = 0;
+    while got < len {
+        match recv.read_chunk(len - got, true).await {
             Ok(Some(chunk)) => {
-                if buf.is_empty() && chunk.bytes.len() == len {
-                    return Ok(chunk.bytes);
-                }
-                buf.extend_from_slice(&chunk.bytes);
+                got += chunk.bytes.len();
+                take(chunk.bytes);
             }
-            Ok(None) => return Err(FrameError::Truncated(format!("{} of {len} {what} bytes", buf.len()))),
+            Ok(None) => return Err(FrameError::Truncated(format!("{got} of {len} {what} bytes"))),
             Err(e) => return Err(FrameError::Io(e.to_string())),
         }
     }
-    Ok(buf.freeze())
+    Ok(())
 }
 
 /// Payloads at least this long are gathered page-aligned.
