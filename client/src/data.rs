@@ -149,12 +149,6 @@ fn push_zeros(out: &mut Vec<Bytes>, mut n: u64) {
     }
 }
 
-/// Builds the result of a read of `len` bytes at `offset` from the pieces' replies (see [`ReadData`]).
-pub fn assemble(offset: u64, len: usize, parts: Vec<(Piece, Bytes)>) -> FsResult<Bytes> {
-    let parts = parts.into_iter().map(|(p, data)| (p, vec![data])).collect();
-    Ok(ReadData::new(offset, len as u64, parts)?.slice(offset, offset + len as u64))
-}
-
 /// One data server: its connection and the permits bounding this client's requests in flight to it.
 pub struct DsConn {
     pub id: DsId,
@@ -336,6 +330,12 @@ mod tests {
             stripe_size: s,
             targets: (0..c).map(|i| StripeTarget { ds: i as u32, object: 10 + i as u64 }).collect(),
         }
+    }
+
+    /// The result of a read of `len` bytes at `offset` from the pieces' replies, one chunk each.
+    fn assemble(offset: u64, len: usize, parts: Vec<(Piece, Bytes)>) -> FsResult<Bytes> {
+        let parts = parts.into_iter().map(|(p, data)| (p, vec![data])).collect();
+        Ok(ReadData::new(offset, len as u64, parts)?.slice(offset, offset + len as u64))
     }
 
     fn check_plan(l: &Layout, off: u64, len: u64, max: u64) -> Vec<Piece> {
