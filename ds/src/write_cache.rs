@@ -10,7 +10,7 @@
 //! in flight at once may reach the disk in either order, so neither is cached ("tainted"); the disk
 //! then holds one of them and later reads go there. So a cached range always equals what the disk holds.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use tessera_proto::ObjectId;
@@ -144,14 +144,7 @@ impl WriteCache {
         for &(start, _) in &pieces {
             st.touch(object, start);
         }
-        if pieces.len() == 1 {
-            return pieces.into_iter().next().map(|(_, b)| b);
-        }
-        let mut out = BytesMut::with_capacity(len);
-        for (_, b) in pieces {
-            out.extend_from_slice(&b);
-        }
-        Some(out.freeze())
+        Some(tessera_proto::frame::concat(pieces.into_iter().map(|(_, b)| b).collect()))
     }
 
     pub fn stats(&self) -> CacheStats {
