@@ -159,32 +159,11 @@ thread_local! {
 /// dropped the last result, like IOR's single buffer: a fresh zeroed buffer per call cost each task
 /// a memset of every byte it read (2% of a mount read's system-wide profile).
 fn pread_reusing(f: &std::fs::File, offset: u64, len: usize) -> std::io::Result<Bytes> {
-    use std::os::fd::AsRawFd;
     READ_BUF.with(|cell| {
         let mut buf = cell.borrow_mut();
         buf.clear();
-        buf.reserve(len);
-        while buf.len() < len {
-            let done = buf.len();
-            let at = libc::off_t::try_from(offset + done as u64)
-                .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "offset too large"))?;
-            let spare = buf.spare_capacity_mut();
-            // SAFETY: the kernel writes at most `len - done` bytes at the start of the spare capacity,
-            // which `reserve(len)` made at least that long.
-            let n = unsafe { libc::pread(f.as_raw_fd(), spare.as_mut_ptr().cast(), len - done, at) };
-            match n {
-                n if n > 0 => {
-                    // SAFETY: the kernel initialised these `n` bytes.
-                    unsafe { buf.set_len(done + n as usize) }
-                }
-                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-                _ => {
-                    let e = std::io::Error::last_os_error();
-                    if e.kind() != std::io::ErrorKind::Interrupted {
-                        return Err(e);
-                    }
-                }
-            }
+        if tessera_proto::fileio::pread_append(f, &mut buf, offset, len)? < len {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
         Ok(buf.split().freeze())
     })

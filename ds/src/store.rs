@@ -9,7 +9,7 @@
 //! Data just written is then not in the page cache; the [`WriteCache`] keeps it for reads instead.
 
 use crate::write_cache::{CacheStats, WriteCache};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::{self, ErrorKind};
@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tessera_proto::error::ErrorCode;
+use tessera_proto::fileio::pread_append;
 use tessera_proto::{DsId, FsError, FsResult, ObjectId};
 
 /// Largest object the store accepts (offset + length beyond it is EFBIG).
@@ -221,28 +222,9 @@ impl Store {
             if len == 0 {
                 return Ok(Bytes::new());
             }
-            // Read into the buffer's spare capacity: zero-filling it first cost as much as the read's copy.
-            let mut buf: Vec<u8> = Vec::with_capacity(len);
-            let fd = std::os::fd::AsRawFd::as_raw_fd(file);
-            while buf.len() < len {
-                let done = buf.len();
-                let at = libc::off_t::try_from(offset + done as u64).map_err(|_| FsError::invalid("offset"))?;
-                // SAFETY: pread writes at most `len - done` bytes into the spare capacity starting at
-                // `done`, which `with_capacity(len)` allocated; `fd` is open for the whole call.
-                let n = unsafe { libc::pread(fd, buf.as_mut_ptr().add(done).cast(), len - done, at) };
-                match n {
-                    0 => break,
-                    // SAFETY: pread initialised those `n` bytes (n <= len - done).
-                    n if n > 0 => unsafe { buf.set_len(done + n as usize) },
-                    _ => {
-                        let e = std::io::Error::last_os_error();
-                        if e.kind() != ErrorKind::Interrupted {
-                            return Err(e.into());
-                        }
-                    }
-                }
-            }
-            Ok(Bytes::from(buf))
+            let mut buf = BytesMut::with_capacity(len);
+            pread_append(file, &mut buf, offset, len)?;
+            Ok(buf.freeze())
         })
         .await
     }

@@ -10,9 +10,11 @@
 //! - [`config`]: the cluster's TOML configuration.
 //! - [`wire`]: bincode encoding with bounded decoding.
 //! - [`process`]: logging and async-runtime start-up shared by the binaries.
+//! - [`fileio`]: positional reads into a buffer's spare capacity (data servers, benchmarks).
 
 pub mod config;
 pub mod error;
+pub mod fileio;
 pub mod frame;
 pub mod layout;
 pub mod msg;
