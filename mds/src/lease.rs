@@ -224,10 +224,10 @@ impl Leases {
         Renewal::Ended
     }
 
-    /// Waits until no other connection than `conn` holds a lease on any of `dirs` (`None`: on any
-    /// directory at all, for requests that may reach a leased directory by path or by removing it).
-    /// Recalls the leases found, so their holders give them up at their next batch.
-    pub async fn wait_for(&self, conn: u64, dirs: Option<&[Ino]>) {
+    /// Waits until no other connection than `conn` holds a lease on `dir` (`None`: on any directory at
+    /// all, for requests that may reach a leased directory by path or by removing it). Recalls the
+    /// leases found, so their holders give them up at their next batch.
+    pub async fn wait_for(&self, conn: u64, dir: Option<Ino>) {
         loop {
             let notified = self.ended.notified();
             tokio::pin!(notified);
@@ -237,8 +237,8 @@ impl Leases {
                 let now = Instant::now();
                 t.expire(now);
                 let mut deadline: Option<Instant> = None;
-                for (dir, l) in t.leases.iter_mut() {
-                    if l.conn == conn || dirs.is_some_and(|d| !d.contains(dir)) {
+                for (leased, l) in t.leases.iter_mut() {
+                    if l.conn == conn || dir.is_some_and(|d| d != *leased) {
                         continue;
                     }
                     l.recalled = true;
@@ -325,7 +325,7 @@ impl Leases {
         if self.any() {
             match touches {
                 Touches::Nothing => {}
-                Touches::Inode(i) => self.wait_for(conn, Some(&[i])).await,
+                Touches::Inode(i) => self.wait_for(conn, Some(i)).await,
                 Touches::Any => self.wait_for(conn, None).await,
             }
         }
@@ -390,10 +390,10 @@ mod tests {
         let t = l.grant(10, 1).unwrap();
         // The holder itself and requests on other directories do not wait.
         tokio::time::timeout(Duration::from_millis(100), l.wait_for(1, None)).await.unwrap();
-        tokio::time::timeout(Duration::from_millis(100), l.wait_for(2, Some(&[11]))).await.unwrap();
+        tokio::time::timeout(Duration::from_millis(100), l.wait_for(2, Some(11))).await.unwrap();
         let waiter = tokio::spawn({
             let l = l.clone();
-            async move { l.wait_for(2, Some(&[10])).await }
+            async move { l.wait_for(2, Some(10)).await }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiter.is_finished(), "another connection waits while the lease lasts");

@@ -410,7 +410,7 @@ impl Namespace {
             self.leases.extend(dir, token);
         } else {
             // Lost (expired, or the MDS restarted): whoever holds it now goes first.
-            self.leases.wait_for(conn, Some(&[dir])).await;
+            self.leases.wait_for(conn, Some(dir)).await;
         }
         let used = entries.len();
         let r = self.create_batch_sync(dir, entries);
