@@ -1,6 +1,8 @@
 # Sourced by the benchmark scripts: a throwaway `tessera up` cluster on loopback and FUSE mounts of it,
 # all torn down when the script exits. Needs $bin (the binaries) and $work (a scratch directory).
 up_pids=(); fuse_pids=(); mounts=()
+# KEY=VALUE environment given to the clusters and mounts started next (e.g. to try glibc tunables).
+node_env=()
 cleanup() {
   for p in "${fuse_pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
   for m in "${mounts[@]}"; do umount -l "$m" 2>/dev/null || true; done
@@ -11,7 +13,7 @@ trap cleanup EXIT
 
 # up DIR DATA_SERVERS: `tessera up` in DIR until it is ready; its pid is left in $up_pid.
 up() {
-  "$bin/tessera" up --dir "$1" --ds "$2" --port-base 0 > "$1.log" 2>&1 &
+  env "${node_env[@]}" "$bin/tessera" up --dir "$1" --ds "$2" --port-base 0 > "$1.log" 2>&1 &
   up_pid=$!
   for _ in $(seq 100); do grep -q "TESSERA UP" "$1.log" && break; sleep 0.2; done
 }
@@ -37,7 +39,7 @@ start_cluster() {
 # mount_fuse MOUNTPOINT LOG [OPTIONS]: tessera-fuse on MOUNTPOINT (-o OPTIONS), waits until it is ready.
 mount_fuse() {
   mkdir -p "$1"
-  "$bin/tessera-fuse" "$1" --allow-other ${3:+-o "$3"} > "$2" 2>&1 &
+  env "${node_env[@]}" "$bin/tessera-fuse" "$1" --allow-other ${3:+-o "$3"} > "$2" 2>&1 &
   fuse_pids+=($!)
   mounts+=("$1")
   for _ in $(seq 100); do grep -q READY "$2" && break; sleep 0.2; done

@@ -26,22 +26,16 @@ work=$(mktemp -d /tmp/tessera-ab.XXXXXX)
 costs=${COSTS:-0}; b_env=${B_ENV-}
 declare -A up_of fuse_of
 for c in a b; do
-  if [ $c = a ]; then
-    bin=$a_bin; start_cluster "$nds" a "${a_set[@]}"
-  else
-    bin=$b_bin; (for kv in $b_env; do export "$kv"; done; start_cluster "$nds" b "${b_set[@]}"; echo "$up_pid" > "$work/b.pid")
-    up_pid=$(cat "$work/b.pid"); up_pids+=("$up_pid"); export TESSERA_CONFIG=$work/b/client.toml
-  fi
+  if [ $c = a ]; then bin=$a_bin; node_env=(); start_cluster "$nds" a "${a_set[@]}"
+  else bin=$b_bin; read -r -a node_env <<< "$b_env"; start_cluster "$nds" b "${b_set[@]}"; fi
   up_of[$c]=$up_pid
   "$bin/tessera" mkdir -p /ior && "$bin/tessera" setstripe -S 1M -c "$nds" /ior
   if [ "$use_mount" = 1 ]; then
-    if [ $c = a ]; then mount_fuse "$work/mnt-$c" "$work/fuse-$c.log"; else
-      (for kv in $b_env; do export "$kv"; done; mount_fuse "$work/mnt-$c" "$work/fuse-$c.log"; echo "${fuse_pids[-1]}" > "$work/b.fuse")
-      fuse_pids+=("$(cat "$work/b.fuse")"); mounts+=("$work/mnt-$c")
-    fi
-    [ $c = a ] && fuse_of[$c]=${fuse_pids[-1]} || fuse_of[$c]=$(cat "$work/b.fuse")
+    mount_fuse "$work/mnt-$c" "$work/fuse-$c.log"
+    fuse_of[$c]=${fuse_pids[-1]}
   fi
 done
+node_env=()
 ior() { # cluster name, extra args...
   local c=$1 name=$2; shift 2
   local cbin=$a_bin; [ "$c" = b ] && cbin=$b_bin
