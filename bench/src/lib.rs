@@ -5,6 +5,7 @@ pub mod experiment; // `experiment`: IOrchestrator figures on a local cluster it
 pub mod ior; // `ior`: options, per-task offsets for each pattern, verification pattern, timed phases
 pub mod localcluster; // a local MDS + data servers as child processes, with edited configs, for experiments
 pub mod mdtest; // `mdtest`: create/stat/remove rates
+pub mod net; // `net`: the QUIC + TLS transport alone against sink servers, like lnet_selftest
 pub mod plots; // PNG figures with plotters (grouped bars, lines, LBA scatter, histograms)
 pub mod report; // IOR/mdtest-style text, summary statistics, JSON results
 pub mod trace; // lba-trace.csv parsing: LBA over time and reuse distances per program
@@ -33,6 +34,8 @@ enum Cmd {
     Mdtest(mdtest::MdtestArgs),
     /// One of the IOrchestrator paper's benchmarks (mpi-io-test, ior-mpi-io, noncontig, hpio, mpi-tile-io).
     Workload(workloads::WorkloadArgs),
+    /// The transport alone (like lnet_selftest): bulk RPCs to sink server processes, MiB/s and CPU per MiB.
+    Net(net::NetArgs),
     /// Reproduce a figure: starts a local cluster, runs the comparison, writes results/NAME.{csv,json,png}.
     Experiment(experiment::ExperimentArgs),
 }
@@ -40,6 +43,7 @@ enum Cmd {
 /// Parses the command line, runs the benchmark on a multi-thread tokio runtime, maps errors to exit code 1.
 pub fn main_entry() -> ExitCode {
     let cli = Cli::parse();
+    tessera_proto::process::tune_allocator();
     tessera_proto::process::init_logging();
     let rt = match tessera_proto::process::runtime("tessera-bench") {
         Ok(rt) => rt,
@@ -54,6 +58,7 @@ pub fn main_entry() -> ExitCode {
             Cmd::Mdtest(a) => mdtest::run(a).await,
             Cmd::Workload(a) => workloads::run(a).await,
             Cmd::Experiment(a) => experiment::run(a).await,
+            Cmd::Net(a) => net::run(a).await,
         }
     });
     // Tasks abandoned at a barrier after another task failed must not hold up the exit.

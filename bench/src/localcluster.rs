@@ -60,7 +60,8 @@ pub fn edit_config(cfg: &mut ClusterConfig, o: &ClusterOptions) {
     cfg.orchestrator.window_ms = o.window_ms;
 }
 
-fn spawn(bin: &Path, args: &[String], log: &Path) -> Result<Child> {
+/// Starts a server child with stdout piped (for [`wait_ready`]) and stderr appended to `log`; it dies with us.
+pub(crate) fn spawn(bin: &Path, args: &[String], log: &Path) -> Result<Child> {
     let logf = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -80,23 +81,24 @@ fn spawn(bin: &Path, args: &[String], log: &Path) -> Result<Child> {
     cmd.spawn().with_context(|| format!("starting {}", bin.display()))
 }
 
-async fn wait_ready(name: &str, child: &mut Child, log: &Path) -> Result<()> {
+/// Waits for the child's `READY` line and returns what follows `READY` on it.
+pub(crate) async fn wait_ready(name: &str, child: &mut Child, log: &Path) -> Result<String> {
     let stdout = child.stdout.take().ok_or_else(|| anyhow!("{name}: no stdout pipe"))?;
     let mut lines = BufReader::new(stdout).lines();
     let found = tokio::time::timeout(READY_TIMEOUT, async {
         while let Some(line) = lines.next_line().await? {
-            if line.starts_with("READY") {
-                return Ok::<bool, std::io::Error>(true);
+            if let Some(rest) = line.strip_prefix("READY") {
+                return Ok::<Option<String>, std::io::Error>(Some(rest.trim().to_string()));
             }
         }
-        Ok(false)
+        Ok(None)
     })
     .await;
     match found {
-        Ok(Ok(true)) => {
+        Ok(Ok(Some(rest))) => {
             // Keep draining stdout so the server never blocks on a full pipe.
             tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-            Ok(())
+            Ok(rest)
         }
         Ok(_) => {
             let tail = std::fs::read_to_string(log).unwrap_or_default();
@@ -163,7 +165,7 @@ impl LocalCluster {
             async move { wait_ready(&name, child, &log).await }
         }))
         .await;
-        waits.into_iter().collect::<Result<Vec<()>>>()?;
+        waits.into_iter().collect::<Result<Vec<String>>>()?;
         Ok(())
     }
 
