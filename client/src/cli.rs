@@ -475,6 +475,7 @@ fn exec_mount(config: Option<&Path>, args: &[String]) -> CliResult<ExitCode> {
 /// Entry point of the `tessera` binary.
 pub fn main_entry() -> ExitCode {
     let cli = Cli::parse();
+    tessera_proto::process::tune_allocator();
     tessera_proto::process::init_logging();
     let rt = match tessera_proto::process::runtime("tessera") {
         Ok(rt) => rt,

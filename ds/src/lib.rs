@@ -61,6 +61,7 @@ struct Args {
 /// Entry point of the `tessera-ds` binary.
 pub fn main_entry() -> ExitCode {
     let args = Args::parse();
+    tessera_proto::process::tune_allocator();
     tessera_proto::process::init_logging();
     let rt = match tessera_proto::process::runtime("tessera-ds") {
         Ok(rt) => rt,

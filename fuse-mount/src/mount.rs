@@ -229,6 +229,7 @@ pub fn main_entry() -> ExitCode {
     if args.daemon {
         return daemonize();
     }
+    tessera_proto::process::tune_allocator();
     tessera_proto::process::init_logging();
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,

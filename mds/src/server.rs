@@ -110,6 +110,7 @@ pub struct Options {
 /// Entry point of the `tessera-mds` binary.
 pub fn main_entry() -> ExitCode {
     let opts = Options::parse();
+    tessera_proto::process::tune_allocator();
     tessera_proto::process::init_logging();
     let rt = match tessera_proto::process::runtime("tessera-mds") {
         Ok(rt) => rt,
