@@ -2,13 +2,14 @@
 //! sent asynchronously, overlapping ranges kept in order) and read-ahead per handle, both inside
 //! close-to-open consistency: `flush` drains and reports the size to the MDS, `open` starts afresh.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tessera_client::data::ReadData;
 use tessera_client::{Client, FsError, FsResult, Ino, IoTag, Layout, MdsClient, Timestamp};
+use tessera_proto::bufpool::PoolBuf;
 use tokio::sync::Notify;
 
 /// Size of one write-behind chunk (one asynchronous `DataPlane::write`).
@@ -24,7 +25,8 @@ pub const RA_AHEAD: u64 = 4;
 
 struct WBuf {
     off: u64,
-    data: BytesMut,
+    /// Recycled: a streaming writer goes through 8 MiB chunks at the rate it writes.
+    data: PoolBuf,
     tag: IoTag,
 }
 
@@ -179,7 +181,7 @@ impl OpenInode {
         } else {
             (data.len() * 4).max(16 << 10)
         };
-        let mut buf = BytesMut::with_capacity(cap);
+        let mut buf = PoolBuf::with_capacity(cap);
         buf.extend_from_slice(data);
         st.bufs.push(WBuf { off, data: buf, tag: tag.clone() });
         self.note_write(&mut st, end);

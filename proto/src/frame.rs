@@ -3,6 +3,7 @@
 //! The header is a bincode value; the payload is raw bytes (file data never goes through serde).
 //! Sizes are checked before anything is allocated.
 
+use crate::bufpool::PoolBuf;
 use crate::wire::{self, MAX_HEADER};
 use crate::PROTOCOL_VERSION;
 use bytes::{Bytes, BytesMut};
@@ -166,10 +167,17 @@ async fn read_exact_bytes(
     if len == 0 {
         return Ok(Bytes::new());
     }
+    // Large payloads for a server: into a recycled page-aligned buffer, so that a data server can hand a
+    // block-aligned write to `O_DIRECT` without copying it again.
+    if aligned && len >= ALIGNED_PAYLOAD_MIN {
+        let mut buf = PoolBuf::with_capacity(len);
+        for_each_chunk(recv, len, what, |chunk| buf.extend_from_slice(&chunk)).await?;
+        return Ok(buf.freeze());
+    }
     // Take the first chunk without copying when it already holds everything (the common case for
     // headers); otherwise gather into one buffer.
     let mut whole = None;
-    let mut buf = if aligned { gather_buffer(len) } else { BytesMut::with_capacity(len) };
+    let mut buf = BytesMut::with_capacity(len);
     for_each_chunk(recv, len, what, |chunk| {
         if chunk.len() == len {
             whole = Some(chunk);
@@ -204,35 +212,8 @@ async fn for_each_chunk(
 
 /// Payloads at least this long are gathered page-aligned.
 const ALIGNED_PAYLOAD_MIN: usize = 64 << 10;
-const PAGE: usize = 4096;
-
-/// An empty buffer with room for `len` bytes. Large ones start on a page boundary, so that a data server
-/// can hand a block-aligned write to `O_DIRECT` without copying it again.
-fn gather_buffer(len: usize) -> BytesMut {
-    if len < ALIGNED_PAYLOAD_MIN {
-        return BytesMut::with_capacity(len);
-    }
-    let mut buf = BytesMut::with_capacity(len + PAGE);
-    let pad = buf.as_ptr().align_offset(PAGE);
-    buf.resize(pad, 0);
-    let _ = buf.split_to(pad);
-    buf
-}
-
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn large_payloads_are_gathered_page_aligned() {
-        for len in [ALIGNED_PAYLOAD_MIN, 3 << 20] {
-            let mut b = gather_buffer(len);
-            assert_eq!(b.as_ptr().align_offset(PAGE), 0);
-            let cap = b.capacity();
-            b.extend_from_slice(&vec![7u8; len]);
-            assert_eq!(b.capacity(), cap, "filling must not reallocate");
-            assert_eq!(b.freeze().as_ptr().align_offset(PAGE), 0);
-        }
-    }
-
     use super::*;
 
     #[test]

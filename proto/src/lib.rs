@@ -9,9 +9,11 @@
 //! - [`rpc`]: QUIC endpoints, the RPC client (one stream per call) and the server accept loop.
 //! - [`config`]: the cluster's TOML configuration.
 //! - [`wire`]: bincode encoding with bounded decoding.
-//! - [`process`]: logging and async-runtime start-up shared by the binaries.
+//! - [`process`]: allocator settings, logging and async-runtime start-up shared by the binaries.
+//! - [`bufpool`]: recycled page-aligned buffers for payloads and write-behind.
 //! - [`fileio`]: positional reads into a buffer's spare capacity (data servers, benchmarks).
 
+pub mod bufpool;
 pub mod config;
 pub mod error;
 pub mod fileio;
