@@ -6,7 +6,7 @@ use bytes::Bytes;
 use std::future::Future;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use tessera_client::{Client, ClusterConfig, LayoutSpec, OpenOptions};
+use tessera_client::{Client, ClusterConfig, ErrorCode, LayoutSpec, OpenOptions};
 use tokio::sync::oneshot;
 
 /// What `stat` tells a benchmark.
@@ -80,8 +80,16 @@ fn open_opts(read: bool, write: bool) -> OpenOptions {
 impl Backend for TesseraBackend {
     type File = tessera_client::File;
 
+    /// Creates with `layout`; a file that exists already is truncated and keeps its layout (IOR's
+    /// `O_CREAT | O_TRUNC`, as the posix backend does), so a run with `-k` can be repeated.
     async fn create(&self, path: &str, layout: Option<LayoutSpec>) -> Result<Self::File> {
-        self.client.create(path, 0o644, layout).await.with_context(|| format!("create {path}"))
+        match self.client.create(path, 0o644, layout).await {
+            Err(e) if e.code == ErrorCode::Exists => {
+                let opts = OpenOptions { truncate: true, ..open_opts(false, true) };
+                self.client.open(path, opts).await.with_context(|| format!("open {path} for rewriting"))
+            }
+            r => r.with_context(|| format!("create {path}")),
+        }
     }
     async fn open_write(&self, path: &str) -> Result<Self::File> {
         self.client.open(path, open_opts(false, true)).await.with_context(|| format!("open {path} for writing"))
