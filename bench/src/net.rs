@@ -212,6 +212,7 @@ async fn measure(a: &NetArgs, dir: &Path) -> Result<()> {
         Direction::Read => vec![NetRequest::Get(0)],
         Direction::Both => vec![NetRequest::Put, NetRequest::Get(0)],
     };
+    // /proc counts CPU in ticks of 10 ms: the CPU columns need phases of a second or more.
     println!(
         "{:<6} {:>4} {:>9} {:>16} {:>17} {:>9}",
         "phase", "rep", "MiB/s", "client ms/MiB", "servers ms/MiB", "CPU busy"
