@@ -98,12 +98,18 @@ pub fn parse_prefix(p: &[u8; PREFIX], max_payload: usize) -> Result<(usize, usiz
     Ok((hlen, plen))
 }
 
-/// Reads one frame. `aligned`: gather a large payload page-aligned (requests to servers that may write it
-/// with O_DIRECT); replies are not, since their readers may turn them into a `Vec`, which would then move
-/// them.
-pub async fn read_frame(recv: &mut quinn::RecvStream, max_payload: usize, aligned: bool) -> Result<Frame, FrameError> {
+/// Reads one request frame (replies are read with [`read_frame_chunked`]). A large payload is gathered into
+/// a recycled page-aligned buffer, so that a data server can hand a block-aligned write to `O_DIRECT`
+/// without copying it again.
+pub async fn read_frame(recv: &mut quinn::RecvStream, max_payload: usize) -> Result<Frame, FrameError> {
     let (header, plen) = read_head(recv, max_payload).await?;
-    let payload = read_exact_bytes(recv, plen, "payload", aligned).await?;
+    let payload = if plen >= ALIGNED_PAYLOAD_MIN {
+        let mut buf = PoolBuf::with_capacity(plen);
+        for_each_chunk(recv, plen, "payload", |chunk| buf.extend_from_slice(&chunk)).await?;
+        buf.freeze()
+    } else {
+        read_exact_bytes(recv, plen, "payload").await?
+    };
     Ok(Frame { header, payload })
 }
 
@@ -154,25 +160,13 @@ async fn read_head(recv: &mut quinn::RecvStream, max_payload: usize) -> Result<(
         Err(quinn::ReadExactError::ReadError(e)) => return Err(FrameError::Io(e.to_string())),
     }
     let (hlen, plen) = parse_prefix(&prefix, max_payload)?;
-    let header = read_exact_bytes(recv, hlen, "header", false).await?;
+    let header = read_exact_bytes(recv, hlen, "header").await?;
     Ok((header, plen))
 }
 
-async fn read_exact_bytes(
-    recv: &mut quinn::RecvStream,
-    len: usize,
-    what: &str,
-    aligned: bool,
-) -> Result<Bytes, FrameError> {
+async fn read_exact_bytes(recv: &mut quinn::RecvStream, len: usize, what: &str) -> Result<Bytes, FrameError> {
     if len == 0 {
         return Ok(Bytes::new());
-    }
-    // Large payloads for a server: into a recycled page-aligned buffer, so that a data server can hand a
-    // block-aligned write to `O_DIRECT` without copying it again.
-    if aligned && len >= ALIGNED_PAYLOAD_MIN {
-        let mut buf = PoolBuf::with_capacity(len);
-        for_each_chunk(recv, len, what, |chunk| buf.extend_from_slice(&chunk)).await?;
-        return Ok(buf.freeze());
     }
     // Take the first chunk without copying when it already holds everything (the common case for
     // headers); otherwise gather into one buffer.

@@ -451,9 +451,7 @@ async fn serve_stream<S: Service>(
     mut recv: quinn::RecvStream,
 ) {
     let frame =
-        match tokio::time::timeout(REQUEST_READ_TIMEOUT, frame::read_frame(&mut recv, service.max_payload(), true))
-            .await
-        {
+        match tokio::time::timeout(REQUEST_READ_TIMEOUT, frame::read_frame(&mut recv, service.max_payload())).await {
             Ok(Ok(f)) => f,
             Ok(Err(FrameError::Closed)) => return,
             Ok(Err(e)) => {
