@@ -11,6 +11,7 @@
 
 use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::plots::{self, BarPanel};
+use crate::report::median;
 use crate::trace;
 use crate::units::{format_size, size_arg};
 use crate::workloads::{self, Kind, Limit, Op, Program, Spec, STRIPE};
@@ -140,21 +141,6 @@ pub struct Record {
     pub device_model: String,
     pub throughput_mib_s: f64,
     pub runs: u32,
-}
-
-/// Median (mean of the middle two for an even count); NaN for no values.
-pub fn median(values: &[f64]) -> f64 {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
 }
 
 pub fn csv_text(records: &[Record]) -> String {
@@ -840,14 +826,6 @@ mod tests {
             throughput_mib_s: v,
             runs: 3,
         }
-    }
-
-    #[test]
-    fn medians() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert_eq!(median(&[7.0]), 7.0);
-        assert!(median(&[]).is_nan());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! and its CPU per MiB is the transport's share of what the file system costs.
 
 use crate::localcluster::{spawn, wait_ready};
-use crate::report::{mib_per_sec, write_json};
+use crate::report::{median, mib_per_sec, write_json};
 use crate::units::{format_size, size_arg};
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
@@ -64,6 +64,22 @@ pub enum NetRequest {
     Put,
     /// Answer with this many bytes.
     Get(u32),
+}
+
+/// One timed phase: payloads to the servers, or back from them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Write,
+    Read,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Write => "write",
+            Phase::Read => "read",
+        }
+    }
 }
 
 /// Largest read answered; the replies are slices of one buffer of this size.
@@ -132,8 +148,8 @@ pub async fn run(a: NetArgs) -> Result<()> {
     if let Some(dir) = &a.serve {
         return serve(dir).await;
     }
-    if a.servers == 0 || a.tasks == 0 || a.depth == 0 {
-        bail!("--servers, --tasks and --depth must be at least 1");
+    if a.servers == 0 || a.tasks == 0 || a.depth == 0 || a.reps == 0 {
+        bail!("--servers, --tasks, --depth and -i must be at least 1");
     }
     if a.transfer == 0 || a.transfer > MAX_GET as u64 {
         bail!("-t must be between 1 byte and {}", format_size(MAX_GET as u64));
@@ -206,11 +222,11 @@ async fn measure(a: &NetArgs, dir: &Path) -> Result<()> {
         format_size(a.size)
     );
     // Connections and congestion windows warmed up before anything is timed.
-    run_phase(&peers, a, NetRequest::Put, a.size.min(64 << 20)).await?;
-    let phases: Vec<NetRequest> = match a.direction {
-        Direction::Write => vec![NetRequest::Put],
-        Direction::Read => vec![NetRequest::Get(0)],
-        Direction::Both => vec![NetRequest::Put, NetRequest::Get(0)],
+    run_phase(&peers, a, Phase::Write, a.size.min(64 << 20)).await?;
+    let phases = match a.direction {
+        Direction::Write => vec![Phase::Write],
+        Direction::Read => vec![Phase::Read],
+        Direction::Both => vec![Phase::Write, Phase::Read],
     };
     // /proc counts CPU in ticks of 10 ms: the CPU columns need phases of a second or more.
     println!(
@@ -219,46 +235,38 @@ async fn measure(a: &NetArgs, dir: &Path) -> Result<()> {
     );
     let mut results = Vec::new();
     for rep in 1..=a.reps {
-        for &kind in &phases {
+        for &phase in &phases {
             let cpu0 = (process_cpu_secs(std::process::id())?, total_cpu_secs(&server_pids)?);
             let t0 = Instant::now();
-            run_phase(&peers, a, kind, a.size).await?;
+            run_phase(&peers, a, phase, a.size).await?;
             let secs = t0.elapsed().as_secs_f64();
             let cpu1 = (process_cpu_secs(std::process::id())?, total_cpu_secs(&server_pids)?);
             let mib = a.size as f64 / (1u64 << 20) as f64;
             let p = NetPhase {
-                phase: phase_name(kind).into(),
+                phase: phase.name().into(),
                 rep,
                 mib_s: mib_per_sec(a.size, secs),
                 client_cpu_ms_per_mib: (cpu1.0 - cpu0.0) * 1e3 / mib,
                 servers_cpu_ms_per_mib: (cpu1.1 - cpu0.1) * 1e3 / mib,
                 cpu_busy: (cpu1.0 - cpu0.0 + cpu1.1 - cpu0.1) / secs / cores as f64,
             };
-            println!(
-                "{:<6} {:>4} {:>9.1} {:>16.3} {:>17.3} {:>8.0}%",
-                p.phase,
-                p.rep,
-                p.mib_s,
-                p.client_cpu_ms_per_mib,
-                p.servers_cpu_ms_per_mib,
-                p.cpu_busy * 100.0
-            );
+            print_row(&p.phase, &p.rep.to_string(), &p);
             results.push(p);
         }
     }
-    for &kind in &phases {
+    for &phase in &phases {
         let of = |f: fn(&NetPhase) -> f64| {
-            median(results.iter().filter(|p| p.phase == phase_name(kind)).map(f).collect::<Vec<f64>>())
+            median(&results.iter().filter(|p| p.phase == phase.name()).map(f).collect::<Vec<f64>>())
         };
-        println!(
-            "{:<6} {:>4} {:>9.1} {:>16.3} {:>17.3} {:>8.0}%",
-            phase_name(kind),
-            "med",
-            of(|p| p.mib_s),
-            of(|p| p.client_cpu_ms_per_mib),
-            of(|p| p.servers_cpu_ms_per_mib),
-            of(|p| p.cpu_busy) * 100.0
-        );
+        let med = NetPhase {
+            phase: phase.name().into(),
+            rep: 0,
+            mib_s: of(|p| p.mib_s),
+            client_cpu_ms_per_mib: of(|p| p.client_cpu_ms_per_mib),
+            servers_cpu_ms_per_mib: of(|p| p.servers_cpu_ms_per_mib),
+            cpu_busy: of(|p| p.cpu_busy),
+        };
+        print_row(phase.name(), "med", &med);
     }
     if let Some(path) = &a.json {
         let j = NetJson {
@@ -275,15 +283,19 @@ async fn measure(a: &NetArgs, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn phase_name(kind: NetRequest) -> &'static str {
-    match kind {
-        NetRequest::Put => "write",
-        NetRequest::Get(_) => "read",
-    }
+/// One line of the table: a repetition's phase, or the medians (`rep` = "med").
+fn print_row(phase: &str, rep: &str, p: &NetPhase) {
+    println!(
+        "{phase:<6} {rep:>4} {:>9.1} {:>16.3} {:>17.3} {:>8.0}%",
+        p.mib_s,
+        p.client_cpu_ms_per_mib,
+        p.servers_cpu_ms_per_mib,
+        p.cpu_busy * 100.0
+    );
 }
 
 /// Moves `size` bytes in calls of `a.transfer` to the servers in turn, `a.tasks * a.depth` calls in flight.
-async fn run_phase(peers: &Arc<Vec<RpcPeer>>, a: &NetArgs, kind: NetRequest, size: u64) -> Result<()> {
+async fn run_phase(peers: &Arc<Vec<RpcPeer>>, a: &NetArgs, phase: Phase, size: u64) -> Result<()> {
     let calls = size.div_ceil(a.transfer);
     let next = Arc::new(AtomicU64::new(0));
     let payload = Bytes::from(vec![0x5au8; a.transfer as usize]);
@@ -297,14 +309,14 @@ async fn run_phase(peers: &Arc<Vec<RpcPeer>>, a: &NetArgs, kind: NetRequest, siz
                     return Ok::<(), anyhow::Error>(());
                 }
                 let peer = &peers[(i % peers.len() as u64) as usize];
-                let (req, body) = match kind {
-                    NetRequest::Put => (NetRequest::Put, payload.clone()),
-                    NetRequest::Get(_) => (NetRequest::Get(payload.len() as u32), Bytes::new()),
+                let (req, body) = match phase {
+                    Phase::Write => (NetRequest::Put, payload.clone()),
+                    Phase::Read => (NetRequest::Get(payload.len() as u32), Bytes::new()),
                 };
                 let (n, reply): (u64, Vec<Bytes>) = peer.call_chunked(&req, body).await?;
                 let got: usize = reply.iter().map(Bytes::len).sum();
                 let want = payload.len() as u64;
-                if n != want || (kind != NetRequest::Put && got as u64 != want) {
+                if n != want || (phase == Phase::Read && got as u64 != want) {
                     bail!("server {} answered {n} bytes ({got} carried) for a call of {want}", peer.addr());
                 }
             }
@@ -340,19 +352,6 @@ fn cpu_secs_of_stat(stat: &str) -> Option<f64> {
     Some((utime + stime) as f64 / if hz > 0 { hz as f64 } else { 100.0 })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,13 +363,6 @@ mod tests {
         assert_eq!(cpu_secs_of_stat(line), Some(300.0 / hz));
         assert_eq!(cpu_secs_of_stat("42 (x) S 1"), None);
         assert!(process_cpu_secs(std::process::id()).unwrap() >= 0.0);
-    }
-
-    #[test]
-    fn medians() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(median(Vec::new()), 0.0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

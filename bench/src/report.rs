@@ -29,6 +29,21 @@ impl Stats {
     }
 }
 
+/// Median (mean of the middle two for an even count); NaN for no values.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
 /// Bytes per second expressed as MiB/s.
 pub fn mib_per_sec(bytes: u64, secs: f64) -> f64 {
     if secs <= 0.0 {
@@ -193,6 +208,14 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[7.0]), 7.0);
+        assert!(median(&[]).is_nan());
+    }
 
     fn line(access: &'static str, iteration: u32, total_s: f64) -> PhaseLine {
         PhaseLine {
