@@ -58,31 +58,57 @@ pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
-/// Every intact record of one segment, in order, and whether a torn or corrupt tail was cut off
-/// (a write(2) interrupted by a power loss; never acknowledged).
-pub fn read_segment(path: &Path) -> io::Result<(Vec<WriteSet>, bool)> {
+/// What one segment holds: its intact records, in order, and where reading stopped if it did not reach
+/// the end.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub records: Vec<WriteSet>,
+    pub cut: Option<Cut>,
+}
+
+/// Where and why a segment's records end before its last byte: a torn write(2) at the tail of the
+/// newest segment (a crash; never acknowledged), or corruption anywhere else.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Cut {
+    /// Byte offset of the first record not read.
+    pub offset: u64,
+    pub why: String,
+}
+
+/// Reads one segment's records up to its end or the first record that is not intact.
+pub fn read_segment(path: &Path) -> io::Result<Segment> {
     let mut bytes = Vec::new();
     File::open(path)?.read_to_end(&mut bytes)?;
-    let mut out = Vec::new();
+    let mut records = Vec::new();
     let mut at = 0;
+    let cut = |at: usize, why: String| Some(Cut { offset: at as u64, why });
     while at < bytes.len() {
-        let Some(h) = bytes.get(at..at + HEADER) else { return Ok((out, true)) };
+        let Some(h) = bytes.get(at..at + HEADER) else {
+            return Ok(Segment { records, cut: cut(at, format!("{} bytes of a record header", bytes.len() - at)) });
+        };
         let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
         let crc = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
         if len > MAX_RECORD {
-            return Ok((out, true));
+            return Ok(Segment {
+                records,
+                cut: cut(at, format!("record length {len} over the limit of {MAX_RECORD}")),
+            });
         }
-        let Some(payload) = bytes.get(at + HEADER..at + HEADER + len) else { return Ok((out, true)) };
+        let Some(payload) = bytes.get(at + HEADER..at + HEADER + len) else {
+            let have = bytes.len() - at - HEADER;
+            return Ok(Segment { records, cut: cut(at, format!("record of {len} bytes, {have} in the file")) });
+        };
         if crc32fast::hash(payload) != crc {
-            return Ok((out, true));
+            return Ok(Segment { records, cut: cut(at, format!("record of {len} bytes fails its CRC")) });
         }
-        match tessera_proto::wire::decode::<Record>(payload) {
-            Ok(Record(ws)) => out.push(ws),
-            Err(_) => return Ok((out, true)),
+        // The journal's own bound: a record may be far larger than a frame header.
+        match tessera_proto::wire::decode_bounded::<Record, MAX_RECORD>(payload) {
+            Ok(Record(ws)) => records.push(ws),
+            Err(e) => return Ok(Segment { records, cut: cut(at, format!("record of {len} bytes: {e}")) }),
         }
         at += HEADER + len;
     }
-    Ok((out, false))
+    Ok(Segment { records, cut: None })
 }
 
 /// Deletes every segment numbered `upto` or lower (their changes are in the durable database).
@@ -154,10 +180,27 @@ mod tests {
         j.append(ws("b", Some("2"))).unwrap();
         let segs = segments(dir.path()).unwrap();
         assert_eq!(segs.iter().map(|s| s.0).collect::<Vec<_>>(), [1, 2]);
-        assert_eq!(read_segment(&segs[0].1).unwrap(), (vec![ws("a", Some("1")), ws("a", None)], false));
-        assert_eq!(read_segment(&segs[1].1).unwrap(), (vec![ws("b", Some("2"))], false));
+        let whole = |records| Segment { records, cut: None };
+        assert_eq!(read_segment(&segs[0].1).unwrap(), whole(vec![ws("a", Some("1")), ws("a", None)]));
+        assert_eq!(read_segment(&segs[1].1).unwrap(), whole(vec![ws("b", Some("2"))]));
         retire(dir.path(), 1).unwrap();
         assert_eq!(segments(dir.path()).unwrap().len(), 1);
+    }
+
+    /// A large create batch on a wide cluster journals a record over the 1 MiB header limit of the wire
+    /// format: it must read back whole, not as a torn tail that drops an acknowledged change.
+    #[test]
+    fn a_record_over_a_mebibyte_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::create(dir.path(), 1).unwrap();
+        let big: WriteSet = (0..3000u32).map(|n| (1, n.to_be_bytes().to_vec(), Some(vec![7u8; 1000]))).collect();
+        j.append(big.clone()).unwrap();
+        j.append(ws("after", Some("1"))).unwrap();
+        let path = segments(dir.path()).unwrap()[0].1.clone();
+        assert!(fs::metadata(&path).unwrap().len() > 2 << 20);
+        let seg = read_segment(&path).unwrap();
+        assert_eq!(seg.cut, None, "nothing is torn");
+        assert_eq!(seg.records, vec![big, ws("after", Some("1"))]);
     }
 
     #[test]
@@ -168,20 +211,29 @@ mod tests {
         j.append(ws("y", Some("2"))).unwrap();
         let path = segments(dir.path()).unwrap()[0].1.clone();
         let full = fs::read(&path).unwrap();
+        let second = (full.len() / 2) as u64;
         // Cut inside the second record: the first survives.
         fs::write(&path, &full[..full.len() - 3]).unwrap();
-        assert_eq!(read_segment(&path).unwrap(), (vec![ws("x", Some("1"))], true));
+        let seg = read_segment(&path).unwrap();
+        assert_eq!(seg.records, vec![ws("x", Some("1"))]);
+        assert_eq!(seg.cut.map(|c| c.offset), Some(second));
         // A flipped byte in the second record's payload fails its CRC.
         let mut bad = full.clone();
         let n = bad.len();
         bad[n - 1] ^= 0xff;
         fs::write(&path, &bad).unwrap();
-        assert_eq!(read_segment(&path).unwrap(), (vec![ws("x", Some("1"))], true));
+        let seg = read_segment(&path).unwrap();
+        assert_eq!(seg.records, vec![ws("x", Some("1"))]);
+        let cut = seg.cut.unwrap();
+        assert_eq!(cut.offset, second);
+        assert!(cut.why.contains("CRC"), "{}", cut.why);
         // An absurd length is not trusted.
         let mut huge = full[..full.len()].to_vec();
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
         huge.extend_from_slice(&[0; 4]);
         fs::write(&path, &huge).unwrap();
-        assert_eq!(read_segment(&path).unwrap().0.len(), 2);
+        let seg = read_segment(&path).unwrap();
+        assert_eq!(seg.records.len(), 2);
+        assert_eq!(seg.cut.map(|c| c.offset), Some(full.len() as u64));
     }
 }

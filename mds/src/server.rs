@@ -7,7 +7,7 @@ use crate::metrics::RequestCounters;
 use crate::namespace::Namespace;
 use crate::orchestrator::{Orchestrator, Params};
 use crate::stats::StatsView;
-use crate::store::Store;
+use crate::store::{JournalRecovery, Store, COMMIT_INTERVAL};
 use bytes::Bytes;
 use clap::Parser;
 use std::io::Write;
@@ -105,6 +105,10 @@ pub struct Options {
     /// Listen address (overrides `mds.addr`).
     #[arg(long)]
     pub listen: Option<String>,
+    /// Start even if a journal segment other than the newest is corrupt, dropping the rest of that
+    /// segment (its acknowledged changes are lost; without this flag start-up refuses and names it).
+    #[arg(long)]
+    pub skip_corrupt_journal: bool,
 }
 
 /// Entry point of the `tessera-mds` binary.
@@ -160,7 +164,8 @@ pub async fn run(
     let listen = opts.listen.unwrap_or_else(|| cfg.mds.addr.clone());
     let addr = rpc::resolve(&listen)?;
 
-    let store = Arc::new(Store::open(&data_dir, cfg.mds.metadata_commit)?);
+    let recovery = if opts.skip_corrupt_journal { JournalRecovery::SkipCorrupt } else { JournalRecovery::Refuse };
+    let store = Arc::new(Store::open_with(&data_dir, cfg.mds.metadata_commit, COMMIT_INTERVAL, recovery)?);
     let endpoint = rpc::server_endpoint(addr, &identity, &cfg.tuning())?;
     // The server endpoint also connects out to the data servers (quinn endpoints do both).
     let rpc_data = Arc::new(RpcDataServers::new(&cfg, &endpoint, &identity)?);

@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 /// How often journaled changes are committed to the database on disk (and so survive a power loss).
-const COMMIT_INTERVAL: Duration = Duration::from_millis(100);
+pub const COMMIT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The trees of the MDS database.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -377,11 +377,16 @@ impl Drop for GroupCommit {
 impl Store {
     /// Opens (or creates) the database in `dir`, replaying what the journal holds beyond it.
     pub fn open(dir: &Path, commit: MetadataCommit) -> FsResult<Store> {
-        Store::open_with(dir, commit, COMMIT_INTERVAL)
+        Store::open_with(dir, commit, COMMIT_INTERVAL, JournalRecovery::Refuse)
     }
 
-    /// [`Store::open`] with another periodic commit interval (tests).
-    pub(crate) fn open_with(dir: &Path, commit: MetadataCommit, interval: Duration) -> FsResult<Store> {
+    /// [`Store::open`] with another periodic commit interval (tests) and what to do with a corrupt journal.
+    pub fn open_with(
+        dir: &Path,
+        commit: MetadataCommit,
+        interval: Duration,
+        recovery: JournalRecovery,
+    ) -> FsResult<Store> {
         std::fs::create_dir_all(dir).map_err(|e| FsError::io(format!("{}: {e}", dir.display())))?;
         let db = sled::Config::new()
             .path(dir)
@@ -391,7 +396,7 @@ impl Store {
             .map_err(|e| FsError::io(format!("open metadata database {}: {e}", dir.display())))?;
         let trees = TREE_NAMES.iter().map(|n| db.open_tree(n)).collect::<Result<Vec<_>, _>>().map_err(db_err)?;
         let jdir = dir.join("journal");
-        let next_segment = replay_journal(&db, &trees, &jdir)?;
+        let next_segment = replay_journal(&db, &trees, &jdir, recovery)?;
         let journal = match commit {
             MetadataCommit::Journal => Some(Arc::new(Mutex::new(
                 Journal::create(&jdir, next_segment)
@@ -737,27 +742,59 @@ impl<'a> Txn<'a> {
     }
 }
 
+/// What start-up does when a journal segment other than the newest ends before its last byte.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum JournalRecovery {
+    /// Refuse to start, naming the segment and offset: the segments after it hold acknowledged changes
+    /// that were made on top of what is lost, and applying them past the hole would be inconsistent.
+    #[default]
+    Refuse,
+    /// Skip the rest of that segment (logged with the segment and offset) and replay the others: the
+    /// operator's explicit choice (`tessera-mds --skip-corrupt-journal`).
+    SkipCorrupt,
+}
+
 /// Applies the journal segments a crash left behind (oldest first), makes the result durable and
-/// deletes them. Returns the number for the next segment.
-fn replay_journal(db: &Db, trees: &[Tree], dir: &Path) -> FsResult<u64> {
+/// deletes them. Returns the number for the next segment. Only the newest segment may end torn (the
+/// write(2) a crash interrupted, never acknowledged); a cut anywhere else is corruption, and nothing is
+/// applied or deleted unless `recovery` says to skip it.
+fn replay_journal(db: &Db, trees: &[Tree], dir: &Path, recovery: JournalRecovery) -> FsResult<u64> {
     let jerr = |e: std::io::Error| FsError::io(format!("metadata journal {}: {e}", dir.display()));
     let segs = journal::segments(dir).map_err(jerr)?;
     let Some(&(last, _)) = segs.last() else { return Ok(1) };
-    let (mut records, mut torn) = (0usize, 0usize);
-    for (_, path) in &segs {
-        let (sets, cut) = journal::read_segment(path).map_err(jerr)?;
-        torn += cut as usize;
-        for ws in sets {
-            for (t, k, v) in ws {
-                let tree = trees.get(t as usize).ok_or_else(|| db_err(format!("journal names tree {t}")))?;
-                match v {
-                    Some(v) => tree.insert(k, v),
-                    None => tree.remove(k),
-                }
-                .map_err(db_err)?;
+    // Read everything first: a refusal must leave the database and the journal as they are.
+    let mut read = Vec::with_capacity(segs.len());
+    let mut torn = 0usize;
+    for (seg, path) in &segs {
+        let s = journal::read_segment(path).map_err(jerr)?;
+        if let Some(cut) = &s.cut {
+            let at = format!("journal segment {} at offset {}: {}", path.display(), cut.offset, cut.why);
+            if *seg == last {
+                torn += 1;
+                info!("torn tail cut off (a write the crash interrupted, never acknowledged): {at}");
+            } else if recovery == JournalRecovery::SkipCorrupt {
+                tracing::warn!("skipping the rest of a corrupt {at} (--skip-corrupt-journal)");
+            } else {
+                return Err(FsError::io(format!(
+                    "corrupt {at}; later segments hold acknowledged changes, so the metadata server will not \
+                     start past it (inspect or restore the journal, or start with --skip-corrupt-journal to \
+                     drop the rest of this segment)"
+                )));
             }
-            records += 1;
         }
+        read.push(s.records);
+    }
+    let mut records = 0usize;
+    for ws in read.into_iter().flatten() {
+        for (t, k, v) in ws {
+            let tree = trees.get(t as usize).ok_or_else(|| db_err(format!("journal names tree {t}")))?;
+            match v {
+                Some(v) => tree.insert(k, v),
+                None => tree.remove(k),
+            }
+            .map_err(db_err)?;
+        }
+        records += 1;
     }
     db.flush().map_err(db_err)?;
     journal::retire(dir, last).map_err(jerr)?;
@@ -792,7 +829,7 @@ mod tests {
 
     /// A journaling store whose periodic commit never comes during a test.
     fn journaled(dir: &Path) -> Store {
-        Store::open_with(dir, MetadataCommit::Journal, Duration::from_secs(3600)).unwrap()
+        Store::open_with(dir, MetadataCommit::Journal, Duration::from_secs(3600), JournalRecovery::Refuse).unwrap()
     }
 
     fn copy_dir(from: &Path, to: &Path) {
@@ -834,6 +871,58 @@ mod tests {
         assert_eq!(r.tree(T::Meta).get(b"kept").unwrap().unwrap().as_ref(), b"1");
         assert!(r.tree(T::Meta).get(b"gone").unwrap().is_none());
         drop(s);
+    }
+
+    /// Only the last segment may end torn (the write(2) a crash interrupted); a cut in an earlier one is
+    /// corruption, and replaying the segments after it would apply changes past a hole.
+    #[test]
+    fn a_cut_before_the_last_segment_refuses_start_up() {
+        let live = tempfile::tempdir().unwrap();
+        let jdir = live.path().join("journal");
+        let mut j = Journal::create(&jdir, 1).unwrap();
+        j.append(vec![(T::Meta as u8, b"one".to_vec(), Some(b"1".to_vec()))]).unwrap();
+        j.append(vec![(T::Meta as u8, b"two".to_vec(), Some(b"2".to_vec()))]).unwrap();
+        j.rotate().unwrap();
+        j.append(vec![(T::Meta as u8, b"three".to_vec(), Some(b"3".to_vec()))]).unwrap();
+        drop(j);
+        let segs = journal::segments(&jdir).unwrap();
+        let first = &segs[0].1;
+        let mut bytes = std::fs::read(first).unwrap();
+        let second_at = bytes.len() / 2;
+        let n = bytes.len();
+        bytes[n - 1] ^= 0xff; // the second record's payload: its CRC fails
+        std::fs::write(first, &bytes).unwrap();
+        let crashed = tempfile::tempdir().unwrap();
+        copy_dir(&jdir, &crashed.path().join("journal"));
+        let e = Store::open(crashed.path(), MetadataCommit::Journal).err().expect("start-up must refuse");
+        let name = first.file_name().unwrap().to_str().unwrap();
+        assert!(e.detail.contains(name), "names the segment: {}", e.detail);
+        assert!(e.detail.contains(&format!("offset {second_at}")), "names the offset: {}", e.detail);
+        // Nothing was applied or deleted: the operator can still decide.
+        assert_eq!(journal::segments(&crashed.path().join("journal")).unwrap().len(), 2);
+        // The operator's explicit choice: the intact records of both segments are replayed.
+        let r = Store::open_with(crashed.path(), MetadataCommit::Fsync, COMMIT_INTERVAL, JournalRecovery::SkipCorrupt)
+            .unwrap();
+        assert_eq!(r.tree(T::Meta).get(b"one").unwrap().unwrap().as_ref(), b"1");
+        assert!(r.tree(T::Meta).get(b"two").unwrap().is_none(), "the corrupt record is dropped");
+        assert_eq!(r.tree(T::Meta).get(b"three").unwrap().unwrap().as_ref(), b"3");
+    }
+
+    /// A torn tail of the newest segment is what a crash leaves: start-up cuts it and goes on.
+    #[test]
+    fn a_torn_tail_of_the_newest_segment_is_cut() {
+        let live = tempfile::tempdir().unwrap();
+        let jdir = live.path().join("journal");
+        let mut j = Journal::create(&jdir, 1).unwrap();
+        j.append(vec![(T::Meta as u8, b"one".to_vec(), Some(b"1".to_vec()))]).unwrap();
+        j.append(vec![(T::Meta as u8, b"two".to_vec(), Some(b"2".to_vec()))]).unwrap();
+        drop(j);
+        let path = journal::segments(&jdir).unwrap()[0].1.clone();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 2]).unwrap();
+        let r = Store::open(live.path(), MetadataCommit::Fsync).unwrap();
+        assert_eq!(r.tree(T::Meta).get(b"one").unwrap().unwrap().as_ref(), b"1");
+        assert!(r.tree(T::Meta).get(b"two").unwrap().is_none());
     }
 
     #[test]

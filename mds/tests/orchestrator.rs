@@ -123,7 +123,12 @@ async fn eligible_program_gets_dedicated_slices_on_all_servers() {
         "[mds]\naddr = \"127.0.0.1:0\"\ndata_dir = \"db\"\n\n{ds_cfg}[orchestrator]\nwindow_ms = 200\nreport_interval_ms = 100\n\n[metrics]\nmds_addr = \"{metrics_addr}\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"mds.pem\"\nkey = \"mds.key\"\n"
     );
     std::fs::write(dir.path().join("mds.toml"), cfg).unwrap();
-    let opts = tessera_mds::Options { config: dir.path().join("mds.toml"), data_dir: None, listen: None };
+    let opts = tessera_mds::Options {
+        config: dir.path().join("mds.toml"),
+        data_dir: None,
+        listen: None,
+        skip_corrupt_journal: false,
+    };
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(tessera_mds::run(

@@ -57,7 +57,12 @@ async fn start() -> Cluster {
         "[mds]\naddr = \"127.0.0.1:0\"\ndata_dir = \"db\"\n\n[[ds]]\nid = 0\naddr = \"{ds_addr}\"\n\n[[ds]]\nid = 1\naddr = \"127.0.0.1:9\"\n\n[defaults]\nstripe_size = 65536\nstripe_count = 1\n\n[tls]\nca = \"ca.pem\"\ncert = \"mds.pem\"\nkey = \"mds.key\"\n"
     );
     std::fs::write(dir.path().join("mds.toml"), cfg).unwrap();
-    let opts = tessera_mds::Options { config: dir.path().join("mds.toml"), data_dir: None, listen: None };
+    let opts = tessera_mds::Options {
+        config: dir.path().join("mds.toml"),
+        data_dir: None,
+        listen: None,
+        skip_corrupt_journal: false,
+    };
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(tessera_mds::run(
@@ -194,7 +199,12 @@ async fn refuses_a_certificate_without_role_mds() {
     tls::issue_to_dir(dir.path(), &ca, Role::Client, "mds", &[]).unwrap();
     let cfg = "[mds]\naddr = \"127.0.0.1:0\"\ndata_dir = \"db\"\n[tls]\nca = \"ca.pem\"\ncert = \"mds.pem\"\nkey = \"mds.key\"\n";
     std::fs::write(dir.path().join("c.toml"), cfg).unwrap();
-    let opts = tessera_mds::Options { config: dir.path().join("c.toml"), data_dir: None, listen: None };
+    let opts = tessera_mds::Options {
+        config: dir.path().join("c.toml"),
+        data_dir: None,
+        listen: None,
+        skip_corrupt_journal: false,
+    };
     let e = tessera_mds::run(opts, |_| panic!("must not start"), async {}).await.unwrap_err();
     assert!(e.to_string().contains("role client"), "{e}");
 }

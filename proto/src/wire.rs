@@ -5,17 +5,24 @@ use serde::{de::DeserializeOwned, Serialize};
 /// Largest encoded header accepted (payload data is never encoded, so headers are small).
 pub const MAX_HEADER: usize = 1 << 20;
 
-fn config() -> impl bincode::config::Config {
-    bincode::config::standard().with_limit::<MAX_HEADER>()
+fn config<const LIMIT: usize>() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<LIMIT>()
 }
 
 pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
-    bincode::serde::encode_to_vec(value, config()).map_err(|e| format!("encode: {e}"))
+    bincode::serde::encode_to_vec(value, config::<MAX_HEADER>()).map_err(|e| format!("encode: {e}"))
 }
 
-/// Decodes exactly `bytes` (trailing bytes are an error: a frame is one value).
+/// Decodes exactly `bytes` (trailing bytes are an error: a frame is one value), allocating at most
+/// [`MAX_HEADER`] bytes for what they declare.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
-    let (v, used) = bincode::serde::decode_from_slice(bytes, config()).map_err(|e| format!("decode: {e}"))?;
+    decode_bounded::<T, MAX_HEADER>(bytes)
+}
+
+/// [`decode`] with another bound, for values that are not frame headers (the MDS journal's records,
+/// whose own bound is larger).
+pub fn decode_bounded<T: DeserializeOwned, const LIMIT: usize>(bytes: &[u8]) -> Result<T, String> {
+    let (v, used) = bincode::serde::decode_from_slice(bytes, config::<LIMIT>()).map_err(|e| format!("decode: {e}"))?;
     if used != bytes.len() {
         return Err(format!("decode: {} trailing bytes", bytes.len() - used));
     }
@@ -48,5 +55,13 @@ mod tests {
         evil.extend_from_slice(&[0xfd, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
         assert!(decode::<MdsCall>(&evil).is_err());
         assert!(decode::<MdsCall>(&b[..b.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn the_bound_is_the_callers() {
+        let big = vec![1u8; 2 * MAX_HEADER];
+        let b = encode(&big).unwrap();
+        assert!(decode::<Vec<u8>>(&b).is_err(), "over the header bound");
+        assert_eq!(decode_bounded::<Vec<u8>, { 4 * MAX_HEADER }>(&b).unwrap(), big);
     }
 }
