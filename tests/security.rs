@@ -259,3 +259,61 @@ async fn malformed_frames_never_crash_servers() {
     }
     assert!(cluster.all_alive(), "a server died on malformed input");
 }
+
+/// `VmRSS` and `VmSize` of a process, bytes.
+fn memory_of(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
+    let field = |name: &str| -> u64 {
+        let line = status.lines().find(|l| l.starts_with(name)).expect(name);
+        line.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).expect("a number of kB") * 1024
+    };
+    (field("VmRSS:"), field("VmSize:"))
+}
+
+/// A declared payload length costs nothing until the bytes are there: one authenticated peer opening
+/// a thousand streams that each declare the largest payload (64 MiB) and send none of it must not make
+/// the data server reserve 64 GiB, and the server keeps serving its other clients (and this one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_payloads_cost_nothing_until_they_arrive() {
+    const STREAMS: usize = 1000;
+    let mut cluster = Cluster::start(1);
+    let cfg = cluster.client_config();
+    let (_, ds_addr) = addrs(&cfg);
+    let good = NodeIdentity::load(&cfg.tls).unwrap();
+    let ep = rpc::client_endpoint(false).unwrap();
+    let pid = cluster.ds[0].as_ref().expect("data server running").id();
+    let attacker = RpcPeer::new(ep.clone(), &good, Role::Ds, ds_addr, tuning()).unwrap();
+    assert!(matches!(ds_ping(&attacker).await, Ok(DsReply::Pong { .. })));
+    let conn = attacker.connection().await.expect("connect");
+    let (rss0, vm0) = memory_of(pid);
+
+    let tag = IoTag { job: "hog".into(), client: 7, ino: 1 };
+    let write = DsRequest::Write { tag, object: 1, offset: 0, sync: false };
+    let head = tessera_proto::frame::encode_head(&write, tessera_proto::frame::MAX_PAYLOAD).unwrap();
+    let mut held = Vec::with_capacity(STREAMS);
+    for _ in 0..STREAMS {
+        let (mut send, recv) = conn.open_bi().await.expect("open stream");
+        send.write_all(&head).await.expect("send a header");
+        held.push((send, recv));
+    }
+    // Let the server read every header and start waiting for the payloads.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (rss1, vm1) = memory_of(pid);
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    eprintln!(
+        "{STREAMS} streams declaring 64 MiB each: RSS {:.0} -> {:.0} MiB, VmSize {:.0} -> {:.0} MiB",
+        mib(rss0),
+        mib(rss1),
+        mib(vm0),
+        mib(vm1)
+    );
+    assert!(rss1.saturating_sub(rss0) < 128 << 20, "RSS grew by {:.0} MiB", mib(rss1.saturating_sub(rss0)));
+    assert!(vm1.saturating_sub(vm0) < 1 << 30, "VmSize grew by {:.0} MiB", mib(vm1.saturating_sub(vm0)));
+
+    // Other clients, and this connection's other streams, are still served.
+    let fresh = RpcPeer::new(ep.clone(), &good, Role::Ds, ds_addr, tuning()).unwrap();
+    assert!(matches!(ds_ping(&fresh).await, Ok(DsReply::Pong { .. })));
+    assert!(matches!(ds_ping(&attacker).await, Ok(DsReply::Pong { .. })));
+    drop(held);
+    assert!(cluster.all_alive(), "the data server died");
+}

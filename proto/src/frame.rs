@@ -101,16 +101,58 @@ pub fn parse_prefix(p: &[u8; PREFIX], max_payload: usize) -> Result<(usize, usiz
 /// Reads one request frame (replies are read with [`read_frame_chunked`]). A large payload is gathered into
 /// a recycled page-aligned buffer, so that a data server can hand a block-aligned write to `O_DIRECT`
 /// without copying it again.
+///
+/// A declared length costs nothing until the bytes are there: the chunks are held as they arrive (QUIC
+/// flow control bounds them), and the buffer of the declared size is taken only once half of the payload
+/// has arrived, so memory reserved for a payload is never more than twice what its peer has sent. A peer
+/// declaring the largest payload on thousands of streams and sending nothing reserves nothing.
 pub async fn read_frame(recv: &mut quinn::RecvStream, max_payload: usize) -> Result<Frame, FrameError> {
     let (header, plen) = read_head(recv, max_payload).await?;
     let payload = if plen >= ALIGNED_PAYLOAD_MIN {
-        let mut buf = PoolBuf::with_capacity(plen);
-        for_each_chunk(recv, plen, "payload", |chunk| buf.extend_from_slice(&chunk)).await?;
-        buf.freeze()
+        let mut gathered = Gathered::new(plen);
+        for_each_chunk(recv, plen, "payload", |chunk| gathered.push(chunk)).await?;
+        gathered.finish()
     } else {
         read_exact_bytes(recv, plen, "payload").await?
     };
     Ok(Frame { header, payload })
+}
+
+/// A payload being gathered into an aligned buffer of its declared length, taken once half of it is here.
+struct Gathered {
+    declared: usize,
+    held: Vec<Bytes>,
+    held_len: usize,
+    buf: Option<PoolBuf>,
+}
+
+impl Gathered {
+    fn new(declared: usize) -> Gathered {
+        Gathered { declared, held: Vec::new(), held_len: 0, buf: None }
+    }
+
+    fn push(&mut self, chunk: Bytes) {
+        if let Some(buf) = &mut self.buf {
+            buf.extend_from_slice(&chunk);
+            return;
+        }
+        self.held_len += chunk.len();
+        self.held.push(chunk);
+        if self.held_len.saturating_mul(2) >= self.declared {
+            let mut buf = PoolBuf::with_capacity(self.declared);
+            for c in self.held.drain(..) {
+                buf.extend_from_slice(&c);
+            }
+            self.buf = Some(buf);
+        }
+    }
+
+    fn finish(self) -> Bytes {
+        match self.buf {
+            Some(buf) => buf.freeze(),
+            None => concat(self.held),
+        }
+    }
 }
 
 /// Payloads arriving in more chunks than this (small datagrams, e.g. a standard 1500-byte MTU) are
@@ -164,23 +206,13 @@ async fn read_head(recv: &mut quinn::RecvStream, max_payload: usize) -> Result<(
     Ok((header, plen))
 }
 
+/// The next `len` bytes, held in the chunks they arrive in and joined at the end (no copy when one
+/// chunk holds them all, the common case for headers): nothing is reserved for a declared length before
+/// the bytes are there.
 async fn read_exact_bytes(recv: &mut quinn::RecvStream, len: usize, what: &str) -> Result<Bytes, FrameError> {
-    if len == 0 {
-        return Ok(Bytes::new());
-    }
-    // Take the first chunk without copying when it already holds everything (the common case for
-    // headers); otherwise gather into one buffer.
-    let mut whole = None;
-    let mut buf = BytesMut::with_capacity(len);
-    for_each_chunk(recv, len, what, |chunk| {
-        if chunk.len() == len {
-            whole = Some(chunk);
-        } else {
-            buf.extend_from_slice(&chunk);
-        }
-    })
-    .await?;
-    Ok(whole.unwrap_or_else(|| buf.freeze()))
+    let mut chunks = Vec::new();
+    for_each_chunk(recv, len, what, |chunk| chunks.push(chunk)).await?;
+    Ok(concat(chunks))
 }
 
 /// Hands the next `len` bytes of the stream to `take`, in the chunks they arrive in.
@@ -217,6 +249,28 @@ mod tests {
         assert_eq!(concat(vec![one.clone()]).as_ptr(), one.as_ptr());
         let joined = concat(vec![one, Bytes::new(), Bytes::from_static(b"de")]);
         assert_eq!(&joined[..], b"abcde");
+    }
+
+    #[test]
+    fn a_payload_takes_its_buffer_only_once_half_of_it_arrived() {
+        let declared = 1 << 20;
+        let mut g = Gathered::new(declared);
+        let piece = Bytes::from(vec![5u8; declared / 4]);
+        g.push(piece.clone());
+        assert!(g.buf.is_none(), "a quarter is held as it came");
+        g.push(piece.clone());
+        let buf = g.buf.as_ref().expect("half: the buffer is taken");
+        assert_eq!(buf.len(), declared / 2);
+        assert_eq!(buf.as_slice().as_ptr() as usize % crate::bufpool::ALIGN, 0, "page-aligned");
+        g.push(piece.clone());
+        g.push(piece);
+        let out = g.finish();
+        assert_eq!(out.len(), declared);
+        assert!(out.iter().all(|&b| b == 5));
+        // A payload that never arrived whole is joined from what was held.
+        let mut g = Gathered::new(declared);
+        g.push(Bytes::from_static(b"ab"));
+        assert_eq!(&g.finish()[..], b"ab");
     }
 
     #[test]
