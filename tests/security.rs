@@ -32,9 +32,12 @@ fn addrs(cfg: &ClusterConfig) -> (SocketAddr, SocketAddr) {
 }
 
 async fn mds_ping(peer: &RpcPeer) -> Result<MdsReply, tessera_proto::FsError> {
-    peer.call::<MdsCall, MdsReply>(&MdsCall { caller: Caller::root(), req: MdsRequest::Ping }, Bytes::new())
-        .await
-        .map(|r| r.0)
+    peer.call::<MdsCall, MdsReply>(
+        &MdsCall { caller: Caller::root(), origin: Default::default(), req: MdsRequest::Ping },
+        Bytes::new(),
+    )
+    .await
+    .map(|r| r.0)
 }
 
 async fn ds_ping(peer: &RpcPeer) -> Result<DsReply, tessera_proto::FsError> {
@@ -123,7 +126,11 @@ async fn certificates_are_checked() {
     assert_eq!(err.code, ErrorCode::Perm, "{err}");
     let err = peer
         .call::<MdsCall, MdsReply>(
-            &MdsCall { caller: Caller::root(), req: MdsRequest::DsReport(DsReport { ds: 0, ..Default::default() }) },
+            &MdsCall {
+                caller: Caller::root(),
+                origin: Default::default(),
+                req: MdsRequest::DsReport(DsReport { ds: 0, ..Default::default() }),
+            },
             Bytes::new(),
         )
         .await
@@ -245,7 +252,8 @@ async fn malformed_frames_never_crash_servers() {
                 let fresh = RpcPeer::new(ep.clone(), &good, role, addr, tuning()).unwrap();
                 assert!(matches!(ds_ping(&fresh).await, Ok(DsReply::Pong { .. })));
                 // A valid header with a nonsense request field values is an error reply, not a crash.
-                let tag = IoTag { job: "x".repeat(10_000), client: 1, ino: 1 };
+                let tag =
+                    IoTag { origin: tessera_proto::Origin { job: "x".repeat(10_000), client: 1, pid: 1 }, ino: 1 };
                 let err = fresh
                     .call::<DsRequest, DsReply>(
                         &DsRequest::Read { tag, object: 1, offset: u64::MAX, len: u32::MAX },
@@ -287,7 +295,7 @@ async fn declared_payloads_cost_nothing_until_they_arrive() {
     let conn = attacker.connection().await.expect("connect");
     let (rss0, vm0) = memory_of(pid);
 
-    let tag = IoTag { job: "hog".into(), client: 7, ino: 1 };
+    let tag = IoTag { origin: tessera_proto::Origin { job: "hog".into(), client: 7, pid: 1 }, ino: 1 };
     let write = DsRequest::Write { tag, object: 1, offset: 0, sync: false };
     let head = tessera_proto::frame::encode_head(&write, tessera_proto::frame::MAX_PAYLOAD).unwrap();
     let mut held = Vec::with_capacity(STREAMS);

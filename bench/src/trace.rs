@@ -27,9 +27,7 @@ pub fn parse_line(line: &str) -> Option<TraceRecord> {
 }
 
 /// Microseconds since the Unix epoch (the time base of the servers' traces).
-pub fn unix_us() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
-}
+pub use tessera_proto::types::unix_us;
 
 /// Current length of a trace file (0 if it does not exist yet).
 pub fn file_len(path: &Path) -> u64 {

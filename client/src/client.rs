@@ -14,7 +14,7 @@ use tessera_proto::layout::{Layout, LayoutSpec};
 use tessera_proto::msg::{DirEntry, DsStatus, OpenFlags, RenameFlags, SetAttrs, StatFs};
 use tessera_proto::rpc::{client_endpoint, resolve, RpcPeer};
 use tessera_proto::tls::NodeIdentity;
-use tessera_proto::types::{Attr, Caller, DsId, FileKind, Ino, Role, NAME_MAX, PATH_MAX, ROOT_INO};
+use tessera_proto::types::{Attr, Caller, DsId, FileKind, Ino, Origin, Role, NAME_MAX, PATH_MAX, ROOT_INO};
 
 /// Entries fetched per `ReadDir` call.
 const READDIR_PAGE: u32 = 1024;
@@ -37,15 +37,15 @@ struct Shared {
 #[derive(Clone)]
 pub struct Client {
     shared: Arc<Shared>,
+    /// Carries this client's origin (job, client id, process) on every metadata call.
     mds: MdsClient,
-    job: Arc<str>,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("mds", &self.shared.cfg.mds.addr)
-            .field("job", &self.job)
+            .field("job", &self.job())
             .field("client_id", &self.shared.client_id)
             .finish()
     }
@@ -118,17 +118,21 @@ impl Client {
         let endpoint = client_endpoint(mds_addr.is_ipv6())?;
         let mds_peer = Arc::new(RpcPeer::new(endpoint.clone(), &id, Role::Mds, mds_addr, tuning)?);
         let data = DataPlane::new(&endpoint, &id, cfg, tuning)?;
-        let mds = MdsClient::new(mds_peer, Caller::current_process());
+        let client_id = rand::random();
+        let origin = Origin { job: crate::job::detect(), client: client_id, pid: std::process::id() };
+        let mds = MdsClient::new(mds_peer, Caller::current_process(), origin);
         mds.ping()
             .await
             .map_err(|e| FsError::new(e.code, format!("metadata server {}: {}", cfg.mds.addr, e.detail)))?;
-        let shared = Arc::new(Shared { cfg: cfg.clone(), data, client_id: rand::random(), _endpoint: endpoint });
-        Ok(Client { shared, mds, job: crate::job::detect().into() })
+        let shared = Arc::new(Shared { cfg: cfg.clone(), data, client_id, _endpoint: endpoint });
+        Ok(Client { shared, mds })
     }
 
-    /// The same connections, tagging I/O with another job id.
+    /// The same connections, tagging metadata calls and I/O with another job id.
     pub fn with_job(self, job: impl Into<String>) -> Client {
-        Client { job: crate::job::sanitize(&job.into()).into(), ..self }
+        let o = self.mds.origin();
+        let mds = self.mds.for_process(self.mds.caller().clone(), &crate::job::sanitize(&job.into()), o.pid);
+        Client { mds, ..self }
     }
 
     /// The same connections, sending other credentials to the MDS.
@@ -137,8 +141,13 @@ impl Client {
         Client { mds, ..self }
     }
 
+    /// The same connections, calling the MDS through `mds` (another caller, job or process).
+    pub fn with_mds(self, mds: MdsClient) -> Client {
+        Client { mds, ..self }
+    }
+
     pub fn job(&self) -> &str {
-        &self.job
+        &self.mds.origin().job
     }
 
     /// Random id of this client instance, carried in every data request.

@@ -10,7 +10,7 @@ use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{FsError, FsResult};
 use tessera_proto::frame::MAX_PAYLOAD;
 use tessera_proto::layout::{Layout, MIN_STRIPE_SIZE};
-use tessera_proto::msg::{DsReply, DsReport, DsRequest};
+use tessera_proto::msg::{DsCall, DsReply, DsReport, DsRequest};
 use tessera_proto::rpc::{RpcPeer, Tuning};
 use tessera_proto::tls::NodeIdentity;
 use tessera_proto::types::{DsId, IoTag, Role};
@@ -158,27 +158,33 @@ pub struct DsConn {
 
 impl DsConn {
     /// A call that waits for an in-flight slot first.
-    pub async fn call(&self, req: &DsRequest, payload: Bytes) -> FsResult<(DsReply, Bytes)> {
+    async fn call(&self, call: &DsCall, payload: Bytes) -> FsResult<(DsReply, Bytes)> {
         let _permit = self.permits.acquire().await.map_err(|_| FsError::io("client is shutting down"))?;
-        self.peer.call(req, payload).await
+        self.peer.call(call, payload).await
     }
 
     /// [`DsConn::call`] with the reply's payload in the chunks it arrived in.
-    pub async fn call_chunked(&self, req: &DsRequest, payload: Bytes) -> FsResult<(DsReply, Vec<Bytes>)> {
+    async fn call_chunked(&self, call: &DsCall, payload: Bytes) -> FsResult<(DsReply, Vec<Bytes>)> {
         let _permit = self.permits.acquire().await.map_err(|_| FsError::io("client is shutting down"))?;
-        self.peer.call_chunked(req, payload).await
+        self.peer.call_chunked(call, payload).await
     }
 }
 
-/// All data servers of the cluster, as seen by one client.
-pub struct DataPlane {
-    servers: HashMap<DsId, Arc<DsConn>>,
-    max_request: u64,
+/// How a data request reaches the data server it names. Today one route exists: straight to each data
+/// server; a forwarding node (ION) will be the second, carrying the same calls (they name their server).
+pub enum Route {
+    /// One connection and in-flight bound per data server.
+    Direct(HashMap<DsId, Arc<DsConn>>),
 }
 
-impl DataPlane {
-    /// Peers for every `[[ds]]` of the config (connections are made on first use).
-    pub fn new(endpoint: &quinn::Endpoint, id: &NodeIdentity, cfg: &ClusterConfig, tuning: Tuning) -> FsResult<Self> {
+impl Route {
+    /// Direct connections to every `[[ds]]` of the config (made on first use).
+    pub fn direct(
+        endpoint: &quinn::Endpoint,
+        id: &NodeIdentity,
+        cfg: &ClusterConfig,
+        tuning: Tuning,
+    ) -> FsResult<Route> {
         let inflight = cfg.client.inflight_per_server.max(1) as usize;
         let mut servers = HashMap::new();
         for ds in &cfg.ds {
@@ -186,7 +192,50 @@ impl DataPlane {
             let peer = RpcPeer::to_host(endpoint.clone(), id, Role::Ds, &ds.addr, tuning)?;
             servers.insert(ds.id, Arc::new(DsConn { id: ds.id, peer, permits: Semaphore::new(inflight) }));
         }
-        Ok(DataPlane { servers, max_request: effective_max_request(cfg.client.max_request) })
+        Ok(Route::Direct(servers))
+    }
+
+    /// Data server ids, sorted.
+    pub fn ids(&self) -> Vec<DsId> {
+        let mut v: Vec<DsId> = match self {
+            Route::Direct(servers) => servers.keys().copied().collect(),
+        };
+        v.sort_unstable();
+        v
+    }
+
+    fn direct_conn(servers: &HashMap<DsId, Arc<DsConn>>, ds: DsId) -> FsResult<&Arc<DsConn>> {
+        servers
+            .get(&ds)
+            .ok_or_else(|| FsError::unavailable(format!("data server {ds} is not in the cluster configuration")))
+    }
+
+    /// Sends `req` to data server `ds`.
+    pub async fn call(&self, ds: DsId, req: DsRequest, payload: Bytes) -> FsResult<(DsReply, Bytes)> {
+        match self {
+            Route::Direct(servers) => Route::direct_conn(servers, ds)?.call(&DsCall { ds, req }, payload).await,
+        }
+    }
+
+    /// [`Route::call`] with the reply's payload in the chunks it arrived in.
+    pub async fn call_chunked(&self, ds: DsId, req: DsRequest, payload: Bytes) -> FsResult<(DsReply, Vec<Bytes>)> {
+        match self {
+            Route::Direct(servers) => Route::direct_conn(servers, ds)?.call_chunked(&DsCall { ds, req }, payload).await,
+        }
+    }
+}
+
+/// All data servers of the cluster, as seen by one client: requests go through its [`Route`].
+pub struct DataPlane {
+    route: Route,
+    max_request: u64,
+}
+
+impl DataPlane {
+    /// Direct routes to every `[[ds]]` of the config (connections are made on first use).
+    pub fn new(endpoint: &quinn::Endpoint, id: &NodeIdentity, cfg: &ClusterConfig, tuning: Tuning) -> FsResult<Self> {
+        let route = Route::direct(endpoint, id, cfg, tuning)?;
+        Ok(DataPlane { route, max_request: effective_max_request(cfg.client.max_request) })
     }
 
     pub fn max_request(&self) -> u64 {
@@ -195,15 +244,11 @@ impl DataPlane {
 
     /// Data server ids, sorted.
     pub fn ids(&self) -> Vec<DsId> {
-        let mut v: Vec<DsId> = self.servers.keys().copied().collect();
-        v.sort_unstable();
-        v
+        self.route.ids()
     }
 
-    pub fn server(&self, ds: DsId) -> FsResult<&Arc<DsConn>> {
-        self.servers
-            .get(&ds)
-            .ok_or_else(|| FsError::unavailable(format!("data server {ds} is not in the cluster configuration")))
+    pub fn route(&self) -> &Route {
+        &self.route
     }
 
     /// Writes `data` at file `offset`; returns the stripes (objects) written to.
@@ -223,9 +268,8 @@ impl DataPlane {
 
     async fn write_piece(&self, tag: &IoTag, layout: &Layout, p: Piece, payload: Bytes) -> FsResult<()> {
         let target = layout.targets[p.stripe];
-        let conn = self.server(target.ds)?;
         let req = DsRequest::Write { tag: tag.clone(), object: target.object, offset: p.object_offset, sync: false };
-        match conn.call(&req, payload).await?.0 {
+        match self.route.call(target.ds, req, payload).await?.0 {
             DsReply::Written { len } if len as u64 == p.len => Ok(()),
             DsReply::Written { len } => Err(FsError::io(format!(
                 "data server {} wrote {len} of {} bytes to object {}",
@@ -257,10 +301,9 @@ impl DataPlane {
     /// One piece's reply, in the chunks it arrived in.
     async fn read_piece(&self, tag: &IoTag, layout: &Layout, p: Piece) -> FsResult<Vec<Bytes>> {
         let target = layout.targets[p.stripe];
-        let conn = self.server(target.ds)?;
         let req =
             DsRequest::Read { tag: tag.clone(), object: target.object, offset: p.object_offset, len: p.len as u32 };
-        match conn.call_chunked(&req, Bytes::new()).await {
+        match self.route.call_chunked(target.ds, req, Bytes::new()).await {
             Ok((DsReply::Data { len }, chunks)) => {
                 let sent: usize = chunks.iter().map(Bytes::len).sum();
                 if len as usize != sent {
@@ -283,8 +326,8 @@ impl DataPlane {
         try_join_all(stripes.iter().map(|&s| async move {
             let target =
                 *layout.targets.get(s).ok_or_else(|| FsError::invalid(format!("stripe {s} outside the layout")))?;
-            let conn = self.server(target.ds)?;
-            match conn.call(&DsRequest::Fsync { tag: tag.clone(), object: target.object }, Bytes::new()).await?.0 {
+            let req = DsRequest::Fsync { tag: tag.clone(), object: target.object };
+            match self.route.call(target.ds, req, Bytes::new()).await?.0 {
                 DsReply::Ok => Ok(()),
                 r => Err(FsError::protocol(format!("data server {} answered Fsync with {r:?}", target.ds))),
             }
@@ -295,9 +338,8 @@ impl DataPlane {
 
     /// Pings one data server; returns the round-trip time.
     pub async fn ping(&self, ds: DsId) -> FsResult<Duration> {
-        let conn = self.server(ds)?;
         let t = Instant::now();
-        match conn.peer.call(&DsRequest::Ping, Bytes::new()).await?.0 {
+        match self.route.call(ds, DsRequest::Ping, Bytes::new()).await?.0 {
             DsReply::Pong { version, .. } if version == PROTOCOL_VERSION => Ok(t.elapsed()),
             DsReply::Pong { version, .. } => Err(FsError::protocol(format!(
                 "data server {ds} speaks protocol version {version}, this client {PROTOCOL_VERSION}"
@@ -308,7 +350,7 @@ impl DataPlane {
 
     /// A data server's own report.
     pub async fn report(&self, ds: DsId) -> FsResult<DsReport> {
-        match self.server(ds)?.call(&DsRequest::Report, Bytes::new()).await?.0 {
+        match self.route.call(ds, DsRequest::Report, Bytes::new()).await?.0 {
             DsReply::Report(r) => Ok(r),
             r => Err(FsError::protocol(format!("data server {ds} answered Report with {r:?}"))),
         }

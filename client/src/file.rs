@@ -88,7 +88,7 @@ pub struct File {
 
 impl File {
     pub(crate) fn new(client: Client, attr: Attr, layout: Option<Layout>, handle: u64, flags: OpenFlags) -> File {
-        let tag = IoTag { job: client.job().to_string(), client: client.client_id(), ino: attr.ino };
+        let tag = IoTag { origin: client.mds().origin().clone(), ino: attr.ino };
         let layout = layout.unwrap_or(Layout { stripe_size: 0, targets: Vec::new() });
         File {
             mds_size: AtomicU64::new(attr.size),

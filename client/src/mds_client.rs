@@ -11,7 +11,7 @@ use tessera_proto::msg::{
     OrchestratorMode, OrchestratorStatus, RenameFlags, SetAttrs, StatFs, XattrMode,
 };
 use tessera_proto::rpc::RpcPeer;
-use tessera_proto::types::{Attr, Caller, FileKind, Ino};
+use tessera_proto::types::{Attr, Caller, FileKind, Ino, Origin};
 use tessera_proto::PROTOCOL_VERSION;
 
 /// How long a request that may be repeated waits for an MDS that went away to come back.
@@ -63,11 +63,13 @@ pub enum LayoutReply {
     Dir(LayoutSpec),
 }
 
-/// The MDS connection plus the credentials sent with every call. Cheap to clone.
+/// The MDS connection plus the credentials and origin (job, client, process) sent with every call.
+/// Cheap to clone.
 #[derive(Clone)]
 pub struct MdsClient {
     peer: Arc<RpcPeer>,
     caller: Caller,
+    origin: Arc<Origin>,
 }
 
 fn unexpected(what: &str, r: MdsReply) -> FsError {
@@ -102,17 +104,32 @@ fn ok_of(what: &str, r: MdsReply) -> FsResult<()> {
 }
 
 impl MdsClient {
-    pub fn new(peer: Arc<RpcPeer>, caller: Caller) -> MdsClient {
-        MdsClient { peer, caller }
+    pub fn new(peer: Arc<RpcPeer>, caller: Caller, origin: Origin) -> MdsClient {
+        MdsClient { peer, caller, origin: Arc::new(origin) }
     }
 
     pub fn caller(&self) -> &Caller {
         &self.caller
     }
 
+    /// Who the calls are made for (job, client instance, process).
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
     /// The same connection with other credentials.
     pub fn with_caller(&self, caller: Caller) -> MdsClient {
-        MdsClient { peer: self.peer.clone(), caller }
+        MdsClient { peer: self.peer.clone(), caller, origin: self.origin.clone() }
+    }
+
+    /// The same connection, calling for another process: its credentials, job and process id (a mount
+    /// calls for the program that made each request).
+    pub fn for_process(&self, caller: Caller, job: &str, pid: u32) -> MdsClient {
+        if self.origin.job == job && self.origin.pid == pid {
+            return self.with_caller(caller);
+        }
+        let origin = Origin { job: job.to_string(), client: self.origin.client, pid };
+        MdsClient { peer: self.peer.clone(), caller, origin: Arc::new(origin) }
     }
 
     pub fn peer(&self) -> &Arc<RpcPeer> {
@@ -124,7 +141,7 @@ impl MdsClient {
     /// since a lost reply would turn a success into EEXIST/ENOENT on the retry.
     pub async fn call(&self, req: MdsRequest) -> FsResult<MdsReply> {
         let retry = retry_safe(&req);
-        let call = MdsCall { caller: self.caller.clone(), req };
+        let call = MdsCall { caller: self.caller.clone(), origin: (*self.origin).clone(), req };
         let (reply, _payload): (MdsReply, Bytes) = if retry {
             self.peer.call_retrying(&call, Bytes::new(), RESTART_PATIENCE).await?
         } else {

@@ -9,14 +9,27 @@ use tessera_proto::msg::JobCounters;
 pub const MAX_JOBS: usize = 4096;
 pub const OVERFLOW_JOB: &str = "(other)";
 
-#[derive(Default)]
 pub struct Counters {
     jobs: Mutex<HashMap<String, JobCounters>>,
+    /// This set of counters' generation (reported with them): they count from zero since it began.
+    generation: u64,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters::new()
+    }
 }
 
 impl Counters {
+    /// Counters from zero, in a new generation (the time they start, microseconds since the epoch: two
+    /// starts of a server never share one, and a reader can tell which is newer).
     pub fn new() -> Counters {
-        Counters::default()
+        Counters { jobs: Mutex::default(), generation: tessera_proto::types::unix_us() }
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     fn with_job(&self, job: &str, f: impl FnOnce(&mut JobCounters)) {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tessera_proto::msg::{DsReport, MdsCall, MdsReply, MdsRequest};
 use tessera_proto::rpc::{self, RpcPeer, Tuning};
 use tessera_proto::tls::NodeIdentity;
-use tessera_proto::{Caller, DsId, FsResult, Role};
+use tessera_proto::{Caller, DsId, FsResult, Origin, Role};
 use tracing::debug;
 
 /// What goes into a report.
@@ -29,6 +29,8 @@ impl Reporter {
         let space = self.store.space().await?;
         Ok(DsReport {
             ds: self.ds,
+            at_unix_us: tessera_proto::types::unix_us(),
+            generation: self.counters.generation(),
             capacity: space.capacity,
             used: space.used,
             free: space.free,
@@ -100,7 +102,7 @@ where
         loop {
             tick.tick().await;
             let Some(req) = make().await else { continue };
-            let call = MdsCall { caller: Caller::root(), req };
+            let call = MdsCall { caller: Caller::root(), origin: Origin::default(), req };
             if let Err(e) = peer.call::<_, MdsReply>(&call, Bytes::new()).await {
                 debug!(mds = %mds_addr, "{what} not delivered: {e}");
             }
@@ -118,7 +120,7 @@ mod tests {
         let store = Store::open(d.path(), 4).unwrap();
         let (reporter, path) = crate::server::assemble(store, &crate::server::Setup::new(4)).unwrap();
         let svc = crate::server::DsService::new(reporter.clone(), path, false);
-        let tag = |job: &str| tessera_proto::IoTag { job: job.into(), client: 1, ino: 2 };
+        let tag = |job: &str| tessera_proto::IoTag { origin: Origin { job: job.into(), client: 1, pid: 0 }, ino: 2 };
         for i in 0..3u64 {
             svc.write(&tag("wjob"), 9, i * 100, Bytes::from(vec![7u8; 100]), false).await.unwrap();
         }

@@ -15,10 +15,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_proto::config::{DsOptions, OrchestratorOptions};
 use tessera_proto::frame::MAX_PAYLOAD;
-use tessera_proto::msg::{DsReply, DsRequest, LIST_OBJECTS_MAX};
+use tessera_proto::msg::{DsCall, DsReply, DsRequest};
 use tessera_proto::rpc::{PeerInfo, Service};
 
-use tessera_proto::{DsId, FsError, FsResult, IoTag, ObjectId, Role, JOB_ID_MAX, PROTOCOL_VERSION};
+use tessera_proto::{DsId, FsError, FsResult, IoTag, ObjectId, Role, PROTOCOL_VERSION};
 
 /// The orchestration side of the data path: addresses, device, locality, serve state, trace.
 #[derive(Clone)]
@@ -91,10 +91,7 @@ pub struct DsService {
 }
 
 fn check_tag(tag: &IoTag) -> FsResult<()> {
-    if tag.job.len() > JOB_ID_MAX {
-        return Err(FsError::invalid(format!("job id of {} bytes exceeds {JOB_ID_MAX}", tag.job.len())));
-    }
-    Ok(())
+    tag.origin.check().map_err(FsError::invalid)
 }
 
 /// Only the MDS and administrators change or enumerate objects outside the data path.
@@ -143,8 +140,8 @@ impl DsService {
                 }
             }
         };
-        self.path.locality.on_arrival(&tag.job);
-        let job: Arc<str> = Arc::from(tag.job.as_str());
+        self.path.locality.on_arrival(tag.job());
+        let job: Arc<str> = Arc::from(tag.job());
         let (device, locality, trace, j) =
             (self.path.device.clone(), self.path.locality.clone(), self.path.trace.clone(), job.clone());
         self.scheduler
@@ -178,7 +175,7 @@ impl DsService {
         let store = self.store.clone();
         let op = DeviceOp { kind: OpKind::Read, object, offset, len: len.into() };
         let data = self.device(tag, op, async move { store.read(object, offset, len as usize).await }).await?;
-        self.counters.record_read(&tag.job, data.len() as u64);
+        self.counters.record_read(tag.job(), data.len() as u64);
         Ok(data)
     }
 
@@ -189,8 +186,18 @@ impl DsService {
         let sync = sync || self.sync_writes;
         let op = DeviceOp { kind: OpKind::Write, object, offset, len: len.into() };
         self.device(tag, op, async move { store.write(object, offset, data, sync).await }).await?;
-        self.counters.record_write(&tag.job, len.into());
+        self.counters.record_write(tag.job(), len.into());
         Ok(len)
+    }
+
+    /// Serves one call from a peer of `role`: it must name this server (a misrouted call is refused,
+    /// never served from the wrong server's objects).
+    pub async fn call(&self, role: Role, call: DsCall, payload: Bytes) -> (FsResult<DsReply>, Bytes) {
+        if call.ds != self.ds {
+            let e = format!("a request for data server {} reached data server {}", call.ds, self.ds);
+            return (Err(FsError::invalid(e)), Bytes::new());
+        }
+        self.request(role, call.req, payload).await
     }
 
     /// Serves one request from a peer of `role`.
@@ -208,19 +215,12 @@ impl DsService {
                 self.write(&tag, object, offset, payload, sync).await.map(|len| DsReply::Written { len })
             }
             DsRequest::Fsync { tag, object } => self.fsync(&tag, object).await.map(|()| DsReply::Ok),
-            DsRequest::Stat { object } => {
-                self.store.stat(object).await.map(|(exists, size)| DsReply::ObjectStat { exists, size })
-            }
             DsRequest::Truncate { object, size } => match check_privileged(role) {
                 Ok(()) => self.store.truncate(object, size).await.map(|()| DsReply::Ok),
                 Err(e) => Err(e),
             },
             DsRequest::Remove { objects } => match check_privileged(role) {
                 Ok(()) => self.store.remove(objects).await.map(|()| DsReply::Ok),
-                Err(e) => Err(e),
-            },
-            DsRequest::ListObjects { after, max } => match check_privileged(role) {
-                Ok(()) => self.list(after, max).await,
                 Err(e) => Err(e),
             },
             DsRequest::Report => self.reporter.build().await.map(DsReply::Report),
@@ -231,7 +231,6 @@ impl DsService {
                 }
                 other => Err(FsError::perm(format!("role {other} may not send serve commands (mds only)"))),
             },
-            DsRequest::Locality => Ok(DsReply::Locality(self.path.locality.report(false))),
         };
         (r, Bytes::new())
     }
@@ -242,30 +241,18 @@ impl DsService {
         let op = DeviceOp { kind: OpKind::Fsync, object, offset: 0, len: 0 };
         self.device(tag, op, async move { store.fsync(object).await }).await
     }
-
-    /// One page of the object list, in id order.
-    async fn list(&self, after: Option<ObjectId>, max: u32) -> FsResult<DsReply> {
-        let mut list = self.store.list().await?;
-        list.sort_unstable_by_key(|&(id, _)| id);
-        let start = match after {
-            Some(a) => list.partition_point(|&(id, _)| id <= a),
-            None => 0,
-        };
-        let n = max.clamp(1, LIST_OBJECTS_MAX) as usize;
-        Ok(DsReply::Objects(list.into_iter().skip(start).take(n).collect()))
-    }
 }
 
 impl Service for DsService {
-    type Request = DsRequest;
+    type Request = DsCall;
     type Reply = DsReply;
 
     fn accepts(&self, role: Role) -> bool {
         matches!(role, Role::Client | Role::Ion | Role::Mds | Role::Admin)
     }
 
-    async fn handle(&self, peer: Arc<PeerInfo>, req: DsRequest, payload: Bytes) -> (FsResult<DsReply>, Bytes) {
-        self.request(peer.role, req, payload).await
+    async fn handle(&self, peer: Arc<PeerInfo>, call: DsCall, payload: Bytes) -> (FsResult<DsReply>, Bytes) {
+        self.call(peer.role, call, payload).await
     }
 }
 
@@ -274,6 +261,7 @@ mod tests {
     use super::*;
     use tessera_proto::error::ErrorCode;
     use tessera_proto::msg::{ServeCommand, ServeTarget};
+    use tessera_proto::JOB_ID_MAX;
 
     fn service_with(setup: Setup) -> (tempfile::TempDir, DsService) {
         let d = tempfile::tempdir().unwrap();
@@ -286,7 +274,7 @@ mod tests {
     }
 
     pub(super) fn tag(job: &str) -> IoTag {
-        IoTag { job: job.into(), client: 1, ino: 5 }
+        IoTag { origin: tessera_proto::Origin { job: job.into(), client: 1, pid: 42 }, ino: 5 }
     }
 
     #[tokio::test]
@@ -301,23 +289,18 @@ mod tests {
             s.request(Role::Ion, DsRequest::Read { tag: tag("j"), object: 3, offset: 0, len: 10 }, Bytes::new()).await;
         assert_eq!(r.unwrap(), DsReply::Data { len: 5 });
         assert_eq!(&p[..], b"\0\0xyz");
-        for req in [
-            DsRequest::Truncate { object: 3, size: 0 },
-            DsRequest::Remove { objects: vec![3] },
-            DsRequest::ListObjects { after: None, max: 10 },
-        ] {
+        for req in [DsRequest::Truncate { object: 3, size: 0 }, DsRequest::Remove { objects: vec![3] }] {
             let (r, _) = s.request(Role::Client, req, Bytes::new()).await;
             assert_eq!(r.unwrap_err().code, ErrorCode::Perm);
         }
-        let (r, _) = s.request(Role::Mds, DsRequest::ListObjects { after: None, max: 10 }, Bytes::new()).await;
-        assert_eq!(r.unwrap(), DsReply::Objects(vec![(3, 5)]));
+        assert_eq!(s.store.list().await.unwrap(), vec![(3, 5)]);
         let (r, _) = s.request(Role::Admin, DsRequest::Truncate { object: 3, size: 1 }, Bytes::new()).await;
         assert_eq!(r.unwrap(), DsReply::Ok);
-        let (r, _) = s.request(Role::Client, DsRequest::Stat { object: 3 }, Bytes::new()).await;
-        assert_eq!(r.unwrap(), DsReply::ObjectStat { exists: true, size: 1 });
+        assert_eq!(s.store.stat(3).await.unwrap(), (true, 1));
         let (r, _) = s.request(Role::Mds, DsRequest::Remove { objects: vec![3, 4] }, Bytes::new()).await;
         assert_eq!(r.unwrap(), DsReply::Ok);
-        let long = IoTag { job: "x".repeat(JOB_ID_MAX + 1), client: 0, ino: 0 };
+        let long =
+            IoTag { origin: tessera_proto::Origin { job: "x".repeat(JOB_ID_MAX + 1), ..Default::default() }, ino: 0 };
         let (r, _) = s.request(Role::Client, DsRequest::Fsync { tag: long, object: 1 }, Bytes::new()).await;
         assert_eq!(r.unwrap_err().code, ErrorCode::Invalid);
         let big = DsRequest::Read { tag: tag("j"), object: 1, offset: 0, len: MAX_PAYLOAD as u32 + 1 };
@@ -326,6 +309,13 @@ mod tests {
         assert_eq!(r.unwrap(), DsReply::Pong { version: PROTOCOL_VERSION, ds: 2 });
         let (r, _) = s.request(Role::Client, DsRequest::Report, Bytes::new()).await;
         assert!(matches!(r.unwrap(), DsReply::Report(rep) if rep.ds == 2 && rep.jobs.len() == 1));
+        // A call names its server: one for another is refused, whatever it asks.
+        let (r, _) = s.call(Role::Client, DsCall { ds: 2, req: DsRequest::Ping }, Bytes::new()).await;
+        assert!(matches!(r.unwrap(), DsReply::Pong { ds: 2, .. }));
+        let misrouted = DsCall { ds: 3, req: DsRequest::Read { tag: tag("j"), object: 3, offset: 0, len: 1 } };
+        let e = s.call(Role::Client, misrouted, Bytes::new()).await.0.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Invalid);
+        assert!(e.detail.contains("data server 3 reached data server 2"), "{e}");
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn hdd_model_delays_far_requests_not_sequential_ones() {
@@ -377,8 +367,7 @@ mod tests {
             .0
             .unwrap();
         s.write(&tag("b"), 11, 0, Bytes::from(vec![2u8; 4096]), false).await.unwrap();
-        let (r, _) = s.request(Role::Client, DsRequest::Locality, Bytes::new()).await;
-        let Ok(DsReply::Locality(rep)) = r else { panic!("{r:?}") };
+        let rep = s.data_path().locality.report(false);
         assert_eq!(rep.ds, 2);
         assert_eq!(rep.epoch, 2);
         let a = rep.jobs.iter().find(|j| j.job == "a").unwrap();
@@ -434,7 +423,7 @@ mod net_tests {
                 for i in (w..total).step_by(8) {
                     let req =
                         DsRequest::Write { tag: tag("bench"), object: 42, offset: (i * chunk) as u64, sync: false };
-                    let (rep, _): (DsReply, Bytes) = peer.call(&req, data.clone()).await.unwrap();
+                    let (rep, _): (DsReply, Bytes) = peer.call(&DsCall { ds: 0, req }, data.clone()).await.unwrap();
                     assert_eq!(rep, DsReply::Written { len: chunk as u32 });
                 }
             }));
@@ -445,7 +434,7 @@ mod net_tests {
         let wsecs = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let req = DsRequest::Read { tag: tag("bench"), object: 42, offset: 5 * chunk as u64 + 3, len: chunk as u32 };
-        let (rep, payload): (DsReply, Bytes) = peer.call(&req, Bytes::new()).await.unwrap();
+        let (rep, payload): (DsReply, Bytes) = peer.call(&DsCall { ds: 0, req }, Bytes::new()).await.unwrap();
         assert_eq!(rep, DsReply::Data { len: chunk as u32 });
         assert_eq!(&payload[..chunk - 3], &data[3..]);
         assert_eq!(&payload[chunk - 3..], &data[..3]);
@@ -460,7 +449,7 @@ mod net_tests {
                         offset: (i * chunk) as u64,
                         len: chunk as u32,
                     };
-                    let (_, p): (DsReply, Bytes) = peer.call(&req, Bytes::new()).await.unwrap();
+                    let (_, p): (DsReply, Bytes) = peer.call(&DsCall { ds: 0, req }, Bytes::new()).await.unwrap();
                     assert_eq!(p.len(), chunk);
                 }
             }));
@@ -475,14 +464,15 @@ mod net_tests {
         );
         // Errors come back as FsError, and the server keeps serving.
         let bad = DsRequest::Truncate { object: 42, size: 0 };
-        let e = peer.call::<_, DsReply>(&bad, Bytes::new()).await.unwrap_err();
+        let e = peer.call::<_, DsReply>(&DsCall { ds: 0, req: bad }, Bytes::new()).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::Perm);
-        let (rep, _): (DsReply, Bytes) = peer.call(&DsRequest::Report, Bytes::new()).await.unwrap();
+        let (rep, _): (DsReply, Bytes) =
+            peer.call(&DsCall { ds: 0, req: DsRequest::Report }, Bytes::new()).await.unwrap();
         let DsReply::Report(r) = rep else { panic!("not a report") };
         assert_eq!(r.jobs[0].write_bytes, (total * chunk) as u64);
 
         // Another data server is not a client of this one.
         let intruder = RpcPeer::new(rpc::client_endpoint(false).unwrap(), &other_ds, Role::Ds, addr, tuning).unwrap();
-        assert!(intruder.call::<_, DsReply>(&DsRequest::Ping, Bytes::new()).await.is_err());
+        assert!(intruder.call::<_, DsReply>(&DsCall { ds: 0, req: DsRequest::Ping }, Bytes::new()).await.is_err());
     }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tessera_proto::{FsError, FsResult};
 
 pub const TRACE_FILE: &str = "lba-trace.csv";
@@ -28,9 +28,7 @@ pub struct Trace {
     path: PathBuf,
 }
 
-pub fn unix_us() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
-}
+pub use tessera_proto::types::unix_us;
 
 /// CSV field: quoted when it holds a separator, quote or line break.
 fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_client::job;
-use tessera_client::Caller;
+use tessera_client::{Caller, MdsClient};
 
 /// Most processes remembered; the cache is emptied when it grows past this.
 const CACHE_MAX: usize = 4096;
@@ -17,6 +17,15 @@ const CACHE_TTL: Duration = Duration::from_secs(10);
 pub struct Who {
     pub caller: Caller,
     pub job: String,
+    /// The calling process (0: the kernel itself).
+    pub pid: u32,
+}
+
+impl Who {
+    /// The MDS connection calling for this process: its credentials, job and process id.
+    pub fn mds(&self, base: &MdsClient) -> MdsClient {
+        base.for_process(self.caller.clone(), &self.job, self.pid)
+    }
 }
 
 type Cache = HashMap<(u32, u32, u32), (Instant, Arc<Who>)>;
@@ -56,13 +65,13 @@ impl Creds {
 fn lookup(pid: u32, uid: u32, gid: u32) -> Who {
     if pid == 0 {
         // Requests the kernel makes on its own (write-back of dirty pages).
-        return Who { caller: Caller { uid, gid, groups: vec![] }, job: "kernel".to_string() };
+        return Who { caller: Caller { uid, gid, groups: vec![] }, job: "kernel".to_string(), pid };
     }
     let groups = std::fs::read_to_string(format!("/proc/{pid}/status")).map(|s| parse_groups(&s)).unwrap_or_default();
     let env = std::fs::read(format!("/proc/{pid}/environ")).map(|b| parse_environ(&b)).unwrap_or_default();
     let sid = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| parse_session(&s)).unwrap_or(0);
     let job = job::detect_from(|k| env.get(k).cloned(), sid);
-    Who { caller: Caller { uid, gid, groups: groups.into_iter().filter(|&g| g != gid).collect() }, job }
+    Who { caller: Caller { uid, gid, groups: groups.into_iter().filter(|&g| g != gid).collect() }, job, pid }
 }
 
 /// The `Groups:` line of /proc/PID/status.

@@ -502,7 +502,7 @@ mod tests {
     }
 
     fn who(uid: u32) -> Arc<Who> {
-        Arc::new(Who { caller: Caller { uid, gid: uid + 1, groups: vec![] }, job: "j".into() })
+        Arc::new(Who { caller: Caller { uid, gid: uid + 1, groups: vec![] }, job: "j".into(), pid: uid })
     }
 
     const RW: OpenFlags = OpenFlags { read: true, write: true, truncate: false };

@@ -218,9 +218,9 @@ impl Inner {
     /// file handle numbers the kernel has.
     async fn attach_created(&self, opened: Vec<dirlease::Opened>) {
         for o in opened {
-            let mds = self.client.mds().with_caller(o.who.caller.clone());
+            let mds = o.who.mds(self.client.mds());
             let op = Opened { attr: o.attr, layout: Some(o.layout), handle: o.handle, parent: None };
-            if let Err(e) = self.attach_as(Some(o.fh), &o.who, &mds, op, o.flags).await {
+            if let Err(e) = self.attach_as(Some(o.fh), &mds, op, o.flags).await {
                 tracing::warn!(fh = o.fh, "open of a created file: {e}");
             }
             self.leases.attached(o.fh);
@@ -251,7 +251,7 @@ impl Inner {
     }
 
     fn mds(&self, k: Key) -> MdsClient {
-        self.client.mds().with_caller(self.who(k).caller.clone())
+        self.who(k).mds(self.client.mds())
     }
 
     fn handle(&self, fh: FileHandle) -> FsResult<Arc<Handle>> {
@@ -333,23 +333,22 @@ impl Inner {
         self.parents.lock().ok().and_then(|p| p.get(&ino).copied()).unwrap_or(ino)
     }
 
-    /// Opens `ino` for `who` with `flags` (open(2) flags); `mds` carries the credentials of the open.
-    async fn open(&self, who: &Who, mds: &MdsClient, ino: Ino, flags: i32) -> FsResult<(u64, Attr)> {
+    /// Opens `ino` with `flags` (open(2) flags); `mds` carries the caller's credentials, job and process.
+    async fn open(&self, mds: &MdsClient, ino: Ino, flags: i32) -> FsResult<(u64, Attr)> {
         let of = open_flags(flags);
         let opened = mds.open(ino, of).await?;
-        self.attach(who, mds, opened, of).await
+        self.attach(mds, opened, of).await
     }
 
     /// Open-file state for a handle the MDS granted (released again if it is not a regular file).
-    async fn attach(&self, who: &Who, mds: &MdsClient, opened: Opened, of: OpenFlags) -> FsResult<(u64, Attr)> {
-        self.attach_as(None, who, mds, opened, of).await
+    async fn attach(&self, mds: &MdsClient, opened: Opened, of: OpenFlags) -> FsResult<(u64, Attr)> {
+        self.attach_as(None, mds, opened, of).await
     }
 
     /// [`Inner::attach`] under file handle number `fh` (`None`: a new one).
     async fn attach_as(
         &self,
         fh: Option<u64>,
-        who: &Who,
         mds: &MdsClient,
         opened: Opened,
         of: OpenFlags,
@@ -381,8 +380,8 @@ impl Inner {
             inode.truncated(0);
         }
         inode.privileged.store(privileged_bits(opened.attr.perm) != 0, Ordering::Relaxed);
-        let tag = IoTag { job: who.job.clone(), client: self.client.client_id(), ino };
-        let client = self.client.clone().with_caller(mds.caller().clone());
+        let tag = IoTag { origin: mds.origin().clone(), ino };
+        let client = self.client.clone().with_mds(mds.clone());
         let h = Arc::new(Handle::new(inode, opened.handle, tag, client, write, opened.attr.size));
         let fh = fh.unwrap_or_else(|| self.next_fh.fetch_add(1, Ordering::Relaxed));
         self.handles.lock().map_err(|_| FsError::io("handle table poisoned"))?.insert(fh, h);
@@ -834,8 +833,8 @@ impl Filesystem for TesseraFs {
         let k = key(req);
         self.spawn(move |inner| async move {
             let who = inner.who(k);
-            let mds = inner.client.mds().with_caller(who.caller.clone());
-            match inner.open(&who, &mds, ino.0, flags.0).await {
+            let mds = who.mds(inner.client.mds());
+            match inner.open(&mds, ino.0, flags.0).await {
                 Ok((fh, _)) => reply.opened(FileHandle(fh), inner.fopen_flags()),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -1140,7 +1139,7 @@ impl Filesystem for TesseraFs {
                     return Err(FsError::invalid("create of a non-regular file"));
                 }
                 let who = inner.who(k);
-                let mds = inner.client.mds().with_caller(who.caller.clone());
+                let mds = who.mds(inner.client.mds());
                 let perm = mode & 0o7777 & !umask;
                 let excl = flags & libc::O_EXCL != 0;
                 // One round trip: the MDS creates and opens (its creator may open a new file as asked
@@ -1159,7 +1158,7 @@ impl Filesystem for TesseraFs {
                 if let Some(p) = opened.parent.clone() {
                     inner.remember_dir_attr(p);
                 }
-                inner.attach(&who, &mds, opened, of).await
+                inner.attach(&mds, opened, of).await
             }
             .await;
             match r {

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use std::collections::HashMap;
 use tessera_proto::config::ClusterConfig;
-use tessera_proto::msg::{DsReply, DsRequest};
+use tessera_proto::msg::{DsCall, DsReply, DsRequest};
 use tessera_proto::rpc::RpcPeer;
 use tessera_proto::tls::NodeIdentity;
 use tessera_proto::{DsId, FsError, FsResult, ObjectId, Role};
@@ -38,14 +38,19 @@ impl RpcDataServers {
         Ok(RpcDataServers { peers })
     }
 
-    async fn call(&self, ds: DsId, req: DsRequest) -> FsResult<()> {
+    /// One call to data server `ds` (the call names it, as every data request does).
+    async fn call(&self, ds: DsId, req: DsRequest) -> FsResult<DsReply> {
         let peer = match self.peers.get(&ds) {
             Some(Ok(p)) => p,
             Some(Err(e)) => return Err(FsError::unavailable(format!("data server {ds}: {e}"))),
             None => return Err(FsError::unavailable(format!("data server {ds} is not configured"))),
         };
-        let (reply, _): (DsReply, Bytes) = peer.call(&req, Bytes::new()).await?;
-        match reply {
+        let (reply, _): (DsReply, Bytes) = peer.call(&DsCall { ds, req }, Bytes::new()).await?;
+        Ok(reply)
+    }
+
+    async fn call_ok(&self, ds: DsId, req: DsRequest) -> FsResult<()> {
+        match self.call(ds, req).await? {
             DsReply::Ok => Ok(()),
             other => Err(FsError::protocol(format!("data server {ds}: unexpected reply {other:?}"))),
         }
@@ -62,13 +67,7 @@ impl crate::driver::Switchboard for RpcDataServers {
 
     fn serve(&self, ds: DsId, cmd: tessera_proto::msg::ServeCommand) -> BoxFuture<'_, FsResult<(u64, u64)>> {
         Box::pin(async move {
-            let peer = match self.peers.get(&ds) {
-                Some(Ok(p)) => p,
-                Some(Err(e)) => return Err(FsError::unavailable(format!("data server {ds}: {e}"))),
-                None => return Err(FsError::unavailable(format!("data server {ds} is not configured"))),
-            };
-            let (reply, _): (DsReply, Bytes) = peer.call(&DsRequest::Serve(cmd), Bytes::new()).await?;
-            match reply {
+            match self.call(ds, DsRequest::Serve(cmd)).await? {
                 DsReply::Switched { epoch, at_unix_us } => Ok((epoch, at_unix_us)),
                 other => Err(FsError::protocol(format!("data server {ds}: unexpected reply to Serve: {other:?}"))),
             }
@@ -78,11 +77,11 @@ impl crate::driver::Switchboard for RpcDataServers {
 
 impl DataServers for RpcDataServers {
     fn truncate(&self, ds: DsId, object: ObjectId, size: u64) -> BoxFuture<'_, FsResult<()>> {
-        Box::pin(self.call(ds, DsRequest::Truncate { object, size }))
+        Box::pin(self.call_ok(ds, DsRequest::Truncate { object, size }))
     }
 
     fn remove(&self, ds: DsId, objects: Vec<ObjectId>) -> BoxFuture<'_, FsResult<()>> {
-        Box::pin(self.call(ds, DsRequest::Remove { objects }))
+        Box::pin(self.call_ok(ds, DsRequest::Remove { objects }))
     }
 }
 

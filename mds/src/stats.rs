@@ -1,10 +1,15 @@
-//! The stats view: each data server's latest report and its age (statfs, `tessera df`, placement).
+//! The stats view: each data server's recent reports with their ages (statfs, `tessera df`, placement,
+//! per-job reports). A short ring of reports per server is kept, not only the latest, so that rates
+//! (bytes per second per job) can be derived from two reports of one counter generation.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tessera_proto::msg::{DsReport, DsStatus};
 use tessera_proto::DsId;
+
+/// Reports kept per data server (at the default 1 s interval: the last half minute).
+pub const HISTORY: usize = 32;
 
 /// One configured data server as placement sees it.
 #[derive(Clone, Debug)]
@@ -16,15 +21,42 @@ pub struct DsInfo {
     pub age: Option<Duration>,
 }
 
+/// One report as received.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    pub report: Arc<DsReport>,
+    /// When the MDS received it.
+    pub received: Instant,
+}
+
+/// One job's throughput at one data server between two reports of the same counter generation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobRate {
+    pub job: String,
+    pub read_bytes_per_s: f64,
+    pub write_bytes_per_s: f64,
+    pub ops_per_s: f64,
+}
+
+/// Rates at one data server over an interval of its own clock.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rates {
+    pub ds: DsId,
+    /// Length of the interval the rates are taken over (the server's clock).
+    pub interval: Duration,
+    pub jobs: Vec<JobRate>,
+}
+
 pub struct StatsView {
     /// Configured data servers, in configuration order.
     configured: Vec<(DsId, String)>,
-    latest: RwLock<HashMap<DsId, (Arc<DsReport>, Instant)>>,
+    /// Recent reports per server, oldest first; only the current generation's.
+    history: RwLock<HashMap<DsId, VecDeque<Sample>>>,
 }
 
 impl StatsView {
     pub fn new(configured: Vec<(DsId, String)>) -> StatsView {
-        StatsView { configured, latest: RwLock::new(HashMap::new()) }
+        StatsView { configured, history: RwLock::new(HashMap::new()) }
     }
 
     pub fn ds_count(&self) -> usize {
@@ -35,34 +67,81 @@ impl StatsView {
         self.configured.iter().any(|(id, _)| *id == ds)
     }
 
+    /// Adds a report to its server's ring. A new counter generation (the server restarted) starts the
+    /// ring anew; a report older than the newest of its generation (reordered in transit) is dropped.
     pub fn record(&self, report: DsReport) {
-        let mut m = self.latest.write().unwrap_or_else(|p| p.into_inner());
-        m.insert(report.ds, (Arc::new(report), Instant::now()));
+        let mut m = self.history.write().unwrap_or_else(|p| p.into_inner());
+        let ring = m.entry(report.ds).or_default();
+        if let Some(last) = ring.back() {
+            if last.report.generation != report.generation {
+                ring.clear();
+            } else if report.at_unix_us < last.report.at_unix_us {
+                return;
+            }
+        }
+        if ring.len() == HISTORY {
+            ring.pop_front();
+        }
+        ring.push_back(Sample { report: Arc::new(report), received: Instant::now() });
+    }
+
+    /// The reports kept for `ds`, oldest first.
+    pub fn history(&self, ds: DsId) -> Vec<Sample> {
+        let m = self.history.read().unwrap_or_else(|p| p.into_inner());
+        m.get(&ds).map(|r| r.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Per-job rates at `ds` over (at most) the last `over` of its reports: from the oldest report inside
+    /// that window to the newest. `None` until two reports of one generation are there.
+    pub fn rates(&self, ds: DsId, over: Duration) -> Option<Rates> {
+        let m = self.history.read().unwrap_or_else(|p| p.into_inner());
+        let ring = m.get(&ds)?;
+        let newest = &ring.back()?.report;
+        let since = newest.at_unix_us.saturating_sub(over.as_micros().min(u64::MAX as u128) as u64);
+        let oldest =
+            &ring.iter().find(|s| s.report.at_unix_us >= since && s.report.at_unix_us < newest.at_unix_us)?.report;
+        let interval = Duration::from_micros(newest.at_unix_us - oldest.at_unix_us);
+        let secs = interval.as_secs_f64();
+        let jobs = newest
+            .jobs
+            .iter()
+            .map(|j| {
+                let before = oldest.jobs.iter().find(|o| o.job == j.job).cloned().unwrap_or_default();
+                let per_s = |now: u64, then: u64| now.saturating_sub(then) as f64 / secs;
+                JobRate {
+                    job: j.job.clone(),
+                    read_bytes_per_s: per_s(j.read_bytes, before.read_bytes),
+                    write_bytes_per_s: per_s(j.write_bytes, before.write_bytes),
+                    ops_per_s: per_s(j.read_ops + j.write_ops, before.read_ops + before.write_ops),
+                }
+            })
+            .collect();
+        Some(Rates { ds, interval, jobs })
     }
 
     /// Every configured data server with its latest report.
     pub fn snapshot(&self) -> Vec<DsInfo> {
-        let m = self.latest.read().unwrap_or_else(|p| p.into_inner());
+        let m = self.history.read().unwrap_or_else(|p| p.into_inner());
         self.configured
             .iter()
             .map(|(id, addr)| {
-                let r = m.get(id);
+                let r = m.get(id).and_then(|r| r.back());
                 DsInfo {
                     id: *id,
                     addr: addr.clone(),
-                    report: r.map(|(rep, _)| rep.clone()),
-                    age: r.map(|(_, t)| t.elapsed()),
+                    report: r.map(|s| s.report.clone()),
+                    age: r.map(|s| s.received.elapsed()),
                 }
             })
             .collect()
     }
 
-    /// (capacity, free) bytes summed over the latest reports.
+    /// (capacity, free) bytes summed over the latest reports of the configured servers.
     pub fn totals(&self) -> (u64, u64) {
-        let m = self.latest.read().unwrap_or_else(|p| p.into_inner());
-        m.iter()
-            .filter(|(id, _)| self.is_configured(**id))
-            .fold((0u64, 0u64), |(c, f), (_, (r, _))| (c.saturating_add(r.capacity), f.saturating_add(r.free)))
+        self.snapshot()
+            .iter()
+            .filter_map(|i| i.report.as_ref())
+            .fold((0u64, 0u64), |(c, f), r| (c.saturating_add(r.capacity), f.saturating_add(r.free)))
     }
 
     pub fn cluster_status(&self) -> Vec<DsStatus> {
@@ -81,6 +160,7 @@ impl StatsView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tessera_proto::msg::JobCounters;
 
     #[test]
     fn latest_report_wins_and_unconfigured_ignored() {
@@ -92,5 +172,48 @@ mod tests {
         let s = v.cluster_status();
         assert_eq!(s.len(), 2);
         assert!(s[0].report_age_ms.is_some() && s[1].report.is_none());
+    }
+
+    fn report(generation: u64, at_s: u64, read_bytes: u64, write_bytes: u64) -> DsReport {
+        let job = JobCounters { job: "j".into(), read_ops: read_bytes / 10, read_bytes, write_ops: 0, write_bytes };
+        DsReport { ds: 0, at_unix_us: at_s * 1_000_000, generation, jobs: vec![job], ..Default::default() }
+    }
+
+    #[test]
+    fn the_ring_keeps_recent_reports_of_one_generation() {
+        let v = StatsView::new(vec![(0, "a".into())]);
+        for s in 0..HISTORY as u64 + 5 {
+            v.record(report(1, s, 0, 0));
+        }
+        let h = v.history(0);
+        assert_eq!(h.len(), HISTORY, "bounded");
+        assert_eq!(h[0].report.at_unix_us, 5_000_000, "the oldest went first");
+        v.record(report(1, 3, 0, 0));
+        assert_eq!(v.history(0).len(), HISTORY, "a report older than the newest is dropped");
+        v.record(report(2, 1, 0, 0));
+        assert_eq!(v.history(0).len(), 1, "a restarted server's counters start a new ring");
+    }
+
+    #[test]
+    fn rates_come_from_two_reports_of_one_generation() {
+        let v = StatsView::new(vec![(0, "a".into())]);
+        v.record(report(1, 10, 1000, 0));
+        assert_eq!(v.rates(0, Duration::from_secs(60)), None, "one report gives no rate");
+        v.record(report(1, 12, 5000, 200));
+        v.record(report(1, 14, 9000, 600));
+        let r = v.rates(0, Duration::from_secs(60)).unwrap();
+        assert_eq!(r.interval, Duration::from_secs(4));
+        assert_eq!(r.jobs[0].read_bytes_per_s, 2000.0);
+        assert_eq!(r.jobs[0].write_bytes_per_s, 150.0);
+        assert_eq!(r.jobs[0].ops_per_s, 200.0);
+        // Only the window asked for.
+        let r = v.rates(0, Duration::from_secs(2)).unwrap();
+        assert_eq!(r.interval, Duration::from_secs(2));
+        assert_eq!(r.jobs[0].write_bytes_per_s, 200.0);
+        // A restart: counters from zero are not a negative rate.
+        v.record(report(2, 15, 10, 0));
+        assert_eq!(v.rates(0, Duration::from_secs(60)), None);
+        v.record(report(2, 16, 20, 0));
+        assert_eq!(v.rates(0, Duration::from_secs(60)).unwrap().jobs[0].read_bytes_per_s, 10.0);
     }
 }

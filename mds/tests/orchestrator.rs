@@ -56,7 +56,9 @@ fn peer(dir: &Path, ca: &tls::CaPem, mds: SocketAddr, role: Role, name: &str) ->
 }
 
 async fn call(p: &RpcPeer, caller: &Caller, req: MdsRequest) -> FsResult<MdsReply> {
-    p.call::<MdsCall, MdsReply>(&MdsCall { caller: caller.clone(), req }, Bytes::new()).await.map(|(r, _)| r)
+    p.call::<MdsCall, MdsReply>(&MdsCall { caller: caller.clone(), origin: Default::default(), req }, Bytes::new())
+        .await
+        .map(|(r, _)| r)
 }
 
 async fn status(p: &RpcPeer) -> OrchestratorStatus {

@@ -85,7 +85,9 @@ fn client(c: &Cluster, role: Role, name: &str) -> RpcPeer {
 }
 
 async fn call(p: &RpcPeer, caller: &Caller, req: MdsRequest) -> FsResult<MdsReply> {
-    p.call::<MdsCall, MdsReply>(&MdsCall { caller: caller.clone(), req }, Bytes::new()).await.map(|(r, _)| r)
+    p.call::<MdsCall, MdsReply>(&MdsCall { caller: caller.clone(), origin: Default::default(), req }, Bytes::new())
+        .await
+        .map(|(r, _)| r)
 }
 
 fn create(name: String) -> MdsRequest {

@@ -79,10 +79,15 @@ pub struct StatFs {
     pub name_max: u32,
 }
 
-/// What a data server last told the MDS about itself.
+/// What a data server tells the MDS about itself, periodically.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct DsReport {
     pub ds: DsId,
+    /// When the server took this report (its clock, microseconds since the Unix epoch).
+    pub at_unix_us: u64,
+    /// Counter generation: the counters below count from zero since the server started this generation
+    /// (a new one at every start). Rates come from two reports of one generation.
+    pub generation: u64,
     /// Bytes of the file system holding the object store.
     pub capacity: u64,
     pub used: u64,
@@ -487,10 +492,11 @@ pub struct OrchestratorStatus {
     pub windows_run: u64,
 }
 
-/// Every MDS request is sent together with the caller's credentials.
+/// Every MDS request is sent together with the caller's credentials and who issues it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct MdsCall {
     pub caller: Caller,
+    pub origin: Origin,
     pub req: MdsRequest,
 }
 
@@ -499,6 +505,14 @@ pub type MdsResponse = FsResult<MdsReply>;
 // ---------------------------------------------------------------------------------------------
 // Data service
 // ---------------------------------------------------------------------------------------------
+
+/// Every data request names the data server it is for, so it can be routed: sent to that server
+/// directly, or through a forwarding node that passes it on. A server refuses a call naming another.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct DsCall {
+    pub ds: DsId,
+    pub req: DsRequest,
+}
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub enum DsRequest {
@@ -532,21 +546,10 @@ pub enum DsRequest {
         tag: IoTag,
         object: ObjectId,
     },
-    Stat {
-        object: ObjectId,
-    },
-    /// Lists objects with their sizes in id order (for fsck): those with id > `after`, at most `max`
-    /// (capped at [`LIST_OBJECTS_MAX`]); page on with the last id returned.
-    ListObjects {
-        after: Option<ObjectId>,
-        max: u32,
-    },
     /// This server's report (the same it sends to the MDS).
     Report,
     /// Orchestrator: which requests to release from now on (role mds only).
     Serve(ServeCommand),
-    /// This server's current locality statistics.
-    Locality,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -563,21 +566,12 @@ pub enum DsReply {
     Written {
         len: u32,
     },
-    ObjectStat {
-        exists: bool,
-        size: u64,
-    },
-    Objects(Vec<(ObjectId, u64)>),
     Report(DsReport),
     /// A `Serve` command was applied at this wall-clock time (microseconds since the Unix epoch).
     Switched {
         epoch: u64,
         at_unix_us: u64,
     },
-    Locality(LocalityReport),
 }
 
 pub type DsResponse = FsResult<DsReply>;
-
-/// Most objects one `ListObjects` reply carries (keeps the reply far below the header limit).
-pub const LIST_OBJECTS_MAX: u32 = 20_000;

@@ -63,6 +63,11 @@ pub struct Timestamp {
     pub nanos: u32,
 }
 
+/// Microseconds since the Unix epoch, now (0 if the clock is before it).
+pub fn unix_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros().min(u64::MAX as u128) as u64).unwrap_or(0)
+}
+
 impl Timestamp {
     pub fn now() -> Timestamp {
         let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
@@ -155,15 +160,41 @@ impl Caller {
     }
 }
 
-/// Which program (job) a data request belongs to, and from which client. Every data request carries one.
+/// Who issues a request: the program (job), the client instance and the process. Every metadata call
+/// and every data request carries one, so servers (and forwarding nodes, which pass it on unchanged)
+/// can tell programs apart, count per job and hold state per client.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
-pub struct IoTag {
+pub struct Origin {
     /// Job id as the scheduler knows it (e.g. `slurm-1234`, `sess-4711`), at most [`JOB_ID_MAX`] bytes.
     pub job: String,
-    /// Client instance id (random per client process).
+    /// Client instance id (random per client process; a forwarding node keeps its clients' ids).
     pub client: u64,
+    /// The calling process on the client's host (0: the client itself, e.g. the kernel's write-back).
+    pub pid: u32,
+}
+
+impl Origin {
+    /// Checks what a server must bound before using it.
+    pub fn check(&self) -> Result<(), String> {
+        if self.job.len() > JOB_ID_MAX {
+            return Err(format!("job id of {} bytes exceeds {JOB_ID_MAX}", self.job.len()));
+        }
+        Ok(())
+    }
+}
+
+/// Which program a data request belongs to and the file it is for. Every data request carries one.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct IoTag {
+    pub origin: Origin,
     /// The file the object belongs to.
     pub ino: Ino,
+}
+
+impl IoTag {
+    pub fn job(&self) -> &str {
+        &self.origin.job
+    }
 }
 
 pub const JOB_ID_MAX: usize = 128;

@@ -39,6 +39,7 @@ mod tests {
     fn round_trip_and_garbage_never_panics() {
         let call = MdsCall {
             caller: crate::Caller { uid: 5, gid: 6, groups: vec![7] },
+            origin: crate::Origin { job: "j".into(), client: 9, pid: 10 },
             req: MdsRequest::Lookup { parent: 1, name: "x".into() },
         };
         let b = encode(&call).unwrap();
