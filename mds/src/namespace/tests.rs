@@ -4,6 +4,7 @@ use super::*;
 use crate::destroy;
 use crate::dsclient::MemDataServers;
 use std::path::Path;
+use tessera_proto::layout::Layout;
 
 const NDS: u32 = 4;
 
