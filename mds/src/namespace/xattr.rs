@@ -1,67 +1,12 @@
-//! Extended attributes, and layouts (`tessera.layout` and the layout requests).
+//! Extended attributes, and layouts (the `tessera.layout` attribute and the layout requests).
 
 use super::{err, Namespace};
 use crate::perm::{self, R, W};
 use crate::store::{xattr_key, xattr_prefix, Inode, Txn, T};
 use tessera_proto::error::ErrorCode;
-use tessera_proto::layout::{Layout, LayoutSpec};
+use tessera_proto::layout::{text, LayoutSpec};
 use tessera_proto::msg::{MdsReply, XattrMode};
 use tessera_proto::{Caller, FileKind, FsError, FsResult, Ino, Timestamp, NAME_MAX, XATTR_SIZE_MAX};
-
-const LAYOUT_XATTR: &str = "tessera.layout";
-/// `tessera.layout` text of a file layout.
-pub fn layout_text(l: &Layout) -> String {
-    let objects: Vec<String> = l.targets.iter().map(|t| format!("{}:{}", t.ds, t.object)).collect();
-    format!("stripe_size={} stripe_count={} objects={}", l.stripe_size, l.targets.len(), objects.join(","))
-}
-
-/// `tessera.layout` text of a directory default.
-pub fn spec_text(s: &LayoutSpec) -> String {
-    let mut parts = Vec::new();
-    if let Some(v) = s.stripe_size {
-        parts.push(format!("stripe_size={v}"));
-    }
-    if let Some(v) = s.stripe_count {
-        parts.push(format!("stripe_count={v}"));
-    }
-    parts.join(" ")
-}
-
-fn parse_size(v: &str) -> Option<u64> {
-    let v = v.trim();
-    let (num, mult) = match v.chars().last()? {
-        'k' | 'K' => (&v[..v.len() - 1], 1u64 << 10),
-        'm' | 'M' => (&v[..v.len() - 1], 1 << 20),
-        'g' | 'G' => (&v[..v.len() - 1], 1 << 30),
-        _ => (v, 1),
-    };
-    num.parse::<u64>().ok()?.checked_mul(mult)
-}
-
-/// Parses `stripe_size=N stripe_count=M` (either may be missing; `objects=` is ignored).
-pub fn parse_spec(text: &[u8]) -> FsResult<LayoutSpec> {
-    let text = std::str::from_utf8(text).map_err(|_| FsError::invalid("layout text is not UTF-8"))?;
-    let text = text.trim_matches(|c: char| c == '\0' || c.is_whitespace());
-    let mut spec = LayoutSpec::default();
-    for tok in text.split_whitespace() {
-        let (k, v) =
-            tok.split_once('=').ok_or_else(|| FsError::invalid(format!("layout: '{tok}' is not key=value")))?;
-        match k {
-            "stripe_size" | "size" => {
-                spec.stripe_size =
-                    Some(parse_size(v).ok_or_else(|| FsError::invalid(format!("layout: bad stripe_size '{v}'")))?)
-            }
-            "stripe_count" | "count" => {
-                spec.stripe_count =
-                    Some(v.parse().map_err(|_| FsError::invalid(format!("layout: bad stripe_count '{v}'")))?)
-            }
-            "objects" => {}
-            _ => return Err(FsError::invalid(format!("layout: unknown key '{k}'"))),
-        }
-    }
-    spec.validate()?;
-    Ok(spec)
-}
 
 enum XattrNs {
     User,
@@ -77,7 +22,7 @@ fn xattr_ns(name: &str) -> FsResult<XattrNs> {
     if name.contains('\0') {
         return Err(FsError::invalid("xattr name contains NUL"));
     }
-    if name == LAYOUT_XATTR {
+    if name == text::XATTR_NAME {
         Ok(XattrNs::Layout)
     } else if name.starts_with("user.") {
         Ok(XattrNs::User)
@@ -142,9 +87,9 @@ impl Namespace {
         match ns {
             XattrNs::Layout => {
                 return match (i.attr.kind, &i.layout) {
-                    (FileKind::File, Some(l)) => Ok(MdsReply::Xattr(layout_text(l).into_bytes())),
+                    (FileKind::File, Some(l)) => Ok(MdsReply::Xattr(text::format_layout(l).into_bytes())),
                     (FileKind::Dir, _) => match rd.dir_layout(ino)? {
-                        Some(s) => Ok(MdsReply::Xattr(spec_text(&s).into_bytes())),
+                        Some(s) => Ok(MdsReply::Xattr(text::format_spec(&s).into_bytes())),
                         None => Err(nodata()),
                     },
                     _ => Err(nodata()),
@@ -194,7 +139,7 @@ impl Namespace {
         let mut tx = self.store.begin();
         let mut i = tx.inode(ino)?;
         if let XattrNs::Layout = ns {
-            let spec = parse_spec(value)?;
+            let spec = text::parse_spec(value)?;
             let spec = (spec != LayoutSpec::default() || i.attr.kind != FileKind::Dir).then_some(spec);
             self.apply_layout(&mut tx, c, &mut i, spec)?;
             self.commit(tx)?;
