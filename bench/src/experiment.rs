@@ -13,13 +13,13 @@ use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::plots::{self, BarPanel};
 use crate::report::median;
 use crate::trace;
-use crate::units::{format_size, size_arg};
 use crate::workloads::{self, Kind, Limit, Op, Program, Spec, STRIPE};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tessera_client::proto::msg::{OrchestratorMode, OrchestratorStatus};
+use tessera_proto::units::{format_size, parse_size};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExperimentName {
@@ -107,7 +107,7 @@ pub struct ExperimentArgs {
     #[arg(long)]
     pub seconds: Option<f64>,
     /// Size of each program's file (default 1g; --quick 128m).
-    #[arg(long, value_parser = size_arg)]
+    #[arg(long, value_parser = parse_size)]
     pub file_size: Option<u64>,
     /// Capacity of the emulated disk in GB: the seek curve spans it, so it sets what a distance between
     /// files costs. Default: the paper's testbed disk (Seagate Barracuda 7200.10, 150 GB); 0 keeps the

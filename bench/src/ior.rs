@@ -3,7 +3,6 @@
 
 use crate::backend::{join, parent_dir, Backend, ClusterArgs, PosixBackend, TesseraBackend};
 use crate::report::{self, IorJson, PhaseLine};
-use crate::units::{format_size, size_arg};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -12,6 +11,7 @@ use rand::SeedableRng;
 use std::sync::Arc;
 use std::time::Instant;
 use tessera_client::{ClusterConfig, LayoutSpec};
+use tessera_proto::units::{format_size, parse_size};
 use tokio::sync::Barrier;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,10 +59,10 @@ pub struct IorArgs {
     #[arg(short = 'r', long)]
     pub read: bool,
     /// Transfer size (bytes per I/O call), K/M/G suffixes.
-    #[arg(short = 't', long = "transfer-size", value_parser = size_arg, default_value = "256k")]
+    #[arg(short = 't', long = "transfer-size", value_parser = parse_size, default_value = "256k")]
     pub xfer: u64,
     /// Contiguous bytes per task per segment, K/M/G suffixes.
-    #[arg(short = 'b', long = "block-size", value_parser = size_arg, default_value = "1m")]
+    #[arg(short = 'b', long = "block-size", value_parser = parse_size, default_value = "1m")]
     pub block: u64,
     /// Number of segments.
     #[arg(short = 's', long, default_value_t = 1)]
@@ -89,7 +89,7 @@ pub struct IorArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Stripe size of the created test file(s) (tessera).
-    #[arg(short = 'S', long = "stripe-size", value_parser = size_arg)]
+    #[arg(short = 'S', long = "stripe-size", value_parser = parse_size)]
     pub stripe_size: Option<u64>,
     /// Stripe count of the created test file(s) (tessera; 0 = all data servers).
     #[arg(short = 'c', long = "stripe-count")]

@@ -9,7 +9,6 @@ pub mod net; // `net`: the QUIC + TLS transport alone against sink servers, like
 pub mod plots; // PNG figures with plotters (grouped bars, lines, LBA scatter, histograms)
 pub mod report; // IOR/mdtest-style text, summary statistics, JSON results
 pub mod trace; // lba-trace.csv parsing: LBA over time and reuse distances per program
-pub mod units; // sizes with K/M/G suffixes
 pub mod workloads; // `workload`: the IOrchestrator paper's five benchmarks as access plans, and their runner
 
 use clap::{Parser, Subcommand};

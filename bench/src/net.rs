@@ -6,7 +6,6 @@
 
 use crate::localcluster::{spawn, wait_ready};
 use crate::report::{median, mib_per_sec, write_json};
-use crate::units::{format_size, size_arg};
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -16,6 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tessera_proto::rpc::{self, PeerInfo, RpcPeer, Service, Tuning};
 use tessera_proto::tls::{self, NodeIdentity, TlsFiles};
+use tessera_proto::units::{format_size, parse_size};
 use tessera_proto::{FsError, FsResult, Role};
 use tokio::process::Child;
 
@@ -31,10 +31,10 @@ pub struct NetArgs {
     #[arg(long, default_value_t = 4)]
     pub depth: usize,
     /// Payload per call; calls go to the servers in turn, like 1 MiB stripes.
-    #[arg(short = 't', long, value_parser = size_arg, default_value = "1m")]
+    #[arg(short = 't', long, value_parser = parse_size, default_value = "1m")]
     pub transfer: u64,
     /// Bytes moved per phase.
-    #[arg(short = 's', long, value_parser = size_arg, default_value = "1g")]
+    #[arg(short = 's', long, value_parser = parse_size, default_value = "1g")]
     pub size: u64,
     /// Repetitions of each phase (the report gives each and the median).
     #[arg(short = 'i', long, default_value_t = 3)]

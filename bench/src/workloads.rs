@@ -23,7 +23,6 @@
 
 use crate::backend::{parent_dir, ClusterArgs};
 use crate::report::mib_per_sec;
-use crate::units::{format_size, size_arg};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use futures::future::try_join_all;
@@ -31,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_client::{Client, ClusterConfig, FileKind, LayoutSpec, OpenOptions};
+use tessera_proto::units::{format_size, parse_size};
 use tokio::sync::Barrier;
 
 pub const SEGMENT: u64 = 64 << 10;
@@ -480,13 +480,13 @@ pub struct WorkloadArgs {
     #[arg(long)]
     pub collective: bool,
     /// File size (prepared first if it does not exist with this size).
-    #[arg(long, value_parser = size_arg, default_value = "1g")]
+    #[arg(long, value_parser = parse_size, default_value = "1g")]
     pub size: u64,
     /// Stop after this many seconds.
     #[arg(long)]
     pub time: Option<f64>,
     /// Stop after this many bytes.
-    #[arg(long, value_parser = size_arg)]
+    #[arg(long, value_parser = parse_size)]
     pub bytes: Option<u64>,
     /// File in the Tessera namespace.
     #[arg(long, default_value = "/iorch/workload.dat")]

@@ -16,6 +16,7 @@ use tessera_proto::layout::LayoutSpec;
 use tessera_proto::msg::{OrchestratorMode, OrchestratorStatus, SetAttrs};
 use tessera_proto::tls;
 use tessera_proto::types::{Attr, FileKind, Role, Timestamp};
+use tessera_proto::units::parse_size;
 use tokio::io::AsyncWriteExt;
 
 /// Bytes per data request batch when streaming a file in or out.
@@ -118,7 +119,7 @@ enum Cmd {
     /// Set a file's size (creating it if missing).
     Truncate {
         /// New size (K/M/G/T suffixes, powers of 1024).
-        #[arg(short = 's', long, value_parser = parse_size_arg)]
+        #[arg(short = 's', long, value_parser = parse_size)]
         size: u64,
         /// File to resize.
         path: String,
@@ -126,7 +127,7 @@ enum Cmd {
     /// Copy a local file into Tessera.
     Put {
         /// Stripe size for the new file (K/M/G suffixes).
-        #[arg(short = 'S', long = "stripe-size", value_parser = parse_size_arg)]
+        #[arg(short = 'S', long = "stripe-size", value_parser = parse_size)]
         stripe_size: Option<u64>,
         /// Stripe count for the new file (0 = all data servers).
         #[arg(short = 'c', long = "stripe-count")]
@@ -157,7 +158,7 @@ enum Cmd {
     /// Set the stripe layout of a new/empty file or a directory's default for new files.
     Setstripe {
         /// Stripe size (K/M/G suffixes; multiple of 4 KiB).
-        #[arg(short = 'S', long = "stripe-size", value_parser = parse_size_arg)]
+        #[arg(short = 'S', long = "stripe-size", value_parser = parse_size)]
         stripe_size: Option<u64>,
         /// Number of data servers to stripe over (0 = all).
         #[arg(short = 'c', long = "stripe-count")]
@@ -254,7 +255,7 @@ struct UpArgs {
     #[arg(long, default_value_t = 7400)]
     port_base: u16,
     /// Default stripe size of the new cluster (K/M/G suffixes).
-    #[arg(long, value_parser = parse_size_arg)]
+    #[arg(long, value_parser = parse_size)]
     stripe_size: Option<u64>,
     /// Default stripe count of the new cluster (0 = all data servers).
     #[arg(long)]
@@ -349,30 +350,6 @@ impl<T, E: Into<ErrText>> At<T> for Result<T, E> {
     fn at(self, path: &str) -> CliResult<T> {
         self.map_err(|e| CliError::at(path, e))
     }
-}
-
-/// Parses a size with an optional K/M/G/T suffix (powers of 1024; `KiB`/`KB`/`k` all accepted).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    if digits == 0 {
-        return Err(format!("'{s}' is not a size (e.g. 4096, 64K, 1M, 2G)"));
-    }
-    let n: u64 = t[..digits].parse().map_err(|_| format!("'{s}' is too large"))?;
-    let suffix = t[digits..].trim().to_ascii_lowercase();
-    let shift = match suffix.as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => return Err(format!("'{s}': unknown size suffix (use K, M, G or T)")),
-    };
-    n.checked_mul(1u64 << shift).ok_or_else(|| format!("'{s}' is too large"))
-}
-
-fn parse_size_arg(s: &str) -> Result<u64, String> {
-    parse_size(s)
 }
 
 /// Parses octal permission bits (`644`, `0755`, `1777`).
@@ -1158,22 +1135,6 @@ mod tests {
         assert!(matches!(c.cmd, Cmd::Jobs { watch: true }));
         let c = Cli::try_parse_from(["tessera", "orchestrator", "status"]).unwrap();
         assert!(matches!(c.cmd, Cmd::Orchestrator(OrchCmd::Status { watch: false })));
-    }
-
-    #[test]
-    fn sizes_parse_with_suffixes() {
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("64K").unwrap(), 64 << 10);
-        assert_eq!(parse_size("64k").unwrap(), 64 << 10);
-        assert_eq!(parse_size("1M").unwrap(), 1 << 20);
-        assert_eq!(parse_size("1MiB").unwrap(), 1 << 20);
-        assert_eq!(parse_size("2G").unwrap(), 2 << 30);
-        assert_eq!(parse_size("1t").unwrap(), 1 << 40);
-        assert!(parse_size("").is_err());
-        assert!(parse_size("M").is_err());
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("99999999999999999999").is_err());
-        assert!(parse_size("20000000T").is_err());
     }
 
     #[test]

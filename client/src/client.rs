@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
-use tessera_proto::layout::{Layout, LayoutSpec};
+use tessera_proto::layout::{text, Layout, LayoutSpec};
 use tessera_proto::msg::{DirEntry, DsStatus, OpenFlags, RenameFlags, SetAttrs, StatFs};
 use tessera_proto::rpc::{client_endpoint, resolve, RpcPeer};
 use tessera_proto::tls::NodeIdentity;
@@ -22,8 +22,6 @@ const READDIR_PAGE: u32 = 1024;
 const REMOVE_PARALLEL: usize = 16;
 /// Read size used by `read_file`.
 const READ_FILE_CHUNK: u64 = 64 << 20;
-/// Name of the extended attribute holding a directory's default layout.
-pub const LAYOUT_XATTR: &str = "tessera.layout";
 
 struct Shared {
     cfg: ClusterConfig,
@@ -97,16 +95,6 @@ pub fn join_path(dir: &str, name: &str) -> String {
     } else {
         format!("{dir}/{name}")
     }
-}
-
-/// Reads a layout spec out of a `tessera.layout` value, whatever its spelling (`stripe_size=1048576
-/// stripe_count=4`, JSON, ...): the number after each key.
-pub fn parse_layout_text(text: &str) -> Option<LayoutSpec> {
-    let tokens: Vec<&str> =
-        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|t| !t.is_empty()).collect();
-    let after = |key: &str| -> Option<u64> { tokens.windows(2).find(|w| w[0] == key).and_then(|w| w[1].parse().ok()) };
-    let spec = LayoutSpec { stripe_size: after("stripe_size"), stripe_count: after("stripe_count").map(|c| c as u32) };
-    (spec.stripe_size.is_some() || spec.stripe_count.is_some()).then_some(spec)
 }
 
 impl Client {
@@ -464,8 +452,8 @@ impl Client {
             Ok(LayoutReply::File(_)) => Err(FsError::protocol("MDS returned a file layout for a directory")),
             Err(e) if matches!(e.code, ErrorCode::NoData | ErrorCode::NotFound) => Ok(None),
             Err(e) if matches!(e.code, ErrorCode::Invalid | ErrorCode::IsDir | ErrorCode::Unsupported) => {
-                match self.mds.getxattr(attr.ino, LAYOUT_XATTR).await {
-                    Ok(v) => Ok(parse_layout_text(&String::from_utf8_lossy(&v)).and_then(none_if_empty)),
+                match self.mds.getxattr(attr.ino, text::XATTR_NAME).await {
+                    Ok(v) => Ok(text::parse_spec_lenient(&String::from_utf8_lossy(&v)).and_then(none_if_empty)),
                     Err(x) if matches!(x.code, ErrorCode::NoData | ErrorCode::NotFound) => Ok(None),
                     Err(_) => Err(e),
                 }
@@ -530,14 +518,5 @@ mod tests {
         assert!(split_parent("/a/..").is_err());
         assert_eq!(join_path("/", "x"), "/x");
         assert_eq!(join_path("/a", "x"), "/a/x");
-    }
-
-    #[test]
-    fn layout_xattr_text_parses() {
-        let s = parse_layout_text("stripe_size=1048576 stripe_count=4").unwrap();
-        assert_eq!(s, LayoutSpec { stripe_size: Some(1 << 20), stripe_count: Some(4) });
-        let s = parse_layout_text("{\"stripe_size\":65536,\"stripe_count\":null}").unwrap();
-        assert_eq!(s, LayoutSpec { stripe_size: Some(65536), stripe_count: None });
-        assert!(parse_layout_text("nothing here").is_none());
     }
 }

@@ -2,6 +2,10 @@
 //!
 //! A file of layout (stripe size S, count C, targets t_0..t_{C-1}) keeps byte `x` in stripe
 //! `k = (x / S) % C`, i.e. in object `t_k.object` at object offset `(x / (S*C)) * S + x % S`.
+//!
+//! - [`text`]: the `tessera.layout` attribute's text, formatted and parsed.
+
+pub mod text;
 
 use crate::error::{FsError, FsResult};
 use crate::types::{DsId, ObjectId};

@@ -12,6 +12,7 @@
 //! - [`process`]: allocator settings, logging and async-runtime start-up shared by the binaries.
 //! - [`bufpool`]: recycled page-aligned buffers for payloads and write-behind.
 //! - [`fileio`]: positional reads into a buffer's spare capacity (data servers, benchmarks).
+//! - [`units`]: sizes with K/M/G/T suffixes, parsed and formatted the same everywhere.
 
 pub mod bufpool;
 pub mod config;
@@ -24,6 +25,7 @@ pub mod process;
 pub mod rpc;
 pub mod tls;
 pub mod types;
+pub mod units;
 pub mod wire;
 
 pub use error::{FsError, FsResult};

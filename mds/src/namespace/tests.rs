@@ -4,6 +4,7 @@ use super::*;
 use crate::destroy;
 use crate::dsclient::MemDataServers;
 use std::path::Path;
+use tessera_proto::layout::Layout;
 
 const NDS: u32 = 4;
 
@@ -624,6 +625,12 @@ async fn xattrs_and_layout_attribute() {
     assert_eq!(
         code(ns.handle(&r, set(d.ino, "tessera.layout", b"color=red", XattrMode::Any)).await),
         ErrorCode::Invalid
+    );
+    // Sizes take the suffixes of the command line (`setstripe -S 1MiB`).
+    ns.handle(&r, set(d.ino, "tessera.layout", b"stripe_size=1MiB stripe_count=2", XattrMode::Any)).await.unwrap();
+    assert_eq!(
+        ns.handle(&r, get(d.ino, "tessera.layout")).await.unwrap(),
+        MdsReply::Xattr(b"stripe_size=1048576 stripe_count=2".to_vec())
     );
 }
 

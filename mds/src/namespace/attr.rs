@@ -1,0 +1,107 @@
+//! Attributes: setattr (chown, chmod, truncate, times) and statfs.
+
+use super::{err, Namespace};
+use crate::perm::{self, W};
+use crate::store::Inode;
+use tessera_proto::error::ErrorCode;
+use tessera_proto::layout::Layout;
+use tessera_proto::msg::{MdsReply, SetAttrs, StatFs, TimeSet};
+use tessera_proto::{Caller, FileKind, FsError, FsResult, Ino, Timestamp, NAME_MAX};
+
+const STATFS_BLOCK: u64 = 4096;
+/// Reported free inodes: there is no fixed inode table.
+const FILES_FREE: u64 = 1 << 40;
+
+impl Namespace {
+    /// Applies `set` to `i` with every permission rule (used once to validate, once for real).
+    fn apply_setattr(&self, c: &Caller, i: &mut Inode, set: &SetAttrs, now: Timestamp) -> FsResult<()> {
+        let orig = i.attr.clone();
+        if set.uid.is_some() || set.gid.is_some() {
+            perm::check_chown(c, &orig, set.uid, set.gid)?;
+            if let Some(uid) = set.uid {
+                i.attr.uid = uid;
+            }
+            if let Some(gid) = set.gid {
+                i.attr.gid = gid;
+            }
+            i.attr.perm = perm::mode_after_chown(i.attr.kind, i.attr.perm);
+        }
+        if let Some(p) = set.perm {
+            let mut check_attr = orig.clone();
+            check_attr.gid = i.attr.gid;
+            i.attr.perm = perm::chmod_mode(c, &check_attr, p)?;
+        }
+        if let Some(size) = set.size {
+            match i.attr.kind {
+                FileKind::File => {}
+                FileKind::Dir => return Err(err(ErrorCode::IsDir, "cannot truncate a directory")),
+                _ => return Err(FsError::invalid("truncate of a special file")),
+            }
+            // ftruncate on an open descriptor is allowed without write permission on the inode now.
+            if !perm::allowed(c, &orig, W) && !self.is_open(orig.ino) {
+                perm::check(c, &orig, W)?;
+            }
+            i.attr.size = size;
+            if set.mtime.is_none() {
+                i.attr.mtime = now;
+            }
+        }
+        for (t, slot) in [(set.atime, &mut i.attr.atime), (set.mtime, &mut i.attr.mtime)] {
+            match t {
+                Some(TimeSet::At(ts)) => {
+                    perm::check_times(c, &orig, true)?;
+                    *slot = ts;
+                }
+                Some(TimeSet::Now) => {
+                    perm::check_times(c, &orig, false)?;
+                    *slot = now;
+                }
+                None => {}
+            }
+        }
+        i.attr.ctime = now;
+        Ok(())
+    }
+
+    /// Truncates (or extends) every object of `l` to match a file of `size` bytes, in parallel.
+    pub(super) async fn truncate_objects(&self, l: &Layout, size: u64) -> FsResult<()> {
+        let calls =
+            l.targets.iter().enumerate().map(|(k, t)| self.data.truncate(t.ds, t.object, l.object_size(k, size)));
+        for r in futures::future::join_all(calls).await {
+            r?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn setattr(&self, c: &Caller, ino: Ino, set: SetAttrs) -> FsResult<MdsReply> {
+        let cur = self.store.begin().inode(ino)?;
+        // Validate before touching the data servers.
+        self.apply_setattr(c, &mut cur.clone(), &set, Timestamp::now())?;
+        if let (Some(size), Some(l)) = (set.size, &cur.layout) {
+            self.truncate_objects(l, size).await?;
+        }
+        let r = {
+            let _g = self.lock();
+            let mut tx = self.store.begin();
+            let mut i = tx.inode(ino)?;
+            self.apply_setattr(c, &mut i, &set, Timestamp::now())?;
+            tx.put_inode(&i)?;
+            self.commit(tx).map(|_| MdsReply::Attr(i.attr))
+        };
+        self.durable(r).await
+    }
+
+    pub(super) fn statfs(&self) -> MdsReply {
+        let (capacity, free) = self.stats.totals();
+        let files = self.store.inode_count();
+        MdsReply::StatFs(StatFs {
+            block_size: STATFS_BLOCK as u32,
+            blocks: capacity / STATFS_BLOCK,
+            blocks_free: free / STATFS_BLOCK,
+            blocks_avail: free / STATFS_BLOCK,
+            files,
+            files_free: FILES_FREE.saturating_sub(files),
+            name_max: NAME_MAX as u32,
+        })
+    }
+}

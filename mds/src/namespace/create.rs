@@ -1,0 +1,117 @@
+//! Creating entries: files (and special files), directories, symlinks, hard links.
+
+use super::{entry, err, validate_name, Namespace};
+use crate::perm::{self, W, X};
+use crate::store::Inode;
+use tessera_proto::error::ErrorCode;
+use tessera_proto::layout::LayoutSpec;
+use tessera_proto::msg::MdsReply;
+use tessera_proto::{Attr, Caller, FileKind, FsError, FsResult, Ino, Timestamp, PATH_MAX};
+
+impl Namespace {
+    /// Creates `name` (or, if `exclusive` is false, finds the regular file of that name). With `open`,
+    /// a NEW file is also opened, registered under the same lock so no unlink can slip in between:
+    /// its handle is returned with the parent's new attributes; for an existing file it is `None` and
+    /// the caller opens it normally.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn create_sync(
+        &self,
+        c: &Caller,
+        parent: Ino,
+        name: &str,
+        kind: FileKind,
+        perm: u32,
+        rdev: u32,
+        exclusive: bool,
+        spec: Option<LayoutSpec>,
+        open: bool,
+    ) -> FsResult<(Inode, Option<(u64, Attr)>)> {
+        validate_name(name)?;
+        if matches!(kind, FileKind::Dir | FileKind::Symlink) {
+            return Err(FsError::invalid("create makes files, FIFOs, sockets and devices (use mkdir/symlink)"));
+        }
+        if let Some(s) = &spec {
+            s.validate()?;
+        }
+        let _g = self.lock();
+        let mut tx = self.store.begin();
+        let p = tx.dir(parent)?;
+        perm::check(c, &p.attr, X)?;
+        if let Some(d) = tx.dentry(parent, name)? {
+            if !exclusive && kind == FileKind::File && d.kind == FileKind::File {
+                return Ok((tx.inode(d.ino)?, None));
+            }
+            return Err(FsError::exists(name.to_string()));
+        }
+        perm::check(c, &p.attr, W)?;
+        let rdev = if matches!(kind, FileKind::CharDev | FileKind::BlockDev) { rdev } else { 0 };
+        let mut i = self.new_inode(c, &p, kind, perm, rdev)?;
+        if kind == FileKind::File {
+            let base = tx.dir_layout(parent)?.unwrap_or_default();
+            i.layout = Some(self.new_layout(spec.unwrap_or_default(), base)?);
+        }
+        tx.add_inode(&i)?;
+        let parent_attr = self.add_entry(&mut tx, parent, name, i.attr.ino, kind)?;
+        self.commit(tx)?;
+        let handle = open.then(|| (self.register_open(i.attr.ino), parent_attr));
+        Ok((i, handle))
+    }
+
+    pub(super) fn mkdir_sync(&self, c: &Caller, parent: Ino, name: &str, perm: u32) -> FsResult<MdsReply> {
+        let _g = self.lock();
+        let mut tx = self.store.begin();
+        let p = self.parent_for_new(&tx, c, parent, name)?;
+        let i = self.new_inode(c, &p, FileKind::Dir, perm, 0)?;
+        tx.add_inode(&i)?;
+        // Subdirectories inherit the default layout (as Lustre does).
+        if let Some(spec) = tx.dir_layout(parent)? {
+            tx.set_dir_layout(i.attr.ino, Some(spec))?;
+        }
+        self.add_entry(&mut tx, parent, name, i.attr.ino, FileKind::Dir)?;
+        self.commit(tx)?;
+        Ok(entry(i))
+    }
+
+    pub(super) fn symlink_sync(&self, c: &Caller, parent: Ino, name: &str, target: &str) -> FsResult<MdsReply> {
+        if target.is_empty() {
+            return Err(FsError::not_found("empty symlink target"));
+        }
+        if target.len() > PATH_MAX {
+            return Err(err(ErrorCode::NameTooLong, format!("symlink target of {} bytes", target.len())));
+        }
+        if target.contains('\0') {
+            return Err(FsError::invalid("symlink target contains NUL"));
+        }
+        let _g = self.lock();
+        let mut tx = self.store.begin();
+        let p = self.parent_for_new(&tx, c, parent, name)?;
+        let mut i = self.new_inode(c, &p, FileKind::Symlink, 0o777, 0)?;
+        i.attr.size = target.len() as u64;
+        i.target = Some(target.to_string());
+        tx.add_inode(&i)?;
+        self.add_entry(&mut tx, parent, name, i.attr.ino, FileKind::Symlink)?;
+        self.commit(tx)?;
+        Ok(entry(i))
+    }
+
+    pub(super) fn link_sync(&self, c: &Caller, ino: Ino, new_parent: Ino, new_name: &str) -> FsResult<MdsReply> {
+        let _g = self.lock();
+        let mut tx = self.store.begin();
+        let i = tx.inode(ino)?;
+        if i.attr.kind == FileKind::Dir {
+            return Err(FsError::perm("hard links to directories are not allowed"));
+        }
+        if i.attr.nlink == 0 {
+            return Err(FsError::not_found(format!("inode {ino} was unlinked")));
+        }
+        self.parent_for_new(&tx, c, new_parent, new_name)?;
+        let now = Timestamp::now();
+        let i = tx.update_inode(ino, |i| {
+            i.attr.nlink = i.attr.nlink.saturating_add(1);
+            i.attr.ctime = now;
+        })?;
+        self.add_entry(&mut tx, new_parent, new_name, ino, i.attr.kind)?;
+        self.commit(tx)?;
+        Ok(entry(i))
+    }
+}

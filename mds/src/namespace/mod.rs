@@ -1,0 +1,292 @@
+//! Every metadata operation with POSIX/Linux semantics: lookups, creation, removal, rename, readdir,
+//! attributes, open/close bookkeeping, xattrs, layouts and statfs.
+//!
+//! Mutations run under one short mutex (never held across I/O or the flush): they read through a
+//! [`Txn`] overlay, commit as one sled transaction plus its journal record, release the lock, and
+//! (in `fsync` commit mode only) wait for durability, concurrent flushes sharing one fsync. The
+//! mutex also keeps the journal in the order the changes were applied. Reads take no lock.
+//!
+//! This module holds the [`Namespace`], its construction, the shared helpers (lock, commit, durable)
+//! and the dispatch of requests; each family of operations is an `impl Namespace` block of its own:
+//!
+//! - `lookup`: lookups and path resolution.
+//! - `create`: creating files, special files, directories, symlinks and hard links.
+//! - `remove`: unlink and rmdir.
+//! - `rename`: rename with its flags.
+//! - `attr`: setattr (chown, chmod, truncate, times) and statfs.
+//! - `open`: open, close and write reports.
+//! - `dir`: readdir.
+//! - `xattr`: extended attributes and layouts.
+//! - `lease`: directory leases and their batches of creates.
+//! - `entries`: entry helpers the mutations share.
+
+mod attr;
+mod create;
+mod dir;
+mod entries;
+mod lease;
+mod lookup;
+mod open;
+mod remove;
+mod rename;
+mod xattr;
+
+#[cfg(test)]
+mod tests;
+
+use crate::dsclient::DataServers;
+use crate::lease::Leases;
+use crate::perm;
+use crate::placement::{self, Placement};
+use crate::stats::StatsView;
+use crate::store::{Inode, Store, Txn};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tessera_proto::config::Defaults;
+use tessera_proto::error::ErrorCode;
+use tessera_proto::layout::LayoutSpec;
+use tessera_proto::msg::*;
+use tessera_proto::*;
+use tokio::sync::Notify;
+use tracing::info;
+
+fn err(code: ErrorCode, detail: impl Into<String>) -> FsError {
+    FsError::new(code, detail)
+}
+
+/// A component name: not empty, `.`, `..`, no `/` or NUL, at most 255 bytes.
+pub fn validate_name(name: &str) -> FsResult<()> {
+    if name.len() > NAME_MAX {
+        return Err(err(ErrorCode::NameTooLong, format!("name of {} bytes (max {NAME_MAX})", name.len())));
+    }
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        return Err(FsError::invalid(format!("invalid name '{}'", name.escape_debug())));
+    }
+    Ok(())
+}
+
+fn entry(i: Inode) -> MdsReply {
+    MdsReply::Entry { attr: i.attr, layout: i.layout }
+}
+
+pub struct Namespace {
+    store: Arc<Store>,
+    /// Serialises mutations (reads never take it).
+    mutate: Mutex<()>,
+    /// Open handles per inode (in memory: they do not survive a restart).
+    opens: Mutex<HashMap<Ino, HashSet<u64>>>,
+    next_handle: AtomicU64,
+    placement: Box<dyn Placement>,
+    stats: Arc<StatsView>,
+    defaults: LayoutSpec,
+    data: Arc<dyn DataServers>,
+    destroy_wake: Arc<Notify>,
+    destroy_pending: AtomicBool,
+    leases: Leases,
+    /// The first inode number of this run: lower ones were handed out before (sled's ids only grow,
+    /// across restarts too), so a batch may use one a lease reserved before an MDS restart.
+    boot_ino: Ino,
+}
+
+impl Namespace {
+    /// Creates the root on first start and destroys orphans a previous run left.
+    pub fn new(
+        store: Arc<Store>,
+        defaults: &Defaults,
+        stats: Arc<StatsView>,
+        data: Arc<dyn DataServers>,
+    ) -> FsResult<Namespace> {
+        let placement = placement::by_name(&defaults.placement)?;
+        let spec = LayoutSpec { stripe_size: Some(defaults.stripe_size), stripe_count: Some(defaults.stripe_count) };
+        spec.validate()?;
+        let boot_ino = store.new_ino()?;
+        let leases = Leases::with_grace(lease::lease_grace(&store)?);
+        let ns = Namespace {
+            store,
+            mutate: Mutex::new(()),
+            opens: Mutex::new(HashMap::new()),
+            next_handle: AtomicU64::new(1),
+            placement,
+            stats,
+            defaults: spec,
+            data,
+            destroy_wake: Arc::new(Notify::new()),
+            destroy_pending: AtomicBool::new(false),
+            leases,
+            boot_ino,
+        };
+        ns.init()?;
+        Ok(ns)
+    }
+
+    fn init(&self) -> FsResult<()> {
+        let mut tx = self.store.begin();
+        if tx.get_inode(ROOT_INO)?.is_none() {
+            let c = Caller::current_process();
+            let attr = Attr::new(ROOT_INO, FileKind::Dir, 0o755, c.uid, c.gid, Timestamp::now());
+            tx.add_inode(&Inode { attr, layout: None, target: None, parent: ROOT_INO })?;
+            info!(uid = c.uid, gid = c.gid, "created the root directory");
+        }
+        let mut orphans = 0;
+        for ino in self.store.orphans()? {
+            match tx.get_inode(ino)? {
+                Some(i) if i.attr.nlink == 0 => {
+                    tx.remove_inode(&i)?;
+                    orphans += 1;
+                }
+                _ => tx.set_orphan(ino, false),
+            }
+        }
+        if orphans > 0 {
+            info!(orphans, "destroyed files unlinked while open before the restart");
+        }
+        tx.commit()?;
+        self.store.flush_sync()
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub fn stats(&self) -> &Arc<StatsView> {
+        &self.stats
+    }
+
+    /// Notified whenever destroy-log entries were made durable.
+    pub fn destroy_wake(&self) -> Arc<Notify> {
+        self.destroy_wake.clone()
+    }
+
+    pub fn leases(&self) -> &Leases {
+        &self.leases
+    }
+
+    pub fn data_servers(&self) -> Arc<dyn DataServers> {
+        self.data.clone()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        self.mutate.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn opens(&self) -> MutexGuard<'_, HashMap<Ino, HashSet<u64>>> {
+        self.opens.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn is_open(&self, ino: Ino) -> bool {
+        self.opens().get(&ino).is_some_and(|h| !h.is_empty())
+    }
+
+    fn commit(&self, tx: Txn<'_>) -> FsResult<()> {
+        let destroys = tx.has_destroys();
+        tx.commit()?;
+        if destroys {
+            self.destroy_pending.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// Waits until a mutation's result is durable (journaled already, or fsync'ed in `fsync` commit
+    /// mode), then wakes the destroyer if it has work.
+    async fn durable<V>(&self, r: FsResult<V>) -> FsResult<V> {
+        let v = r?;
+        if self.store.sync_commits() {
+            self.store.flush().await?;
+        }
+        if self.destroy_pending.swap(false, Ordering::SeqCst) {
+            self.destroy_wake.notify_one();
+        }
+        Ok(v)
+    }
+
+    /// Serves one request (everything except the data-server report, which needs the peer's role).
+    pub async fn handle(&self, c: &Caller, req: MdsRequest) -> FsResult<MdsReply> {
+        use MdsRequest as Q;
+        match req {
+            Q::Ping => Ok(MdsReply::Pong { version: PROTOCOL_VERSION }),
+            Q::Lookup { parent, name } => self.lookup(c, parent, &name),
+            Q::LookupPath { path, follow } => self.resolve(c, &path, follow).map(entry),
+            Q::GetAttr { ino } => Ok(MdsReply::Attr(self.store.begin().inode(ino)?.attr)),
+            Q::SetAttr { ino, set } => self.setattr(c, ino, set).await,
+            Q::Create { parent, name, kind, perm, rdev, exclusive, layout } => {
+                let r = self.create_sync(c, parent, &name, kind, perm, rdev, exclusive, layout, false);
+                self.durable(r.map(|(i, _)| entry(i))).await
+            }
+            Q::CreateOpen { parent, name, perm, exclusive, layout, flags } => {
+                let r = self.create_sync(c, parent, &name, FileKind::File, perm, 0, exclusive, layout, true);
+                match self.durable(r).await? {
+                    (i, Some((handle, parent))) => {
+                        Ok(MdsReply::Opened { attr: i.attr, layout: i.layout, handle, parent: Some(parent) })
+                    }
+                    // It existed: an ordinary open, with its permission checks and O_TRUNC.
+                    (i, None) => self.open(c, i.attr.ino, flags).await,
+                }
+            }
+            Q::Sync => self.store.flush().await.map(|_| MdsReply::Ok),
+            Q::Mkdir { parent, name, perm } => self.durable(self.mkdir_sync(c, parent, &name, perm)).await,
+            Q::Symlink { parent, name, target } => self.durable(self.symlink_sync(c, parent, &name, &target)).await,
+            Q::Readlink { ino } => {
+                let i = self.store.begin().inode(ino)?;
+                match i.target {
+                    Some(t) if i.attr.kind == FileKind::Symlink => Ok(MdsReply::Target(t)),
+                    _ => Err(FsError::invalid(format!("inode {ino} is not a symlink"))),
+                }
+            }
+            Q::Link { ino, new_parent, new_name } => self.durable(self.link_sync(c, ino, new_parent, &new_name)).await,
+            Q::Unlink { parent, name } => self.durable(self.unlink_sync(c, parent, &name)).await,
+            Q::Rmdir { parent, name } => self.durable(self.rmdir_sync(c, parent, &name)).await,
+            Q::Rename { parent, name, new_parent, new_name, flags } => {
+                self.durable(self.rename_sync(c, parent, &name, new_parent, &new_name, flags)).await
+            }
+            Q::ReadDir { ino, offset, max } => self.readdir(c, ino, offset, max),
+            Q::Open { ino, flags } => self.open(c, ino, flags).await,
+            Q::Close { ino, handle, size, wrote } => {
+                // A close that changed nothing (no write, no orphan removed) has nothing to make durable.
+                match self.close_sync(ino, handle, size, wrote) {
+                    Ok((reply, true)) => self.durable(Ok(reply)).await,
+                    other => other.map(|(reply, _)| reply),
+                }
+            }
+            Q::ReportWrite { ino, size } => self.durable(self.report_write_sync(c, ino, size)).await,
+            Q::StatFs => Ok(self.statfs()),
+            Q::Access { ino, mask } => {
+                let i = self.store.begin().inode(ino)?;
+                if mask & 7 != 0 {
+                    perm::check(c, &i.attr, mask & 7)?;
+                }
+                Ok(MdsReply::Ok)
+            }
+            Q::GetXattr { ino, name } => self.get_xattr(c, ino, &name),
+            Q::SetXattr { ino, name, value, mode } => {
+                self.durable(self.set_xattr_sync(c, ino, &name, &value, mode)).await
+            }
+            Q::ListXattr { ino } => self.list_xattr(c, ino),
+            Q::RemoveXattr { ino, name } => self.durable(self.remove_xattr_sync(c, ino, &name)).await,
+            Q::GetLayout { ino } => self.get_layout(ino),
+            Q::SetLayout { ino, spec } => self.durable(self.set_layout_sync(c, ino, spec)).await,
+            Q::ClusterStatus => Ok(MdsReply::Cluster(self.stats.cluster_status())),
+            Q::LocalityReport(_) | Q::SetOrchestratorMode { .. } | Q::OrchestratorStatus => {
+                Err(FsError::new(tessera_proto::error::ErrorCode::Unsupported, "orchestrator not available"))
+            }
+            Q::DsReport(r) => {
+                self.stats.record(r);
+                Ok(MdsReply::Ok)
+            }
+            Q::LeaseDir { .. } | Q::CreateBatch { .. } => {
+                Err(FsError::new(ErrorCode::Unsupported, "lease requests need the caller's connection"))
+            }
+        }
+    }
+
+    /// The requests that belong to a connection: directory leases and their batches of creates.
+    pub async fn handle_lease(&self, c: &Caller, conn: u64, req: MdsRequest) -> FsResult<MdsReply> {
+        match req {
+            MdsRequest::LeaseDir { dir } => self.lease_dir(c, conn, dir).map(MdsReply::Lease),
+            MdsRequest::CreateBatch { dir, token, entries, keep } => {
+                self.create_batch(conn, dir, token, entries, keep).await
+            }
+            other => self.handle(c, other).await,
+        }
+    }
+}

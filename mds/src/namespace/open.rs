@@ -1,0 +1,144 @@
+//! Open handles: open (with O_TRUNC), close, write reports.
+
+use super::{err, Namespace};
+use crate::perm::{self, R, W};
+use crate::store::Inode;
+use std::sync::atomic::Ordering;
+use tessera_proto::error::ErrorCode;
+use tessera_proto::msg::{MdsReply, OpenFlags};
+use tessera_proto::{Caller, FileKind, FsError, FsResult, Ino, Timestamp};
+
+impl Namespace {
+    /// A new open handle of `ino`. Call under the mutation lock, so an unlink sees it and keeps the
+    /// file as an orphan.
+    pub(super) fn register_open(&self, ino: Ino) -> u64 {
+        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.opens().entry(ino).or_default().insert(handle);
+        handle
+    }
+
+    fn check_open(c: &Caller, i: &Inode, flags: OpenFlags) -> FsResult<()> {
+        let writes = flags.write || flags.truncate;
+        match i.attr.kind {
+            FileKind::Dir if writes => return Err(err(ErrorCode::IsDir, "cannot open a directory for writing")),
+            FileKind::Symlink => return Err(err(ErrorCode::Loop, "cannot open a symlink")),
+            _ => {}
+        }
+        let mut mask = 0;
+        if flags.read {
+            mask |= R;
+        }
+        if writes {
+            mask |= W;
+        }
+        if mask != 0 {
+            perm::check(c, &i.attr, mask)?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn open(&self, c: &Caller, ino: Ino, flags: OpenFlags) -> FsResult<MdsReply> {
+        let cur = self.store.begin().inode(ino)?;
+        Self::check_open(c, &cur, flags)?;
+        let truncate = flags.truncate && cur.attr.kind == FileKind::File;
+        if truncate && cur.attr.size > 0 {
+            if let Some(l) = &cur.layout {
+                self.truncate_objects(l, 0).await?;
+            }
+        }
+        let r = {
+            let _g = self.lock();
+            let mut tx = self.store.begin();
+            let mut i = tx.inode(ino)?;
+            Self::check_open(c, &i, flags)?;
+            if truncate {
+                let now = Timestamp::now();
+                i.attr.size = 0;
+                i.attr.mtime = now;
+                i.attr.ctime = now;
+                tx.put_inode(&i)?;
+                self.commit(tx)?;
+            }
+            let handle = self.register_open(ino);
+            Ok(MdsReply::Opened { attr: i.attr, layout: i.layout, handle, parent: None })
+        };
+        if truncate {
+            self.durable(r).await
+        } else {
+            r
+        }
+    }
+
+    /// Drops a handle and merges the size; also says whether anything was written to the store.
+    pub(super) fn close_sync(
+        &self,
+        ino: Ino,
+        handle: u64,
+        size: Option<u64>,
+        wrote: bool,
+    ) -> FsResult<(MdsReply, bool)> {
+        let _g = self.lock();
+        let had = {
+            let mut opens = self.opens();
+            let had = opens.get_mut(&ino).is_some_and(|h| h.remove(&handle));
+            if opens.get(&ino).is_some_and(|h| h.is_empty()) {
+                opens.remove(&ino);
+            }
+            had
+        };
+        let mut tx = self.store.begin();
+        let Some(mut i) = tx.get_inode(ino)? else {
+            return if had {
+                Ok((MdsReply::Ok, false))
+            } else {
+                Err(err(ErrorCode::Stale, format!("inode {ino} is gone")))
+            };
+        };
+        let mut changed = false;
+        if i.attr.kind == FileKind::File {
+            if let Some(s) = size {
+                if s > i.attr.size {
+                    i.attr.size = s;
+                    changed = true;
+                }
+            }
+            if wrote {
+                let now = Timestamp::now();
+                i.attr.mtime = now;
+                i.attr.ctime = now;
+                changed = true;
+            }
+        }
+        if i.attr.nlink == 0 && !self.is_open(ino) {
+            tx.remove_inode(&i)?;
+            changed = true;
+        } else if changed {
+            tx.put_inode(&i)?;
+        }
+        if changed {
+            self.commit(tx)?;
+        }
+        Ok((MdsReply::Ok, changed))
+    }
+
+    pub(super) fn report_write_sync(&self, c: &Caller, ino: Ino, size: u64) -> FsResult<MdsReply> {
+        let _g = self.lock();
+        let mut tx = self.store.begin();
+        let mut i = tx.inode(ino)?;
+        match i.attr.kind {
+            FileKind::File => {}
+            FileKind::Dir => return Err(err(ErrorCode::IsDir, "write to a directory")),
+            _ => return Err(FsError::invalid("write report for a special file")),
+        }
+        if !perm::allowed(c, &i.attr, W) && !self.is_open(ino) {
+            perm::check(c, &i.attr, W)?;
+        }
+        let now = Timestamp::now();
+        i.attr.size = i.attr.size.max(size);
+        i.attr.mtime = now;
+        i.attr.ctime = now;
+        tx.put_inode(&i)?;
+        self.commit(tx)?;
+        Ok(MdsReply::Ok)
+    }
+}

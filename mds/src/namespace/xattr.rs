@@ -1,0 +1,203 @@
+//! Extended attributes, and layouts (the `tessera.layout` attribute and the layout requests).
+
+use super::{err, Namespace};
+use crate::perm::{self, R, W};
+use crate::store::{xattr_key, xattr_prefix, Inode, Txn, T};
+use tessera_proto::error::ErrorCode;
+use tessera_proto::layout::{text, LayoutSpec};
+use tessera_proto::msg::{MdsReply, XattrMode};
+use tessera_proto::{Caller, FileKind, FsError, FsResult, Ino, Timestamp, NAME_MAX, XATTR_SIZE_MAX};
+
+enum XattrNs {
+    User,
+    Trusted,
+    Security,
+    Layout,
+}
+
+fn xattr_ns(name: &str) -> FsResult<XattrNs> {
+    if name.is_empty() || name.len() > NAME_MAX {
+        return Err(err(ErrorCode::Range, format!("xattr name of {} bytes", name.len())));
+    }
+    if name.contains('\0') {
+        return Err(FsError::invalid("xattr name contains NUL"));
+    }
+    if name == text::XATTR_NAME {
+        Ok(XattrNs::Layout)
+    } else if name.starts_with("user.") {
+        Ok(XattrNs::User)
+    } else if name.starts_with("trusted.") {
+        Ok(XattrNs::Trusted)
+    } else if name.starts_with("security.") {
+        Ok(XattrNs::Security)
+    } else {
+        Err(err(ErrorCode::Unsupported, format!("xattr namespace of '{name}' not supported")))
+    }
+}
+
+impl Namespace {
+    pub(super) fn get_layout(&self, ino: Ino) -> FsResult<MdsReply> {
+        let rd = self.store.begin();
+        let i = rd.inode(ino)?;
+        match (i.attr.kind, i.layout) {
+            (FileKind::File, Some(l)) => Ok(MdsReply::Layout(l)),
+            (FileKind::Dir, _) => match rd.dir_layout(ino)? {
+                Some(s) => Ok(MdsReply::DirLayout(s)),
+                None => Err(err(ErrorCode::NoData, format!("directory {ino} has no default layout"))),
+            },
+            _ => Err(err(ErrorCode::NoData, format!("inode {ino} has no layout"))),
+        }
+    }
+
+    /// Sets a directory default, or re-lays out an empty file with fresh objects (EBUSY if it has data).
+    fn apply_layout(&self, tx: &mut Txn<'_>, c: &Caller, i: &mut Inode, spec: Option<LayoutSpec>) -> FsResult<()> {
+        perm::check(c, &i.attr, W)?;
+        match i.attr.kind {
+            FileKind::Dir => tx.set_dir_layout(i.attr.ino, spec)?,
+            FileKind::File => {
+                if i.attr.size > 0 {
+                    return Err(err(ErrorCode::Busy, format!("inode {} already has data", i.attr.ino)));
+                }
+                let new = self.new_layout(spec.unwrap_or_default(), LayoutSpec::default())?;
+                if let Some(old) = i.layout.replace(new) {
+                    tx.queue_destroy(&old)?;
+                }
+            }
+            _ => return Err(FsError::invalid(format!("inode {} cannot have a layout", i.attr.ino))),
+        }
+        i.attr.ctime = Timestamp::now();
+        tx.put_inode(i)
+    }
+
+    pub(super) fn set_layout_sync(&self, c: &Caller, ino: Ino, spec: LayoutSpec) -> FsResult<MdsReply> {
+        spec.validate()?;
+        let _g = self.lock();
+        let mut tx = self.store.begin();
+        let mut i = tx.inode(ino)?;
+        self.apply_layout(&mut tx, c, &mut i, Some(spec))?;
+        self.commit(tx)?;
+        Ok(MdsReply::Ok)
+    }
+
+    pub(super) fn get_xattr(&self, c: &Caller, ino: Ino, name: &str) -> FsResult<MdsReply> {
+        let ns = xattr_ns(name)?;
+        let rd = self.store.begin();
+        let i = rd.inode(ino)?;
+        let nodata = || err(ErrorCode::NoData, format!("no attribute {name}"));
+        match ns {
+            XattrNs::Layout => {
+                return match (i.attr.kind, &i.layout) {
+                    (FileKind::File, Some(l)) => Ok(MdsReply::Xattr(text::format_layout(l).into_bytes())),
+                    (FileKind::Dir, _) => match rd.dir_layout(ino)? {
+                        Some(s) => Ok(MdsReply::Xattr(text::format_spec(&s).into_bytes())),
+                        None => Err(nodata()),
+                    },
+                    _ => Err(nodata()),
+                };
+            }
+            XattrNs::Trusted if c.uid != 0 => return Err(FsError::perm("trusted.* attributes need root")),
+            XattrNs::User => {
+                if !matches!(i.attr.kind, FileKind::File | FileKind::Dir) {
+                    return Err(nodata());
+                }
+                perm::check(c, &i.attr, R)?;
+            }
+            _ => {}
+        }
+        rd.get(T::Xattrs, &xattr_key(ino, name))?.map(MdsReply::Xattr).ok_or_else(nodata)
+    }
+
+    /// Permission to change attribute `name` of `i`.
+    fn check_xattr_write(c: &Caller, i: &Inode, ns: &XattrNs) -> FsResult<()> {
+        match ns {
+            XattrNs::Trusted | XattrNs::Security if c.uid != 0 => {
+                Err(FsError::perm("trusted.* and security.* attributes need root"))
+            }
+            XattrNs::User => {
+                if !matches!(i.attr.kind, FileKind::File | FileKind::Dir) {
+                    return Err(FsError::perm("user.* attributes only on files and directories"));
+                }
+                perm::check(c, &i.attr, W)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub(super) fn set_xattr_sync(
+        &self,
+        c: &Caller,
+        ino: Ino,
+        name: &str,
+        value: &[u8],
+        mode: XattrMode,
+    ) -> FsResult<MdsReply> {
+        let ns = xattr_ns(name)?;
+        if value.len() > XATTR_SIZE_MAX {
+            return Err(err(ErrorCode::Range, format!("xattr value of {} bytes (max {XATTR_SIZE_MAX})", value.len())));
+        }
+        let _g = self.lock();
+        let mut tx = self.store.begin();
+        let mut i = tx.inode(ino)?;
+        if let XattrNs::Layout = ns {
+            let spec = text::parse_spec(value)?;
+            let spec = (spec != LayoutSpec::default() || i.attr.kind != FileKind::Dir).then_some(spec);
+            self.apply_layout(&mut tx, c, &mut i, spec)?;
+            self.commit(tx)?;
+            return Ok(MdsReply::Ok);
+        }
+        Self::check_xattr_write(c, &i, &ns)?;
+        let key = xattr_key(ino, name);
+        let exists = tx.get(T::Xattrs, &key)?.is_some();
+        match mode {
+            XattrMode::Create if exists => return Err(FsError::exists(format!("attribute {name}"))),
+            XattrMode::Replace if !exists => return Err(err(ErrorCode::NoData, format!("no attribute {name}"))),
+            _ => {}
+        }
+        tx.put(T::Xattrs, &key, value.to_vec());
+        i.attr.ctime = Timestamp::now();
+        tx.put_inode(&i)?;
+        self.commit(tx)?;
+        Ok(MdsReply::Ok)
+    }
+
+    pub(super) fn list_xattr(&self, c: &Caller, ino: Ino) -> FsResult<MdsReply> {
+        let rd = self.store.begin();
+        rd.inode(ino)?;
+        let prefix = xattr_prefix(ino);
+        let names = rd
+            .scan(T::Xattrs, &prefix)?
+            .into_keys()
+            .filter_map(|k| String::from_utf8(k[prefix.len()..].to_vec()).ok())
+            .filter(|n| c.uid == 0 || !n.starts_with("trusted."))
+            .collect();
+        Ok(MdsReply::XattrNames(names))
+    }
+
+    pub(super) fn remove_xattr_sync(&self, c: &Caller, ino: Ino, name: &str) -> FsResult<MdsReply> {
+        let ns = xattr_ns(name)?;
+        let _g = self.lock();
+        let mut tx = self.store.begin();
+        let mut i = tx.inode(ino)?;
+        if let XattrNs::Layout = ns {
+            if i.attr.kind != FileKind::Dir {
+                return Err(FsError::perm("a file's layout cannot be removed"));
+            }
+            if tx.dir_layout(ino)?.is_none() {
+                return Err(err(ErrorCode::NoData, "no default layout"));
+            }
+            self.apply_layout(&mut tx, c, &mut i, None)?;
+            self.commit(tx)?;
+            return Ok(MdsReply::Ok);
+        }
+        Self::check_xattr_write(c, &i, &ns)?;
+        let key = xattr_key(ino, name);
+        if tx.get(T::Xattrs, &key)?.is_none() {
+            return Err(err(ErrorCode::NoData, format!("no attribute {name}")));
+        }
+        tx.del(T::Xattrs, &key);
+        i.attr.ctime = Timestamp::now();
+        tx.put_inode(&i)?;
+        self.commit(tx)?;
+        Ok(MdsReply::Ok)
+    }
+}
