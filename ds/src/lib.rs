@@ -11,7 +11,7 @@
 //! - [`counters`]: per-job read/write operation and byte counters.
 //! - [`report`]: the data server's report and the tasks sending it and the locality report to the MDS.
 //! - [`trace`]: optional CSV trace of every served request (time, job, address, length, op).
-//! - [`metrics`]: Prometheus metrics over HTTP.
+//! - [`metrics`]: the data server's Prometheus metrics (served by `tessera_metrics`).
 //! - [`server`]: the RPC service: role and request checks, dispatch to store, scheduler and serve control.
 
 pub mod address;
@@ -114,13 +114,11 @@ async fn run(args: Args) -> Result<(), String> {
 
     let setup = server::Setup::from_options(args.id, opts, &config.orchestrator, model);
     let (reporter, data_path) = server::assemble(store, &setup).map_err(|e| e.detail)?;
-    let metrics_task = match config.metrics.ds_base_port {
+    let metrics = match config.metrics.ds_base_port {
         Some(base) => {
             let port = u16::try_from(u32::from(base) + args.id)
                 .map_err(|_| format!("metrics port {base} + {} is out of range", args.id))?;
             let addr = std::net::SocketAddr::new(listen.ip(), port);
-            let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("metrics on {addr}: {e}"))?;
-            info!(%addr, "metrics on http://{addr}/metrics");
             let m = metrics::Metrics {
                 ds: args.id,
                 counters: reporter.counters.clone(),
@@ -130,7 +128,9 @@ async fn run(args: Args) -> Result<(), String> {
                 trace: data_path.trace.clone(),
                 store: store_handle.clone(),
             };
-            Some(tokio::spawn(metrics::serve(l, m)))
+            let endpoint = tessera_metrics::Endpoint::bind(addr, m.registry()).await.map_err(|e| e.to_string())?;
+            info!(addr = %endpoint.local_addr(), "metrics on http://{}/metrics", endpoint.local_addr());
+            Some(endpoint)
         }
         None => None,
     };
@@ -166,8 +166,8 @@ async fn run(args: Args) -> Result<(), String> {
     info!("shutting down");
     report_task.abort();
     locality_task.abort();
-    if let Some(t) = metrics_task {
-        t.abort();
+    if let Some(m) = metrics {
+        m.shutdown().await;
     }
     endpoint.close(0u32.into(), b"data server shutting down");
     server.abort();

@@ -184,11 +184,10 @@ pub async fn run(
     let service = MdsService::new(ns).with_orchestrator(orch.clone());
     let metrics = match &cfg.metrics.mds_addr {
         Some(addr) => {
-            let l = crate::metrics::bind(addr).await?;
-            if let Some(a) = crate::metrics::local(&l) {
-                info!("metrics at http://{a}/metrics");
-            }
-            Some(crate::metrics::spawn(l, orch.clone(), service.counters()))
+            let registry = crate::metrics::registry(orch.clone(), &service.counters());
+            let endpoint = tessera_metrics::Endpoint::bind(addr.as_str(), registry).await?;
+            info!("metrics at http://{}/metrics", endpoint.local_addr());
+            Some(endpoint)
         }
         None => None,
     };
@@ -203,7 +202,7 @@ pub async fn run(
     info!("shutting down");
     driver.stop().await;
     if let Some(m) = metrics {
-        m.abort();
+        m.shutdown().await;
     }
     crate::driver::release_all(&orch, rpc_data).await;
     endpoint.close(0u32.into(), b"server shutting down");

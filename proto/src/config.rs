@@ -90,7 +90,7 @@ impl Default for OrchestratorOptions {
     }
 }
 
-/// Prometheus text-format metrics over HTTP (`GET /metrics`).
+/// Prometheus metrics over HTTP (`GET /metrics`, OpenMetrics text; served by `tessera-metrics`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsOptions {
