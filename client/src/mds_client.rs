@@ -17,35 +17,6 @@ use tessera_proto::PROTOCOL_VERSION;
 /// How long a request that may be repeated waits for an MDS that went away to come back.
 pub const RESTART_PATIENCE: Duration = Duration::from_secs(30);
 
-/// Whether sending `req` twice does no harm: reads, and changes whose repetition is a no-op (a close
-/// of a handle the MDS no longer knows, a max-merged size report, attribute changes to given values,
-/// an open without O_TRUNC — at worst a handle kept until the MDS restarts). `Ping` is not retried:
-/// it is how tools check the MDS is up.
-fn retry_safe(req: &MdsRequest) -> bool {
-    use MdsRequest as Q;
-    matches!(
-        req,
-        Q::Lookup { .. }
-            | Q::LookupPath { .. }
-            | Q::GetAttr { .. }
-            | Q::Readlink { .. }
-            | Q::ReadDir { .. }
-            | Q::StatFs
-            | Q::Access { .. }
-            | Q::GetXattr { .. }
-            | Q::ListXattr { .. }
-            | Q::GetLayout { .. }
-            | Q::ClusterStatus
-            | Q::OrchestratorStatus
-            | Q::Close { .. }
-            | Q::ReportWrite { .. }
-            | Q::Sync
-            | Q::SetAttr { .. }
-            | Q::Open { flags: OpenFlags { truncate: false, .. }, .. }
-            | Q::CreateBatch { .. }
-    )
-}
-
 /// Result of `Open`: fresh attributes, the layout (regular files) and the handle to close.
 #[derive(Clone, Debug)]
 pub struct Opened {
@@ -140,7 +111,7 @@ impl MdsClient {
     /// retried through an MDS restart (for up to [`RESTART_PATIENCE`]); namespace changes are not,
     /// since a lost reply would turn a success into EEXIST/ENOENT on the retry.
     pub async fn call(&self, req: MdsRequest) -> FsResult<MdsReply> {
-        let retry = retry_safe(&req);
+        let retry = req.properties().idempotent;
         let call = MdsCall { caller: self.caller.clone(), origin: (*self.origin).clone(), req };
         let (reply, _payload): (MdsReply, Bytes) = if retry {
             self.peer.call_retrying(&call, Bytes::new(), RESTART_PATIENCE).await?

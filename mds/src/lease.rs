@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tessera_proto::msg::MdsRequest;
+pub use tessera_proto::requests::Touches;
 use tessera_proto::types::Ino;
 use tokio::sync::Notify;
 
@@ -20,10 +21,18 @@ pub const LEASE_TIME: Duration = Duration::from_secs(2);
 /// Inode numbers a holder keeps in reserve (topped up by every batch).
 pub const RESERVED_INOS: usize = 256;
 
+/// Who holds a lease: one client on one connection. Through a forwarding node many clients share a
+/// connection, and one client's lease must not let the others past it, so the client id counts too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Holder {
+    pub conn: u64,
+    pub client: u64,
+}
+
 struct Lease {
     token: u64,
-    /// The holder's connection: its own requests do not wait.
-    conn: u64,
+    /// The holder: its own requests do not wait.
+    holder: Holder,
     expires: Instant,
     /// Another client waits: the next batch ends the lease.
     recalled: bool,
@@ -131,11 +140,11 @@ impl Leases {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A new lease on `dir` for connection `conn`, unless another live one exists or a request on it (or
+    /// A new lease on `dir` for `holder`, unless another live one exists or a request on it (or
     /// on any directory) is in flight: it may have passed [`Leases::admit`] before this grant and change
     /// the directory after it, behind the holder's back. (The namespace checks the directory is empty
     /// and the caller may use it.)
-    pub fn grant(&self, dir: Ino, conn: u64) -> Option<u64> {
+    pub fn grant(&self, dir: Ino, holder: Holder) -> Option<u64> {
         let mut t = self.table();
         let now = Instant::now();
         t.expire(now);
@@ -143,14 +152,14 @@ impl Leases {
             return None;
         }
         if let Some(l) = t.leases.get(&dir) {
-            if l.conn != conn || l.recalled {
+            if l.holder != holder || l.recalled {
                 return None;
             }
         }
         t.end(dir, false);
         t.next_token += 1;
         let token = t.next_token;
-        let lease = Lease { token, conn, expires: now + LEASE_TIME, recalled: false, reserved: HashSet::new() };
+        let lease = Lease { token, holder, expires: now + LEASE_TIME, recalled: false, reserved: HashSet::new() };
         t.leases.insert(dir, lease);
         Some(token)
     }
@@ -186,10 +195,10 @@ impl Leases {
         }
     }
 
-    /// Whether `conn` holds a live lease on `dir` with `token`.
-    pub fn holds(&self, dir: Ino, token: u64, conn: u64) -> bool {
+    /// Whether `holder` holds a live lease on `dir` with `token`.
+    pub fn holds(&self, dir: Ino, token: u64, holder: Holder) -> bool {
         let t = self.table();
-        t.leases.get(&dir).is_some_and(|l| l.token == token && l.conn == conn && l.expires > Instant::now())
+        t.leases.get(&dir).is_some_and(|l| l.token == token && l.holder == holder && l.expires > Instant::now())
     }
 
     /// Keeps a held lease from expiring while its holder's batch is applied (and waiters waiting).
@@ -224,10 +233,10 @@ impl Leases {
         Renewal::Ended
     }
 
-    /// Waits until no other connection than `conn` holds a lease on `dir` (`None`: on any directory at
+    /// Waits until no other holder than `holder` holds a lease on `dir` (`None`: on any directory at
     /// all, for requests that may reach a leased directory by path or by removing it). Recalls the
     /// leases found, so their holders give them up at their next batch.
-    pub async fn wait_for(&self, conn: u64, dir: Option<Ino>) {
+    pub async fn wait_for(&self, holder: Holder, dir: Option<Ino>) {
         loop {
             let notified = self.ended.notified();
             tokio::pin!(notified);
@@ -238,7 +247,7 @@ impl Leases {
                 t.expire(now);
                 let mut deadline: Option<Instant> = None;
                 for (leased, l) in t.leases.iter_mut() {
-                    if l.conn == conn || dir.is_some_and(|d| d != *leased) {
+                    if l.holder == holder || dir.is_some_and(|d| d != *leased) {
                         continue;
                     }
                     l.recalled = true;
@@ -257,60 +266,11 @@ impl Leases {
     }
 }
 
-/// What a request may read or change that a lease covers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Touches {
-    Nothing,
-    /// This inode (when it is a leased directory).
-    Inode(Ino),
-    /// Possibly any directory: a path walk, or a removal or rename (which may replace a directory).
-    Any,
-}
-
-pub fn touches(req: &MdsRequest) -> Touches {
-    use MdsRequest as Q;
-    match req {
-        Q::Lookup { parent, .. }
-        | Q::Create { parent, .. }
-        | Q::CreateOpen { parent, .. }
-        | Q::Mkdir { parent, .. }
-        | Q::Symlink { parent, .. }
-        | Q::Unlink { parent, .. } => Touches::Inode(*parent),
-        Q::Link { new_parent, .. } => Touches::Inode(*new_parent),
-        Q::GetAttr { ino }
-        | Q::SetAttr { ino, .. }
-        | Q::Readlink { ino }
-        | Q::ReadDir { ino, .. }
-        | Q::Open { ino, .. }
-        | Q::Access { ino, .. }
-        | Q::GetXattr { ino, .. }
-        | Q::SetXattr { ino, .. }
-        | Q::ListXattr { ino }
-        | Q::RemoveXattr { ino, .. }
-        | Q::GetLayout { ino }
-        | Q::SetLayout { ino, .. } => Touches::Inode(*ino),
-        Q::LookupPath { .. } | Q::Rmdir { .. } | Q::Rename { .. } => Touches::Any,
-        // Files (closes, size reports), a lease's own requests, the cluster and the orchestrator.
-        Q::Close { .. }
-        | Q::ReportWrite { .. }
-        | Q::LeaseDir { .. }
-        | Q::CreateBatch { .. }
-        | Q::Ping
-        | Q::Sync
-        | Q::StatFs
-        | Q::DsReport(_)
-        | Q::ClusterStatus
-        | Q::LocalityReport(_)
-        | Q::SetOrchestratorMode { .. }
-        | Q::OrchestratorStatus => Touches::Nothing,
-    }
-}
-
 impl Leases {
-    /// Counts `req` from connection `conn` as in flight, then holds it while another connection leases
-    /// what it touches. The request is served while the returned guard lives.
-    pub async fn admit(&self, conn: u64, req: &MdsRequest) -> Admitted<'_> {
-        let touches = touches(req);
+    /// Counts `req` from `holder` as in flight, then holds it while another holder leases what it
+    /// touches. The request is served while the returned guard lives.
+    pub async fn admit(&self, holder: Holder, req: &MdsRequest) -> Admitted<'_> {
+        let touches = req.properties().touches;
         match touches {
             Touches::Nothing => {}
             Touches::Any => self.table().inflight_any += 1,
@@ -325,8 +285,8 @@ impl Leases {
         if self.any() {
             match touches {
                 Touches::Nothing => {}
-                Touches::Inode(i) => self.wait_for(conn, Some(i)).await,
-                Touches::Any => self.wait_for(conn, None).await,
+                Touches::Inode(i) => self.wait_for(holder, Some(i)).await,
+                Touches::Any => self.wait_for(holder, None).await,
             }
         }
         admitted
@@ -337,25 +297,30 @@ impl Leases {
 mod tests {
     use super::*;
 
+    /// Client `n` on a connection of its own.
+    fn h(n: u64) -> Holder {
+        Holder { conn: n, client: n }
+    }
+
     #[test]
     fn one_holder_at_a_time_and_renewal_until_recalled() {
         let l = Leases::default();
-        let t = l.grant(10, 1).unwrap();
-        assert!(l.grant(10, 2).is_none(), "another connection is refused while it lasts");
-        assert!(l.holds(10, t, 1));
-        assert!(!l.holds(10, t, 2));
+        let t = l.grant(10, h(1)).unwrap();
+        assert!(l.grant(10, h(2)).is_none(), "another connection is refused while it lasts");
+        assert!(l.holds(10, t, h(1)));
+        assert!(!l.holds(10, t, h(2)));
         assert_eq!(l.renew(10, t, true), Renewal::Renewed);
         assert_eq!(l.renew(10, t + 1, true), Renewal::Ended, "a stale token");
         assert_eq!(l.renew(10, t, false), Renewal::Ended, "given up");
         assert!(!l.any());
-        let t2 = l.grant(10, 2).unwrap();
+        let t2 = l.grant(10, h(2)).unwrap();
         assert_ne!(t, t2);
     }
 
     #[test]
     fn reservations_belong_to_their_lease_and_end_with_it() {
         let l = Leases::default();
-        let t = l.grant(10, 1).unwrap();
+        let t = l.grant(10, h(1)).unwrap();
         l.reserve(10, &[100, 101]);
         l.reserve(11, &[200]);
         assert!(!l.is_reserved(11, 200), "no lease on 11: nothing reserved there");
@@ -373,27 +338,27 @@ mod tests {
         let l = Leases::default();
         let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         let lookup = MdsRequest::Lookup { parent: 10, name: "x".into() };
-        let admitted = rt.block_on(l.admit(2, &lookup));
-        assert!(l.grant(10, 1).is_none(), "the lookup may run after a grant and see the directory");
-        assert!(l.grant(11, 1).is_some(), "another directory is free");
+        let admitted = rt.block_on(l.admit(h(2), &lookup));
+        assert!(l.grant(10, h(1)).is_none(), "the lookup may run after a grant and see the directory");
+        assert!(l.grant(11, h(1)).is_some(), "another directory is free");
         drop(admitted);
         let path = MdsRequest::LookupPath { path: "/a".into(), follow: true };
-        let walking = rt.block_on(l.admit(2, &path));
-        assert!(l.grant(10, 1).is_none(), "a path walk may reach any directory");
+        let walking = rt.block_on(l.admit(h(2), &path));
+        assert!(l.grant(10, h(1)).is_none(), "a path walk may reach any directory");
         drop(walking);
-        assert!(l.grant(10, 1).is_some());
+        assert!(l.grant(10, h(1)).is_some());
     }
 
     #[tokio::test]
     async fn a_waiter_recalls_the_lease_and_goes_on_when_it_is_given_up() {
         let l = std::sync::Arc::new(Leases::default());
-        let t = l.grant(10, 1).unwrap();
+        let t = l.grant(10, h(1)).unwrap();
         // The holder itself and requests on other directories do not wait.
-        tokio::time::timeout(Duration::from_millis(100), l.wait_for(1, None)).await.unwrap();
-        tokio::time::timeout(Duration::from_millis(100), l.wait_for(2, Some(11))).await.unwrap();
+        tokio::time::timeout(Duration::from_millis(100), l.wait_for(h(1), None)).await.unwrap();
+        tokio::time::timeout(Duration::from_millis(100), l.wait_for(h(2), Some(11))).await.unwrap();
         let waiter = tokio::spawn({
             let l = l.clone();
-            async move { l.wait_for(2, Some(10)).await }
+            async move { l.wait_for(h(2), Some(10)).await }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiter.is_finished(), "another connection waits while the lease lasts");
@@ -405,11 +370,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn clients_sharing_a_connection_do_not_share_its_lease() {
+        // Through a forwarding node, clients 7 and 8 share connection 1.
+        let (c7, c8) = (Holder { conn: 1, client: 7 }, Holder { conn: 1, client: 8 });
+        let l = Leases::default();
+        let t = l.grant(10, c7).unwrap();
+        assert!(l.grant(10, c8).is_none(), "another client on the same connection is refused");
+        assert!(l.holds(10, t, c7) && !l.holds(10, t, c8));
+        tokio::time::timeout(Duration::from_millis(100), l.wait_for(c7, Some(10))).await.unwrap();
+        let waited = tokio::time::timeout(Duration::from_millis(100), l.wait_for(c8, Some(10))).await;
+        assert!(waited.is_err(), "client 8 waits for client 7's lease like any other client");
+        assert_eq!(l.renew(10, t, true), Renewal::Recalled, "and recalls it");
+    }
+
+    #[tokio::test]
     async fn a_waiter_goes_on_when_an_abandoned_lease_expires() {
         let l = Leases::default();
-        l.grant(10, 1).unwrap();
+        l.grant(10, h(1)).unwrap();
         let start = Instant::now();
-        tokio::time::timeout(LEASE_TIME * 2, l.wait_for(2, None)).await.unwrap();
+        tokio::time::timeout(LEASE_TIME * 2, l.wait_for(h(2), None)).await.unwrap();
         assert!(start.elapsed() >= LEASE_TIME - Duration::from_millis(50));
     }
 }

@@ -9,86 +9,9 @@ use tessera_metrics::prometheus_client::metrics::counter::Counter;
 use tessera_metrics::prometheus_client::metrics::family::Family;
 use tessera_metrics::prometheus_client::registry::Registry;
 use tessera_metrics::{collector, Scrape};
-use tessera_proto::msg::{MdsRequest, OrchestratorMode};
+use tessera_proto::msg::OrchestratorMode;
 
-/// Request type names, in [`kind`] order.
-pub const KINDS: [&str; 34] = [
-    "Ping",
-    "Lookup",
-    "LookupPath",
-    "GetAttr",
-    "SetAttr",
-    "Create",
-    "Mkdir",
-    "Symlink",
-    "Readlink",
-    "Link",
-    "Unlink",
-    "Rmdir",
-    "Rename",
-    "ReadDir",
-    "Open",
-    "Close",
-    "ReportWrite",
-    "StatFs",
-    "Access",
-    "GetXattr",
-    "SetXattr",
-    "ListXattr",
-    "RemoveXattr",
-    "GetLayout",
-    "SetLayout",
-    "DsReport",
-    "ClusterStatus",
-    "LocalityReport",
-    "SetOrchestratorMode",
-    "OrchestratorStatus",
-    "CreateOpen",
-    "Sync",
-    "LeaseDir",
-    "CreateBatch",
-];
-
-/// A request's type name (one of [`KINDS`]), the `type` label of the request counters.
-pub fn kind(req: &MdsRequest) -> &'static str {
-    use MdsRequest as Q;
-    match req {
-        Q::Ping => "Ping",
-        Q::Lookup { .. } => "Lookup",
-        Q::LookupPath { .. } => "LookupPath",
-        Q::GetAttr { .. } => "GetAttr",
-        Q::SetAttr { .. } => "SetAttr",
-        Q::Create { .. } => "Create",
-        Q::Mkdir { .. } => "Mkdir",
-        Q::Symlink { .. } => "Symlink",
-        Q::Readlink { .. } => "Readlink",
-        Q::Link { .. } => "Link",
-        Q::Unlink { .. } => "Unlink",
-        Q::Rmdir { .. } => "Rmdir",
-        Q::Rename { .. } => "Rename",
-        Q::ReadDir { .. } => "ReadDir",
-        Q::Open { .. } => "Open",
-        Q::Close { .. } => "Close",
-        Q::ReportWrite { .. } => "ReportWrite",
-        Q::StatFs => "StatFs",
-        Q::Access { .. } => "Access",
-        Q::GetXattr { .. } => "GetXattr",
-        Q::SetXattr { .. } => "SetXattr",
-        Q::ListXattr { .. } => "ListXattr",
-        Q::RemoveXattr { .. } => "RemoveXattr",
-        Q::GetLayout { .. } => "GetLayout",
-        Q::SetLayout { .. } => "SetLayout",
-        Q::DsReport(_) => "DsReport",
-        Q::ClusterStatus => "ClusterStatus",
-        Q::LocalityReport(_) => "LocalityReport",
-        Q::SetOrchestratorMode { .. } => "SetOrchestratorMode",
-        Q::OrchestratorStatus => "OrchestratorStatus",
-        Q::CreateOpen { .. } => "CreateOpen",
-        Q::Sync => "Sync",
-        Q::LeaseDir { .. } => "LeaseDir",
-        Q::CreateBatch { .. } => "CreateBatch",
-    }
-}
+pub use tessera_proto::requests::NAMES as KINDS;
 
 /// The `type` label of a request counter.
 type TypeLabel = [(&'static str, &'static str); 1];
@@ -112,7 +35,7 @@ impl Default for RequestCounters {
 }
 
 impl RequestCounters {
-    /// Counts one request of type `kind` (see [`kind`]), and whether it succeeded.
+    /// Counts one request of type `kind` (its [`tessera_proto::requests::Properties::name`]), and whether it succeeded.
     pub fn count(&self, kind: &'static str, ok: bool) {
         self.requests.get_or_create(&[("type", kind)]).inc();
         if !ok {
@@ -226,6 +149,7 @@ mod tests {
     use super::*;
     use crate::orchestrator::Params;
     use tessera_metrics::render;
+    use tessera_proto::msg::MdsRequest;
     use tessera_proto::msg::{JobLocality, LocalityReport};
 
     #[test]
@@ -242,8 +166,8 @@ mod tests {
         orch.plan_window(now);
         orch.record_skew(120);
         let counters = RequestCounters::default();
-        counters.count(kind(&MdsRequest::Ping), true);
-        counters.count(kind(&MdsRequest::StatFs), false);
+        counters.count(MdsRequest::Ping.properties().name, true);
+        counters.count(MdsRequest::StatFs.properties().name, false);
         assert_eq!(counters.get("Ping"), (1, 0));
         assert_eq!(counters.get("StatFs"), (1, 1));
         let body = render(&registry(orch, &counters)).unwrap();

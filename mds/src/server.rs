@@ -3,6 +3,7 @@
 //! SIGINT/SIGTERM.
 
 use crate::dsclient::{DataServers, RpcDataServers};
+use crate::lease::Holder;
 use crate::metrics::RequestCounters;
 use crate::namespace::Namespace;
 use crate::orchestrator::{Orchestrator, Params};
@@ -16,7 +17,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use tessera_proto::config::ClusterConfig;
+use tessera_proto::error::ErrorCode;
 use tessera_proto::msg::{MdsCall, MdsReply, MdsRequest, OrchestratorMode};
+use tessera_proto::requests::Properties;
 use tessera_proto::rpc::{self, PeerInfo, Service};
 use tessera_proto::tls::NodeIdentity;
 use tessera_proto::{FsError, FsResult, Role};
@@ -43,34 +46,42 @@ impl MdsService {
         self.counters.clone()
     }
 
+    /// Every metadata request passes here. Its properties (the table in [`tessera_proto::requests`])
+    /// decide who may send it, what it is counted as and which directory lease it waits for; then it
+    /// goes to the part of the server that owns it.
     async fn dispatch(&self, peer: &PeerInfo, call: MdsCall) -> FsResult<MdsReply> {
-        let kind = crate::metrics::kind(&call.req);
-        let r = self.dispatch_inner(peer, call).await;
-        self.counters.count(kind, r.is_ok());
+        let props = call.req.properties();
+        let r = self.serve(peer, props, call).await;
+        self.counters.count(props.name, r.is_ok());
         r
     }
 
-    async fn dispatch_inner(&self, peer: &PeerInfo, call: MdsCall) -> FsResult<MdsReply> {
-        match (&call.req, peer.role) {
-            (MdsRequest::DsReport(r), Role::Ds) if !self.ns.stats().is_configured(r.ds) => {
-                debug!(ds = r.ds, peer = %peer.name, "report from an unconfigured data server");
+    async fn serve(&self, peer: &PeerInfo, props: Properties, call: MdsCall) -> FsResult<MdsReply> {
+        props.senders.admit(peer.role, &call.caller).map_err(FsError::perm)?;
+        call.origin.check().map_err(FsError::invalid)?;
+        let MdsCall { caller, origin, req } = call;
+        match req {
+            MdsRequest::DsReport(r) => {
+                if !self.ns.stats().is_configured(r.ds) {
+                    debug!(ds = r.ds, peer = %peer.name, "report from an unconfigured data server");
+                }
+                self.ns.stats().record(r);
+                Ok(MdsReply::Ok)
             }
-            (MdsRequest::DsReport(_) | MdsRequest::LocalityReport(_), Role::Ds) | (MdsRequest::Ping, _) => {}
-            (MdsRequest::DsReport(_), role) => {
-                return Err(FsError::perm(format!("only data servers send reports (peer is {role})")));
+            MdsRequest::LocalityReport(_) | MdsRequest::SetOrchestratorMode { .. } | MdsRequest::OrchestratorStatus => {
+                let unsupported = || FsError::new(ErrorCode::Unsupported, "orchestrator not available");
+                match &self.orch {
+                    Some(o) => o.handle(req).unwrap_or_else(|_| Err(unsupported())),
+                    None => Err(unsupported()),
+                }
             }
-            (_, Role::Ds) => return Err(FsError::perm("data servers may only ping and report")),
-            _ => {}
+            req => {
+                // A lease is held by one client on one connection (many share one through a forwarding node).
+                let holder = Holder { conn: peer.conn, client: origin.client };
+                let _admitted = self.ns.leases().admit(holder, &req).await;
+                self.ns.handle_lease(&caller, holder, req).await
+            }
         }
-        let req = match &self.orch {
-            Some(o) => match o.handle(peer.role, &call.caller, call.req) {
-                Ok(reply) => return reply,
-                Err(req) => req,
-            },
-            None => call.req,
-        };
-        let _admitted = self.ns.leases().admit(peer.conn, &req).await;
-        self.ns.handle_lease(&call.caller, peer.conn, req).await
     }
 }
 

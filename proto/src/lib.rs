@@ -4,6 +4,7 @@
 //! - [`error`]: the file-system error carried on the wire, with its errno.
 //! - [`layout`]: stripe layouts and the stripe math shared by clients, forwarders and the MDS.
 //! - [`msg`]: request/response messages of the metadata and data services.
+//! - [`requests`]: the table of metadata requests: name, idempotence, senders, what each touches.
 //! - [`frame`]: length-prefixed bincode headers plus raw payloads on QUIC streams.
 //! - [`tls`]: the cluster CA, per-node certificates with roles, rustls configs.
 //! - [`rpc`]: QUIC endpoints, the RPC client (one stream per call) and the server accept loop.
@@ -22,6 +23,7 @@ pub mod frame;
 pub mod layout;
 pub mod msg;
 pub mod process;
+pub mod requests;
 pub mod rpc;
 pub mod tls;
 pub mod types;

@@ -1,7 +1,7 @@
 //! Directory leases: granting one, and applying a holder's batch of creates.
 
 use super::{err, validate_name, Namespace};
-use crate::lease::{Renewal, LEASE_TIME, RESERVED_INOS};
+use crate::lease::{Holder, Renewal, LEASE_TIME, RESERVED_INOS};
 use crate::perm::{self, W, X};
 use crate::store::{Inode, Store, Txn, T};
 use std::time::Duration;
@@ -40,8 +40,8 @@ impl Namespace {
         Ok(DirLease { dir, token, valid_ms: LEASE_TIME.as_millis() as u32, inos, attr })
     }
 
-    /// Grants `conn` the lease on the empty directory `dir` if `c` may create in it.
-    pub(super) fn lease_dir(&self, c: &Caller, conn: u64, dir: Ino) -> FsResult<DirLease> {
+    /// Grants `holder` the lease on the empty directory `dir` if `c` may create in it.
+    pub(super) fn lease_dir(&self, c: &Caller, holder: Holder, dir: Ino) -> FsResult<DirLease> {
         // Under the mutation lock: no entry can appear between the check and the grant.
         let _g = self.lock();
         let mut tx = self.store.begin();
@@ -50,7 +50,7 @@ impl Namespace {
         if tx.dir_has_entries(dir)? {
             return Err(err(ErrorCode::Busy, "only an empty directory is leased"));
         }
-        let token = self.leases.grant(dir, conn).ok_or_else(|| err(ErrorCode::Busy, "another client holds it"))?;
+        let token = self.leases.grant(dir, holder).ok_or_else(|| err(ErrorCode::Busy, "another client holds it"))?;
         note_lease_activity(&mut tx);
         self.commit(tx)?;
         self.new_lease(dir, token, RESERVED_INOS, d.attr)
@@ -59,18 +59,18 @@ impl Namespace {
     /// Applies a lease holder's batch of creates, then renews or ends its lease.
     pub(super) async fn create_batch(
         &self,
-        conn: u64,
+        holder: Holder,
         dir: Ino,
         token: u64,
         entries: Vec<AsyncCreate>,
         keep: bool,
     ) -> FsResult<MdsReply> {
-        if self.leases.holds(dir, token, conn) {
+        if self.leases.holds(dir, token, holder) {
             // Others keep waiting while this batch is applied, however long that takes.
             self.leases.extend(dir, token);
         } else {
             // Lost (expired, or the MDS restarted): whoever holds it now goes first.
-            self.leases.wait_for(conn, Some(dir)).await;
+            self.leases.wait_for(holder, Some(dir)).await;
         }
         let used = entries.len();
         let r = self.create_batch_sync(dir, entries);

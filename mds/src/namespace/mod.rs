@@ -35,7 +35,7 @@ mod xattr;
 mod tests;
 
 use crate::dsclient::DataServers;
-use crate::lease::Leases;
+use crate::lease::{Holder, Leases};
 use crate::perm;
 use crate::placement::{self, Placement};
 use crate::stats::StatsView;
@@ -266,25 +266,23 @@ impl Namespace {
             Q::GetLayout { ino } => self.get_layout(ino),
             Q::SetLayout { ino, spec } => self.durable(self.set_layout_sync(c, ino, spec)).await,
             Q::ClusterStatus => Ok(MdsReply::Cluster(self.stats.cluster_status())),
-            Q::LocalityReport(_) | Q::SetOrchestratorMode { .. } | Q::OrchestratorStatus => {
-                Err(FsError::new(tessera_proto::error::ErrorCode::Unsupported, "orchestrator not available"))
-            }
-            Q::DsReport(r) => {
-                self.stats.record(r);
-                Ok(MdsReply::Ok)
+            // The server's dispatch (`crate::server`) hands these to the stats view and the orchestrator.
+            Q::DsReport(_) | Q::LocalityReport(_) | Q::SetOrchestratorMode { .. } | Q::OrchestratorStatus => {
+                Err(FsError::new(ErrorCode::Unsupported, "not a namespace request"))
             }
             Q::LeaseDir { .. } | Q::CreateBatch { .. } => {
-                Err(FsError::new(ErrorCode::Unsupported, "lease requests need the caller's connection"))
+                Err(FsError::new(ErrorCode::Unsupported, "lease requests need the caller's connection and client"))
             }
         }
     }
 
-    /// The requests that belong to a connection: directory leases and their batches of creates.
-    pub async fn handle_lease(&self, c: &Caller, conn: u64, req: MdsRequest) -> FsResult<MdsReply> {
+    /// The requests that belong to a lease holder (a client on a connection): directory leases and their
+    /// batches of creates.
+    pub async fn handle_lease(&self, c: &Caller, holder: Holder, req: MdsRequest) -> FsResult<MdsReply> {
         match req {
-            MdsRequest::LeaseDir { dir } => self.lease_dir(c, conn, dir).map(MdsReply::Lease),
+            MdsRequest::LeaseDir { dir } => self.lease_dir(c, holder, dir).map(MdsReply::Lease),
             MdsRequest::CreateBatch { dir, token, entries, keep } => {
-                self.create_batch(conn, dir, token, entries, keep).await
+                self.create_batch(holder, dir, token, entries, keep).await
             }
             other => self.handle(c, other).await,
         }

@@ -685,7 +685,7 @@ async fn statfs_reports_and_cluster_status() {
     create(&ns, &r, ROOT_INO, "f").await.unwrap();
     for ds in 0..2 {
         let rep = DsReport { ds, capacity: 1 << 30, free: 1 << 29, used: 1 << 29, ..Default::default() };
-        ns.handle(&r, MdsRequest::DsReport(rep)).await.unwrap();
+        ns.stats().record(rep);
     }
     match ns.handle(&r, MdsRequest::StatFs).await.unwrap() {
         MdsReply::StatFs(s) => {
@@ -818,11 +818,11 @@ async fn a_lease_holder_creates_in_batches() {
     let full = mkdir(&ns, &root(), ROOT_INO, "full").await.unwrap().ino;
     create(&ns, &root(), full, "x").await.unwrap();
     let lease_req = |dir| MdsRequest::LeaseDir { dir };
-    assert_eq!(code(ns.handle_lease(&root(), 1, lease_req(full)).await), ErrorCode::Busy, "not empty");
-    assert_eq!(code(ns.handle_lease(&user(1000), 1, lease_req(d)).await), ErrorCode::Access, "not writable");
-    let l = leased(ns.handle_lease(&root(), 1, lease_req(d)).await);
+    assert_eq!(code(ns.handle_lease(&root(), conn(1), lease_req(full)).await), ErrorCode::Busy, "not empty");
+    assert_eq!(code(ns.handle_lease(&user(1000), conn(1), lease_req(d)).await), ErrorCode::Access, "not writable");
+    let l = leased(ns.handle_lease(&root(), conn(1), lease_req(d)).await);
     assert_eq!(l.inos.len(), crate::lease::RESERVED_INOS);
-    assert_eq!(code(ns.handle_lease(&root(), 2, lease_req(d)).await), ErrorCode::Busy, "held by connection 1");
+    assert_eq!(code(ns.handle_lease(&root(), conn(2), lease_req(d)).await), ErrorCode::Busy, "held by connection 1");
     let entries = vec![
         async_create(l.inos[0], "a", false),
         async_create(l.inos[1], "b", true),
@@ -830,7 +830,7 @@ async fn a_lease_holder_creates_in_batches() {
         async_create(999_999, "c", false),
     ];
     let batch = MdsRequest::CreateBatch { dir: d, token: l.token, entries: entries.clone(), keep: true };
-    let MdsReply::Batch { results, dir_attr, lease } = ns.handle_lease(&root(), 1, batch).await.unwrap() else {
+    let MdsReply::Batch { results, dir_attr, lease } = ns.handle_lease(&root(), conn(1), batch).await.unwrap() else {
         panic!("not a batch reply")
     };
     assert_eq!(results[0].result, Ok(None));
@@ -844,14 +844,14 @@ async fn a_lease_holder_creates_in_batches() {
     assert_eq!((a.ino, a.uid, a.gid, a.perm, a.nlink), (l.inos[0], 1000, 1000, 0o640, 1));
     // Sent again (a lost reply): the entries made are taken as done.
     let again = MdsRequest::CreateBatch { dir: d, token: l.token, entries: entries[..2].to_vec(), keep: false };
-    let MdsReply::Batch { results, lease, .. } = ns.handle_lease(&root(), 1, again).await.unwrap() else {
+    let MdsReply::Batch { results, lease, .. } = ns.handle_lease(&root(), conn(1), again).await.unwrap() else {
         panic!("not a batch reply")
     };
     assert!(results.iter().all(|r| r.result.is_ok()), "{results:?}");
     assert!(lease.is_none(), "given up");
     assert_eq!(getattr(&ns, d).await.size, 2);
     // Given up: another connection may take it once the directory is empty again.
-    assert_eq!(code(ns.handle_lease(&root(), 2, lease_req(d)).await), ErrorCode::Busy, "not empty any more");
+    assert_eq!(code(ns.handle_lease(&root(), conn(2), lease_req(d)).await), ErrorCode::Busy, "not empty any more");
 }
 
 #[tokio::test]
@@ -860,13 +860,13 @@ async fn another_clients_request_waits_for_the_holders_batch() {
     let (ns, _) = open_ns(dir.path());
     let ns = Arc::new(ns);
     let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap().ino;
-    let l = leased(ns.handle_lease(&root(), 1, MdsRequest::LeaseDir { dir: d }).await);
+    let l = leased(ns.handle_lease(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
     let other = tokio::spawn({
         let ns = ns.clone();
         async move {
             let req = MdsRequest::Lookup { parent: d, name: "f".into() };
-            ns.leases().admit(2, &req).await;
-            ns.handle_lease(&root(), 2, req).await.map(attr_of)
+            ns.leases().admit(conn(2), &req).await;
+            ns.handle_lease(&root(), conn(2), req).await.map(attr_of)
         }
     });
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -877,12 +877,12 @@ async fn another_clients_request_waits_for_the_holders_batch() {
         entries: vec![async_create(l.inos[0], "f", false)],
         keep: true,
     };
-    let MdsReply::Batch { lease, .. } = ns.handle_lease(&root(), 1, batch).await.unwrap() else { panic!() };
+    let MdsReply::Batch { lease, .. } = ns.handle_lease(&root(), conn(1), batch).await.unwrap() else { panic!() };
     assert!(lease.is_none(), "recalled: the reply says so");
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     assert!(!other.is_finished(), "held until the holder gives it up");
     let give_up = MdsRequest::CreateBatch { dir: d, token: l.token, entries: vec![], keep: false };
-    ns.handle_lease(&root(), 1, give_up).await.unwrap();
+    ns.handle_lease(&root(), conn(1), give_up).await.unwrap();
     let found = tokio::time::timeout(std::time::Duration::from_secs(1), other).await.unwrap().unwrap().unwrap();
     assert_eq!(found.ino, l.inos[0], "the waiting lookup sees the holder's create");
 }
@@ -894,14 +894,16 @@ async fn a_batch_after_an_mds_restart_uses_the_inode_numbers_reserved_before() {
         let (ns, _) = open_ns(dir.path());
         let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap().ino;
         let used = create(&ns, &root(), ROOT_INO, "used").await.unwrap().ino;
-        let l = leased(ns.handle_lease(&root(), 1, MdsRequest::LeaseDir { dir: d }).await);
+        let l = leased(ns.handle_lease(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
         ns.store().flush_sync().unwrap();
         (d, l, used)
     };
     let (ns, _) = open_ns(dir.path());
     let entries = vec![async_create(l.inos[0], "a", false), async_create(used, "b", false)];
     let batch = MdsRequest::CreateBatch { dir: d, token: l.token, entries, keep: true };
-    let MdsReply::Batch { results, lease, .. } = ns.handle_lease(&root(), 7, batch).await.unwrap() else { panic!() };
+    let MdsReply::Batch { results, lease, .. } = ns.handle_lease(&root(), conn(7), batch).await.unwrap() else {
+        panic!()
+    };
     assert_eq!(results[0].result, Ok(None), "reserved before the restart");
     assert_eq!(results[1].result.as_ref().unwrap_err().code, ErrorCode::Invalid, "an inode number in use");
     assert!(lease.is_none(), "the restart ended the lease");
@@ -916,16 +918,27 @@ async fn after_a_restart_directories_wait_out_the_leases_of_the_previous_run() {
     {
         let (ns, _) = open_ns(dir.path());
         let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap().ino;
-        assert!(tokio::time::timeout(quick, ns.leases().admit(5, &lookup)).await.is_ok(), "no lease yet: no wait");
-        leased(ns.handle_lease(&root(), 1, MdsRequest::LeaseDir { dir: d }).await);
+        assert!(
+            tokio::time::timeout(quick, ns.leases().admit(conn(5), &lookup)).await.is_ok(),
+            "no lease yet: no wait"
+        );
+        leased(ns.handle_lease(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
         ns.store().flush_sync().unwrap();
     }
     let (ns, _) = open_ns(dir.path());
     assert!(
-        tokio::time::timeout(quick, ns.leases().admit(5, &lookup)).await.is_err(),
+        tokio::time::timeout(quick, ns.leases().admit(conn(5), &lookup)).await.is_err(),
         "a holder from before the restart may still answer for the directory"
     );
     let batch = MdsRequest::CreateBatch { dir: ROOT_INO, token: 1, entries: vec![], keep: false };
-    assert!(tokio::time::timeout(quick, ns.leases().admit(5, &batch)).await.is_ok(), "a holder's batch is let through");
-    assert!(tokio::time::timeout(crate::lease::LEASE_TIME * 2, ns.leases().admit(5, &lookup)).await.is_ok());
+    assert!(
+        tokio::time::timeout(quick, ns.leases().admit(conn(5), &batch)).await.is_ok(),
+        "a holder's batch is let through"
+    );
+    assert!(tokio::time::timeout(crate::lease::LEASE_TIME * 2, ns.leases().admit(conn(5), &lookup)).await.is_ok());
+}
+
+/// Client `n` on a connection of its own.
+fn conn(n: u64) -> crate::lease::Holder {
+    crate::lease::Holder { conn: n, client: n }
 }
