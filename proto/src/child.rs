@@ -388,8 +388,13 @@ mod tests {
         assert!(!st.killed, "sleep exits on SIGTERM");
         assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st.status.unwrap()), Some(libc::SIGTERM));
         assert!(t.elapsed() < Duration::from_secs(5));
-        // Other stdout lines land in the log.
-        let text = std::fs::read_to_string(&log).unwrap();
+        // Other stdout lines land in the log (copied by the reader thread, so shortly).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut text = std::fs::read_to_string(&log).unwrap();
+        while !text.contains("after") && Instant::now() < deadline {
+            std::thread::sleep(POLL);
+            text = std::fs::read_to_string(&log).unwrap();
+        }
         assert!(text.contains("hello") && text.contains("after") && !text.contains("READY"), "{text}");
     }
 
