@@ -1,11 +1,9 @@
 //! `tessera-bench` against real processes: IOR runs through the library repeated on the files they kept,
 //! and the transport benchmark (`net`) between its own server processes.
 
-mod common;
-
-use common::{bin, Cluster};
 use std::path::Path;
 use std::process::Command;
+use tessera_test_support::{bin, Cluster};
 
 fn bench(args: &[&str], config: Option<&Path>) -> String {
     let mut cmd = Command::new(bin("tessera-bench"));

@@ -1,13 +1,11 @@
 //! The embedded default end to end: `tessera up` starts a cluster of real processes, the CLI uses it,
 //! Ctrl-C (SIGINT) stops every child, and a second `up` on the same directory finds the data again.
 
-mod common;
-
-use common::{bin, pattern};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tessera_test_support::{bin, pattern};
 
 struct Up {
     child: Child,

@@ -1,11 +1,9 @@
 //! Data path through real processes: striping round trips at every stripe size and count, unaligned
 //! ranges, sparse files, truncate, appends, and concurrent writers to one shared file (IOR shared mode).
 
-mod common;
-
 use bytes::Bytes;
-use common::{pattern, Cluster};
 use tessera_client::{LayoutSpec, OpenOptions};
+use tessera_test_support::{pattern, Cluster};
 
 fn rw() -> OpenOptions {
     OpenOptions { read: true, write: true, ..Default::default() }

@@ -1,11 +1,9 @@
 //! Crash durability: `kill -9` of the MDS and of data servers after fsync'ed writes; after restart,
 //! everything acknowledged is there and the namespace is consistent.
 
-mod common;
-
 use bytes::Bytes;
-use common::{pattern, Cluster};
 use tessera_client::{LayoutSpec, OpenOptions};
+use tessera_test_support::{pattern, Cluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_after_fsync_loses_nothing() {

@@ -1,14 +1,12 @@
 //! A data server whose disk is full answers ENOSPC cleanly, keeps serving, and recovers once space is freed.
 //! Needs root (mounts a small tmpfs under the data server's data directory), as in CI.
 
-mod common;
-
 use bytes::Bytes;
-use common::{pattern, Cluster};
 use std::process::Command;
 use tessera_client::LayoutSpec;
 use tessera_proto::config::Defaults;
 use tessera_proto::error::ErrorCode;
+use tessera_test_support::{pattern, Cluster};
 
 struct Unmount(std::path::PathBuf);
 impl Drop for Unmount {

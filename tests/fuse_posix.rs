@@ -1,16 +1,16 @@
 //! The FUSE mount through real processes: a cluster, `tessera-fuse` mounted into a temporary directory,
 //! and std::fs / libc / real programs on the mount. Skipped (with a SKIPPED line) without /dev/fuse.
 
-mod common;
-
-use common::{pattern, Cluster};
 use std::ffi::CString;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use tessera_proto::child::Child;
+use tessera_test_support::cluster::spawn_ready;
+use tessera_test_support::{pattern, Cluster};
 
 fn fuse_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tessera-fuse"))
@@ -49,31 +49,11 @@ impl Mount {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("mnt");
         std::fs::create_dir(&path).unwrap();
-        let log = cluster.log(&format!("fuse-{name}"));
-        let logf = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
-        let mut child = Command::new(fuse_bin())
-            .arg(&path)
-            .arg("--config")
-            .arg(&cluster.files.client_config)
-            .arg("--allow-other")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(logf))
-            .spawn()
-            .expect("spawn tessera-fuse");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Some(Ok(l)) = lines.next() {
-                if l.starts_with("READY") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        if rx.recv_timeout(Duration::from_secs(30)).is_err() {
-            let _ = child.kill();
-            panic!("tessera-fuse not READY; log:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
-        }
+        let child = spawn_ready(
+            &format!("tessera-fuse {name}"),
+            Command::new(fuse_bin()).arg(&path).arg("--config").arg(&cluster.files.client_config).arg("--allow-other"),
+            &cluster.log(&format!("fuse-{name}")),
+        );
         Mount { child: Some(child), path, _dir: dir }
     }
 
@@ -84,22 +64,13 @@ impl Mount {
     /// SIGTERM and wait for a clean exit (the mount must be gone afterwards).
     fn unmount(&mut self) {
         if let Some(mut c) = self.child.take() {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(15);
-            loop {
-                if let Ok(Some(st)) = c.try_wait() {
-                    assert!(st.success(), "tessera-fuse exited with {st}");
-                    break;
-                }
-                if Instant::now() > deadline {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    lazy_umount(&self.path);
-                    panic!("tessera-fuse did not exit on SIGTERM");
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            let st = c.stop(Duration::from_secs(15));
+            if st.killed {
+                lazy_umount(&self.path);
+                panic!("tessera-fuse did not exit on SIGTERM");
             }
+            let st = st.status.expect("reaped");
+            assert!(st.success(), "tessera-fuse exited with {st}");
         }
     }
 }
@@ -107,14 +78,7 @@ impl Mount {
 impl Drop for Mount {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline && !matches!(c.try_wait(), Ok(Some(_))) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+            c.stop(Duration::from_secs(5));
         }
         lazy_umount(&self.path);
     }
@@ -576,7 +540,7 @@ fn fuse_two_mounts_mmap_append_readdir() {
 
     // O_APPEND from two processes: no line lost or torn.
     let ap = a.p("log").display().to_string();
-    let procs: Vec<Child> = (0..2)
+    let procs: Vec<std::process::Child> = (0..2)
         .map(|i| {
             Command::new("sh")
                 .args(["-c", &format!("for n in $(seq 1 200); do echo proc{i}-line$n >> {ap}; done")])
@@ -699,9 +663,7 @@ fn fuse_mount_errors_and_crash() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
-    let mut child = m.child.take().unwrap();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    m.child.take().unwrap().kill().expect("reaped");
     let _ = writer.wait();
     let t = Instant::now();
     let st = Command::new("umount").arg("-l").arg(&m.path).status().unwrap();

@@ -12,10 +12,7 @@
 //!
 //! Only eligibility, completion, data and generous hang bounds are asserted, never throughput.
 
-mod common;
-
 use bytes::Bytes;
-use common::{bin, pattern, Cluster};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -24,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_client::proto::msg::{OrchestratorMode, OrchestratorStatus, ServeTarget};
 use tessera_client::{Client, ClusterConfig, Defaults, LayoutSpec, OpenOptions};
+use tessera_test_support::{bin, pattern, Cluster};
 
 const STRIPE: u64 = 64 << 10;
 const N_DS: usize = 6;
@@ -77,7 +75,7 @@ impl Hdd {
     }
 
     async fn admin(&self) -> Client {
-        common::connect(&ClusterConfig::load(&self.cl.files.admin_config).unwrap()).await
+        tessera_test_support::connect(&ClusterConfig::load(&self.cl.files.admin_config).unwrap()).await
     }
 
     /// `tessera --config admin.toml orchestrator mode MODE`, the admin's way at run time.

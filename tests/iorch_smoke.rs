@@ -2,11 +2,9 @@
 //! cluster from the real binaries, runs mpi-io-test x2 with orchestration off and on at tiny sizes, and
 //! writes a JSON with one record per mode in the agreed shape.
 
-mod common;
-
-use common::bin;
 use std::process::Command;
 use std::time::Instant;
+use tessera_test_support::bin;
 
 #[test]
 fn homogeneous_experiment_writes_records_for_both_modes() {

@@ -1,12 +1,10 @@
 //! Namespace semantics through real processes: rename corner cases, unlink of open files, link counts,
 //! permissions of another uid, and the POSIX error codes.
 
-mod common;
-
 use bytes::Bytes;
-use common::{pattern, Cluster};
 use tessera_client::{Caller, OpenOptions, RenameFlags};
 use tessera_proto::error::ErrorCode;
+use tessera_test_support::{pattern, Cluster};
 
 fn code<T>(r: Result<T, tessera_proto::FsError>) -> ErrorCode {
     match r {

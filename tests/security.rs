@@ -2,10 +2,7 @@
 //! missing, foreign-CA and wrong-role certificates are refused; random bytes, truncated, oversized and
 //! wrong-version frames get an error or a closed stream, never a crash, and the server keeps serving.
 
-mod common;
-
 use bytes::Bytes;
-use common::Cluster;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +12,7 @@ use tessera_proto::msg::*;
 use tessera_proto::rpc::{self, RpcPeer, Tuning};
 use tessera_proto::tls::{self, NodeIdentity};
 use tessera_proto::{Caller, IoTag, Role};
+use tessera_test_support::Cluster;
 
 fn tuning() -> Tuning {
     Tuning { call_timeout: Duration::from_secs(10), ..Tuning::default() }

@@ -312,7 +312,7 @@ impl Session {
             let limit = self.settings.limit();
             let probe_after = Duration::from_secs_f64(self.settings.seconds * 0.7);
             let admin = self.cluster.admin_cfg.clone();
-            let want_status = mode != OrchestratorMode::Off && !self.cluster.orchestrator_missing;
+            let want_status = mode != OrchestratorMode::Off;
             let probe = tokio::spawn(async move {
                 tokio::time::sleep(probe_after).await;
                 if !want_status {
@@ -390,7 +390,7 @@ pub async fn run(a: ExperimentArgs) -> Result<()> {
         s.procs,
         s.device.as_str()
     );
-    let (records, missing) = match a.name {
+    let records = match a.name {
         ExperimentName::IorchHomogeneous => homogeneous(&a, &s, true).await?,
         ExperimentName::IorchTrace => homogeneous(&a, &s, false).await?,
         ExperimentName::IorchHeterogeneous => heterogeneous(&s).await?,
@@ -406,24 +406,16 @@ pub async fn run(a: ExperimentArgs) -> Result<()> {
             Err(e) => eprintln!("warning: no plot {}: {e:#}", png.display()),
         }
     }
-    if missing {
-        eprintln!(
-            "warning: the metadata server has no orchestrator yet (SetOrchestratorMode unsupported): every mode \
-             ran as vanilla, so the modes cannot differ"
-        );
-    }
     println!("experiment {name} done in {:.0} s", t0.elapsed().as_secs_f64());
     Ok(())
 }
 
-async fn finish(mut sess: Session) -> bool {
-    let missing = sess.cluster.orchestrator_missing;
+async fn finish(mut sess: Session) {
     sess.cluster.stop().await;
-    missing
 }
 
 /// Figs. 2/5/6 (and 3/4 from the trace of the first mpi-io-test read configuration).
-async fn homogeneous(a: &ExperimentArgs, s: &Settings, bars: bool) -> Result<(Vec<Record>, bool)> {
+async fn homogeneous(a: &ExperimentArgs, s: &Settings, bars: bool) -> Result<Vec<Record>> {
     let kinds: Vec<Kind> = if !bars {
         vec![Kind::MpiIoTest]
     } else if a.benchmarks.is_empty() {
@@ -500,12 +492,12 @@ async fn homogeneous(a: &ExperimentArgs, s: &Settings, bars: bool) -> Result<(Ve
         Ok(())
     }
     .await;
-    let missing = finish(sess).await;
+    finish(sess).await;
     res?;
     if let Err(e) = trace_figures(&s.out, &traced, s.seconds, s.device.as_str()) {
         eprintln!("warning: no trace figures: {e:#}");
     }
-    Ok((records, missing))
+    Ok(records)
 }
 
 /// Figs. 3 and 4 from the traced mpi-io-test read runs: LBA over time and the reuse distances of one
@@ -577,7 +569,7 @@ fn trace_figures(
 }
 
 /// Fig. 7.
-async fn heterogeneous(s: &Settings) -> Result<(Vec<Record>, bool)> {
+async fn heterogeneous(s: &Settings) -> Result<Vec<Record>> {
     let mk = |kind| Spec { kind, procs: s.procs, file_size: s.file_size, barrier: true, collective: false };
     let specs: Vec<(String, Spec)> =
         [Kind::MpiIoTest, Kind::Noncontig, Kind::Hpio].into_iter().map(|k| (k.label().to_string(), mk(k))).collect();
@@ -615,19 +607,18 @@ async fn heterogeneous(s: &Settings) -> Result<(Vec<Record>, bool)> {
         Ok(())
     }
     .await;
-    let missing = finish(sess).await;
+    finish(sess).await;
     res?;
-    Ok((records, missing))
+    Ok(records)
 }
 
 /// Fig. 8: one cluster per distance (the reservation sets where the second file starts).
-async fn distance(s: &Settings) -> Result<(Vec<Record>, bool)> {
+async fn distance(s: &Settings) -> Result<Vec<Record>> {
     let gbs: Vec<u64> = vec![0, 10, 20, 30];
     let spec = Spec { kind: Kind::MpiIoTest, procs: s.procs, file_size: s.file_size, barrier: true, collective: false };
     let specs = vec![("mpi-io-test".to_string(), spec), ("mpi-io-test".to_string(), spec)];
     let modes = [OrchestratorMode::Off, OrchestratorMode::IOrchestrator];
     let mut records = Vec::new();
-    let mut missing = false;
     let total = gbs.len() * modes.len();
     let mut done = 0;
     for &gb in &gbs {
@@ -643,19 +634,18 @@ async fn distance(s: &Settings) -> Result<(Vec<Record>, bool)> {
             Ok(())
         }
         .await;
-        missing |= finish(sess).await;
+        finish(sess).await;
         res?;
     }
-    Ok((records, missing))
+    Ok(records)
 }
 
 /// Fig. 9: one cluster per window (the window is a start-up setting), plus the vanilla baseline.
-async fn window(s: &Settings) -> Result<(Vec<Record>, bool)> {
+async fn window(s: &Settings) -> Result<Vec<Record>> {
     let windows: [u32; 4] = [125, 250, 500, 1000];
     let spec = Spec { kind: Kind::MpiIoTest, procs: s.procs, file_size: s.file_size, barrier: true, collective: false };
     let specs = vec![("mpi-io-test".to_string(), spec), ("mpi-io-test".to_string(), spec)];
     let mut records = Vec::new();
-    let mut missing = false;
     let total = windows.len() + 1;
     let mut done = 0;
     let mut configs: Vec<(OrchestratorMode, Option<u32>)> = vec![(OrchestratorMode::Off, None)];
@@ -664,13 +654,13 @@ async fn window(s: &Settings) -> Result<(Vec<Record>, bool)> {
         let opts = s.cluster_options(s.object_span(), false, w.unwrap_or(500));
         let mut sess = Session::start(s, "window", opts, 2).await?;
         let res = sess.measure(&specs, Op::Read, mode, false).await;
-        missing |= finish(sess).await;
+        finish(sess).await;
         done += 1;
         let window = w.map(|w| format!(", window {w} ms")).unwrap_or_default();
         let what = format!("[{done}/{total}] 2x mpi-io-test read, {}{window}", mode.as_str());
         records.push(mpi_io_pair_record(s, &what, mode, w.map(f64::from), res?));
     }
-    Ok((records, missing))
+    Ok(records)
 }
 
 /// Prints the progress line of one two-mpi-io-test read configuration (`what`) and returns its record.

@@ -1,20 +1,14 @@
-//! A local cluster for experiments: `cluster::prepare` writes certificates and configs, the configs are
+//! A local cluster for experiments: `clusterdir::prepare` writes certificates and configs, the configs are
 //! edited for the experiment (device model, object reservation, trace, orchestrator), and `tessera-mds`
 //! and `tessera-ds` (found next to the running executable, like `tessera up`) run as child processes.
 
 use anyhow::{anyhow, bail, Context, Result};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::Duration;
-use tessera_client::cluster::{prepare, server_binary, ClusterFiles};
+use std::process::Command;
 use tessera_client::proto::msg::{MdsReply, MdsRequest, OrchestratorMode, OrchestratorStatus};
 use tessera_client::{Client, ClusterConfig, Defaults, ErrorCode};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Child;
-
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
-const STOP_GRACE: Duration = Duration::from_secs(10);
+use tessera_proto::child::{self, server_binary, Child, READY_TIMEOUT, STOP_GRACE};
+use tessera_proto::clusterdir::{prepare, ClusterFiles};
 
 /// What the experiment needs from the cluster.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,10 +32,8 @@ pub struct LocalCluster {
     pub files: ClusterFiles,
     pub client_cfg: ClusterConfig,
     pub admin_cfg: ClusterConfig,
-    children: Vec<(String, Child)>,
+    children: Vec<Child>,
     admin: Option<Client>,
-    /// Set once the MDS refused orchestrator requests (its orchestrator is not there yet).
-    pub orchestrator_missing: bool,
 }
 
 /// Applies the experiment's settings to one node config.
@@ -60,54 +52,11 @@ pub fn edit_config(cfg: &mut ClusterConfig, o: &ClusterOptions) {
     cfg.orchestrator.window_ms = o.window_ms;
 }
 
-/// Starts a server child with stdout piped (for [`wait_ready`]) and stderr appended to `log`; it dies with us.
-pub(crate) fn spawn(bin: &Path, args: &[String], log: &Path) -> Result<Child> {
-    let logf = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .with_context(|| format!("opening {}", log.display()))?;
-    let mut cmd = std::process::Command::new(bin);
-    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::from(logf));
-    // SAFETY: prctl is async-signal-safe; the kernel SIGTERMs the server if the benchmark dies.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        });
-    }
-    let mut cmd = tokio::process::Command::from(cmd);
-    cmd.kill_on_drop(true);
-    cmd.spawn().with_context(|| format!("starting {}", bin.display()))
-}
-
-/// Waits for the child's `READY` line and returns what follows `READY` on it.
-pub(crate) async fn wait_ready(name: &str, child: &mut Child, log: &Path) -> Result<String> {
-    let stdout = child.stdout.take().ok_or_else(|| anyhow!("{name}: no stdout pipe"))?;
-    let mut lines = BufReader::new(stdout).lines();
-    let found = tokio::time::timeout(READY_TIMEOUT, async {
-        while let Some(line) = lines.next_line().await? {
-            if let Some(rest) = line.strip_prefix("READY") {
-                return Ok::<Option<String>, std::io::Error>(Some(rest.trim().to_string()));
-            }
-        }
-        Ok(None)
-    })
-    .await;
-    match found {
-        Ok(Ok(Some(rest))) => {
-            // Keep draining stdout so the server never blocks on a full pipe.
-            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-            Ok(rest)
-        }
-        Ok(_) => {
-            let tail = std::fs::read_to_string(log).unwrap_or_default();
-            let tail: Vec<&str> = tail.lines().rev().take(5).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            bail!("{name} exited before printing READY (log {}):\n{}", log.display(), tail.join("\n"))
-        }
-        Err(_) => bail!("{name} did not print READY within {READY_TIMEOUT:?}; see {}", log.display()),
-    }
+/// Starts a server child with its stderr (and stdout but `READY`) appended to `log`; it dies with us.
+pub(crate) fn spawn(name: &str, bin: &Path, args: &[String], log: &Path) -> Result<Child> {
+    let mut cmd = Command::new(bin);
+    cmd.args(args);
+    Ok(child::spawn(name, child::die_with_parent(&mut cmd), Some(log))?)
 }
 
 impl LocalCluster {
@@ -129,14 +78,7 @@ impl LocalCluster {
         let admin_cfg = ClusterConfig::load(&files.admin_config).map_err(|e| anyhow!("{e}"))?;
         let mds_bin = server_binary("tessera-mds")?;
         let ds_bin = server_binary("tessera-ds")?;
-        let mut lc = LocalCluster {
-            files,
-            client_cfg,
-            admin_cfg,
-            children: Vec::new(),
-            admin: None,
-            orchestrator_missing: false,
-        };
+        let mut lc = LocalCluster { files, client_cfg, admin_cfg, children: Vec::new(), admin: None };
         let res = lc.launch(&mds_bin, &ds_bin).await;
         if let Err(e) = res {
             lc.stop().await;
@@ -146,26 +88,17 @@ impl LocalCluster {
     }
 
     async fn launch(&mut self, mds_bin: &Path, ds_bin: &Path) -> Result<()> {
-        let log = self.files.log_path("mds");
         let args = vec!["--config".to_string(), self.files.mds_config.display().to_string()];
-        let mut mds = spawn(mds_bin, &args, &log)?;
-        let r = wait_ready("mds", &mut mds, &log).await;
-        self.children.push(("mds".into(), mds));
-        r?;
-        for (k, conf) in self.files.ds_configs.clone().iter().enumerate() {
+        self.children.push(spawn("mds", mds_bin, &args, &self.files.log_path("mds"))?);
+        self.children[0].ready(READY_TIMEOUT).await?;
+        for (k, conf) in self.files.ds_configs.iter().enumerate() {
             let name = format!("ds{k}");
             let args = vec!["--config".into(), conf.display().to_string(), "--id".into(), k.to_string()];
-            let child = spawn(ds_bin, &args, &self.files.log_path(&name))?;
-            self.children.push((name, child));
+            self.children.push(spawn(&name, ds_bin, &args, &self.files.log_path(&name))?);
         }
-        let files = self.files.clone();
-        let waits = futures::future::join_all(self.children[1..].iter_mut().map(|(name, child)| {
-            let log = files.log_path(name);
-            let name = name.clone();
-            async move { wait_ready(&name, child, &log).await }
-        }))
-        .await;
-        waits.into_iter().collect::<Result<Vec<String>>>()?;
+        for c in self.children[1..].iter_mut() {
+            c.ready(READY_TIMEOUT).await?;
+        }
         Ok(())
     }
 
@@ -183,20 +116,15 @@ impl LocalCluster {
         Ok(a)
     }
 
-    /// Switches the orchestrator; Ok(false) if the MDS does not support it (yet).
-    pub async fn set_mode(&mut self, mode: OrchestratorMode) -> Result<bool> {
+    /// Switches the orchestrator.
+    pub async fn set_mode(&mut self, mode: OrchestratorMode) -> Result<()> {
         let admin = self.admin().await?;
-        match admin.mds().call(MdsRequest::SetOrchestratorMode { mode }).await {
-            Ok(_) => Ok(true),
-            Err(e) if e.code == ErrorCode::Unsupported => {
-                if !self.orchestrator_missing {
-                    tracing::warn!("the MDS has no orchestrator ({e}); every mode runs as vanilla");
-                }
-                self.orchestrator_missing = true;
-                Ok(false)
-            }
-            Err(e) => Err(anyhow!("setting orchestrator mode {mode}: {e}")),
-        }
+        admin
+            .mds()
+            .call(MdsRequest::SetOrchestratorMode { mode })
+            .await
+            .map_err(|e| anyhow!("setting orchestrator mode {mode}: {e}"))?;
+        Ok(())
     }
 
     /// What the orchestrator currently sees, if it exists.
@@ -224,23 +152,7 @@ impl LocalCluster {
 
     /// SIGTERMs every server, waits for them, SIGKILLs stragglers.
     pub async fn stop(&mut self) {
-        for (_, c) in self.children.iter() {
-            if let Some(pid) = c.id() {
-                // SAFETY: plain kill(2) on our own unreaped child's pid.
-                unsafe {
-                    libc::kill(pid as libc::pid_t, libc::SIGTERM);
-                }
-            }
-        }
-        for (name, c) in self.children.iter_mut() {
-            match tokio::time::timeout(STOP_GRACE, c.wait()).await {
-                Ok(_) => {}
-                Err(_) => {
-                    tracing::warn!("{name} did not stop within {STOP_GRACE:?}; killing it");
-                    let _ = c.kill().await;
-                }
-            }
-        }
+        child::stop_all_async(&mut self.children, STOP_GRACE).await;
         self.children.clear();
     }
 }

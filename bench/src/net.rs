@@ -4,7 +4,7 @@
 //! this reaches is the most that any file-system path over the same transport can reach on the machine,
 //! and its CPU per MiB is the transport's share of what the file system costs.
 
-use crate::localcluster::{spawn, wait_ready};
+use crate::localcluster::spawn;
 use crate::report::{median, mib_per_sec, write_json};
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+use tessera_proto::child::{Child, READY_TIMEOUT};
 use tessera_proto::rpc::{self, PeerInfo, RpcPeer, Service, Tuning};
 use tessera_proto::tls::{self, NodeIdentity, TlsFiles};
 use tessera_proto::units::{format_size, parse_size};
 use tessera_proto::{FsError, FsResult, Role};
-use tokio::process::Child;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct NetArgs {
@@ -204,14 +204,14 @@ async fn measure(a: &NetArgs, dir: &Path) -> Result<()> {
     for (k, sdir) in server_dirs.iter().enumerate() {
         let args = vec!["net".into(), "--serve".into(), sdir.display().to_string()];
         let log = dir.join(format!("s{k}.log"));
-        let mut child = spawn(&exe, &args, &log)?;
-        let addr = wait_ready(&format!("server {k}"), &mut child, &log).await?;
+        let mut child = spawn(&format!("server {k}"), &exe, &args, &log)?;
+        let addr = child.ready(READY_TIMEOUT).await?;
         let addr = addr.parse().with_context(|| format!("server {k} printed address {addr:?}"))?;
         children.push(child);
         peers.push(RpcPeer::new(endpoint.clone(), &client_id, Role::Ds, addr, Tuning::default())?);
     }
     let peers = Arc::new(peers);
-    let server_pids: Vec<u32> = children.iter().filter_map(|c| c.id()).collect();
+    let server_pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     println!(
         "net: {} server processes, {} tasks x {} calls in flight, {} per call, {} per phase; QUIC + mutual TLS on loopback; {cores} cores",

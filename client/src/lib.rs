@@ -1,4 +1,4 @@
-//! Tessera client library and the `tessera` command-line tool.
+//! Tessera client library (the `tessera` command-line tool is the tessera-cli crate).
 //!
 //! ```no_run
 //! # async fn demo() -> tessera_client::FsResult<()> {
@@ -10,12 +10,8 @@
 //! # Ok(()) }
 //! ```
 
-/// The `tessera` command-line tool.
-pub mod cli;
 /// The path-level `Client` API.
 pub mod client;
-/// `tessera up`: generating a local cluster's configs and certificates, and running its servers.
-pub mod cluster;
 /// Data path: one connection and in-flight limit per data server, stripe splitting, read assembly.
 pub mod data;
 /// Open files: parallel striped reads/writes, close-to-open consistency, fsync/close.
@@ -24,12 +20,9 @@ pub mod file;
 pub mod job;
 /// Typed, ino-level wrapper over the MDS connection: one method per `MdsRequest`.
 pub mod mds_client;
-/// Progress bars for long transfers.
-pub mod progress;
 
 pub use bytes::Bytes;
 pub use client::Client;
-pub use cluster::{prepare, ClusterFiles};
 pub use file::{File, OpenOptions};
 pub use mds_client::MdsClient;
 /// The protocol crate itself, for anything not re-exported above.

@@ -5,13 +5,14 @@
 use crate::fs::{FsOptions, TesseraFs};
 use clap::Parser;
 use fuser::{Config, MountOption, Session, SessionACL};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode};
 use std::time::Duration;
 use tessera_client::{Client, ClusterConfig};
+use tessera_proto::child;
 
 /// Threads reading requests from /dev/fuse (each request is then served by a tokio task).
 const FUSE_THREADS: usize = 2;
@@ -181,6 +182,9 @@ fn set_kernel_read_ahead(mp: &Path) {
     }
 }
 
+/// How long `--daemon` waits for the daemon to mount.
+const DAEMON_READY_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// `--daemon`: runs this program again without it in a new session, and returns once it is mounted.
 fn daemonize() -> ExitCode {
     let exe = match std::env::current_exe() {
@@ -192,7 +196,7 @@ fn daemonize() -> ExitCode {
     };
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--daemon").collect();
     let mut cmd = Command::new(exe);
-    cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::piped());
+    cmd.args(&args);
     // SAFETY: setsid is async-signal-safe; it detaches the child from our terminal session.
     unsafe {
         cmd.pre_exec(|| {
@@ -200,27 +204,25 @@ fn daemonize() -> ExitCode {
             Ok(())
         });
     }
-    let mut child = match cmd.spawn() {
+    // Its stderr stays ours, so its errors reach the user until it has mounted.
+    let mut child = match child::spawn("the daemon", &mut cmd, None) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("tessera-fuse: cannot start the daemon: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let Some(out) = child.stdout.take() else { return ExitCode::FAILURE };
-    for line in BufReader::new(out).lines() {
-        match line {
-            Ok(l) if l.starts_with("READY") => {
-                println!("{l}");
-                return ExitCode::SUCCESS;
-            }
-            Ok(_) => {}
-            Err(_) => break,
+    match child.wait_ready(DAEMON_READY_TIMEOUT) {
+        Ok(rest) => {
+            println!("READY {rest}");
+            child.detach();
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tessera-fuse: the daemon did not mount: {e}");
+            ExitCode::FAILURE
         }
     }
-    let status = child.wait().map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
-    eprintln!("tessera-fuse: the daemon did not mount ({status})");
-    ExitCode::FAILURE
 }
 
 /// Entry point of `tessera-fuse`.
@@ -278,13 +280,9 @@ fn run(args: Args) -> Result<(), String> {
     let _ = std::io::stdout().flush();
 
     let outcome = rt.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
-        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-            .map_err(|e| format!("cannot watch SIGINT: {e}"))?;
+        let mut signals = child::Signals::new().map_err(|e| format!("cannot watch SIGINT/SIGTERM: {e}"))?;
         tokio::select! {
-            _ = term.recv() => Ok::<Option<std::io::Result<()>>, String>(None),
-            _ = int.recv() => Ok(None),
+            _ = signals.recv() => Ok::<Option<std::io::Result<()>>, String>(None),
             r = done_rx => Ok(Some(r.unwrap_or(Ok(())))),
         }
     })?;

@@ -5,14 +5,13 @@
 
 use bytes::Bytes;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tessera_proto::error::ErrorCode;
 use tessera_proto::msg::*;
 use tessera_proto::rpc::{self, PeerInfo, RpcPeer, Service};
-use tessera_proto::tls::{self, NodeIdentity};
 use tessera_proto::{Caller, FsResult, Role};
+use tessera_test_support::TestCa;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A data server that applies nothing but answers serve commands like a real one.
@@ -46,12 +45,8 @@ impl SwitchingDs {
     }
 }
 
-fn identity(dir: &Path, ca: &tls::CaPem, role: Role, name: &str) -> NodeIdentity {
-    NodeIdentity::load(&tls::issue_to_dir(dir, ca, role, name, &["127.0.0.1".into()]).unwrap()).unwrap()
-}
-
-fn peer(dir: &Path, ca: &tls::CaPem, mds: SocketAddr, role: Role, name: &str) -> RpcPeer {
-    let id = identity(dir, ca, role, name);
+fn peer(ca: &TestCa, mds: SocketAddr, role: Role, name: &str) -> RpcPeer {
+    let id = ca.identity(role, name);
     RpcPeer::new(rpc::client_endpoint(false).unwrap(), &id, Role::Mds, mds, Default::default()).unwrap()
 }
 
@@ -106,13 +101,12 @@ fn report(ds: u32) -> LocalityReport {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eligible_program_gets_dedicated_slices_on_all_servers() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = tls::generate_ca("test").unwrap();
-    tls::write_ca(dir.path(), &ca).unwrap();
+    let ca = TestCa::new("test");
+    let dir = &ca.dir;
     let mut servers = Vec::new();
     let mut ds_cfg = String::new();
     for i in 0..6 {
-        let id = identity(dir.path(), &ca, Role::Ds, &format!("ds{i}"));
+        let id = ca.identity(Role::Ds, &format!("ds{i}"));
         let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &id, &Default::default()).unwrap();
         ds_cfg.push_str(&format!("[[ds]]\nid = {i}\naddr = \"{}\"\n\n", ep.local_addr().unwrap()));
         let ds = Arc::new(SwitchingDs::default());
@@ -120,7 +114,7 @@ async fn eligible_program_gets_dedicated_slices_on_all_servers() {
         servers.push(ds);
     }
     let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    tls::issue_to_dir(dir.path(), &ca, Role::Mds, "mds", &["127.0.0.1".into()]).unwrap();
+    ca.issue(Role::Mds, "mds");
     let cfg = format!(
         "[mds]\naddr = \"127.0.0.1:0\"\ndata_dir = \"db\"\n\n{ds_cfg}[orchestrator]\nwindow_ms = 200\nreport_interval_ms = 100\n\n[metrics]\nmds_addr = \"{metrics_addr}\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"mds.pem\"\nkey = \"mds.key\"\n"
     );
@@ -144,14 +138,14 @@ async fn eligible_program_gets_dedicated_slices_on_all_servers() {
     ));
     let mds = tokio::time::timeout(Duration::from_secs(20), ready_rx).await.unwrap().unwrap();
     let user = Caller { uid: 1000, gid: 1000, groups: vec![] };
-    let cl = peer(dir.path(), &ca, mds, Role::Client, "c1");
+    let cl = peer(&ca, mds, Role::Client, "c1");
 
     // Only data servers report locality.
     let e = call(&cl, &user, MdsRequest::LocalityReport(report(0))).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::Perm);
 
     // Locality monitors report every 100 ms.
-    let reporter = Arc::new(peer(dir.path(), &ca, mds, Role::Ds, "ds-reporter"));
+    let reporter = Arc::new(peer(&ca, mds, Role::Ds, "ds-reporter"));
     let feeding = {
         let reporter = reporter.clone();
         tokio::spawn(async move {
@@ -203,7 +197,7 @@ async fn eligible_program_gets_dedicated_slices_on_all_servers() {
     let set = |mode| MdsRequest::SetOrchestratorMode { mode };
     let e = call(&cl, &user, set(OrchestratorMode::Off)).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::Perm);
-    let admin = peer(dir.path(), &ca, mds, Role::Admin, "admin");
+    let admin = peer(&ca, mds, Role::Admin, "admin");
     assert_eq!(call(&admin, &user, set(OrchestratorMode::Off)).await.unwrap(), MdsReply::Ok);
     tokio::time::sleep(Duration::from_millis(700)).await;
     let marks: Vec<usize> = servers.iter().map(|s| s.serves.lock().unwrap().len()).collect();

@@ -3,14 +3,13 @@
 
 use bytes::Bytes;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_proto::error::ErrorCode;
 use tessera_proto::msg::*;
 use tessera_proto::rpc::{self, PeerInfo, RpcPeer, Service};
-use tessera_proto::tls::{self, NodeIdentity};
 use tessera_proto::{Caller, FileKind, FsResult, Role, ROOT_INO};
+use tessera_test_support::TestCa;
 
 /// A minimal data server that records what the MDS asks of it.
 #[derive(Default)]
@@ -30,29 +29,23 @@ impl Service for RecordingDs {
     }
 }
 
-fn identity(dir: &Path, ca: &tls::CaPem, role: Role, name: &str) -> NodeIdentity {
-    NodeIdentity::load(&tls::issue_to_dir(dir, ca, role, name, &["127.0.0.1".into()]).unwrap()).unwrap()
-}
-
 struct Cluster {
     mds: SocketAddr,
     ds: Arc<RecordingDs>,
-    ca: tls::CaPem,
-    dir: tempfile::TempDir,
+    ca: TestCa,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
 async fn start() -> Cluster {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = tls::generate_ca("test").unwrap();
-    tls::write_ca(dir.path(), &ca).unwrap();
-    let ds_id = identity(dir.path(), &ca, Role::Ds, "ds0");
+    let ca = TestCa::new("test");
+    let dir = &ca.dir;
+    let ds_id = ca.identity(Role::Ds, "ds0");
     let ds_ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &ds_id, &Default::default()).unwrap();
     let ds_addr = ds_ep.local_addr().unwrap();
     let ds = Arc::new(RecordingDs::default());
     tokio::spawn(rpc::serve(ds_ep, ds.clone()));
-    tls::issue_to_dir(dir.path(), &ca, Role::Mds, "mds", &["127.0.0.1".into()]).unwrap();
+    ca.issue(Role::Mds, "mds");
     let cfg = format!(
         "[mds]\naddr = \"127.0.0.1:0\"\ndata_dir = \"db\"\n\n[[ds]]\nid = 0\naddr = \"{ds_addr}\"\n\n[[ds]]\nid = 1\naddr = \"127.0.0.1:9\"\n\n[defaults]\nstripe_size = 65536\nstripe_count = 1\n\n[tls]\nca = \"ca.pem\"\ncert = \"mds.pem\"\nkey = \"mds.key\"\n"
     );
@@ -75,11 +68,11 @@ async fn start() -> Cluster {
         },
     ));
     let mds = tokio::time::timeout(Duration::from_secs(20), ready_rx).await.unwrap().unwrap();
-    Cluster { mds, ds, ca, dir, stop: Some(stop_tx), server }
+    Cluster { mds, ds, ca, stop: Some(stop_tx), server }
 }
 
 fn client(c: &Cluster, role: Role, name: &str) -> RpcPeer {
-    let id = identity(c.dir.path(), &c.ca, role, name);
+    let id = c.ca.identity(role, name);
     let ep = rpc::client_endpoint(false).unwrap();
     RpcPeer::new(ep, &id, Role::Mds, c.mds, Default::default()).unwrap()
 }
@@ -195,10 +188,9 @@ async fn serves_clients_reaches_data_servers_and_shuts_down() {
 
 #[tokio::test]
 async fn refuses_a_certificate_without_role_mds() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = tls::generate_ca("test").unwrap();
-    tls::write_ca(dir.path(), &ca).unwrap();
-    tls::issue_to_dir(dir.path(), &ca, Role::Client, "mds", &[]).unwrap();
+    let ca = TestCa::new("test");
+    let dir = &ca.dir;
+    ca.issue(Role::Client, "mds");
     let cfg = "[mds]\naddr = \"127.0.0.1:0\"\ndata_dir = \"db\"\n[tls]\nca = \"ca.pem\"\ncert = \"mds.pem\"\nkey = \"mds.key\"\n";
     std::fs::write(dir.path().join("c.toml"), cfg).unwrap();
     let opts = tessera_mds::Options {

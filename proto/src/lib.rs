@@ -11,11 +11,15 @@
 //! - [`config`]: the cluster's TOML configuration.
 //! - [`wire`]: bincode encoding with bounded decoding.
 //! - [`process`]: allocator settings, logging and async-runtime start-up shared by the binaries.
+//! - [`child`]: child processes of launchers and tests: READY line, signals, clean stops.
+//! - [`clusterdir`]: certificates and configs of a cluster on loopback (`tessera up`, experiments, tests).
 //! - [`bufpool`]: recycled page-aligned buffers for payloads and write-behind.
 //! - [`fileio`]: positional reads into a buffer's spare capacity (data servers, benchmarks).
 //! - [`units`]: sizes with K/M/G/T suffixes, parsed and formatted the same everywhere.
 
 pub mod bufpool;
+pub mod child;
+pub mod clusterdir;
 pub mod config;
 pub mod error;
 pub mod fileio;

@@ -5,8 +5,8 @@ use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Instant;
 use tessera_proto::rpc::{self, PeerInfo, RpcPeer, Service, Tuning};
-use tessera_proto::tls::{self, NodeIdentity};
 use tessera_proto::{FsResult, Role};
+use tessera_test_support::TestCa;
 
 /// Echoes the payload back; the header is the payload length it expects.
 struct Echo;
@@ -26,16 +26,14 @@ impl Service for Echo {
 }
 
 async fn setup(tuning: Tuning) -> (tempfile::TempDir, RpcPeer) {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = tls::generate_ca("t").unwrap();
-    tls::write_ca(dir.path(), &ca).unwrap();
-    let server = NodeIdentity::load(&tls::issue_to_dir(dir.path(), &ca, Role::Ds, "ds0", &[]).unwrap()).unwrap();
-    let client = NodeIdentity::load(&tls::issue_to_dir(dir.path(), &ca, Role::Client, "c", &[]).unwrap()).unwrap();
+    let ca = TestCa::new("t");
+    let server = ca.identity(Role::Ds, "ds0");
+    let client = ca.identity(Role::Client, "c");
     let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &server, &tuning).unwrap();
     let addr = ep.local_addr().unwrap();
     tokio::spawn(rpc::serve(ep, Arc::new(Echo)));
     let peer = RpcPeer::new(rpc::client_endpoint(false).unwrap(), &client, Role::Ds, addr, tuning).unwrap();
-    (dir, peer)
+    (ca.dir, peer)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

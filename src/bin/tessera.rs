@@ -1,4 +1,4 @@
 //! `tessera`: the command-line tool (see `tessera --help`).
 fn main() -> std::process::ExitCode {
-    tessera_client::cli::main_entry()
+    tessera_cli::main_entry()
 }

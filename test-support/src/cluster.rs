@@ -1,56 +1,43 @@
 //! Harness for the cross-process tests: a real cluster of `tessera-mds` and `tessera-ds` processes on
-//! loopback, with certificates and configs made by `tessera_client::cluster::prepare` (what `tessera up` uses).
-#![allow(dead_code)]
+//! loopback, with certificates and configs made by [`tessera_proto::clusterdir::prepare`] (what
+//! `tessera up` uses), started and stopped through [`tessera_proto::child`].
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 use tessera_client::Client;
+use tessera_proto::child::{self, Child, READY_TIMEOUT};
+use tessera_proto::clusterdir::{prepare, ClusterFiles};
 use tessera_proto::config::{ClusterConfig, Defaults};
 
+/// Path of a Tessera binary (`tessera`, `tessera-mds`, ...): in `$TESSERA_BIN_DIR`, next to the running
+/// executable, or — for a test executable in `target/<profile>/deps/` — in `target/<profile>/`, where
+/// cargo puts the root package's binaries it builds for the integration tests.
 pub fn bin(name: &str) -> PathBuf {
-    // Cargo builds the root package's binaries for its integration tests and tells us where.
-    let p = match name {
-        "tessera" => env!("CARGO_BIN_EXE_tessera"),
-        "tessera-mds" => env!("CARGO_BIN_EXE_tessera-mds"),
-        "tessera-ds" => env!("CARGO_BIN_EXE_tessera-ds"),
-        "tessera-bench" => env!("CARGO_BIN_EXE_tessera-bench"),
-        other => panic!("unknown binary {other}"),
-    };
-    PathBuf::from(p)
+    if let Ok(p) = child::server_binary(name) {
+        return p;
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let p = exe.parent().and_then(|d| d.parent()).expect("target directory").join(name);
+    assert!(p.is_file(), "{} is missing: build it (`cargo build --bins`) or set TESSERA_BIN_DIR", p.display());
+    p
+}
+
+/// Spawns a server and waits for its `READY` line (its stderr goes to `log`); panics with the log's tail if
+/// it does not become ready.
+pub fn spawn_ready(name: &str, cmd: &mut Command, log: &std::path::Path) -> Child {
+    let mut c = child::spawn(name, cmd, Some(log)).expect("spawn server");
+    if let Err(e) = c.wait_ready(READY_TIMEOUT) {
+        panic!("{e}");
+    }
+    c
 }
 
 pub struct Cluster {
     pub dir: tempfile::TempDir,
-    pub files: tessera_client::cluster::ClusterFiles,
+    pub files: ClusterFiles,
     pub mds: Option<Child>,
     pub ds: Vec<Option<Child>>,
-}
-
-/// Spawns a server and waits for its `READY` line (its stderr goes to `log`).
-pub fn spawn_ready(cmd: &mut Command, log: &Path) -> Child {
-    let logf = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::from(logf)).spawn().expect("spawn server");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        let mut sent = false;
-        while let Some(Ok(l)) = lines.next() {
-            if !sent && l.starts_with("READY") {
-                let _ = tx.send(l.clone());
-                sent = true;
-            }
-        }
-    });
-    match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(_) => child,
-        Err(_) => {
-            let _ = child.kill();
-            panic!("server {:?} not READY in 30 s; log:\n{}", cmd, std::fs::read_to_string(log).unwrap_or_default());
-        }
-    }
 }
 
 impl Cluster {
@@ -67,7 +54,7 @@ impl Cluster {
     /// Certificates, configs and data directories, but no process yet.
     pub fn prepared(n_ds: usize, defaults: Defaults) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
-        let files = tessera_client::cluster::prepare(dir.path(), n_ds, 0, defaults).expect("prepare cluster");
+        let files = prepare(dir.path(), n_ds, 0, defaults).expect("prepare cluster");
         std::fs::create_dir_all(dir.path().join("logs")).unwrap();
         Cluster { dir, files, mds: None, ds: (0..n_ds).map(|_| None).collect() }
     }
@@ -89,13 +76,17 @@ impl Cluster {
     }
 
     pub fn start_mds(&mut self) {
-        let child =
-            spawn_ready(Command::new(bin("tessera-mds")).arg("--config").arg(&self.files.mds_config), &self.log("mds"));
+        let child = spawn_ready(
+            "tessera-mds",
+            Command::new(bin("tessera-mds")).arg("--config").arg(&self.files.mds_config),
+            &self.log("mds"),
+        );
         self.mds = Some(child);
     }
 
     pub fn start_ds(&mut self, i: usize) {
         let child = spawn_ready(
+            &format!("tessera-ds {i}"),
             Command::new(bin("tessera-ds"))
                 .arg("--config")
                 .arg(&self.files.ds_configs[i])
@@ -109,15 +100,13 @@ impl Cluster {
     /// SIGKILL, like a crash.
     pub fn kill9_mds(&mut self) {
         if let Some(mut c) = self.mds.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            c.kill();
         }
     }
 
     pub fn kill9_ds(&mut self, i: usize) {
         if let Some(mut c) = self.ds[i].take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            c.kill();
         }
     }
 
@@ -125,8 +114,8 @@ impl Cluster {
     pub fn all_alive(&mut self) -> bool {
         let mut ok = true;
         for c in self.mds.iter_mut().chain(self.ds.iter_mut().flatten()) {
-            if let Ok(Some(status)) = c.try_wait() {
-                eprintln!("server exited: {status}");
+            if let Some(status) = c.try_wait() {
+                eprintln!("server {} exited: {status}", c.name());
                 ok = false;
             }
         }
@@ -159,23 +148,9 @@ pub async fn connect(cfg: &ClusterConfig) -> Client {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // Before the directory goes: the servers are killed (as before, no grace: tests end abruptly).
         for c in self.mds.iter_mut().chain(self.ds.iter_mut().flatten()) {
-            let _ = c.kill();
-            let _ = c.wait();
+            c.kill();
         }
     }
-}
-
-/// Deterministic pseudo-random bytes (xorshift), so failures are reproducible.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
 }

@@ -1,15 +1,15 @@
 //! The `tessera` command-line tool: certificates, the local cluster (`up`), and file operations.
 
-use crate::client::{clean_path, join_path, split_parent, Client};
-use crate::cluster::{self, UpOptions};
-use crate::file::{File, OpenOptions};
 use crate::progress;
+use crate::up::{self, UpOptions};
 use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
 use futures::{StreamExt, TryStreamExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use tessera_client::client::{clean_path, join_path, split_parent, Client};
+use tessera_client::file::{File, OpenOptions};
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{ErrorCode, FsError};
 use tessera_proto::layout::LayoutSpec;
@@ -500,7 +500,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
                 stripe_size: a.stripe_size,
                 stripe_count: a.stripe_count,
             };
-            return Ok(cluster::up(opts).await?);
+            return Ok(up::up(opts).await?);
         }
         _ => {}
     }

@@ -1,0 +1,62 @@
+//! The `tessera-bench` command line: one subcommand per benchmark, run on a multi-thread tokio runtime.
+
+use crate::{experiment, ior, mdtest, net, workloads};
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tessera-bench",
+    version,
+    about = "Tessera benchmarks: IOR-like workloads, metadata rates, paper workloads and experiments"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// IOR-like bandwidth benchmark (IOR's option letters).
+    Ior(ior::IorArgs),
+    /// mdtest-like metadata benchmark: file create, stat and remove rates.
+    Mdtest(mdtest::MdtestArgs),
+    /// One of the IOrchestrator paper's benchmarks (mpi-io-test, ior-mpi-io, noncontig, hpio, mpi-tile-io).
+    Workload(workloads::WorkloadArgs),
+    /// The transport alone (like lnet_selftest): bulk RPCs to sink server processes, MiB/s and CPU per MiB.
+    Net(net::NetArgs),
+    /// Reproduce a figure: starts a local cluster, runs the comparison, writes results/NAME.{csv,json,png}.
+    Experiment(experiment::ExperimentArgs),
+}
+
+/// Parses the command line, runs the benchmark on a multi-thread tokio runtime, maps errors to exit code 1.
+pub fn main_entry() -> ExitCode {
+    let cli = Cli::parse();
+    tessera_proto::process::tune_allocator();
+    tessera_proto::process::init_logging();
+    let rt = match tessera_proto::process::runtime("tessera-bench") {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let res = rt.block_on(async {
+        match cli.cmd {
+            Cmd::Ior(a) => ior::run(a).await,
+            Cmd::Mdtest(a) => mdtest::run(a).await,
+            Cmd::Workload(a) => workloads::run(a).await,
+            Cmd::Experiment(a) => experiment::run(a).await,
+            Cmd::Net(a) => net::run(a).await,
+        }
+    });
+    // Tasks abandoned at a barrier after another task failed must not hold up the exit.
+    rt.shutdown_background();
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tessera-bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! The `tessera` command-line tool: file operations, `tessera up`, certificates (`tessera ca`).
+
+/// Command line, entry point and the file, CA and orchestrator commands.
+pub mod commands;
+/// Progress bars for long transfers.
+pub mod progress;
+/// `tessera up`: a whole cluster on loopback as child processes, until Ctrl-C.
+pub mod up;
+
+pub use commands::main_entry;

@@ -1,0 +1,139 @@
+//! `tessera up`: a whole cluster on loopback. The cluster directory (certificates and configs) is written
+//! by [`tessera_proto::clusterdir::prepare`]; [`up`] runs its servers as child processes until Ctrl-C.
+
+use anyhow::Context;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use tessera_proto::child::{self, Child, Signals, READY_TIMEOUT, STOP_GRACE};
+use tessera_proto::clusterdir::{existing_ds_count, prepare, ClusterFiles};
+use tessera_proto::config::{ClusterConfig, Defaults};
+
+/// What `tessera up` was asked for.
+#[derive(Clone, Debug)]
+pub struct UpOptions {
+    pub dir: PathBuf,
+    /// `None`: the existing cluster's count, else 4.
+    pub n_ds: Option<usize>,
+    pub port_base: u16,
+    pub stripe_size: Option<u64>,
+    pub stripe_count: Option<u32>,
+}
+
+/// Starts server `name` with its output going to its log.
+fn start_server(files: &ClusterFiles, name: &str, bin: &Path, args: &[String]) -> anyhow::Result<Child> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(bin);
+    cmd.args(args);
+    // Own process group: a Ctrl-C on the terminal reaches only us, and we stop the servers in order.
+    cmd.process_group(0);
+    child::die_with_parent(&mut cmd);
+    Ok(child::spawn(name, &mut cmd, Some(&files.log_path(name)))?)
+}
+
+/// Starts the MDS, waits for it (data servers report to it), then every data server at once.
+async fn start_all(
+    files: &ClusterFiles,
+    mds_bin: &Path,
+    ds_bin: &Path,
+    servers: &mut Vec<Child>,
+) -> anyhow::Result<()> {
+    let mds_args = vec!["--config".to_string(), files.mds_config.display().to_string()];
+    servers.push(start_server(files, "mds", mds_bin, &mds_args)?);
+    servers[0].ready(READY_TIMEOUT).await?;
+    for (k, conf) in files.ds_configs.iter().enumerate() {
+        let args = vec!["--config".to_string(), conf.display().to_string(), "--id".to_string(), k.to_string()];
+        servers.push(start_server(files, &format!("ds{k}"), ds_bin, &args)?);
+    }
+    for s in servers[1..].iter_mut() {
+        s.ready(READY_TIMEOUT).await?;
+    }
+    Ok(())
+}
+
+/// Runs `tessera up`; returns the process exit code.
+pub async fn up(opts: UpOptions) -> anyhow::Result<ExitCode> {
+    let mut signals = Signals::new().context("installing the SIGINT/SIGTERM handlers")?;
+
+    let existing = existing_ds_count(&opts.dir)?;
+    let n_ds = opts.n_ds.or(existing).unwrap_or(4);
+    if existing.is_some() && (opts.stripe_size.is_some() || opts.stripe_count.is_some()) {
+        eprintln!(
+            "tessera up: reusing the cluster in {}; --stripe-size/--stripe-count are ignored",
+            opts.dir.display()
+        );
+    }
+    let mut defaults = Defaults::default();
+    if let Some(s) = opts.stripe_size {
+        defaults.stripe_size = s;
+    }
+    if let Some(c) = opts.stripe_count {
+        defaults.stripe_count = c;
+    }
+    let files = prepare(&opts.dir, n_ds, opts.port_base, defaults)?;
+    let cfg = ClusterConfig::load(&files.client_config)?;
+    let mds_bin = child::server_binary("tessera-mds")?;
+    let ds_bin = child::server_binary("tessera-ds")?;
+
+    let mut servers: Vec<Child> = Vec::new();
+    let outcome = tokio::select! {
+        r = start_all(&files, &mds_bin, &ds_bin, &mut servers) => Some(r),
+        _ = signals.recv() => None,
+    };
+    match outcome {
+        Some(Ok(())) => {}
+        Some(Err(e)) => {
+            child::stop_all_async(&mut servers, STOP_GRACE).await;
+            return Err(e);
+        }
+        None => {
+            eprintln!("tessera up: interrupted during startup; stopping");
+            child::stop_all_async(&mut servers, STOP_GRACE).await;
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+
+    let client_cfg = files.client_config.display().to_string();
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "Tessera cluster running in {}", files.dir.display());
+    let _ = writeln!(out, "  MDS          {} (log {})", cfg.mds.addr, files.log_path("mds").display());
+    for ds in &cfg.ds {
+        let _ = writeln!(
+            out,
+            "  data server {} {} (log {})",
+            ds.id,
+            ds.addr,
+            files.log_path(&format!("ds{}", ds.id)).display()
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "Use it:");
+    let _ = writeln!(out, "  export TESSERA_CONFIG={client_cfg}");
+    let _ = writeln!(out, "  tessera put ./some-file /some-file");
+    let _ = writeln!(out, "  tessera ls -l /");
+    let _ = writeln!(out, "  tessera getstripe /some-file");
+    let _ = writeln!(out, "  tessera df");
+    let _ = writeln!(out, "  tessera-bench ior -w -r -t 1m -b 64m");
+    let _ = writeln!(out, "Stop it with Ctrl-C.");
+    let _ = writeln!(out, "TESSERA UP {client_cfg}");
+    let _ = out.flush();
+    drop(out);
+
+    let code = tokio::select! {
+        _ = signals.recv() => ExitCode::SUCCESS,
+        (i, st) = child::any_exit(&mut servers) => {
+            let s = &servers[i];
+            let log = s.log().map(|l| l.display().to_string()).unwrap_or_default();
+            eprintln!("tessera up: {} exited unexpectedly: {st}; see {log}", s.name());
+            ExitCode::FAILURE
+        }
+    };
+    eprintln!("tessera up: stopping the cluster");
+    let stopped = child::stop_all_async(&mut servers, STOP_GRACE).await;
+    for (s, st) in servers.iter().zip(stopped) {
+        if st.killed {
+            eprintln!("tessera up: {} did not stop within {STOP_GRACE:?}; killed it", s.name());
+        }
+    }
+    Ok(code)
+}

@@ -1,0 +1,175 @@
+//! `tessera-ds`: command line, start-up (config, identity, store, report tasks, metrics), the `READY`
+//! line, and shutdown on SIGINT/SIGTERM.
+
+use crate::{device, metrics, report, server, store};
+use clap::Parser;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tessera_proto::child::Signals;
+use tessera_proto::config::ClusterConfig;
+use tessera_proto::rpc;
+use tessera_proto::tls::NodeIdentity;
+use tessera_proto::{DsId, Role};
+use tracing::info;
+
+#[derive(Parser, Debug)]
+#[command(name = "tessera-ds", about = "Tessera data server", version)]
+struct Args {
+    /// Cluster configuration (TOML).
+    #[arg(long, env = tessera_proto::config::CONFIG_ENV)]
+    config: Option<PathBuf>,
+    /// This data server's id (its [[ds]] entry in the configuration).
+    #[arg(long)]
+    id: DsId,
+    /// Object store directory (overrides the configuration's data_dir).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Address to listen on (overrides the configuration's addr).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Device model: none (real device) or hdd (emulated rotating disk); overrides ds_options.device_model.
+    #[arg(long)]
+    device_model: Option<String>,
+}
+
+/// Entry point of the `tessera-ds` binary.
+pub fn main_entry() -> ExitCode {
+    let args = Args::parse();
+    tessera_proto::process::tune_allocator();
+    tessera_proto::process::init_logging();
+    let rt = match tessera_proto::process::runtime("tessera-ds") {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let res = rt.block_on(run(args));
+    // Blocking store calls still running finish on their own; do not wait for them forever.
+    rt.shutdown_timeout(Duration::from_secs(5));
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tessera-ds: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let config = ClusterConfig::locate(args.config.as_deref()).map_err(|e| e.detail)?;
+    let node =
+        config.ds_node(args.id).ok_or_else(|| format!("no [[ds]] entry with id {} in the configuration", args.id))?;
+    let data_dir = args
+        .data_dir
+        .clone()
+        .or_else(|| node.data_dir.clone())
+        .ok_or_else(|| format!("data server {} has no data_dir in the configuration (pass --data-dir)", args.id))?;
+    let listen = args.listen.clone().unwrap_or_else(|| node.addr.clone());
+    let listen = rpc::resolve(&listen).map_err(|e| e.detail)?;
+    let identity = NodeIdentity::load(&config.tls).map_err(|e| format!("TLS identity: {e}"))?;
+    if identity.role != Role::Ds {
+        return Err(format!(
+            "certificate {} has role {}, a data server needs role ds",
+            config.tls.cert.display(),
+            identity.role
+        ));
+    }
+    let opts = &config.ds_options;
+    let model_name = args.device_model.as_deref().unwrap_or(&opts.device_model);
+    let model = device::DeviceModel::parse(model_name, &opts.hdd).map_err(|e| e.detail)?;
+    let store = store::Store::open(&data_dir, args.id).map_err(|e| e.detail)?;
+    store.set_direct_writes(opts.direct_writes);
+    store.set_write_cache(opts.write_cache_mb.saturating_mul(1 << 20));
+    let store_handle = store.clone();
+    let tuning = config.tuning();
+    let endpoint = rpc::server_endpoint(listen, &identity, &tuning).map_err(|e| e.detail)?;
+    let local = endpoint.local_addr().map_err(|e| format!("listening address: {e}"))?;
+
+    let setup = server::Setup::from_options(args.id, opts, &config.orchestrator, model);
+    let (reporter, data_path) = server::assemble(store, &setup).map_err(|e| e.detail)?;
+    let metrics = match config.metrics.ds_base_port {
+        Some(base) => {
+            let port = u16::try_from(u32::from(base) + args.id)
+                .map_err(|_| format!("metrics port {base} + {} is out of range", args.id))?;
+            let addr = std::net::SocketAddr::new(listen.ip(), port);
+            let m = metrics::Metrics {
+                ds: args.id,
+                counters: reporter.counters.clone(),
+                locality: data_path.locality.clone(),
+                serve: data_path.serve.clone(),
+                scheduler: reporter.scheduler.clone(),
+                trace: data_path.trace.clone(),
+                store: store_handle.clone(),
+            };
+            let endpoint = tessera_metrics::Endpoint::bind(addr, m.registry()).await.map_err(|e| e.to_string())?;
+            info!(addr = %endpoint.local_addr(), "metrics on http://{}/metrics", endpoint.local_addr());
+            Some(endpoint)
+        }
+        None => None,
+    };
+    let mds_addr = rpc::resolve(&config.mds.addr).map_err(|e| format!("MDS {}", e.detail))?;
+    let report_task = report::spawn_report_task(
+        reporter.clone(),
+        &identity,
+        mds_addr,
+        tuning,
+        Duration::from_millis(opts.report_interval_ms),
+    )
+    .map_err(|e| e.detail)?;
+    let locality_task = report::spawn_locality_task(
+        data_path.locality.clone(),
+        &identity,
+        mds_addr,
+        tuning,
+        Duration::from_millis(config.orchestrator.report_interval_ms),
+    )
+    .map_err(|e| e.detail)?;
+    let trace = data_path.trace.clone();
+    let service = Arc::new(server::DsService::new(reporter, data_path, opts.sync_writes));
+    let server = tokio::spawn(rpc::serve(endpoint.clone(), service));
+
+    info!(ds = args.id, addr = %local, data_dir = %data_dir.display(), device = model.name(), "data server ready");
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "READY {local}");
+        let _ = out.flush();
+    }
+
+    wait_for_signal().await?;
+    info!("shutting down");
+    report_task.abort();
+    locality_task.abort();
+    if let Some(m) = metrics {
+        m.shutdown().await;
+    }
+    endpoint.close(0u32.into(), b"data server shutting down");
+    server.abort();
+    let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
+    if let Some(t) = trace {
+        tokio::task::spawn_blocking(move || t.flush(Duration::from_secs(2))).await.ok();
+    }
+    Ok(())
+}
+
+async fn wait_for_signal() -> Result<(), String> {
+    let mut signals = Signals::new().map_err(|e| format!("SIGINT/SIGTERM handlers: {e}"))?;
+    signals.recv().await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_model_flag() {
+        let a = Args::try_parse_from(["tessera-ds", "--id", "3", "--device-model", "hdd"]).unwrap();
+        assert_eq!((a.id, a.device_model.as_deref()), (3, Some("hdd")));
+        let a = Args::try_parse_from(["tessera-ds", "--id", "0"]).unwrap();
+        assert_eq!(a.device_model, None);
+    }
+}

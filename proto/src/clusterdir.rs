@@ -1,0 +1,260 @@
+//! A cluster directory on loopback, as `tessera up`, the benchmark's experiments and the cross-process
+//! tests use it: [`prepare`] writes (or reuses) the certificates and config files of every node.
+//! Running the servers is the launchers' business (`tessera up` in tessera-cli, [`crate::child`]).
+//!
+//! Directory layout: `tls/` (CA and node certificates), `mds.toml`, `ds<i>.toml`, `client.toml`,
+//! `admin.toml` (the same cluster, each with its own `[tls]`), data dirs `mds/`, `ds<i>/`, and `logs/`.
+
+use crate::config::{ClusterConfig, Defaults, DsNode, MdsNode, TransportOptions};
+use crate::error::{FsError, FsResult};
+use crate::layout::LayoutSpec;
+use crate::tls::{self, TlsFiles};
+use crate::types::Role;
+use std::path::{Path, PathBuf};
+
+/// The files of a prepared cluster directory (all paths absolute).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterFiles {
+    pub dir: PathBuf,
+    pub mds_config: PathBuf,
+    pub ds_configs: Vec<PathBuf>,
+    pub client_config: PathBuf,
+    pub admin_config: PathBuf,
+}
+
+impl ClusterFiles {
+    fn at(dir: &Path, n_ds: usize) -> ClusterFiles {
+        ClusterFiles {
+            dir: dir.to_path_buf(),
+            mds_config: dir.join("mds.toml"),
+            ds_configs: (0..n_ds).map(|i| dir.join(format!("ds{i}.toml"))).collect(),
+            client_config: dir.join("client.toml"),
+            admin_config: dir.join("admin.toml"),
+        }
+    }
+
+    /// Log file of a server (`mds`, `ds0`, ...).
+    pub fn log_path(&self, name: &str) -> PathBuf {
+        self.dir.join("logs").join(format!("{name}.log"))
+    }
+}
+
+fn io_err(what: &Path, e: impl std::fmt::Display) -> FsError {
+    FsError::io(format!("{}: {e}", what.display()))
+}
+
+/// The number of data servers of the cluster already in `dir`, if there is one.
+pub fn existing_ds_count(dir: &Path) -> FsResult<Option<usize>> {
+    let mds = dir.join("mds.toml");
+    if !mds.exists() {
+        return Ok(None);
+    }
+    Ok(Some(ClusterConfig::load(&mds)?.ds.len()))
+}
+
+/// Writes a cluster of `n_ds` data servers into `dir`, or reuses the one already there (same ports and
+/// data; an `n_ds` different from the existing cluster's is an error). Missing certificates are issued.
+/// `port_base` 0 picks free ports; otherwise the MDS gets `port_base` and data server i `port_base+10+i`.
+pub fn prepare(dir: &Path, n_ds: usize, port_base: u16, defaults: Defaults) -> FsResult<ClusterFiles> {
+    if n_ds == 0 {
+        return Err(FsError::invalid("a cluster needs at least one data server"));
+    }
+    LayoutSpec { stripe_size: Some(defaults.stripe_size), stripe_count: None }.validate()?;
+    std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
+    let dir = dir.canonicalize().map_err(|e| io_err(dir, e))?;
+    let files = ClusterFiles::at(&dir, n_ds);
+
+    let base = if let Some(existing) = existing_ds_count(&dir)? {
+        if existing != n_ds {
+            return Err(FsError::invalid(format!(
+                "{} holds a cluster with {existing} data servers, not {n_ds}: use --ds {existing} or another --dir",
+                dir.display()
+            )));
+        }
+        Some(ClusterConfig::load(&files.mds_config)?)
+    } else {
+        None
+    };
+
+    let tls_dir = dir.join("tls");
+    ensure_certificates(&tls_dir, n_ds)?;
+    for sub in ["logs".to_string(), "mds".to_string()].into_iter().chain((0..n_ds).map(|i| format!("ds{i}"))) {
+        let p = dir.join(sub);
+        std::fs::create_dir_all(&p).map_err(|e| io_err(&p, e))?;
+    }
+
+    let tls_of = |name: &str| TlsFiles {
+        ca: PathBuf::from("tls/ca.pem"),
+        cert: PathBuf::from(format!("tls/{name}.pem")),
+        key: PathBuf::from(format!("tls/{name}.key")),
+    };
+    let base = match base {
+        Some(b) => b,
+        None => {
+            let ports = pick_ports(port_base, n_ds)?;
+            ClusterConfig {
+                mds: MdsNode {
+                    addr: format!("127.0.0.1:{}", ports[0]),
+                    data_dir: Some(PathBuf::from("mds")),
+                    metadata_commit: Default::default(),
+                },
+                ds: (0..n_ds)
+                    .map(|i| DsNode {
+                        id: i as u32,
+                        addr: format!("127.0.0.1:{}", ports[i + 1]),
+                        data_dir: Some(PathBuf::from(format!("ds{i}"))),
+                    })
+                    .collect(),
+                defaults,
+                tls: tls_of("mds"),
+                ds_options: Default::default(),
+                client: Default::default(),
+                transport: TransportOptions::default(),
+                orchestrator: Default::default(),
+                metrics: Default::default(),
+            }
+        }
+    };
+    // Node files that are missing are (re)written; mds.toml last, since it marks a complete cluster.
+    let mut nodes: Vec<(PathBuf, String)> =
+        (0..n_ds).map(|i| (files.ds_configs[i].clone(), format!("ds{i}"))).collect();
+    nodes.push((files.client_config.clone(), "client".into()));
+    nodes.push((files.admin_config.clone(), "admin".into()));
+    nodes.push((files.mds_config.clone(), "mds".into()));
+    for (path, name) in nodes {
+        if !path.exists() {
+            ClusterConfig { tls: tls_of(&name), ..base.clone() }.save(&path)?;
+        }
+    }
+    Ok(files)
+}
+
+/// Issues the CA and every node certificate that is missing (all of them when the CA is new).
+fn ensure_certificates(tls_dir: &Path, n_ds: usize) -> FsResult<()> {
+    let tls_err = |e: &dyn std::fmt::Display| FsError::io(format!("certificates in {}: {e}", tls_dir.display()));
+    let have_ca = tls_dir.join("ca.pem").exists() && tls_dir.join("ca.key").exists();
+    let ca = if have_ca {
+        tls::read_ca(tls_dir).map_err(|e| tls_err(&e))?
+    } else {
+        let ca = tls::generate_ca("local").map_err(|e| tls_err(&e))?;
+        tls::write_ca(tls_dir, &ca).map_err(|e| tls_err(&e))?;
+        ca
+    };
+    let mut nodes = vec![(Role::Mds, "mds".to_string())];
+    nodes.extend((0..n_ds).map(|i| (Role::Ds, format!("ds{i}"))));
+    nodes.push((Role::Client, "client".into()));
+    nodes.push((Role::Admin, "admin".into()));
+    for (role, name) in nodes {
+        let present = tls_dir.join(format!("{name}.pem")).exists() && tls_dir.join(format!("{name}.key")).exists();
+        if !have_ca || !present {
+            tls::issue_to_dir(tls_dir, &ca, role, &name, &["127.0.0.1".to_string()]).map_err(|e| tls_err(&e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Ports for the MDS and `n_ds` data servers.
+fn pick_ports(port_base: u16, n_ds: usize) -> FsResult<Vec<u16>> {
+    if port_base != 0 {
+        let last = port_base as usize + 10 + n_ds;
+        if last > u16::MAX as usize {
+            return Err(FsError::invalid(format!("--port-base {port_base} leaves no room for {n_ds} data servers")));
+        }
+        let mut v = vec![port_base];
+        v.extend((0..n_ds).map(|i| port_base + 10 + i as u16));
+        return Ok(v);
+    }
+    // Below the kernel's ephemeral range: a port the kernel may hand to any client socket (every QUIC
+    // client binds one) could be taken between this pick and the server's start. Randomly placed, so
+    // clusters prepared at the same time rarely probe the same ports; every socket is held until all are
+    // bound, so the ports are distinct.
+    let high = ephemeral_ports_start();
+    if high < PICK_LOW + 1024 {
+        return Err(FsError::invalid(format!("no port range below the ephemeral ports (they start at {high})")));
+    }
+    let span = u64::from(high - PICK_LOW);
+    let seed = {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish()
+    };
+    let mut socks = Vec::with_capacity(n_ds + 1);
+    for i in 0..span {
+        if socks.len() == n_ds + 1 {
+            break;
+        }
+        let port = PICK_LOW + ((seed.wrapping_add(i)) % span) as u16;
+        if let Ok(s) = std::net::UdpSocket::bind(("127.0.0.1", port)) {
+            socks.push(s);
+        }
+    }
+    if socks.len() < n_ds + 1 {
+        return Err(FsError::io(format!("picking free ports: fewer than {} free in {PICK_LOW}..{high}", n_ds + 1)));
+    }
+    socks
+        .iter()
+        .map(|s| s.local_addr().map(|a| a.port()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| FsError::io(format!("picking free ports: {e}")))
+}
+
+/// Lowest port picked for servers when none is given.
+const PICK_LOW: u16 = 10_000;
+
+/// First port of the kernel's ephemeral range (Linux's default when it cannot be read).
+fn ephemeral_ports_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|p| p.parse().ok()))
+        .unwrap_or(32_768)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prepare_writes_and_reuses_a_cluster() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("c");
+        let files = prepare(&dir, 3, 0, Defaults { stripe_size: 65536, ..Default::default() }).unwrap();
+        assert_eq!(files.ds_configs.len(), 3);
+        let mds = ClusterConfig::load(&files.mds_config).unwrap();
+        let client = ClusterConfig::load(&files.client_config).unwrap();
+        let admin = ClusterConfig::load(&files.admin_config).unwrap();
+        assert_eq!(mds.ds, client.ds);
+        assert_eq!(mds.mds, admin.mds);
+        assert_eq!(client.defaults.stripe_size, 65536);
+        assert!(client.tls.cert.ends_with("tls/client.pem"));
+        let ports: std::collections::HashSet<&str> =
+            std::iter::once(mds.mds.addr.as_str()).chain(mds.ds.iter().map(|d| d.addr.as_str())).collect();
+        assert_eq!(ports.len(), 4);
+        for (i, p) in files.ds_configs.iter().enumerate() {
+            let c = ClusterConfig::load(p).unwrap();
+            let id = tls::NodeIdentity::load(&c.tls).unwrap();
+            assert_eq!(id.role, Role::Ds);
+            assert_eq!(id.name, format!("ds{i}"));
+            assert!(c.ds[i].data_dir.as_ref().unwrap().is_dir());
+        }
+        assert_eq!(tls::NodeIdentity::load(&admin.tls).unwrap().role, Role::Admin);
+
+        // Reuse keeps the ports; another data-server count is refused.
+        let again = prepare(&dir, 3, 7400, Defaults::default()).unwrap();
+        assert_eq!(again, files);
+        assert_eq!(ClusterConfig::load(&again.mds_config).unwrap().mds.addr, mds.mds.addr);
+        let err = prepare(&dir, 2, 0, Defaults::default()).unwrap_err();
+        assert!(err.detail.contains("3 data servers"), "{err}");
+        assert_eq!(existing_ds_count(&dir).unwrap(), Some(3));
+    }
+
+    #[test]
+    fn fixed_ports_follow_the_base() {
+        assert_eq!(pick_ports(7400, 2).unwrap(), vec![7400, 7410, 7411]);
+        let picked = pick_ports(0, 4).unwrap();
+        assert_eq!(picked.iter().collect::<std::collections::HashSet<_>>().len(), 5, "distinct: {picked:?}");
+        assert!(picked.iter().all(|&p| p >= PICK_LOW && p < ephemeral_ports_start()), "{picked:?}");
+        assert!(pick_ports(65530, 2).is_err());
+        assert!(prepare(tempfile::tempdir().unwrap().path(), 0, 0, Defaults::default()).is_err());
+    }
+}
