@@ -452,15 +452,7 @@ fn exec_mount(config: Option<&Path>, args: &[String]) -> CliResult<ExitCode> {
 /// Entry point of the `tessera` binary.
 pub fn main_entry() -> ExitCode {
     let cli = Cli::parse();
-    tessera_proto::process::tune_allocator();
-    tessera_proto::process::init_logging();
-    let rt = match tessera_proto::process::runtime("tessera") {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let Some(rt) = tessera_proto::process::start("tessera") else { return ExitCode::FAILURE };
     let res = rt.block_on(run(cli));
     // Do not wait for lingering connection tasks.
     rt.shutdown_timeout(std::time::Duration::from_millis(200));

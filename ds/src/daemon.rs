@@ -38,15 +38,7 @@ struct Args {
 /// Entry point of the `tessera-ds` binary.
 pub fn main_entry() -> ExitCode {
     let args = Args::parse();
-    tessera_proto::process::tune_allocator();
-    tessera_proto::process::init_logging();
-    let rt = match tessera_proto::process::runtime("tessera-ds") {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(1);
-        }
-    };
+    let Some(rt) = tessera_proto::process::start("tessera-ds") else { return ExitCode::from(1) };
     let res = rt.block_on(run(args));
     // Blocking store calls still running finish on their own; do not wait for them forever.
     rt.shutdown_timeout(Duration::from_secs(5));

@@ -125,15 +125,7 @@ pub struct Options {
 /// Entry point of the `tessera-mds` binary.
 pub fn main_entry() -> ExitCode {
     let opts = Options::parse();
-    tessera_proto::process::tune_allocator();
-    tessera_proto::process::init_logging();
-    let rt = match tessera_proto::process::runtime("tessera-mds") {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(1);
-        }
-    };
+    let Some(rt) = tessera_proto::process::start("tessera-mds") else { return ExitCode::from(1) };
     let ready = |addr: SocketAddr| {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "READY {addr}");

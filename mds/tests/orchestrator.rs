@@ -21,12 +21,13 @@ struct SwitchingDs {
 }
 
 impl Service for SwitchingDs {
-    type Request = DsRequest;
+    type Request = DsCall;
     type Reply = DsReply;
     fn accepts(&self, role: Role) -> bool {
         role == Role::Mds
     }
-    async fn handle(&self, _peer: Arc<PeerInfo>, req: DsRequest, _p: Bytes) -> (FsResult<DsReply>, Bytes) {
+    async fn handle(&self, _peer: Arc<PeerInfo>, call: DsCall, _p: Bytes) -> (FsResult<DsReply>, Bytes) {
+        let req = call.req;
         match req {
             DsRequest::Serve(cmd) => {
                 let at = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as u64;

@@ -18,12 +18,13 @@ struct RecordingDs {
 }
 
 impl Service for RecordingDs {
-    type Request = DsRequest;
+    type Request = DsCall;
     type Reply = DsReply;
     fn accepts(&self, role: Role) -> bool {
         role == Role::Mds
     }
-    async fn handle(&self, _peer: Arc<PeerInfo>, req: DsRequest, _p: Bytes) -> (FsResult<DsReply>, Bytes) {
+    async fn handle(&self, _peer: Arc<PeerInfo>, call: DsCall, _p: Bytes) -> (FsResult<DsReply>, Bytes) {
+        let req = call.req;
         self.calls.lock().unwrap().push(req);
         (Ok(DsReply::Ok), Bytes::new())
     }

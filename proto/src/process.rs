@@ -31,6 +31,14 @@ pub fn init_logging() {
 }
 
 /// The multi-thread tokio runtime every binary runs on; the error names the program.
+/// What every binary does first: the allocator settings, logging, and its async runtime (`None`, with
+/// the reason printed, if the runtime cannot start).
+pub fn start(program: &str) -> Option<tokio::runtime::Runtime> {
+    tune_allocator();
+    init_logging();
+    runtime(program).map_err(|e| eprintln!("{e}")).ok()
+}
+
 pub fn runtime(program: &str) -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
