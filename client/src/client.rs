@@ -26,7 +26,6 @@ const READ_FILE_CHUNK: u64 = 64 << 20;
 struct Shared {
     cfg: ClusterConfig,
     data: DataPlane,
-    client_id: u64,
     // Kept so the endpoint outlives every peer using it.
     _endpoint: quinn::Endpoint,
 }
@@ -44,7 +43,7 @@ impl std::fmt::Debug for Client {
         f.debug_struct("Client")
             .field("mds", &self.shared.cfg.mds.addr)
             .field("job", &self.job())
-            .field("client_id", &self.shared.client_id)
+            .field("client_id", &self.client_id())
             .finish()
     }
 }
@@ -106,13 +105,12 @@ impl Client {
         let endpoint = client_endpoint(mds_addr.is_ipv6())?;
         let mds_peer = Arc::new(RpcPeer::new(endpoint.clone(), &id, Role::Mds, mds_addr, tuning)?);
         let data = DataPlane::new(&endpoint, &id, cfg, tuning)?;
-        let client_id = rand::random();
-        let origin = Origin { job: crate::job::detect(), client: client_id, pid: std::process::id() };
+        let origin = Origin { job: crate::job::detect(), client: rand::random(), pid: std::process::id() };
         let mds = MdsClient::new(mds_peer, Caller::current_process(), origin);
         mds.ping()
             .await
             .map_err(|e| FsError::new(e.code, format!("metadata server {}: {}", cfg.mds.addr, e.detail)))?;
-        let shared = Arc::new(Shared { cfg: cfg.clone(), data, client_id, _endpoint: endpoint });
+        let shared = Arc::new(Shared { cfg: cfg.clone(), data, _endpoint: endpoint });
         Ok(Client { shared, mds })
     }
 
@@ -140,7 +138,7 @@ impl Client {
 
     /// Random id of this client instance, carried in every data request.
     pub fn client_id(&self) -> u64 {
-        self.shared.client_id
+        self.mds.origin().client
     }
 
     pub fn config(&self) -> &ClusterConfig {

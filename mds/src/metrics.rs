@@ -11,12 +11,12 @@ use tessera_metrics::prometheus_client::registry::Registry;
 use tessera_metrics::{collector, Scrape};
 use tessera_proto::msg::OrchestratorMode;
 
-pub use tessera_proto::requests::NAMES as KINDS;
+use tessera_proto::requests::NAMES;
 
 /// The `type` label of a request counter.
 type TypeLabel = [(&'static str, &'static str); 1];
 
-/// Namespace counters: requests and failed requests by type name (every type in [`KINDS`] is shown,
+/// Namespace counters: requests and failed requests by type name (every type in [`NAMES`] is shown,
 /// at 0 until served).
 pub struct RequestCounters {
     requests: Family<TypeLabel, Counter>,
@@ -26,7 +26,7 @@ pub struct RequestCounters {
 impl Default for RequestCounters {
     fn default() -> Self {
         let c = RequestCounters { requests: Family::default(), errors: Family::default() };
-        for kind in KINDS {
+        for kind in NAMES {
             drop(c.requests.get_or_create(&[("type", kind)]));
             drop(c.errors.get_or_create(&[("type", kind)]));
         }
@@ -192,6 +192,6 @@ mod tests {
         ] {
             assert!(body.lines().any(|l| l == line), "missing {line}\n{body}");
         }
-        assert_eq!(body.lines().filter(|l| l.starts_with("tessera_mds_requests_total{")).count(), KINDS.len());
+        assert_eq!(body.lines().filter(|l| l.starts_with("tessera_mds_requests_total{")).count(), NAMES.len());
     }
 }

@@ -2,7 +2,7 @@
 //! the request's name (metrics), who may send it and what it touches (directory leases); clients take
 //! whether it may be sent again after a lost reply. A new request is one line here plus its handler.
 
-use crate::msg::{MdsRequest, OpenFlags};
+use crate::msg::MdsRequest;
 use crate::types::{Caller, Ino, Role};
 
 /// Who may send a request.
@@ -103,7 +103,7 @@ table! {
     Rmdir { .. }                               => false, Clients,     Any;
     Rename { .. }                              => false, Clients,     Any;
     ReadDir { ino, .. }                        => true,  Clients,     Inode(*ino);
-    Open { ino, flags }                        => !open_truncates(flags), Clients, Inode(*ino);
+    Open { ino, flags }                        => !flags.truncate, Clients, Inode(*ino);
     Close { .. }                               => true,  Clients,     Nothing;
     CreateOpen { parent, .. }                  => false, Clients,     Inode(*parent);
     Sync {}                                    => true,  Clients,     Nothing;
@@ -125,14 +125,10 @@ table! {
     CreateBatch { .. }                         => true,  Clients,     Nothing;
 }
 
-fn open_truncates(flags: &OpenFlags) -> bool {
-    flags.truncate
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::msg::{OrchestratorMode, SetAttrs};
+    use crate::msg::{OpenFlags, OrchestratorMode, SetAttrs};
 
     #[test]
     fn names_are_unique_and_match_the_variants() {
