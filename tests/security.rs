@@ -39,7 +39,7 @@ async fn mds_ping(peer: &RpcPeer) -> Result<MdsReply, tessera_proto::FsError> {
 }
 
 async fn ds_ping(peer: &RpcPeer) -> Result<DsReply, tessera_proto::FsError> {
-    peer.call::<DsCall, DsReply>(&DsCall { ds: 0, req: DsRequest::Ping }, Bytes::new()).await.map(|r| r.0)
+    peer.call::<DsCall, DsReply>(&DsCall::new(0, DsRequest::Ping), Bytes::new()).await.map(|r| r.0)
 }
 
 /// Connects with a hand-made rustls client config; returns whether a call could complete.
@@ -52,7 +52,7 @@ async fn handshake_and_call(cfg: rustls::ClientConfig, addr: SocketAddr, server_
     // With TLS 1.3 the client may finish before the server rejects its certificate: a stream must fail.
     let attempt = async {
         let (mut send, mut recv) = conn.open_bi().await.ok()?;
-        let head = tessera_proto::frame::encode_head(&DsCall { ds: 0, req: DsRequest::Ping }, 0).ok()?;
+        let head = tessera_proto::frame::encode_head(&DsCall::new(0, DsRequest::Ping), 0).ok()?;
         send.write_all(&head).await.ok()?;
         send.finish().ok()?;
         let reply = recv.read_to_end(1 << 20).await.ok()?;
@@ -118,7 +118,7 @@ async fn certificates_are_checked() {
     // Role-restricted requests: a client may not remove objects nor pose as a data server reporting.
     let client_ds = RpcPeer::new(ep.clone(), &good, Role::Ds, ds_addr, tuning()).unwrap();
     let err = client_ds
-        .call::<DsCall, DsReply>(&DsCall { ds: 0, req: DsRequest::Remove { objects: vec![1, 2] } }, Bytes::new())
+        .call::<DsCall, DsReply>(&DsCall::new(0, DsRequest::Remove { objects: vec![1, 2] }), Bytes::new())
         .await
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::Perm, "{err}");
@@ -127,7 +127,7 @@ async fn certificates_are_checked() {
             &MdsCall {
                 caller: Caller::root(),
                 origin: Default::default(),
-                req: MdsRequest::DsReport(DsReport { ds: 0, ..Default::default() }),
+                req: MdsRequest::DsReport(Box::new(DsReport { ds: 0, ..Default::default() })),
             },
             Bytes::new(),
         )
@@ -192,7 +192,7 @@ async fn malformed_frames_never_crash_servers() {
     let good = NodeIdentity::load(&cfg.tls).unwrap();
     let ep = rpc::client_endpoint(false).unwrap();
     let v = tessera_proto::PROTOCOL_VERSION;
-    let valid_ping = tessera_proto::frame::encode_head(&DsCall { ds: 0, req: DsRequest::Ping }, 0).unwrap();
+    let valid_ping = tessera_proto::frame::encode_head(&DsCall::new(0, DsRequest::Ping), 0).unwrap();
 
     for (role, addr) in [(Role::Mds, mds_addr), (Role::Ds, ds_addr)] {
         let peer = RpcPeer::new(ep.clone(), &good, role, addr, tuning()).unwrap();
@@ -209,7 +209,7 @@ async fn malformed_frames_never_crash_servers() {
             ("garbage header", [prefix(v, 8, 0), vec![0xff; 8]].concat()),
         ];
         // A frame that declares a 1 KiB payload but sends 10 bytes of it.
-        let mut short = tessera_proto::frame::encode_head(&DsCall { ds: 0, req: DsRequest::Ping }, 1024).unwrap();
+        let mut short = tessera_proto::frame::encode_head(&DsCall::new(0, DsRequest::Ping), 1024).unwrap();
         short.extend_from_slice(&[0u8; 10]);
         cases.push(("short payload", short));
         for i in 0..40 {
@@ -254,7 +254,7 @@ async fn malformed_frames_never_crash_servers() {
                     IoTag { origin: tessera_proto::Origin { job: "x".repeat(10_000), client: 1, pid: 1 }, ino: 1 };
                 let err = fresh
                     .call::<DsCall, DsReply>(
-                        &DsCall { ds: 0, req: DsRequest::Read { tag, object: 1, offset: u64::MAX, len: u32::MAX } },
+                        &DsCall::new(0, DsRequest::Read { tag, object: 1, offset: u64::MAX, len: u32::MAX }),
                         Bytes::new(),
                     )
                     .await
@@ -294,7 +294,7 @@ async fn declared_payloads_cost_nothing_until_they_arrive() {
     let (rss0, vm0) = memory_of(pid);
 
     let tag = IoTag { origin: tessera_proto::Origin { job: "hog".into(), client: 7, pid: 1 }, ino: 1 };
-    let write = DsCall { ds: 0, req: DsRequest::Write { tag, object: 1, offset: 0, sync: false } };
+    let write = DsCall::new(0, DsRequest::Write { tag, object: 1, offset: 0, sync: false });
     let head = tessera_proto::frame::encode_head(&write, tessera_proto::frame::MAX_PAYLOAD).unwrap();
     let mut held = Vec::with_capacity(STREAMS);
     for _ in 0..STREAMS {

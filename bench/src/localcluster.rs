@@ -66,7 +66,8 @@ impl LocalCluster {
             std::fs::remove_dir_all(dir).with_context(|| format!("removing the old cluster in {}", dir.display()))?;
         }
         let defaults = Defaults { stripe_size: o.stripe_size, stripe_count: 0, ..Defaults::default() };
-        let files = prepare(dir, o.n_ds, 0, defaults).map_err(|e| anyhow!("preparing the cluster: {e}"))?;
+        let files = prepare(dir, tessera_proto::clusterdir::Shape::ds(o.n_ds), 0, defaults)
+            .map_err(|e| anyhow!("preparing the cluster: {e}"))?;
         let mut all = vec![files.mds_config.clone(), files.client_config.clone(), files.admin_config.clone()];
         all.extend(files.ds_configs.iter().cloned());
         for p in &all {
@@ -185,7 +186,7 @@ mod tests {
     #[test]
     fn configs_are_edited_for_the_experiment() {
         let tmp = tempfile::tempdir().unwrap();
-        let files = prepare(tmp.path(), 2, 0, Defaults::default()).unwrap();
+        let files = prepare(tmp.path(), tessera_proto::clusterdir::Shape::ds(2), 0, Defaults::default()).unwrap();
         let mut c = ClusterConfig::load(&files.ds_configs[1]).unwrap();
         let o = ClusterOptions {
             n_ds: 2,

@@ -188,6 +188,9 @@ enum Cmd {
     /// IOrchestrator: its status, or switch its mode at run time.
     #[command(subcommand)]
     Orchestrator(OrchCmd),
+    /// Forwarding nodes (IONs): their status, or switch their request scheduler at run time.
+    #[command(subcommand)]
+    Ion(crate::ion::IonCmd),
     /// Mount the file system with FUSE: runs `tessera-fuse` (installed next to `tessera`) with these arguments.
     Mount {
         /// MOUNTPOINT [--daemon] [--allow-other] [-o OPTS] (see `tessera-fuse --help`).
@@ -251,7 +254,10 @@ struct UpArgs {
     /// Number of data servers (default: the existing cluster's, else 4).
     #[arg(long = "ds")]
     ds: Option<usize>,
-    /// First port: MDS on P, data server i on P+10+i; 0 picks free ports.
+    /// Number of forwarding nodes (IONs) clients go through (default: the existing cluster's, else 0).
+    #[arg(long = "ion")]
+    ion: Option<usize>,
+    /// First port: MDS on P, data server i on P+10+i, forwarding node i on P+100+i; 0 picks free ports.
     #[arg(long, default_value_t = 7400)]
     port_base: u16,
     /// Default stripe size of the new cluster (K/M/G suffixes).
@@ -488,6 +494,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
             let opts = UpOptions {
                 dir: a.dir.clone(),
                 n_ds: a.ds,
+                n_ion: a.ion,
                 port_base: a.port_base,
                 stripe_size: a.stripe_size,
                 stripe_count: a.stripe_count,
@@ -574,6 +581,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         Cmd::Ping => return ping(&c).await,
         Cmd::Jobs { watch } => watch_status(&c, watch, jobs_text).await?,
         Cmd::Orchestrator(OrchCmd::Status { watch }) => watch_status(&c, watch, orchestrator_text).await?,
+        Cmd::Ion(cmd) => crate::ion::run(&c, cmd).await.map_err(CliError::plain)?,
         Cmd::Orchestrator(OrchCmd::Mode { mode }) => match c.mds().set_orchestrator_mode(mode).await {
             Ok(()) => println!("orchestrator mode: {mode} (from the next slice boundary)"),
             Err(e) if e.code == ErrorCode::Perm => {

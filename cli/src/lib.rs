@@ -2,6 +2,8 @@
 
 /// Command line, entry point and the file, CA and orchestrator commands.
 pub mod commands;
+/// `tessera ion status|scheduler`: forwarding nodes' state and scheduler switch.
+pub mod ion;
 /// Progress bars for long transfers.
 pub mod progress;
 /// `tessera up`: a whole cluster on loopback as child processes, until Ctrl-C.

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use tessera_proto::child::{self, Child, Signals, READY_TIMEOUT, STOP_GRACE};
-use tessera_proto::clusterdir::{existing_ds_count, prepare, ClusterFiles};
+use tessera_proto::clusterdir::{existing_ds_count, prepare, ClusterFiles, Shape};
 use tessera_proto::config::{ClusterConfig, Defaults};
 
 /// What `tessera up` was asked for.
@@ -15,6 +15,8 @@ pub struct UpOptions {
     pub dir: PathBuf,
     /// `None`: the existing cluster's count, else 4.
     pub n_ds: Option<usize>,
+    /// Forwarding nodes; `None`: the existing cluster's count, else none.
+    pub n_ion: Option<usize>,
     pub port_base: u16,
     pub stripe_size: Option<u64>,
     pub stripe_count: Option<u32>,
@@ -31,13 +33,17 @@ fn start_server(files: &ClusterFiles, name: &str, bin: &Path, args: &[String]) -
     Ok(child::spawn(name, &mut cmd, Some(&files.log_path(name)))?)
 }
 
-/// Starts the MDS, waits for it (data servers report to it), then every data server at once.
-async fn start_all(
-    files: &ClusterFiles,
-    mds_bin: &Path,
-    ds_bin: &Path,
-    servers: &mut Vec<Child>,
-) -> anyhow::Result<()> {
+/// The server binaries `tessera up` runs.
+struct Binaries {
+    mds: PathBuf,
+    ds: PathBuf,
+    ion: PathBuf,
+}
+
+/// Starts the MDS, waits for it (data servers report to it), then every data server at once, then the
+/// forwarding nodes.
+async fn start_all(files: &ClusterFiles, bins: &Binaries, servers: &mut Vec<Child>) -> anyhow::Result<()> {
+    let (mds_bin, ds_bin) = (&bins.mds, &bins.ds);
     let mds_args = vec!["--config".to_string(), files.mds_config.display().to_string()];
     servers.push(start_server(files, "mds", mds_bin, &mds_args)?);
     servers[0].ready(READY_TIMEOUT).await?;
@@ -46,6 +52,14 @@ async fn start_all(
         servers.push(start_server(files, &format!("ds{k}"), ds_bin, &args)?);
     }
     for s in servers[1..].iter_mut() {
+        s.ready(READY_TIMEOUT).await?;
+    }
+    let first_ion = servers.len();
+    for (k, conf) in files.ion_configs.iter().enumerate() {
+        let args = vec!["--config".to_string(), conf.display().to_string(), "--index".to_string(), k.to_string()];
+        servers.push(start_server(files, &format!("ion{k}"), &bins.ion, &args)?);
+    }
+    for s in servers[first_ion..].iter_mut() {
         s.ready(READY_TIMEOUT).await?;
     }
     Ok(())
@@ -57,6 +71,11 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<ExitCode> {
 
     let existing = existing_ds_count(&opts.dir)?;
     let n_ds = opts.n_ds.or(existing).unwrap_or(4);
+    let n_ion = match opts.n_ion {
+        Some(n) => n,
+        None if existing.is_some() => ClusterConfig::load(&opts.dir.join("mds.toml"))?.ion.len(),
+        None => 0,
+    };
     if existing.is_some() && (opts.stripe_size.is_some() || opts.stripe_count.is_some()) {
         eprintln!(
             "tessera up: reusing the cluster in {}; --stripe-size/--stripe-count are ignored",
@@ -70,14 +89,17 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<ExitCode> {
     if let Some(c) = opts.stripe_count {
         defaults.stripe_count = c;
     }
-    let files = prepare(&opts.dir, n_ds, opts.port_base, defaults)?;
+    let files = prepare(&opts.dir, Shape { ds: n_ds, ion: n_ion }, opts.port_base, defaults)?;
     let cfg = ClusterConfig::load(&files.client_config)?;
-    let mds_bin = child::server_binary("tessera-mds")?;
-    let ds_bin = child::server_binary("tessera-ds")?;
+    let bins = Binaries {
+        mds: child::server_binary("tessera-mds")?,
+        ds: child::server_binary("tessera-ds")?,
+        ion: if n_ion > 0 { child::server_binary("tessera-ion")? } else { PathBuf::new() },
+    };
 
     let mut servers: Vec<Child> = Vec::new();
     let outcome = tokio::select! {
-        r = start_all(&files, &mds_bin, &ds_bin, &mut servers) => Some(r),
+        r = start_all(&files, &bins, &mut servers) => Some(r),
         _ = signals.recv() => None,
     };
     match outcome {
@@ -106,6 +128,16 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<ExitCode> {
             files.log_path(&format!("ds{}", ds.id)).display()
         );
     }
+    for (k, ion) in cfg.ion.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  forwarding node {} {} (log {}; scheduler {})",
+            ion.name,
+            ion.addr,
+            files.log_path(&format!("ion{k}")).display(),
+            cfg.ion_options.scheduler
+        );
+    }
     let _ = writeln!(out);
     let _ = writeln!(out, "Use it:");
     let _ = writeln!(out, "  export TESSERA_CONFIG={client_cfg}");
@@ -113,6 +145,12 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<ExitCode> {
     let _ = writeln!(out, "  tessera ls -l /");
     let _ = writeln!(out, "  tessera getstripe /some-file");
     let _ = writeln!(out, "  tessera df");
+    if !cfg.ion.is_empty() {
+        let _ = writeln!(
+            out,
+            "  tessera ion status        (clients go through the forwarding nodes; TESSERA_ION=none: direct)"
+        );
+    }
     let _ = writeln!(out, "  tessera-bench ior -w -r -t 1m -b 64m");
     let _ = writeln!(out, "Stop it with Ctrl-C.");
     let _ = writeln!(out, "TESSERA UP {client_cfg}");

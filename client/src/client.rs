@@ -2,6 +2,7 @@
 
 use crate::data::DataPlane;
 use crate::file::{File, OpenOptions};
+use crate::forward::Forwarding;
 use crate::mds_client::{LayoutReply, MdsClient, Opened};
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -11,7 +12,9 @@ use std::time::Duration;
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::{text, Layout, LayoutSpec};
-use tessera_proto::msg::{DirEntry, DsStatus, OpenFlags, RenameFlags, SetAttrs, StatFs};
+use tessera_proto::msg::{
+    DirEntry, DsStatus, IonCall, IonReply, IonStatus, OpenFlags, RenameFlags, SchedulerSetting, SetAttrs, StatFs,
+};
 use tessera_proto::rpc::{client_endpoint, resolve, RpcPeer};
 use tessera_proto::tls::NodeIdentity;
 use tessera_proto::types::{Attr, Caller, DsId, FileKind, Ino, Origin, Role, NAME_MAX, PATH_MAX, ROOT_INO};
@@ -104,12 +107,14 @@ impl Client {
         let mds_addr = resolve(&cfg.mds.addr)?;
         let endpoint = client_endpoint(mds_addr.is_ipv6())?;
         let mds_peer = Arc::new(RpcPeer::new(endpoint.clone(), &id, Role::Mds, mds_addr, tuning)?);
-        let data = DataPlane::new(&endpoint, &id, cfg, tuning)?;
         let origin = Origin { job: crate::job::detect(), client: rand::random(), pid: std::process::id() };
-        let mds = MdsClient::new(mds_peer, Caller::current_process(), origin);
-        mds.ping()
-            .await
-            .map_err(|e| FsError::new(e.code, format!("metadata server {}: {}", cfg.mds.addr, e.detail)))?;
+        let fwd = Forwarding::new(&endpoint, &id, cfg, tuning, cfg.client_ion(origin.client)?)?;
+        let data = DataPlane::new(&endpoint, &id, cfg, tuning, fwd.clone())?;
+        let mds = MdsClient::new(mds_peer, Caller::current_process(), origin).through(fwd.clone());
+        mds.ping().await.map_err(|e| {
+            let via = fwd.as_ref().and_then(|f| f.current_name()).map(|n| format!(" through forwarding node {n}"));
+            FsError::new(e.code, format!("metadata server {}{}: {}", cfg.mds.addr, via.unwrap_or_default(), e.detail))
+        })?;
         let shared = Arc::new(Shared { cfg: cfg.clone(), data, _endpoint: endpoint });
         Ok(Client { shared, mds })
     }
@@ -458,6 +463,33 @@ impl Client {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Forwarding node `k`'s status.
+    pub async fn ion_status(&self, k: usize) -> FsResult<IonStatus> {
+        match self.ion_call(k, &IonCall::Status).await? {
+            IonReply::Status(s) => Ok(s),
+            r => Err(FsError::protocol(format!("forwarding node answered Status with {r:?}"))),
+        }
+    }
+
+    /// Switches forwarding node `k`'s scheduler (the admin certificate or a root caller); returns its
+    /// status after the switch.
+    pub async fn set_ion_scheduler(&self, k: usize, setting: SchedulerSetting) -> FsResult<IonStatus> {
+        let call = IonCall::SetScheduler { caller: self.mds.caller().clone(), setting };
+        match self.ion_call(k, &call).await? {
+            IonReply::Status(s) => Ok(s),
+            r => Err(FsError::protocol(format!("forwarding node answered SetScheduler with {r:?}"))),
+        }
+    }
+
+    async fn ion_call(&self, k: usize, call: &IonCall) -> FsResult<IonReply> {
+        let fwd = self
+            .data()
+            .route()
+            .forwarding()
+            .ok_or_else(|| FsError::invalid("the cluster configuration lists no forwarding nodes ([[ion]])"))?;
+        fwd.ion_call(k, call).await
     }
 
     pub async fn statfs(&self) -> FsResult<StatFs> {

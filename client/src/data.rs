@@ -1,6 +1,7 @@
 //! The data path: one RPC peer per data server with a bound on requests in flight, the splitting of a
 //! file range into per-object requests of at most `max_request` bytes, and the reassembly of reads.
 
+use crate::forward::Forwarding;
 use bytes::Bytes;
 use futures::future::try_join_all;
 use std::collections::HashMap;
@@ -157,27 +158,44 @@ pub struct DsConn {
 }
 
 impl DsConn {
-    /// A call that waits for an in-flight slot first.
-    async fn call(&self, call: &DsCall, payload: Bytes) -> FsResult<(DsReply, Bytes)> {
-        let _permit = self.permits.acquire().await.map_err(|_| FsError::io("client is shutting down"))?;
-        self.peer.call(call, payload).await
+    /// An in-flight slot to this server (held for the whole call, whichever way it goes).
+    async fn permit(&self) -> FsResult<tokio::sync::SemaphorePermit<'_>> {
+        self.permits.acquire().await.map_err(|_| FsError::io("client is shutting down"))
     }
 
-    /// [`DsConn::call`] with the reply's payload in the chunks it arrived in.
+    /// A call that waits for an in-flight slot first, the reply's payload in the chunks it arrived in.
     async fn call_chunked(&self, call: &DsCall, payload: Bytes) -> FsResult<(DsReply, Vec<Bytes>)> {
-        let _permit = self.permits.acquire().await.map_err(|_| FsError::io("client is shutting down"))?;
+        let _permit = self.permit().await?;
         self.peer.call_chunked(call, payload).await
     }
 }
 
-/// How a data request reaches the data server it names. Today one route exists: straight to each data
-/// server; a forwarding node (ION) will be the second, carrying the same calls (they name their server).
+/// How a data request reaches the data server it names: straight to it, or through a forwarding node
+/// (ION) that passes the same call on (calls name their server).
 pub enum Route {
     /// One connection and in-flight bound per data server.
     Direct(HashMap<DsId, Arc<DsConn>>),
+    /// Through the client's forwarding node, with the same in-flight bound per data server; `direct`
+    /// is where requests go when the forwarding nodes have failed and direct access is allowed.
+    Forwarded { fwd: Arc<Forwarding>, direct: HashMap<DsId, Arc<DsConn>> },
 }
 
 impl Route {
+    /// Through `fwd` when the cluster has forwarding nodes, else direct.
+    pub fn new(
+        endpoint: &quinn::Endpoint,
+        id: &NodeIdentity,
+        cfg: &ClusterConfig,
+        tuning: Tuning,
+        fwd: Option<Arc<Forwarding>>,
+    ) -> FsResult<Route> {
+        let direct = Route::connections(endpoint, id, cfg, tuning)?;
+        Ok(match fwd {
+            Some(fwd) => Route::Forwarded { fwd, direct },
+            None => Route::Direct(direct),
+        })
+    }
+
     /// Direct connections to every `[[ds]]` of the config (made on first use).
     pub fn direct(
         endpoint: &quinn::Endpoint,
@@ -185,6 +203,15 @@ impl Route {
         cfg: &ClusterConfig,
         tuning: Tuning,
     ) -> FsResult<Route> {
+        Ok(Route::Direct(Route::connections(endpoint, id, cfg, tuning)?))
+    }
+
+    fn connections(
+        endpoint: &quinn::Endpoint,
+        id: &NodeIdentity,
+        cfg: &ClusterConfig,
+        tuning: Tuning,
+    ) -> FsResult<HashMap<DsId, Arc<DsConn>>> {
         let inflight = cfg.client.inflight_per_server.max(1) as usize;
         let mut servers = HashMap::new();
         for ds in &cfg.ds {
@@ -192,13 +219,13 @@ impl Route {
             let peer = RpcPeer::to_host(endpoint.clone(), id, Role::Ds, &ds.addr, tuning)?;
             servers.insert(ds.id, Arc::new(DsConn { id: ds.id, peer, permits: Semaphore::new(inflight) }));
         }
-        Ok(Route::Direct(servers))
+        Ok(servers)
     }
 
     /// Data server ids, sorted.
     pub fn ids(&self) -> Vec<DsId> {
         let mut v: Vec<DsId> = match self {
-            Route::Direct(servers) => servers.keys().copied().collect(),
+            Route::Direct(servers) | Route::Forwarded { direct: servers, .. } => servers.keys().copied().collect(),
         };
         v.sort_unstable();
         v
@@ -212,15 +239,46 @@ impl Route {
 
     /// Sends `req` to data server `ds`.
     pub async fn call(&self, ds: DsId, req: DsRequest, payload: Bytes) -> FsResult<(DsReply, Bytes)> {
-        match self {
-            Route::Direct(servers) => Route::direct_conn(servers, ds)?.call(&DsCall { ds, req }, payload).await,
-        }
+        let app_len = payload.len() as u64;
+        self.call_sized(ds, req, payload, app_len).await.map(|(r, chunks)| (r, tessera_proto::frame::concat(chunks)))
     }
 
     /// [`Route::call`] with the reply's payload in the chunks it arrived in.
     pub async fn call_chunked(&self, ds: DsId, req: DsRequest, payload: Bytes) -> FsResult<(DsReply, Vec<Bytes>)> {
+        let app_len = payload.len() as u64;
+        self.call_sized(ds, req, payload, app_len).await
+    }
+
+    /// [`Route::call_chunked`] for a request that is part of an application's read or write of
+    /// `app_len` bytes (what a forwarding node records as the size leaving the client).
+    pub async fn call_sized(
+        &self,
+        ds: DsId,
+        req: DsRequest,
+        payload: Bytes,
+        app_len: u64,
+    ) -> FsResult<(DsReply, Vec<Bytes>)> {
+        let call = DsCall::new(ds, req);
         match self {
-            Route::Direct(servers) => Route::direct_conn(servers, ds)?.call_chunked(&DsCall { ds, req }, payload).await,
+            Route::Direct(servers) => Route::direct_conn(servers, ds)?.call_chunked(&call, payload).await,
+            Route::Forwarded { fwd, direct } => {
+                let conn = Route::direct_conn(direct, ds)?;
+                {
+                    let _permit = conn.permit().await?;
+                    if let Some(reply) = fwd.ds_call(&call, payload.clone(), app_len).await? {
+                        return Ok(reply);
+                    }
+                }
+                conn.call_chunked(&call, payload).await
+            }
+        }
+    }
+
+    /// The forwarding nodes, when requests go through them.
+    pub fn forwarding(&self) -> Option<&Arc<Forwarding>> {
+        match self {
+            Route::Direct(_) => None,
+            Route::Forwarded { fwd, .. } => Some(fwd),
         }
     }
 }
@@ -232,9 +290,15 @@ pub struct DataPlane {
 }
 
 impl DataPlane {
-    /// Direct routes to every `[[ds]]` of the config (connections are made on first use).
-    pub fn new(endpoint: &quinn::Endpoint, id: &NodeIdentity, cfg: &ClusterConfig, tuning: Tuning) -> FsResult<Self> {
-        let route = Route::direct(endpoint, id, cfg, tuning)?;
+    /// Routes to every `[[ds]]` of the config, through `fwd` if given (connections are made on first use).
+    pub fn new(
+        endpoint: &quinn::Endpoint,
+        id: &NodeIdentity,
+        cfg: &ClusterConfig,
+        tuning: Tuning,
+        fwd: Option<Arc<Forwarding>>,
+    ) -> FsResult<Self> {
+        let route = Route::new(endpoint, id, cfg, tuning, fwd)?;
         Ok(DataPlane { route, max_request: effective_max_request(cfg.client.max_request) })
     }
 
@@ -260,16 +324,16 @@ impl DataPlane {
         try_join_all(pieces.into_iter().map(|p| {
             let at = (p.file_offset - offset) as usize;
             let payload = data.slice(at..at + p.len as usize);
-            self.write_piece(tag, layout, p, payload)
+            self.write_piece(tag, layout, p, payload, data.len() as u64)
         }))
         .await?;
         Ok(stripes)
     }
 
-    async fn write_piece(&self, tag: &IoTag, layout: &Layout, p: Piece, payload: Bytes) -> FsResult<()> {
+    async fn write_piece(&self, tag: &IoTag, layout: &Layout, p: Piece, payload: Bytes, app_len: u64) -> FsResult<()> {
         let target = layout.targets[p.stripe];
         let req = DsRequest::Write { tag: tag.clone(), object: target.object, offset: p.object_offset, sync: false };
-        match self.route.call(target.ds, req, payload).await?.0 {
+        match self.route.call_sized(target.ds, req, payload, app_len).await?.0 {
             DsReply::Written { len } if len as u64 == p.len => Ok(()),
             DsReply::Written { len } => Err(FsError::io(format!(
                 "data server {} wrote {len} of {} bytes to object {}",
@@ -291,7 +355,7 @@ impl DataPlane {
         usize::try_from(len).map_err(|_| FsError::invalid("read too large for this machine"))?;
         let pieces = plan(layout, offset, len, self.max_request);
         let parts = try_join_all(pieces.into_iter().map(|p| async move {
-            let data = self.read_piece(tag, layout, p).await?;
+            let data = self.read_piece(tag, layout, p, len).await?;
             Ok::<_, FsError>((p, data))
         }))
         .await?;
@@ -299,11 +363,11 @@ impl DataPlane {
     }
 
     /// One piece's reply, in the chunks it arrived in.
-    async fn read_piece(&self, tag: &IoTag, layout: &Layout, p: Piece) -> FsResult<Vec<Bytes>> {
+    async fn read_piece(&self, tag: &IoTag, layout: &Layout, p: Piece, app_len: u64) -> FsResult<Vec<Bytes>> {
         let target = layout.targets[p.stripe];
         let req =
             DsRequest::Read { tag: tag.clone(), object: target.object, offset: p.object_offset, len: p.len as u32 };
-        match self.route.call_chunked(target.ds, req, Bytes::new()).await {
+        match self.route.call_sized(target.ds, req, Bytes::new(), app_len).await {
             Ok((DsReply::Data { len }, chunks)) => {
                 let sent: usize = chunks.iter().map(Bytes::len).sum();
                 if len as usize != sent {

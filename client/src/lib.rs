@@ -16,6 +16,8 @@ pub mod client;
 pub mod data;
 /// Open files: parallel striped reads/writes, close-to-open consistency, fsync/close.
 pub mod file;
+/// The route through forwarding nodes (IONs), with failover to the next ION or direct access.
+pub mod forward;
 /// Job id of this process (`TESSERA_JOB`, batch-scheduler variables, else the session id).
 pub mod job;
 /// Typed, ino-level wrapper over the MDS connection: one method per `MdsRequest`.

@@ -1,6 +1,7 @@
 //! Typed wrapper over the MDS connection. Every method is one `MdsRequest` at inode level and checks the
 //! reply's shape; path-level convenience lives in [`crate::client`].
 
+use crate::forward::Forwarding;
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,10 +36,12 @@ pub enum LayoutReply {
 }
 
 /// The MDS connection plus the credentials and origin (job, client, process) sent with every call.
-/// Cheap to clone.
+/// Cheap to clone. With forwarding nodes, calls go through the client's ION (and straight to the MDS
+/// when the client has failed over to direct access).
 #[derive(Clone)]
 pub struct MdsClient {
     peer: Arc<RpcPeer>,
+    fwd: Option<Arc<Forwarding>>,
     caller: Caller,
     origin: Arc<Origin>,
 }
@@ -76,7 +79,12 @@ fn ok_of(what: &str, r: MdsReply) -> FsResult<()> {
 
 impl MdsClient {
     pub fn new(peer: Arc<RpcPeer>, caller: Caller, origin: Origin) -> MdsClient {
-        MdsClient { peer, caller, origin: Arc::new(origin) }
+        MdsClient { peer, fwd: None, caller, origin: Arc::new(origin) }
+    }
+
+    /// The same client, its calls going through `fwd`'s forwarding node.
+    pub fn through(self, fwd: Option<Arc<Forwarding>>) -> MdsClient {
+        MdsClient { fwd, ..self }
     }
 
     pub fn caller(&self) -> &Caller {
@@ -90,7 +98,7 @@ impl MdsClient {
 
     /// The same connection with other credentials.
     pub fn with_caller(&self, caller: Caller) -> MdsClient {
-        MdsClient { peer: self.peer.clone(), caller, origin: self.origin.clone() }
+        MdsClient { peer: self.peer.clone(), fwd: self.fwd.clone(), caller, origin: self.origin.clone() }
     }
 
     /// The same connection, calling for another process: its credentials, job and process id (a mount
@@ -100,7 +108,7 @@ impl MdsClient {
             return self.with_caller(caller);
         }
         let origin = Origin { job: job.to_string(), client: self.origin.client, pid };
-        MdsClient { peer: self.peer.clone(), caller, origin: Arc::new(origin) }
+        MdsClient { peer: self.peer.clone(), fwd: self.fwd.clone(), caller, origin: Arc::new(origin) }
     }
 
     pub fn peer(&self) -> &Arc<RpcPeer> {
@@ -113,6 +121,11 @@ impl MdsClient {
     pub async fn call(&self, req: MdsRequest) -> FsResult<MdsReply> {
         let retry = req.properties().idempotent;
         let call = MdsCall { caller: self.caller.clone(), origin: (*self.origin).clone(), req };
+        if let Some(fwd) = &self.fwd {
+            if let Some(reply) = fwd.mds_call(&call, retry).await? {
+                return Ok(reply);
+            }
+        }
         let (reply, _payload): (MdsReply, Bytes) = if retry {
             self.peer.call_retrying(&call, Bytes::new(), RESTART_PATIENCE).await?
         } else {
@@ -339,7 +352,7 @@ impl MdsClient {
 
     /// A data server's report (only servers with the `ds` role may send it).
     pub async fn ds_report(&self, report: DsReport) -> FsResult<()> {
-        ok_of("DsReport", self.call(MdsRequest::DsReport(report)).await?)
+        ok_of("DsReport", self.call(MdsRequest::DsReport(Box::new(report))).await?)
     }
 
     pub async fn cluster_status(&self) -> FsResult<Vec<DsStatus>> {

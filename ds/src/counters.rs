@@ -2,15 +2,25 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use tessera_proto::msg::JobCounters;
+use tessera_proto::msg::{JobCounters, SizeHistogram};
 
 /// Distinct jobs tracked; further jobs are summed under [`OVERFLOW_JOB`] so peers cannot grow memory
 /// without bound.
 pub const MAX_JOBS: usize = 4096;
 pub const OVERFLOW_JOB: &str = "(other)";
 
+/// Request sizes and forwarded requests since the server started.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub sizes: SizeHistogram,
+    pub forwarded: u64,
+    pub forwarded_client_requests: u64,
+}
+
 pub struct Counters {
     jobs: Mutex<HashMap<String, JobCounters>>,
+    /// Sizes of the read and write requests served, and how many came through forwarding nodes.
+    traffic: Mutex<Traffic>,
     /// This set of counters' generation (reported with them): they count from zero since it began.
     generation: u64,
 }
@@ -25,7 +35,7 @@ impl Counters {
     /// Counters from zero, in a new generation (the time they start, microseconds since the epoch: two
     /// starts of a server never share one, and a reader can tell which is newer).
     pub fn new() -> Counters {
-        Counters { jobs: Mutex::default(), generation: tessera_proto::types::unix_us() }
+        Counters { jobs: Mutex::default(), traffic: Mutex::default(), generation: tessera_proto::types::unix_us() }
     }
 
     pub fn generation(&self) -> u64 {
@@ -58,6 +68,21 @@ impl Counters {
         });
     }
 
+    /// A read or write request of `len` bytes arrived; `forwarded`: it carried this many client
+    /// requests merged by a forwarding node.
+    pub fn record_request(&self, len: u64, forwarded: Option<u32>) {
+        let mut t = self.traffic.lock().unwrap_or_else(|p| p.into_inner());
+        t.sizes.record(len);
+        if let Some(n) = forwarded {
+            t.forwarded += 1;
+            t.forwarded_client_requests += u64::from(n);
+        }
+    }
+
+    pub fn traffic(&self) -> Traffic {
+        self.traffic.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// All jobs' counters, sorted by job id.
     pub fn snapshot(&self) -> Vec<JobCounters> {
         let mut v: Vec<JobCounters> = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
@@ -86,5 +111,19 @@ mod tests {
         let s = c.snapshot();
         assert_eq!(s.len(), MAX_JOBS + 1);
         assert!(s.iter().any(|j| j.job == OVERFLOW_JOB && j.write_ops >= 10));
+    }
+
+    #[test]
+    fn request_sizes_and_forwarded_requests() {
+        let c = Counters::new();
+        c.record_request(4096, None);
+        c.record_request(1 << 20, Some(16));
+        c.record_request(50, Some(1));
+        let t = c.traffic();
+        assert_eq!(t.sizes.counts[SizeHistogram::bucket(4096)], 1);
+        assert_eq!(t.sizes.counts[4], 0, "1 MiB is in the 1-4 MiB bucket");
+        assert_eq!(t.sizes.counts[5], 1);
+        assert_eq!(t.sizes.counts[0], 1);
+        assert_eq!((t.forwarded, t.forwarded_client_requests), (2, 17));
     }
 }

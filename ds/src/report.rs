@@ -27,6 +27,7 @@ pub struct Reporter {
 impl Reporter {
     pub async fn build(&self) -> FsResult<DsReport> {
         let space = self.store.space().await?;
+        let traffic = self.counters.traffic();
         Ok(DsReport {
             ds: self.ds,
             at_unix_us: tessera_proto::types::unix_us(),
@@ -37,6 +38,9 @@ impl Reporter {
             objects: space.objects,
             queue_depth: self.scheduler.depth(),
             jobs: self.counters.snapshot(),
+            sizes: traffic.sizes,
+            forwarded: traffic.forwarded,
+            forwarded_client_requests: traffic.forwarded_client_requests,
         })
     }
 }
@@ -54,7 +58,7 @@ pub fn spawn_report_task(
         let reporter = reporter.clone();
         async move {
             match reporter.build().await {
-                Ok(r) => Some(MdsRequest::DsReport(r)),
+                Ok(r) => Some(MdsRequest::DsReport(Box::new(r))),
                 Err(e) => {
                     debug!("building report: {e}");
                     None

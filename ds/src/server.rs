@@ -197,6 +197,21 @@ impl DsService {
             let e = format!("a request for data server {} reached data server {}", call.ds, self.ds);
             return (Err(FsError::invalid(e)), Bytes::new());
         }
+        if let Some(via) = call.via {
+            if role != Role::Ion {
+                let e = format!("only forwarding nodes pass requests on (peer is {role})");
+                return (Err(FsError::perm(e)), Bytes::new());
+            }
+            if via.requests == 0 {
+                return (Err(FsError::invalid("a forwarded request carries no client request")), Bytes::new());
+            }
+        }
+        let forwarded = call.via.map(|v| v.requests);
+        match &call.req {
+            DsRequest::Read { len, .. } => self.counters.record_request(u64::from(*len), forwarded),
+            DsRequest::Write { .. } => self.counters.record_request(payload.len() as u64, forwarded),
+            _ => {}
+        }
         self.request(role, call.req, payload).await
     }
 
@@ -310,12 +325,25 @@ mod tests {
         let (r, _) = s.request(Role::Client, DsRequest::Report, Bytes::new()).await;
         assert!(matches!(r.unwrap(), DsReply::Report(rep) if rep.ds == 2 && rep.jobs.len() == 1));
         // A call names its server: one for another is refused, whatever it asks.
-        let (r, _) = s.call(Role::Client, DsCall { ds: 2, req: DsRequest::Ping }, Bytes::new()).await;
+        let (r, _) = s.call(Role::Client, DsCall::new(2, DsRequest::Ping), Bytes::new()).await;
         assert!(matches!(r.unwrap(), DsReply::Pong { ds: 2, .. }));
-        let misrouted = DsCall { ds: 3, req: DsRequest::Read { tag: tag("j"), object: 3, offset: 0, len: 1 } };
+        let misrouted = DsCall::new(3, DsRequest::Read { tag: tag("j"), object: 3, offset: 0, len: 1 });
         let e = s.call(Role::Client, misrouted, Bytes::new()).await.0.unwrap_err();
         assert_eq!(e.code, ErrorCode::Invalid);
         assert!(e.detail.contains("data server 3 reached data server 2"), "{e}");
+        // Forwarded calls come from forwarding nodes only, and are counted as such.
+        let fwd =
+            |req| DsCall { via: Some(tessera_proto::msg::Forwarded { ion: 0, requests: 3 }), ..DsCall::new(2, req) };
+        let write = DsRequest::Write { tag: tag("j"), object: 9, offset: 0, sync: false };
+        let e = s.call(Role::Client, fwd(write.clone()), Bytes::from_static(b"ab")).await.0.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Perm, "{e}");
+        let (r, _) = s.call(Role::Ion, fwd(write), Bytes::from_static(b"ab")).await;
+        assert_eq!(r.unwrap(), DsReply::Written { len: 2 });
+        let read = DsRequest::Read { tag: tag("j"), object: 9, offset: 0, len: 5 };
+        let (r, p) = s.call(Role::Ion, fwd(read), Bytes::new()).await;
+        assert_eq!((r.unwrap(), &p[..]), (DsReply::Data { len: 2 }, &b"ab"[..]));
+        let t = s.counters.traffic();
+        assert_eq!((t.forwarded, t.forwarded_client_requests), (2, 6));
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn hdd_model_delays_far_requests_not_sequential_ones() {
@@ -423,7 +451,7 @@ mod net_tests {
                 for i in (w..total).step_by(8) {
                     let req =
                         DsRequest::Write { tag: tag("bench"), object: 42, offset: (i * chunk) as u64, sync: false };
-                    let (rep, _): (DsReply, Bytes) = peer.call(&DsCall { ds: 0, req }, data.clone()).await.unwrap();
+                    let (rep, _): (DsReply, Bytes) = peer.call(&DsCall::new(0, req), data.clone()).await.unwrap();
                     assert_eq!(rep, DsReply::Written { len: chunk as u32 });
                 }
             }));
@@ -434,7 +462,7 @@ mod net_tests {
         let wsecs = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let req = DsRequest::Read { tag: tag("bench"), object: 42, offset: 5 * chunk as u64 + 3, len: chunk as u32 };
-        let (rep, payload): (DsReply, Bytes) = peer.call(&DsCall { ds: 0, req }, Bytes::new()).await.unwrap();
+        let (rep, payload): (DsReply, Bytes) = peer.call(&DsCall::new(0, req), Bytes::new()).await.unwrap();
         assert_eq!(rep, DsReply::Data { len: chunk as u32 });
         assert_eq!(&payload[..chunk - 3], &data[3..]);
         assert_eq!(&payload[chunk - 3..], &data[..3]);
@@ -449,7 +477,7 @@ mod net_tests {
                         offset: (i * chunk) as u64,
                         len: chunk as u32,
                     };
-                    let (_, p): (DsReply, Bytes) = peer.call(&DsCall { ds: 0, req }, Bytes::new()).await.unwrap();
+                    let (_, p): (DsReply, Bytes) = peer.call(&DsCall::new(0, req), Bytes::new()).await.unwrap();
                     assert_eq!(p.len(), chunk);
                 }
             }));
@@ -464,15 +492,14 @@ mod net_tests {
         );
         // Errors come back as FsError, and the server keeps serving.
         let bad = DsRequest::Truncate { object: 42, size: 0 };
-        let e = peer.call::<_, DsReply>(&DsCall { ds: 0, req: bad }, Bytes::new()).await.unwrap_err();
+        let e = peer.call::<_, DsReply>(&DsCall::new(0, bad), Bytes::new()).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::Perm);
-        let (rep, _): (DsReply, Bytes) =
-            peer.call(&DsCall { ds: 0, req: DsRequest::Report }, Bytes::new()).await.unwrap();
+        let (rep, _): (DsReply, Bytes) = peer.call(&DsCall::new(0, DsRequest::Report), Bytes::new()).await.unwrap();
         let DsReply::Report(r) = rep else { panic!("not a report") };
         assert_eq!(r.jobs[0].write_bytes, (total * chunk) as u64);
 
         // Another data server is not a client of this one.
         let intruder = RpcPeer::new(rpc::client_endpoint(false).unwrap(), &other_ds, Role::Ds, addr, tuning).unwrap();
-        assert!(intruder.call::<_, DsReply>(&DsCall { ds: 0, req: DsRequest::Ping }, Bytes::new()).await.is_err());
+        assert!(intruder.call::<_, DsReply>(&DsCall::new(0, DsRequest::Ping), Bytes::new()).await.is_err());
     }
 }

@@ -45,7 +45,7 @@ impl RpcDataServers {
             Some(Err(e)) => return Err(FsError::unavailable(format!("data server {ds}: {e}"))),
             None => return Err(FsError::unavailable(format!("data server {ds} is not configured"))),
         };
-        let (reply, _): (DsReply, Bytes) = peer.call(&DsCall { ds, req }, Bytes::new()).await?;
+        let (reply, _): (DsReply, Bytes) = peer.call(&DsCall::new(ds, req), Bytes::new()).await?;
         Ok(reply)
     }
 

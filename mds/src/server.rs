@@ -65,7 +65,7 @@ impl MdsService {
                 if !self.ns.stats().is_configured(r.ds) {
                     debug!(ds = r.ds, peer = %peer.name, "report from an unconfigured data server");
                 }
-                self.ns.stats().record(r);
+                self.ns.stats().record(*r);
                 Ok(MdsReply::Ok)
             }
             MdsRequest::LocalityReport(_) | MdsRequest::SetOrchestratorMode { .. } | MdsRequest::OrchestratorStatus => {

@@ -108,9 +108,9 @@ async fn serves_clients_reaches_data_servers_and_shuts_down() {
 
     // Only data servers report; data servers may do nothing else.
     let rep = DsReport { ds: 0, capacity: 1 << 30, free: 1 << 29, ..Default::default() };
-    assert_eq!(call(&cl, &me, MdsRequest::DsReport(rep.clone())).await.unwrap_err().code, ErrorCode::Perm);
+    assert_eq!(call(&cl, &me, MdsRequest::DsReport(Box::new(rep.clone()))).await.unwrap_err().code, ErrorCode::Perm);
     let dsc = client(&c, Role::Ds, "ds0-as-client");
-    call(&dsc, &me, MdsRequest::DsReport(rep)).await.unwrap();
+    call(&dsc, &me, MdsRequest::DsReport(Box::new(rep))).await.unwrap();
     assert_eq!(call(&dsc, &me, MdsRequest::StatFs).await.unwrap_err().code, ErrorCode::Perm);
     match call(&cl, &me, MdsRequest::StatFs).await.unwrap() {
         MdsReply::StatFs(s) => assert_eq!(s.blocks, (1 << 30) / 4096),

@@ -2,10 +2,11 @@
 //! tests use it: [`prepare`] writes (or reuses) the certificates and config files of every node.
 //! Running the servers is the launchers' business (`tessera up` in tessera-cli, [`crate::child`]).
 //!
-//! Directory layout: `tls/` (CA and node certificates), `mds.toml`, `ds<i>.toml`, `client.toml`,
-//! `admin.toml` (the same cluster, each with its own `[tls]`), data dirs `mds/`, `ds<i>/`, and `logs/`.
+//! Directory layout: `tls/` (CA and node certificates), `mds.toml`, `ds<i>.toml`, `ion<i>.toml`,
+//! `client.toml`, `admin.toml` (the same cluster, each with its own `[tls]`), data dirs `mds/`, `ds<i>/`,
+//! and `logs/`.
 
-use crate::config::{ClusterConfig, Defaults, DsNode, MdsNode, TransportOptions};
+use crate::config::{ClusterConfig, Defaults, DsNode, IonNode, MdsNode, TransportOptions};
 use crate::error::{FsError, FsResult};
 use crate::layout::LayoutSpec;
 use crate::tls::{self, TlsFiles};
@@ -18,16 +19,18 @@ pub struct ClusterFiles {
     pub dir: PathBuf,
     pub mds_config: PathBuf,
     pub ds_configs: Vec<PathBuf>,
+    pub ion_configs: Vec<PathBuf>,
     pub client_config: PathBuf,
     pub admin_config: PathBuf,
 }
 
 impl ClusterFiles {
-    fn at(dir: &Path, n_ds: usize) -> ClusterFiles {
+    fn at(dir: &Path, shape: Shape) -> ClusterFiles {
         ClusterFiles {
             dir: dir.to_path_buf(),
             mds_config: dir.join("mds.toml"),
-            ds_configs: (0..n_ds).map(|i| dir.join(format!("ds{i}.toml"))).collect(),
+            ds_configs: (0..shape.ds).map(|i| dir.join(format!("ds{i}.toml"))).collect(),
+            ion_configs: (0..shape.ion).map(|i| dir.join(format!("ion{i}.toml"))).collect(),
             client_config: dir.join("client.toml"),
             admin_config: dir.join("admin.toml"),
         }
@@ -52,17 +55,34 @@ pub fn existing_ds_count(dir: &Path) -> FsResult<Option<usize>> {
     Ok(Some(ClusterConfig::load(&mds)?.ds.len()))
 }
 
-/// Writes a cluster of `n_ds` data servers into `dir`, or reuses the one already there (same ports and
-/// data; an `n_ds` different from the existing cluster's is an error). Missing certificates are issued.
-/// `port_base` 0 picks free ports; otherwise the MDS gets `port_base` and data server i `port_base+10+i`.
-pub fn prepare(dir: &Path, n_ds: usize, port_base: u16, defaults: Defaults) -> FsResult<ClusterFiles> {
+/// How many servers of each kind a cluster has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Shape {
+    pub ds: usize,
+    /// Forwarding nodes.
+    pub ion: usize,
+}
+
+impl Shape {
+    pub fn ds(n: usize) -> Shape {
+        Shape { ds: n, ion: 0 }
+    }
+}
+
+/// Writes a cluster of `shape.ds` data servers and `shape.ion` forwarding nodes into `dir`, or reuses
+/// the one already there (same ports and data; a data-server count different from the existing
+/// cluster's is an error, a different number of forwarding nodes rewrites the configs). Missing
+/// certificates are issued. `port_base` 0 picks free ports; otherwise the MDS gets `port_base`, data
+/// server i `port_base+10+i` and forwarding node i `port_base+100+i`.
+pub fn prepare(dir: &Path, shape: Shape, port_base: u16, defaults: Defaults) -> FsResult<ClusterFiles> {
+    let n_ds = shape.ds;
     if n_ds == 0 {
         return Err(FsError::invalid("a cluster needs at least one data server"));
     }
     LayoutSpec { stripe_size: Some(defaults.stripe_size), stripe_count: None }.validate()?;
     std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
     let dir = dir.canonicalize().map_err(|e| io_err(dir, e))?;
-    let files = ClusterFiles::at(&dir, n_ds);
+    let files = ClusterFiles::at(&dir, shape);
 
     let base = if let Some(existing) = existing_ds_count(&dir)? {
         if existing != n_ds {
@@ -77,7 +97,7 @@ pub fn prepare(dir: &Path, n_ds: usize, port_base: u16, defaults: Defaults) -> F
     };
 
     let tls_dir = dir.join("tls");
-    ensure_certificates(&tls_dir, n_ds)?;
+    ensure_certificates(&tls_dir, shape)?;
     for sub in ["logs".to_string(), "mds".to_string()].into_iter().chain((0..n_ds).map(|i| format!("ds{i}"))) {
         let p = dir.join(sub);
         std::fs::create_dir_all(&p).map_err(|e| io_err(&p, e))?;
@@ -88,10 +108,23 @@ pub fn prepare(dir: &Path, n_ds: usize, port_base: u16, defaults: Defaults) -> F
         cert: PathBuf::from(format!("tls/{name}.pem")),
         key: PathBuf::from(format!("tls/{name}.key")),
     };
+    let mut rewrite = false;
     let base = match base {
+        Some(mut b) if b.ion.len() != shape.ion => {
+            b.ion = ion_nodes(port_base, shape.ion)?;
+            rewrite = true;
+            b
+        }
         Some(b) => b,
         None => {
-            let ports = pick_ports(port_base, n_ds)?;
+            let (ports, ion) = if port_base != 0 {
+                (pick_ports(port_base, n_ds)?, ion_nodes(port_base, shape.ion)?)
+            } else {
+                // All at once, so they are distinct.
+                let ports = pick_ports(0, n_ds + shape.ion)?;
+                let ion = ports[n_ds + 1..].iter().enumerate().map(|(i, p)| ion_node(i, *p)).collect();
+                (ports, ion)
+            };
             ClusterConfig {
                 mds: MdsNode {
                     addr: format!("127.0.0.1:{}", ports[0]),
@@ -105,12 +138,14 @@ pub fn prepare(dir: &Path, n_ds: usize, port_base: u16, defaults: Defaults) -> F
                         data_dir: Some(PathBuf::from(format!("ds{i}"))),
                     })
                     .collect(),
+                ion,
                 defaults,
                 tls: tls_of("mds"),
                 ds_options: Default::default(),
                 client: Default::default(),
                 transport: TransportOptions::default(),
                 orchestrator: Default::default(),
+                ion_options: Default::default(),
                 metrics: Default::default(),
             }
         }
@@ -118,11 +153,12 @@ pub fn prepare(dir: &Path, n_ds: usize, port_base: u16, defaults: Defaults) -> F
     // Node files that are missing are (re)written; mds.toml last, since it marks a complete cluster.
     let mut nodes: Vec<(PathBuf, String)> =
         (0..n_ds).map(|i| (files.ds_configs[i].clone(), format!("ds{i}"))).collect();
+    nodes.extend((0..shape.ion).map(|i| (files.ion_configs[i].clone(), format!("ion{i}"))));
     nodes.push((files.client_config.clone(), "client".into()));
     nodes.push((files.admin_config.clone(), "admin".into()));
     nodes.push((files.mds_config.clone(), "mds".into()));
     for (path, name) in nodes {
-        if !path.exists() {
+        if rewrite || !path.exists() {
             ClusterConfig { tls: tls_of(&name), ..base.clone() }.save(&path)?;
         }
     }
@@ -130,7 +166,7 @@ pub fn prepare(dir: &Path, n_ds: usize, port_base: u16, defaults: Defaults) -> F
 }
 
 /// Issues the CA and every node certificate that is missing (all of them when the CA is new).
-fn ensure_certificates(tls_dir: &Path, n_ds: usize) -> FsResult<()> {
+fn ensure_certificates(tls_dir: &Path, shape: Shape) -> FsResult<()> {
     let tls_err = |e: &dyn std::fmt::Display| FsError::io(format!("certificates in {}: {e}", tls_dir.display()));
     let have_ca = tls_dir.join("ca.pem").exists() && tls_dir.join("ca.key").exists();
     let ca = if have_ca {
@@ -141,7 +177,8 @@ fn ensure_certificates(tls_dir: &Path, n_ds: usize) -> FsResult<()> {
         ca
     };
     let mut nodes = vec![(Role::Mds, "mds".to_string())];
-    nodes.extend((0..n_ds).map(|i| (Role::Ds, format!("ds{i}"))));
+    nodes.extend((0..shape.ds).map(|i| (Role::Ds, format!("ds{i}"))));
+    nodes.extend((0..shape.ion).map(|i| (Role::Ion, format!("ion{i}"))));
     nodes.push((Role::Client, "client".into()));
     nodes.push((Role::Admin, "admin".into()));
     for (role, name) in nodes {
@@ -153,7 +190,25 @@ fn ensure_certificates(tls_dir: &Path, n_ds: usize) -> FsResult<()> {
     Ok(())
 }
 
-/// Ports for the MDS and `n_ds` data servers.
+/// Forwarding nodes on loopback: at `port_base+100+i`, or on free ports.
+fn ion_nodes(port_base: u16, n: usize) -> FsResult<Vec<IonNode>> {
+    let ports: Vec<u16> = if port_base != 0 {
+        (0..n).map(|i| port_base.checked_add(100 + i as u16)).collect::<Option<_>>().ok_or_else(|| {
+            FsError::invalid(format!("--port-base {port_base} leaves no room for {n} forwarding nodes"))
+        })?
+    } else if n == 0 {
+        Vec::new()
+    } else {
+        pick_ports(0, n - 1)?
+    };
+    Ok(ports.into_iter().enumerate().map(|(i, p)| ion_node(i, p)).collect())
+}
+
+fn ion_node(i: usize, port: u16) -> IonNode {
+    IonNode { name: format!("ion{i}"), addr: format!("127.0.0.1:{port}") }
+}
+
+/// Ports for the MDS and `n_ds` data servers (and, with a base, forwarding nodes: see [`ion_nodes`]).
 fn pick_ports(port_base: u16, n_ds: usize) -> FsResult<Vec<u16>> {
     if port_base != 0 {
         let last = port_base as usize + 10 + n_ds;
@@ -218,7 +273,7 @@ mod tests {
     fn prepare_writes_and_reuses_a_cluster() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("c");
-        let files = prepare(&dir, 3, 0, Defaults { stripe_size: 65536, ..Default::default() }).unwrap();
+        let files = prepare(&dir, Shape::ds(3), 0, Defaults { stripe_size: 65536, ..Default::default() }).unwrap();
         assert_eq!(files.ds_configs.len(), 3);
         let mds = ClusterConfig::load(&files.mds_config).unwrap();
         let client = ClusterConfig::load(&files.client_config).unwrap();
@@ -240,12 +295,23 @@ mod tests {
         assert_eq!(tls::NodeIdentity::load(&admin.tls).unwrap().role, Role::Admin);
 
         // Reuse keeps the ports; another data-server count is refused.
-        let again = prepare(&dir, 3, 7400, Defaults::default()).unwrap();
+        let again = prepare(&dir, Shape::ds(3), 7400, Defaults::default()).unwrap();
         assert_eq!(again, files);
         assert_eq!(ClusterConfig::load(&again.mds_config).unwrap().mds.addr, mds.mds.addr);
-        let err = prepare(&dir, 2, 0, Defaults::default()).unwrap_err();
+        let err = prepare(&dir, Shape::ds(2), 0, Defaults::default()).unwrap_err();
         assert!(err.detail.contains("3 data servers"), "{err}");
         assert_eq!(existing_ds_count(&dir).unwrap(), Some(3));
+
+        // Forwarding nodes can be added to it: every config then lists them, each has its identity.
+        let with_ions = prepare(&dir, Shape { ds: 3, ion: 2 }, 0, Defaults::default()).unwrap();
+        assert_eq!(with_ions.ion_configs.len(), 2);
+        let client = ClusterConfig::load(&with_ions.client_config).unwrap();
+        assert_eq!(client.ion.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["ion0", "ion1"]);
+        assert_eq!(client.mds, mds.mds, "the servers keep their ports");
+        let ion1 = ClusterConfig::load(&with_ions.ion_configs[1]).unwrap();
+        let id = tls::NodeIdentity::load(&ion1.tls).unwrap();
+        assert_eq!((id.role, id.name.as_str()), (Role::Ion, "ion1"));
+        assert_eq!(ClusterConfig::load(&with_ions.ds_configs[0]).unwrap().ion, client.ion);
     }
 
     #[test]
@@ -255,6 +321,6 @@ mod tests {
         assert_eq!(picked.iter().collect::<std::collections::HashSet<_>>().len(), 5, "distinct: {picked:?}");
         assert!(picked.iter().all(|&p| p >= PICK_LOW && p < ephemeral_ports_start()), "{picked:?}");
         assert!(pick_ports(65530, 2).is_err());
-        assert!(prepare(tempfile::tempdir().unwrap().path(), 0, 0, Defaults::default()).is_err());
+        assert!(prepare(tempfile::tempdir().unwrap().path(), Shape::ds(0), 0, Defaults::default()).is_err());
     }
 }

@@ -11,6 +11,10 @@
 //! addr = "127.0.0.1:7410"
 //! data_dir = "/var/lib/tessera/ds0"
 //!
+//! [[ion]]                 # forwarding nodes (optional; none = clients talk to servers directly)
+//! name = "ion0"
+//! addr = "127.0.0.1:7420"
+//!
 //! [defaults]
 //! stripe_size = 1048576
 //! stripe_count = 0          # 0 = all data servers
@@ -39,6 +43,9 @@ pub struct ClusterConfig {
     pub mds: MdsNode,
     #[serde(default)]
     pub ds: Vec<DsNode>,
+    /// Forwarding nodes, in order (ION k is the k-th; TWINS rotates from server k).
+    #[serde(default)]
+    pub ion: Vec<IonNode>,
     #[serde(default)]
     pub defaults: Defaults,
     pub tls: TlsFiles,
@@ -50,6 +57,8 @@ pub struct ClusterConfig {
     pub transport: TransportOptions,
     #[serde(default)]
     pub orchestrator: OrchestratorOptions,
+    #[serde(default)]
+    pub ion_options: IonOptions,
     #[serde(default)]
     pub metrics: MetricsOptions,
 }
@@ -90,6 +99,57 @@ impl Default for OrchestratorOptions {
     }
 }
 
+/// Environment variable choosing a client's forwarding node: a name, an index, or `none`.
+pub const ION_ENV: &str = "TESSERA_ION";
+
+/// A forwarding node (ION).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct IonNode {
+    pub name: String,
+    pub addr: String,
+}
+
+/// Forwarding nodes' settings (specs/forwarding.md); the scheduler can be switched at run time.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct IonOptions {
+    /// fifo | hbrr | to | to-agg | sjf | mlf | sw | twins
+    pub scheduler: String,
+    /// TWINS's window (and SW's), microseconds.
+    pub window_us: u64,
+    /// HBRR's (and MLF's first level's) requests per queue visit.
+    pub quantum: u32,
+    /// Merged requests a forwarding node has in flight to data servers at once (its dispatch threads).
+    pub dispatch_depth: u32,
+    /// A client whose forwarding nodes are all unreachable talks to the servers directly.
+    pub failover_direct: bool,
+    /// A forwarding node unanswered for this long counts as dead (its clients move on).
+    pub failover_ms: u64,
+}
+
+impl Default for IonOptions {
+    fn default() -> Self {
+        IonOptions {
+            scheduler: "fifo".into(),
+            window_us: 1_000,
+            quantum: 8,
+            dispatch_depth: 16,
+            failover_direct: true,
+            failover_ms: 3_000,
+        }
+    }
+}
+
+/// Which way a client's requests go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IonChoice {
+    /// Straight to the servers.
+    Direct,
+    /// Through the forwarding node of this index.
+    Ion(usize),
+}
+
 /// Prometheus metrics over HTTP (`GET /metrics`, OpenMetrics text; served by `tessera-metrics`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -98,6 +158,8 @@ pub struct MetricsOptions {
     pub mds_addr: Option<String>,
     /// Port of each data server's metrics endpoint = this + ds id, on the DS's host (none = off).
     pub ds_base_port: Option<u16>,
+    /// Port of each forwarding node's metrics endpoint = this + its index, on its host (none = off).
+    pub ion_base_port: Option<u16>,
 }
 
 /// Parameters of the emulated rotating disk (`device_model = "hdd"`); defaults: a 7200 rpm SATA disk.
@@ -225,11 +287,14 @@ pub struct ClientOptions {
     /// Largest single data request (larger transfers are split).
     pub max_request: u32,
     pub call_timeout_ms: u64,
+    /// The forwarding node to use: a name, an index or `none` (overridden by `TESSERA_ION`); unset:
+    /// clients are spread over the configured forwarding nodes by client id.
+    pub ion: Option<String>,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        ClientOptions { inflight_per_server: 8, max_request: 4 << 20, call_timeout_ms: 60_000 }
+        ClientOptions { inflight_per_server: 8, max_request: 4 << 20, call_timeout_ms: 60_000, ion: None }
     }
 }
 
@@ -294,6 +359,16 @@ impl ClusterConfig {
         if ids.windows(2).any(|w| w[0] == w[1]) {
             return Err(FsError::invalid("duplicate data server id"));
         }
+        let mut names: Vec<&str> = self.ion.iter().map(|i| i.name.as_str()).collect();
+        names.sort_unstable();
+        if names.windows(2).any(|w| w[0] == w[1]) {
+            return Err(FsError::invalid("duplicate forwarding node name"));
+        }
+        if let Some(bad) = names.iter().find(|n| n.is_empty() || **n == "none" || n.parse::<usize>().is_ok()) {
+            return Err(FsError::invalid(format!(
+                "forwarding node name '{bad}': must be non-empty, not 'none' and not a number"
+            )));
+        }
         crate::layout::LayoutSpec { stripe_size: Some(self.defaults.stripe_size), stripe_count: None }.validate()?;
         Ok(())
     }
@@ -301,6 +376,39 @@ impl ClusterConfig {
     pub fn save(&self, path: &Path) -> FsResult<()> {
         let text = toml::to_string_pretty(self).map_err(|e| FsError::invalid(e.to_string()))?;
         std::fs::write(path, text).map_err(|e| FsError::io(format!("{}: {e}", path.display())))
+    }
+
+    /// The forwarding node a client goes through: `setting` (`TESSERA_ION` or `client.ion`: a name,
+    /// an index or `none`), else client `client_id`'s share of the configured ones (direct if none).
+    pub fn choose_ion(&self, setting: Option<&str>, client_id: u64) -> FsResult<IonChoice> {
+        match setting.map(str::trim) {
+            None | Some("") => Ok(if self.ion.is_empty() {
+                IonChoice::Direct
+            } else {
+                IonChoice::Ion((client_id % self.ion.len() as u64) as usize)
+            }),
+            Some("none") => Ok(IonChoice::Direct),
+            Some(s) => {
+                let found = match s.parse::<usize>() {
+                    Ok(i) if i < self.ion.len() => Some(i),
+                    Ok(_) => None,
+                    Err(_) => self.ion.iter().position(|n| n.name == s),
+                };
+                found.map(IonChoice::Ion).ok_or_else(|| {
+                    let names: Vec<&str> = self.ion.iter().map(|n| n.name.as_str()).collect();
+                    FsError::invalid(format!(
+                        "forwarding node '{s}' is not in the configuration (configured: {}; or 'none')",
+                        if names.is_empty() { "none".to_string() } else { names.join(", ") }
+                    ))
+                })
+            }
+        }
+    }
+
+    /// [`ClusterConfig::choose_ion`] with the setting of `TESSERA_ION`, else `client.ion`.
+    pub fn client_ion(&self, client_id: u64) -> FsResult<IonChoice> {
+        let env = std::env::var(ION_ENV).ok();
+        self.choose_ion(env.as_deref().or(self.client.ion.as_deref()), client_id)
     }
 
     pub fn ds_node(&self, id: DsId) -> Option<&DsNode> {
@@ -336,5 +444,29 @@ mod tests {
         assert_eq!(c.defaults.stripe_size, 1 << 20);
         std::fs::write(&p, "[mds]\naddr = 1\n").unwrap();
         assert!(ClusterConfig::load(&p).is_err());
+    }
+
+    #[test]
+    fn clients_choose_a_forwarding_node() {
+        let mut c: ClusterConfig = toml::from_str(
+            "[mds]\naddr = \"m:1\"\n[[ion]]\nname = \"a\"\naddr = \"x:1\"\n[[ion]]\nname = \"b\"\naddr = \"x:2\"\n[[ion]]\nname = \"c\"\naddr = \"x:3\"\n[tls]\nca = \"ca\"\ncert = \"c\"\nkey = \"k\"\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        // Spread by client id when nothing is chosen.
+        let picks: Vec<IonChoice> = (0..6).map(|id| c.choose_ion(None, id).unwrap()).collect();
+        assert_eq!(picks, [0, 1, 2, 0, 1, 2].map(IonChoice::Ion));
+        assert_eq!(c.choose_ion(Some("b"), 0).unwrap(), IonChoice::Ion(1));
+        assert_eq!(c.choose_ion(Some("2"), 0).unwrap(), IonChoice::Ion(2));
+        assert_eq!(c.choose_ion(Some("none"), 0).unwrap(), IonChoice::Direct);
+        let e = c.choose_ion(Some("zz"), 0).unwrap_err();
+        assert!(e.detail.contains("a, b, c"), "{e}");
+        assert!(c.choose_ion(Some("3"), 0).is_err());
+        c.ion[1].name = "a".into();
+        assert!(c.validate().is_err(), "duplicate names");
+        c.ion[1].name = "7".into();
+        assert!(c.validate().is_err(), "a number is an index, not a name");
+        c.ion.clear();
+        assert_eq!(c.choose_ion(None, 5).unwrap(), IonChoice::Direct, "no forwarding nodes: direct");
     }
 }

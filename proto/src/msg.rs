@@ -97,6 +97,11 @@ pub struct DsReport {
     pub queue_depth: u32,
     /// Per-job counters since the server started.
     pub jobs: Vec<JobCounters>,
+    /// Sizes of the read and write requests that arrived since the server started.
+    pub sizes: SizeHistogram,
+    /// Of those, the ones forwarded by forwarding nodes, and the client requests they carried.
+    pub forwarded: u64,
+    pub forwarded_client_requests: u64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
@@ -253,7 +258,7 @@ pub enum MdsRequest {
         spec: LayoutSpec,
     },
     /// A data server's periodic report (role ds only).
-    DsReport(DsReport),
+    DsReport(Box<DsReport>),
     /// Cluster status for `tessera df`.
     ClusterStatus,
     /// A data server's locality statistics (role ds only; every `orchestrator.report_interval_ms`).
@@ -512,6 +517,24 @@ pub type MdsResponse = FsResult<MdsReply>;
 pub struct DsCall {
     pub ds: DsId,
     pub req: DsRequest,
+    /// Set by a forwarding node on what it passes on (data servers accept it only from the `ion`
+    /// role): the request then carries the data of `requests` client requests, merged.
+    pub via: Option<Forwarded>,
+}
+
+impl DsCall {
+    /// A call straight from its sender.
+    pub fn new(ds: DsId, req: DsRequest) -> DsCall {
+        DsCall { ds, req, via: None }
+    }
+}
+
+/// Which forwarding node passed a data call on, and how many client requests it merged into it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Forwarded {
+    /// The forwarding node's index in the cluster configuration.
+    pub ion: u32,
+    pub requests: u32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -575,3 +598,112 @@ pub enum DsReply {
 }
 
 pub type DsResponse = FsResult<DsReply>;
+
+// ---------------------------------------------------------------------------------------------
+// Forwarding nodes (specs/forwarding.md)
+// ---------------------------------------------------------------------------------------------
+
+/// A call to a forwarding node (ION): the metadata and data calls it passes on, and its own.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum IonCall {
+    /// Passed on to the MDS unchanged (not scheduled). Reply: [`IonReply::Mds`].
+    Mds(MdsCall),
+    /// Passed on to the data server it names, reads and writes through the request scheduler.
+    /// `app_len`: the size of the application's read or write this request is part of (the ION's
+    /// "leaving clients" histogram). Reply: [`IonReply::Ds`].
+    Ds { call: DsCall, app_len: u64 },
+    /// Reply: [`IonReply::Status`].
+    Status,
+    /// Switches the request scheduler (the admin certificate, or a root caller). Queued requests move
+    /// to the new scheduler in their order; nothing acknowledged is lost. Reply: [`IonReply::Status`].
+    SetScheduler { caller: Caller, setting: SchedulerSetting },
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum IonReply {
+    Mds(MdsReply),
+    Ds(DsReply),
+    Status(IonStatus),
+}
+
+/// A scheduler and its parameters (`None`: keep the current value).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct SchedulerSetting {
+    pub name: String,
+    pub window_us: Option<u64>,
+    pub quantum: Option<u32>,
+}
+
+/// Request sizes in Darshan's buckets (0–100 B, 100 B–1 KiB, 1–10 KiB, 10–100 KiB, 100 KiB–1 MiB,
+/// 1–4 MiB, 4–10 MiB, 10–100 MiB, 100 MiB–1 GiB, 1 GiB and more).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct SizeHistogram {
+    pub counts: [u64; SizeHistogram::BUCKETS],
+}
+
+impl SizeHistogram {
+    pub const BUCKETS: usize = 10;
+    /// Upper bounds (exclusive) of the buckets but the last.
+    pub const BOUNDS: [u64; 9] = [100, 1 << 10, 10 << 10, 100 << 10, 1 << 20, 4 << 20, 10 << 20, 100 << 20, 1 << 30];
+    pub const LABELS: [&'static str; 10] =
+        ["0-100", "100-1K", "1K-10K", "10K-100K", "100K-1M", "1M-4M", "4M-10M", "10M-100M", "100M-1G", "1G+"];
+
+    pub fn bucket(len: u64) -> usize {
+        Self::BOUNDS.partition_point(|&b| b <= len)
+    }
+
+    pub fn record(&mut self, len: u64) {
+        self.counts[Self::bucket(len)] += 1;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    pub fn add(&mut self, other: &SizeHistogram) {
+        for (a, b) in self.counts.iter_mut().zip(other.counts) {
+            *a += b;
+        }
+    }
+}
+
+/// One job's traffic through a forwarding node.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct IonJob {
+    pub job: String,
+    pub requests: u64,
+    pub bytes: u64,
+}
+
+/// A forwarding node's state (`tessera ion status`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct IonStatus {
+    pub name: String,
+    /// Its index in the configuration (TWINS's rotation k).
+    pub index: u32,
+    pub scheduler: String,
+    pub window_us: u64,
+    pub quantum: u32,
+    /// Queued requests by scheduler queue.
+    pub queues: Vec<(String, u64)>,
+    /// Merged requests sent to data servers and not answered yet.
+    pub in_flight: u32,
+    /// Client data requests answered.
+    pub requests_forwarded: u64,
+    pub bytes_forwarded: u64,
+    /// Requests sent to data servers (after merging).
+    pub dispatched: u64,
+    pub metadata_calls: u64,
+    /// Sizes of the applications' reads and writes the requests were part of.
+    pub sizes_leaving_clients: SizeHistogram,
+    /// Sizes of the requests arriving here.
+    pub sizes_arriving: SizeHistogram,
+    /// Sizes of the (merged) requests sent to data servers.
+    pub sizes_leaving: SizeHistogram,
+    /// Mean |offset distance| between consecutive requests leaving to the same data server, bytes
+    /// (object offsets; a change of object counts as the distance of the new offset from 0).
+    pub mean_offset_distance: f64,
+    /// Median time between consecutive arrivals over the recent ones, microseconds.
+    pub median_interarrival_us: Option<u64>,
+    pub jobs: Vec<IonJob>,
+}

@@ -328,8 +328,27 @@ impl RpcPeer {
         req: &Req,
         payload: Bytes,
     ) -> Result<FsResult<(Rep, Vec<Bytes>)>, FsError> {
+        self.try_call_chunked(req, payload).await.map_err(|f| f.error)
+    }
+
+    /// One try that tells a transport failure (`Err`, saying whether the request may have reached
+    /// the server) from the server's answer (`Ok`, success or error): for callers that fail over to
+    /// another server.
+    pub async fn try_call_chunked<Req: Serialize, Rep: DeserializeOwned>(
+        &self,
+        req: &Req,
+        payload: Bytes,
+    ) -> Result<FsResult<(Rep, Vec<Bytes>)>, TransportFailure> {
+        let conn = match tokio::time::timeout(self.tuning.call_timeout, self.connection()).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(error)) => return Err(TransportFailure { sent: false, error }),
+            Err(_) => {
+                let error =
+                    FsError::new(ErrorCode::TimedOut, format!("{} {}: connect timed out", self.role, self.target()));
+                return Err(TransportFailure { sent: false, error });
+            }
+        };
         let fut = async {
-            let conn = self.connection().await?;
             let (mut send, mut recv) = conn.open_bi().await.map_err(|e| self.transport_err(e))?;
             frame::write_frame(&mut send, req, payload).await.map_err(|e| self.frame_err(e))?;
             let _ = send.finish();
@@ -338,12 +357,13 @@ impl RpcPeer {
             let resp: FsResult<Rep> = wire::decode(&header).map_err(|e| self.frame_err(FrameError::Decode(e)))?;
             Ok(resp.map(|r| (r, chunks)))
         };
-        tokio::time::timeout(self.tuning.call_timeout, fut).await.unwrap_or_else(|_| {
+        let r = tokio::time::timeout(self.tuning.call_timeout, fut).await.unwrap_or_else(|_| {
             Err(FsError::new(
                 ErrorCode::TimedOut,
                 format!("{} {}: no reply within {:?}", self.role, self.target(), self.tuning.call_timeout),
             ))
-        })
+        });
+        r.map_err(|error| TransportFailure { sent: true, error })
     }
 
     fn transport_err(&self, e: impl std::fmt::Display) -> FsError {
@@ -358,6 +378,14 @@ impl RpcPeer {
             _ => FsError::protocol(format!("{} {}: {e}", self.role, self.target())),
         }
     }
+}
+
+/// A call that did not get the server's answer.
+#[derive(Debug)]
+pub struct TransportFailure {
+    /// The request may have reached the server (false: no connection was made, it was not sent).
+    pub sent: bool,
+    pub error: FsError,
 }
 
 /// Who is on the other end of a server connection, from its certificate.

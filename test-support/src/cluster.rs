@@ -1,4 +1,4 @@
-//! Harness for the cross-process tests: a real cluster of `tessera-mds` and `tessera-ds` processes on
+//! Harness for the cross-process tests: a real cluster of `tessera-mds`, `tessera-ds` (and `tessera-ion`) processes on
 //! loopback, with certificates and configs made by [`tessera_proto::clusterdir::prepare`] (what
 //! `tessera up` uses), started and stopped through [`tessera_proto::child`].
 
@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use tessera_client::Client;
 use tessera_proto::child::{self, Child, READY_TIMEOUT};
-use tessera_proto::clusterdir::{prepare, ClusterFiles};
+use tessera_proto::clusterdir::{prepare, ClusterFiles, Shape};
 use tessera_proto::config::{ClusterConfig, Defaults};
 
 /// Path of a Tessera binary (`tessera`, `tessera-mds`, ...): in `$TESSERA_BIN_DIR`, next to the running
@@ -38,6 +38,8 @@ pub struct Cluster {
     pub files: ClusterFiles,
     pub mds: Option<Child>,
     pub ds: Vec<Option<Child>>,
+    /// Forwarding nodes.
+    pub ion: Vec<Option<Child>>,
 }
 
 impl Cluster {
@@ -53,10 +55,28 @@ impl Cluster {
 
     /// Certificates, configs and data directories, but no process yet.
     pub fn prepared(n_ds: usize, defaults: Defaults) -> Cluster {
+        Cluster::prepared_shape(Shape::ds(n_ds), defaults)
+    }
+
+    /// A cluster of `shape.ds` data servers and `shape.ion` forwarding nodes, started.
+    pub fn start_shape(shape: Shape, defaults: Defaults) -> Cluster {
+        let mut c = Cluster::prepared_shape(shape, defaults);
+        c.boot();
+        c
+    }
+
+    /// [`Cluster::prepared`] with forwarding nodes.
+    pub fn prepared_shape(shape: Shape, defaults: Defaults) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
-        let files = prepare(dir.path(), n_ds, 0, defaults).expect("prepare cluster");
+        let files = prepare(dir.path(), shape, 0, defaults).expect("prepare cluster");
         std::fs::create_dir_all(dir.path().join("logs")).unwrap();
-        Cluster { dir, files, mds: None, ds: (0..n_ds).map(|_| None).collect() }
+        Cluster {
+            dir,
+            files,
+            mds: None,
+            ds: (0..shape.ds).map(|_| None).collect(),
+            ion: (0..shape.ion).map(|_| None).collect(),
+        }
     }
 
     pub fn boot(&mut self) {
@@ -64,6 +84,28 @@ impl Cluster {
             self.start_ds(i);
         }
         self.start_mds();
+        for i in 0..self.ion.len() {
+            self.start_ion(i);
+        }
+    }
+
+    pub fn start_ion(&mut self, i: usize) {
+        let child = spawn_ready(
+            &format!("tessera-ion {i}"),
+            Command::new(bin("tessera-ion"))
+                .arg("--config")
+                .arg(&self.files.ion_configs[i])
+                .arg("--index")
+                .arg(i.to_string()),
+            &self.log(&format!("ion{i}")),
+        );
+        self.ion[i] = Some(child);
+    }
+
+    pub fn kill9_ion(&mut self, i: usize) {
+        if let Some(mut c) = self.ion[i].take() {
+            c.kill();
+        }
     }
 
     pub fn ds_data_dir(&self, i: usize) -> PathBuf {
@@ -113,7 +155,7 @@ impl Cluster {
     /// True while every server process is still running (none crashed).
     pub fn all_alive(&mut self) -> bool {
         let mut ok = true;
-        for c in self.mds.iter_mut().chain(self.ds.iter_mut().flatten()) {
+        for c in self.mds.iter_mut().chain(self.ds.iter_mut().flatten()).chain(self.ion.iter_mut().flatten()) {
             if let Some(status) = c.try_wait() {
                 eprintln!("server {} exited: {status}", c.name());
                 ok = false;
@@ -149,7 +191,7 @@ pub async fn connect(cfg: &ClusterConfig) -> Client {
 impl Drop for Cluster {
     fn drop(&mut self) {
         // Before the directory goes: the servers are killed (as before, no grace: tests end abruptly).
-        for c in self.mds.iter_mut().chain(self.ds.iter_mut().flatten()) {
+        for c in self.mds.iter_mut().chain(self.ds.iter_mut().flatten()).chain(self.ion.iter_mut().flatten()) {
             c.kill();
         }
     }

@@ -1,0 +1,147 @@
+//! `tessera-ion`: command line, start-up (config, identity, connections, dispatcher, metrics), the
+//! `READY` line, and shutdown on SIGINT/SIGTERM.
+
+use crate::dispatch::Dispatcher;
+use crate::sched::Params;
+use crate::server::IonService;
+use crate::stats::Stats;
+use clap::Parser;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tessera_proto::child::Signals;
+use tessera_proto::config::ClusterConfig;
+use tessera_proto::rpc::{self, RpcPeer};
+use tessera_proto::tls::NodeIdentity;
+use tessera_proto::Role;
+use tracing::info;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tessera-ion",
+    about = "Tessera forwarding node (ION): schedules and aggregates clients' I/O",
+    version
+)]
+struct Args {
+    /// Cluster configuration (TOML).
+    #[arg(long, env = tessera_proto::config::CONFIG_ENV)]
+    config: Option<PathBuf>,
+    /// This forwarding node's index in the configuration's [[ion]] list (TWINS starts at server k).
+    #[arg(long)]
+    index: usize,
+    /// Address to listen on (overrides the configuration's addr).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Request scheduler: fifo, hbrr, to, to-agg, sjf, mlf, sw, twins (overrides ion_options.scheduler).
+    #[arg(long)]
+    scheduler: Option<String>,
+    /// TWINS's (and SW's) window in microseconds (overrides ion_options.window_us).
+    #[arg(long)]
+    window_us: Option<u64>,
+    /// HBRR's (and MLF's) requests per queue visit (overrides ion_options.quantum).
+    #[arg(long)]
+    quantum: Option<u32>,
+}
+
+/// Entry point of the `tessera-ion` binary.
+pub fn main_entry() -> ExitCode {
+    let args = Args::parse();
+    let Some(rt) = tessera_proto::process::start("tessera-ion") else { return ExitCode::from(1) };
+    let res = rt.block_on(run(args));
+    rt.shutdown_timeout(Duration::from_secs(2));
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tessera-ion: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let config = ClusterConfig::locate(args.config.as_deref()).map_err(|e| e.detail)?;
+    let node = config.ion.get(args.index).ok_or_else(|| {
+        format!("no forwarding node {} in the configuration (it lists {})", args.index, config.ion.len())
+    })?;
+    let listen = rpc::resolve(args.listen.as_deref().unwrap_or(&node.addr)).map_err(|e| e.detail)?;
+    let identity = NodeIdentity::load(&config.tls).map_err(|e| format!("TLS identity: {e}"))?;
+    if identity.role != Role::Ion {
+        return Err(format!(
+            "certificate {} has role {}, a forwarding node needs role ion",
+            config.tls.cert.display(),
+            identity.role
+        ));
+    }
+    let tuning = config.tuning();
+    let endpoint = rpc::server_endpoint(listen, &identity, &tuning).map_err(|e| e.detail)?;
+    let local = endpoint.local_addr().map_err(|e| format!("listening address: {e}"))?;
+    // Connections to the MDS and the data servers go out from the same socket.
+    let mds = Arc::new(
+        RpcPeer::to_host(endpoint.clone(), &identity, Role::Mds, &config.mds.addr, tuning).map_err(|e| e.detail)?,
+    );
+    let mut servers = HashMap::new();
+    for ds in &config.ds {
+        let peer = RpcPeer::to_host(endpoint.clone(), &identity, Role::Ds, &ds.addr, tuning).map_err(|e| e.detail)?;
+        servers.insert(ds.id, Arc::new(peer));
+    }
+    let o = &config.ion_options;
+    let mut ids: Vec<_> = config.ds.iter().map(|d| d.id).collect();
+    ids.sort_unstable();
+    let params = Params {
+        window_us: args.window_us.unwrap_or(o.window_us),
+        quantum: args.quantum.unwrap_or(o.quantum),
+        servers: ids,
+        ion_index: args.index,
+        epoch_us: 0,
+    };
+    let scheduler = args.scheduler.clone().unwrap_or_else(|| o.scheduler.clone());
+    let stats = Arc::new(Stats::default());
+    let dispatcher = Dispatcher::new(args.index as u32, servers.clone(), &scheduler, params, o.dispatch_depth, stats)?;
+    let service = Arc::new(IonService { name: node.name.clone(), index: args.index as u32, mds, servers, dispatcher });
+    let metrics = match config.metrics.ion_base_port {
+        Some(base) => {
+            let port = u16::try_from(usize::from(base) + args.index)
+                .map_err(|_| format!("metrics port {base} + {} is out of range", args.index))?;
+            let addr = std::net::SocketAddr::new(listen.ip(), port);
+            let endpoint = tessera_metrics::Endpoint::bind(addr, crate::metrics::registry(service.clone()))
+                .await
+                .map_err(|e| e.to_string())?;
+            info!(addr = %endpoint.local_addr(), "metrics on http://{}/metrics", endpoint.local_addr());
+            Some(endpoint)
+        }
+        None => None,
+    };
+    let server = tokio::spawn(rpc::serve(endpoint.clone(), service));
+    info!(ion = %node.name, addr = %local, scheduler = %scheduler, "forwarding node ready");
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "READY {local}");
+        let _ = out.flush();
+    }
+    let mut signals = Signals::new().map_err(|e| format!("SIGINT/SIGTERM handlers: {e}"))?;
+    signals.recv().await;
+    info!("shutting down");
+    if let Some(m) = metrics {
+        m.shutdown().await;
+    }
+    endpoint.close(0u32.into(), b"forwarding node shutting down");
+    server.abort();
+    let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags() {
+        let a = Args::try_parse_from(["tessera-ion", "--index", "1", "--scheduler", "twins", "--window-us", "125"])
+            .unwrap();
+        assert_eq!((a.index, a.scheduler.as_deref(), a.window_us), (1, Some("twins"), Some(125)));
+        assert!(Args::try_parse_from(["tessera-ion"]).is_err(), "--index is required");
+    }
+}

@@ -1,0 +1,382 @@
+//! The forwarding node's data path (`specs/forwarding.md`): client reads and writes wait in the request
+//! scheduler; the dispatch stage takes what the scheduler releases whenever one of its `dispatch_depth`
+//! slots is free (IOFSL's dispatch threads), merges contiguous requests of one object, operation and job
+//! (up to [`MAX_MERGE`]) and sends them, marked as forwarded, to the data server that holds them.
+//! Write-through: a client's write is answered when the data server has answered the merged write.
+//!
+//! Merging: the scheduler's release (a run an aggregating scheduler already merged, or one request) is
+//! extended with the following releases while each continues the run; the first that does not is held
+//! for the next slot. Nothing is released before a slot is free, so the scheduler — not a queue behind
+//! it — decides the order the data servers see.
+
+use crate::sched::{self, Next, Op, Params, Req, Scheduler, MAX_MERGE, MAX_MERGED_BYTES};
+use crate::stats::Stats;
+use bytes::{Bytes, BytesMut};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tessera_proto::error::{FsError, FsResult};
+use tessera_proto::msg::{DsCall, DsReply, DsRequest, Forwarded, SchedulerSetting};
+use tessera_proto::rpc::RpcPeer;
+use tessera_proto::types::{unix_us, DsId, IoTag};
+use tokio::sync::{oneshot, Notify, Semaphore};
+
+/// A client request's answer: the reply and its payload.
+type Answer = (FsResult<DsReply>, Bytes);
+
+/// What stays with the dispatcher while a request is queued.
+struct Waiter {
+    tag: IoTag,
+    /// A write's data.
+    data: Bytes,
+    sync: bool,
+    reply: oneshot::Sender<Answer>,
+}
+
+struct State {
+    sched: Box<dyn Scheduler>,
+    params: Params,
+    waiting: HashMap<u64, Waiter>,
+    next_seq: u64,
+    /// A release that did not continue the previous batch: the head of the next one.
+    held: Option<Vec<Req>>,
+}
+
+/// The scheduler, the queued requests and the connections to the data servers.
+pub struct Dispatcher {
+    state: Mutex<State>,
+    wake: Notify,
+    slots: Arc<Semaphore>,
+    depth: u32,
+    servers: HashMap<DsId, Arc<RpcPeer>>,
+    ion: u32,
+    pub stats: Arc<Stats>,
+}
+
+/// What the status shows of the dispatcher.
+pub struct View {
+    pub scheduler: &'static str,
+    pub params: Params,
+    pub queues: Vec<(String, u64)>,
+    pub in_flight: u32,
+}
+
+impl Dispatcher {
+    /// A dispatcher for forwarding node `ion`, sending to `servers`, with `name`'s scheduler.
+    pub fn new(
+        ion: u32,
+        servers: HashMap<DsId, Arc<RpcPeer>>,
+        name: &str,
+        params: Params,
+        depth: u32,
+        stats: Arc<Stats>,
+    ) -> Result<Arc<Dispatcher>, String> {
+        let sched = sched::build(name, &params)?;
+        let depth = depth.max(1);
+        let d = Arc::new(Dispatcher {
+            state: Mutex::new(State { sched, params, waiting: HashMap::new(), next_seq: 0, held: None }),
+            wake: Notify::new(),
+            slots: Arc::new(Semaphore::new(depth as usize)),
+            depth,
+            servers,
+            ion,
+            stats,
+        });
+        tokio::spawn(d.clone().run());
+        Ok(d)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a client's read or write and waits for its answer.
+    pub async fn submit(&self, ds: DsId, req: DsRequest, payload: Bytes, app_len: u64) -> Answer {
+        let (tag, object, offset, op, len, sync) = match req {
+            DsRequest::Read { tag, object, offset, len } => (tag, object, offset, Op::Read, u64::from(len), false),
+            DsRequest::Write { tag, object, offset, sync } => {
+                (tag, object, offset, Op::Write, payload.len() as u64, sync)
+            }
+            other => return (Err(FsError::invalid(format!("not a read or write: {other:?}"))), Bytes::new()),
+        };
+        if !self.servers.contains_key(&ds) {
+            return (
+                Err(FsError::invalid(format!("data server {ds} is not in the cluster configuration"))),
+                Bytes::new(),
+            );
+        }
+        if let Err(e) = tag.origin.check() {
+            return (Err(FsError::invalid(e)), Bytes::new());
+        }
+        if offset.checked_add(len).is_none() {
+            return (Err(FsError::invalid("request ends past the largest offset")), Bytes::new());
+        }
+        let now = unix_us();
+        self.stats.arrived(len, app_len, now);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut st = self.lock();
+            let seq = st.next_seq;
+            st.next_seq += 1;
+            let r = Req { seq, arrival_us: now, ds, ino: tag.ino, object, job: Arc::from(tag.job()), op, offset, len };
+            st.waiting.insert(seq, Waiter { tag, data: payload, sync, reply: tx });
+            st.sched.push(r);
+        }
+        self.wake.notify_one();
+        match rx.await {
+            Ok(answer) => answer,
+            Err(_) => (Err(FsError::io("forwarding node dropped the request")), Bytes::new()),
+        }
+    }
+
+    /// Switches the scheduler: the queued requests move to the new one in arrival order.
+    pub fn switch(&self, s: &SchedulerSetting) -> Result<(), String> {
+        let mut st = self.lock();
+        let mut params = st.params.clone();
+        if let Some(w) = s.window_us {
+            params.window_us = w;
+        }
+        if let Some(q) = s.quantum {
+            params.quantum = q;
+        }
+        let mut new = sched::build(&s.name, &params)?;
+        let mut queued: Vec<Req> = st.held.take().unwrap_or_default();
+        queued.extend(st.sched.take_all());
+        queued.sort_by_key(|r| r.seq);
+        for r in queued {
+            new.push(r);
+        }
+        st.sched = new;
+        st.params = params;
+        drop(st);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    pub fn view(&self) -> View {
+        let st = self.lock();
+        let mut queues: Vec<(String, u64)> = st.sched.depths().into_iter().map(|(q, n)| (q, n as u64)).collect();
+        if let Some(h) = &st.held {
+            queues.push(("dispatch".into(), h.len() as u64));
+        }
+        View {
+            scheduler: st.sched.name(),
+            params: st.params.clone(),
+            queues,
+            in_flight: self.depth - self.slots.available_permits() as u32,
+        }
+    }
+
+    /// The dispatch loop: a free slot, then a batch, sent in its own task.
+    async fn run(self: Arc<Self>) {
+        loop {
+            let Ok(slot) = self.slots.clone().acquire_owned().await else { return };
+            let batch = loop {
+                // Registered before looking, so a push between the look and the wait is not missed.
+                let notified = self.wake.notified();
+                let wait_until = {
+                    let mut st = self.lock();
+                    match next_batch(&mut st, unix_us()) {
+                        Ok(batch) => break batch,
+                        Err(until) => until,
+                    }
+                };
+                match wait_until {
+                    Some(t) => {
+                        let dt = std::time::Duration::from_micros(t.saturating_sub(unix_us()));
+                        tokio::select! {
+                            _ = notified => {}
+                            _ = tokio::time::sleep(dt) => {}
+                        }
+                    }
+                    None => notified.await,
+                }
+            };
+            let waiters: Vec<(Req, Waiter)> = {
+                let mut st = self.lock();
+                batch.into_iter().filter_map(|r| st.waiting.remove(&r.seq).map(|w| (r, w))).collect()
+            };
+            if waiters.is_empty() {
+                continue;
+            }
+            let me = self.clone();
+            tokio::spawn(async move {
+                me.send(waiters).await;
+                drop(slot);
+            });
+        }
+    }
+
+    /// Sends one batch (contiguous requests of one object, operation and job) and answers its clients.
+    async fn send(&self, batch: Vec<(Req, Waiter)>) {
+        let first = &batch[0].0;
+        let (ds, object, offset, op) = (first.ds, first.object, first.offset, first.op);
+        let total: u64 = batch.iter().map(|(r, _)| r.len).sum();
+        let tag = batch[0].1.tag.clone();
+        let via = Some(Forwarded { ion: self.ion, requests: batch.len() as u32 });
+        self.stats.dispatched(ds, object, offset, total);
+        let Some(peer) = self.servers.get(&ds) else {
+            for (_, w) in batch {
+                let _ = w.reply.send((Err(FsError::invalid(format!("no data server {ds}"))), Bytes::new()));
+            }
+            return;
+        };
+        match op {
+            Op::Read => {
+                let req = DsRequest::Read { tag, object, offset, len: total as u32 };
+                let result = peer.call_chunked::<DsCall, DsReply>(&DsCall { ds, req, via }, Bytes::new()).await;
+                let data = match result {
+                    Ok((DsReply::Data { len }, chunks)) => {
+                        let data = tessera_proto::frame::concat(chunks);
+                        if data.len() != len as usize || data.len() as u64 > total {
+                            Err(FsError::protocol(format!(
+                                "data server {ds} sent {} bytes for a read of {total}",
+                                data.len()
+                            )))
+                        } else {
+                            Ok(data)
+                        }
+                    }
+                    Ok((r, _)) => Err(FsError::protocol(format!("data server {ds} answered Read with {r:?}"))),
+                    Err(e) => Err(e),
+                };
+                for (r, w) in batch {
+                    let answer = match &data {
+                        Ok(data) => {
+                            // A short read (the object ends early) gives the later requests less or nothing.
+                            let from = ((r.offset - offset) as usize).min(data.len());
+                            let to = ((r.offset - offset + r.len) as usize).min(data.len());
+                            let part = data.slice(from..to);
+                            self.stats.answered(&r.job, part.len() as u64);
+                            (Ok(DsReply::Data { len: part.len() as u32 }), part)
+                        }
+                        Err(e) => (Err(e.clone()), Bytes::new()),
+                    };
+                    let _ = w.reply.send(answer);
+                }
+            }
+            Op::Write => {
+                let sync = batch.iter().any(|(_, w)| w.sync);
+                let payload = if batch.len() == 1 {
+                    batch[0].1.data.clone()
+                } else {
+                    let mut buf = BytesMut::with_capacity(total as usize);
+                    for (_, w) in &batch {
+                        buf.extend_from_slice(&w.data);
+                    }
+                    buf.freeze()
+                };
+                let req = DsRequest::Write { tag, object, offset, sync };
+                let result = peer.call::<DsCall, DsReply>(&DsCall { ds, req, via }, payload).await;
+                let outcome = match result {
+                    Ok((DsReply::Written { len }, _)) if u64::from(len) == total => Ok(()),
+                    Ok((DsReply::Written { len }, _)) => {
+                        Err(FsError::io(format!("data server {ds} wrote {len} of {total} bytes")))
+                    }
+                    Ok((r, _)) => Err(FsError::protocol(format!("data server {ds} answered Write with {r:?}"))),
+                    Err(e) => Err(e),
+                };
+                for (r, w) in batch {
+                    let answer = match &outcome {
+                        Ok(()) => {
+                            self.stats.answered(&r.job, r.len);
+                            (Ok(DsReply::Written { len: r.len as u32 }), Bytes::new())
+                        }
+                        Err(e) => (Err(e.clone()), Bytes::new()),
+                    };
+                    let _ = w.reply.send(answer);
+                }
+            }
+        }
+    }
+}
+
+/// The next batch to send: the held release or the scheduler's next, extended while releases continue
+/// it. `Err(Some(t))`: nothing before time `t`; `Err(None)`: nothing queued.
+fn next_batch(st: &mut State, now_us: u64) -> Result<Vec<Req>, Option<u64>> {
+    let mut batch = match st.held.take() {
+        Some(h) => h,
+        None => match st.sched.next(now_us) {
+            Next::Release(v) if !v.is_empty() => v,
+            Next::Release(_) | Next::Idle => return Err(None),
+            Next::WaitUntil(t) => return Err(Some(t)),
+        },
+    };
+    let mut bytes: u64 = batch.iter().map(|r| r.len).sum();
+    while batch.len() < MAX_MERGE {
+        let more = match st.sched.next(now_us) {
+            Next::Release(v) if !v.is_empty() => v,
+            _ => break,
+        };
+        let more_bytes: u64 = more.iter().map(|r| r.len).sum();
+        let fits = batch.len() + more.len() <= MAX_MERGE && bytes + more_bytes <= MAX_MERGED_BYTES;
+        if fits && batch.last().is_some_and(|last| last.continued_by(&more[0])) {
+            bytes += more_bytes;
+            batch.extend(more);
+        } else {
+            st.held = Some(more);
+            break;
+        }
+    }
+    Ok(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(seq: u64, offset: u64, len: u64) -> Req {
+        Req { seq, arrival_us: seq, ds: 0, ino: 1, object: 9, job: Arc::from("j"), op: Op::Read, offset, len }
+    }
+
+    fn state(name: &str) -> State {
+        State {
+            sched: sched::build(name, &Params { servers: vec![0, 1], ..Params::default() }).unwrap(),
+            params: Params::default(),
+            waiting: HashMap::new(),
+            next_seq: 0,
+            held: None,
+        }
+    }
+
+    #[test]
+    fn contiguous_releases_are_merged_up_to_sixteen() {
+        let mut st = state("fifo");
+        for i in 0..20 {
+            st.sched.push(req(i, i * 100, 100));
+        }
+        let b = next_batch(&mut st, 0).unwrap();
+        assert_eq!(b.len(), MAX_MERGE);
+        assert_eq!(b.iter().map(|r| r.seq).collect::<Vec<_>>(), (0..16).collect::<Vec<_>>());
+        let b = next_batch(&mut st, 0).unwrap();
+        assert_eq!(b.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![16, 17, 18, 19]);
+        assert_eq!(next_batch(&mut st, 0), Err(None));
+    }
+
+    #[test]
+    fn a_release_that_does_not_continue_is_held_for_the_next_batch() {
+        let mut st = state("fifo");
+        st.sched.push(req(0, 0, 100));
+        st.sched.push(req(1, 100, 100));
+        st.sched.push(req(2, 5000, 100)); // a gap
+        st.sched.push(req(3, 5100, 100));
+        let mut other_job = req(4, 5200, 100);
+        other_job.job = Arc::from("k");
+        st.sched.push(other_job);
+        let seqs = |b: Vec<Req>| b.iter().map(|r| r.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(next_batch(&mut st, 0).unwrap()), vec![0, 1]);
+        assert_eq!(st.held.as_ref().map(|h| h[0].seq), Some(2));
+        assert_eq!(seqs(next_batch(&mut st, 0).unwrap()), vec![2, 3]);
+        assert_eq!(seqs(next_batch(&mut st, 0).unwrap()), vec![4], "another job is not merged");
+    }
+
+    #[test]
+    fn twins_waits_for_its_window() {
+        let mut st = state("twins");
+        let mut r = req(0, 0, 100);
+        r.ds = 1;
+        st.sched.push(r);
+        // Window 0 (1 ms from the epoch) belongs to server 0 for ION 0: nothing to send before 1000 µs.
+        assert_eq!(next_batch(&mut st, 10), Err(Some(1_000)));
+        assert_eq!(next_batch(&mut st, 1_000).unwrap().len(), 1);
+    }
+}

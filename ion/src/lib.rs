@@ -1,0 +1,18 @@
+//! Tessera forwarding node (`tessera-ion`, `specs/forwarding.md`): passes clients' metadata calls to the
+//! MDS and schedules and aggregates their reads and writes before sending them to the data servers.
+//!
+//! - [`sched`]: the request schedulers (FIFO, HBRR, TO, TO-AGG, SJF, MLF, SW, TWINS), pure decisions.
+//! - [`dispatch`]: the scheduler's queue, the dispatch slots, merging, write-through sends.
+//! - [`stats`]: request-size histograms, offset distances, inter-arrival times, per-job counters.
+//! - [`server`]: the RPC service: role checks, metadata pass-through, status and scheduler switch.
+//! - [`metrics`]: the forwarding node's Prometheus metrics (served by `tessera_metrics`).
+//! - [`daemon`]: the `tessera-ion` command line and start-up.
+
+pub mod daemon;
+pub mod dispatch;
+pub mod metrics;
+pub mod sched;
+pub mod server;
+pub mod stats;
+
+pub use daemon::main_entry;

@@ -1,0 +1,124 @@
+//! The forwarding node's service: clients' metadata calls go straight to the MDS (not scheduled), their
+//! reads and writes through the dispatcher, other data calls (ping, report, fsync) straight to the data
+//! server they name; its own calls (status, scheduler switch) are answered here.
+
+use crate::dispatch::Dispatcher;
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tessera_proto::error::{FsError, FsResult};
+use tessera_proto::msg::{DsCall, DsReply, DsRequest, IonCall, IonReply, IonStatus, MdsCall, MdsReply};
+use tessera_proto::requests::Senders;
+use tessera_proto::rpc::{PeerInfo, RpcPeer, Service};
+use tessera_proto::types::{DsId, Role};
+
+/// How long a metadata request that may be repeated waits for an MDS that went away (as a client does).
+pub const RESTART_PATIENCE: Duration = Duration::from_secs(30);
+
+pub struct IonService {
+    pub name: String,
+    pub index: u32,
+    pub mds: Arc<RpcPeer>,
+    pub servers: HashMap<DsId, Arc<RpcPeer>>,
+    pub dispatcher: Arc<Dispatcher>,
+}
+
+impl IonService {
+    async fn mds(&self, call: MdsCall) -> FsResult<MdsReply> {
+        self.dispatcher.stats.metadata_call();
+        let (reply, _): (MdsReply, Bytes) = if call.req.properties().idempotent {
+            self.mds.call_retrying(&call, Bytes::new(), RESTART_PATIENCE).await?
+        } else {
+            self.mds.call(&call, Bytes::new()).await?
+        };
+        Ok(reply)
+    }
+
+    async fn ds(&self, call: DsCall, payload: Bytes, app_len: u64) -> (FsResult<DsReply>, Bytes) {
+        if call.via.is_some() {
+            return (Err(FsError::invalid("a forwarded request cannot be forwarded again")), Bytes::new());
+        }
+        if !matches!(call.req, DsRequest::Write { .. }) && !payload.is_empty() {
+            return (Err(FsError::protocol("unexpected payload on a request without data")), Bytes::new());
+        }
+        match call.req {
+            DsRequest::Read { .. } | DsRequest::Write { .. } => {
+                self.dispatcher.submit(call.ds, call.req, payload, app_len).await
+            }
+            DsRequest::Ping | DsRequest::Report | DsRequest::Fsync { .. } => {
+                let Some(peer) = self.servers.get(&call.ds) else {
+                    let e = format!("data server {} is not in the cluster configuration", call.ds);
+                    return (Err(FsError::invalid(e)), Bytes::new());
+                };
+                match peer.call::<DsCall, DsReply>(&call, Bytes::new()).await {
+                    Ok((r, p)) => (Ok(r), p),
+                    Err(e) => (Err(e), Bytes::new()),
+                }
+            }
+            DsRequest::Truncate { .. } | DsRequest::Remove { .. } | DsRequest::Serve(_) => {
+                (Err(FsError::perm("forwarding nodes pass on only clients' data requests")), Bytes::new())
+            }
+        }
+    }
+
+    pub fn status(&self) -> IonStatus {
+        let v = self.dispatcher.view();
+        let s = self.dispatcher.stats.snapshot();
+        IonStatus {
+            name: self.name.clone(),
+            index: self.index,
+            scheduler: v.scheduler.to_string(),
+            window_us: v.params.window_us,
+            quantum: v.params.quantum,
+            queues: v.queues,
+            in_flight: v.in_flight,
+            requests_forwarded: s.requests_forwarded,
+            bytes_forwarded: s.bytes_forwarded,
+            dispatched: s.dispatched,
+            metadata_calls: s.metadata_calls,
+            sizes_leaving_clients: s.leaving_clients,
+            sizes_arriving: s.arriving,
+            sizes_leaving: s.leaving,
+            mean_offset_distance: s.mean_offset_distance,
+            median_interarrival_us: s.median_interarrival_us,
+            jobs: s.jobs,
+        }
+    }
+}
+
+impl Service for IonService {
+    type Request = IonCall;
+    type Reply = IonReply;
+
+    /// Clients (and administrators) only: servers never call a forwarding node.
+    fn accepts(&self, role: Role) -> bool {
+        matches!(role, Role::Client | Role::Admin)
+    }
+
+    async fn handle(&self, peer: Arc<PeerInfo>, call: IonCall, payload: Bytes) -> (FsResult<IonReply>, Bytes) {
+        match call {
+            IonCall::Ds { call, app_len } => {
+                let (r, p) = self.ds(call, payload, app_len).await;
+                (r.map(IonReply::Ds), p)
+            }
+            _ if !payload.is_empty() => {
+                (Err(FsError::protocol("unexpected payload on a request without data")), Bytes::new())
+            }
+            IonCall::Mds(call) => (self.mds(call).await.map(IonReply::Mds), Bytes::new()),
+            IonCall::Status => (Ok(IonReply::Status(self.status())), Bytes::new()),
+            IonCall::SetScheduler { caller, setting } => {
+                if let Err(e) = Senders::Admins.admit(peer.role, &caller) {
+                    return (Err(FsError::perm(format!("switching the scheduler: {e}"))), Bytes::new());
+                }
+                match self.dispatcher.switch(&setting) {
+                    Ok(()) => {
+                        tracing::info!(scheduler = %setting.name, by = %peer.name, "scheduler switched");
+                        (Ok(IonReply::Status(self.status())), Bytes::new())
+                    }
+                    Err(e) => (Err(FsError::invalid(e)), Bytes::new()),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! What a forwarding node measures (`specs/forwarding.md`, Measurements): request-size histograms where
+//! requests leave the clients (the application's read or write a request is part of), arrive here and
+//! leave here (merged), the mean offset distance of the stream leaving to each data server, the median
+//! inter-arrival time, and requests and bytes per job.
+//!
+//! Offset distance: between two consecutive requests leaving to the same data server for the same
+//! object, |start of the second − end of the first| (0 for a sequential stream). A request for another
+//! object than the previous one to that server counts as an object switch instead (the forwarding node
+//! does not know where objects lie on the server's disk).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use tessera_proto::msg::{IonJob, SizeHistogram};
+use tessera_proto::types::{DsId, ObjectId};
+
+/// Jobs tracked one by one; the rest are summed under `(other)` (a peer cannot grow memory unbounded).
+pub const MAX_JOBS: usize = 4096;
+const OVERFLOW_JOB: &str = "(other)";
+/// Inter-arrival times kept for the median.
+const INTERARRIVALS: usize = 1024;
+
+#[derive(Default)]
+struct Inner {
+    leaving_clients: SizeHistogram,
+    arriving: SizeHistogram,
+    leaving: SizeHistogram,
+    requests_forwarded: u64,
+    bytes_forwarded: u64,
+    dispatched: u64,
+    metadata_calls: u64,
+    /// Per data server: the object and end offset of the last request sent.
+    last: HashMap<DsId, (ObjectId, u64)>,
+    distance_sum: f64,
+    distance_n: u64,
+    object_switches: u64,
+    last_arrival_us: Option<u64>,
+    interarrivals: VecDeque<u64>,
+    jobs: HashMap<String, IonJob>,
+}
+
+/// A forwarding node's counters.
+#[derive(Default)]
+pub struct Stats {
+    inner: Mutex<Inner>,
+}
+
+/// A copy of the counters.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    pub leaving_clients: SizeHistogram,
+    pub arriving: SizeHistogram,
+    pub leaving: SizeHistogram,
+    pub requests_forwarded: u64,
+    pub bytes_forwarded: u64,
+    pub dispatched: u64,
+    pub metadata_calls: u64,
+    pub mean_offset_distance: f64,
+    pub object_switches: u64,
+    pub median_interarrival_us: Option<u64>,
+    /// Sorted by job id.
+    pub jobs: Vec<IonJob>,
+}
+
+impl Stats {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A data request of `len` bytes arrived at `now_us`, part of an application request of `app_len`.
+    pub fn arrived(&self, len: u64, app_len: u64, now_us: u64) {
+        let mut s = self.lock();
+        s.leaving_clients.record(app_len.max(len));
+        s.arriving.record(len);
+        if let Some(prev) = s.last_arrival_us {
+            if s.interarrivals.len() == INTERARRIVALS {
+                s.interarrivals.pop_front();
+            }
+            s.interarrivals.push_back(now_us.saturating_sub(prev));
+        }
+        s.last_arrival_us = Some(now_us.max(s.last_arrival_us.unwrap_or(0)));
+    }
+
+    /// A (merged) request of `len` bytes left for data server `ds`.
+    pub fn dispatched(&self, ds: DsId, object: ObjectId, offset: u64, len: u64) {
+        let mut s = self.lock();
+        s.leaving.record(len);
+        s.dispatched += 1;
+        match s.last.insert(ds, (object, offset + len)) {
+            Some((o, end)) if o == object => {
+                s.distance_sum += offset.abs_diff(end) as f64;
+                s.distance_n += 1;
+            }
+            Some(_) => s.object_switches += 1,
+            None => {}
+        }
+    }
+
+    /// A client request was answered with `bytes` of data moved.
+    pub fn answered(&self, job: &str, bytes: u64) {
+        let mut s = self.lock();
+        s.requests_forwarded += 1;
+        s.bytes_forwarded += bytes;
+        let key = if s.jobs.contains_key(job) || s.jobs.len() < MAX_JOBS { job } else { OVERFLOW_JOB };
+        let j = s.jobs.entry(key.to_string()).or_insert_with(|| IonJob { job: key.to_string(), ..Default::default() });
+        j.requests += 1;
+        j.bytes += bytes;
+    }
+
+    pub fn metadata_call(&self) {
+        self.lock().metadata_calls += 1;
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let s = self.lock();
+        let mut ia: Vec<u64> = s.interarrivals.iter().copied().collect();
+        ia.sort_unstable();
+        let mut jobs: Vec<IonJob> = s.jobs.values().cloned().collect();
+        jobs.sort_by(|a, b| a.job.cmp(&b.job));
+        Snapshot {
+            leaving_clients: s.leaving_clients.clone(),
+            arriving: s.arriving.clone(),
+            leaving: s.leaving.clone(),
+            requests_forwarded: s.requests_forwarded,
+            bytes_forwarded: s.bytes_forwarded,
+            dispatched: s.dispatched,
+            metadata_calls: s.metadata_calls,
+            mean_offset_distance: if s.distance_n == 0 { 0.0 } else { s.distance_sum / s.distance_n as f64 },
+            object_switches: s.object_switches,
+            median_interarrival_us: ia.get(ia.len() / 2).copied(),
+            jobs,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_distances_and_interarrivals() {
+        let s = Stats::default();
+        for (i, t) in [0u64, 10, 30, 60].iter().enumerate() {
+            s.arrived(32 << 10, 1 << 20, 1_000 + t);
+            assert_eq!(s.snapshot().arriving.total(), i as u64 + 1);
+        }
+        let snap = s.snapshot();
+        assert_eq!(snap.median_interarrival_us, Some(20), "gaps 10, 20, 30");
+        assert_eq!(snap.leaving_clients.counts[SizeHistogram::bucket(1 << 20)], 4);
+        assert_eq!(snap.arriving.counts[SizeHistogram::bucket(32 << 10)], 4);
+        // A sequential stream to server 0, a jump of 1 MiB, and a switch of object.
+        s.dispatched(0, 7, 0, 64 << 10);
+        s.dispatched(0, 7, 64 << 10, 64 << 10);
+        s.dispatched(0, 7, (128 << 10) + (1 << 20), 64 << 10);
+        s.dispatched(0, 8, 0, 64 << 10);
+        s.dispatched(1, 8, 5, 1);
+        let snap = s.snapshot();
+        assert_eq!(snap.mean_offset_distance, (1u64 << 20) as f64 / 2.0);
+        assert_eq!((snap.object_switches, snap.dispatched), (1, 5));
+        assert_eq!(snap.leaving.total(), 5);
+    }
+
+    #[test]
+    fn jobs_are_counted_and_bounded() {
+        let s = Stats::default();
+        s.answered("a", 10);
+        s.answered("a", 5);
+        s.answered("b", 1);
+        let snap = s.snapshot();
+        assert_eq!((snap.requests_forwarded, snap.bytes_forwarded), (3, 16));
+        assert_eq!(snap.jobs[0], IonJob { job: "a".into(), requests: 2, bytes: 15 });
+        for i in 0..MAX_JOBS + 5 {
+            s.answered(&format!("j{i}"), 1);
+        }
+        let snap = s.snapshot();
+        assert_eq!(snap.jobs.len(), MAX_JOBS + 1);
+        assert!(snap.jobs.iter().any(|j| j.job == OVERFLOW_JOB && j.requests >= 5));
+    }
+}

@@ -1,0 +1,4 @@
+//! `tessera-ion`: a forwarding node.
+fn main() -> std::process::ExitCode {
+    tessera_ion::main_entry()
+}
