@@ -33,6 +33,14 @@ pub enum ExperimentName {
     IorchWindow,
     /// Figs. 3/4 only: LBA over time and reuse distances at one data server, off vs on.
     IorchTrace,
+    /// Forwarding thesis: no forwarding and every ION scheduler, 3 patterns, reads and writes, 32/256 KiB.
+    FwdSchedulers,
+    /// Forwarding thesis: 1, 2 and 4 IONs with no forwarding, FIFO, HBRR and TWINS.
+    FwdIons,
+    /// Forwarding thesis: TWINS windows 0.125 / 1 / 8 ms against no forwarding and FIFO.
+    FwdTwinsWindow,
+    /// Forwarding thesis: two applications of half the processes each, small strided reads.
+    FwdTwoApps,
 }
 
 impl ExperimentName {
@@ -43,6 +51,10 @@ impl ExperimentName {
             ExperimentName::IorchDistance => "iorch-distance",
             ExperimentName::IorchWindow => "iorch-window",
             ExperimentName::IorchTrace => "iorch-trace",
+            ExperimentName::FwdSchedulers => "fwd-schedulers",
+            ExperimentName::FwdIons => "fwd-ions",
+            ExperimentName::FwdTwinsWindow => "fwd-twins-window",
+            ExperimentName::FwdTwoApps => "fwd-two-apps",
         }
     }
 }
@@ -97,12 +109,16 @@ pub struct ExperimentArgs {
     /// Output directory.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
-    /// Data servers (the paper: 6).
-    #[arg(long, default_value_t = 6)]
-    pub n_ds: usize,
-    /// Processes per program (the paper: 5).
-    #[arg(long, default_value_t = 5)]
-    pub procs: usize,
+    /// Data servers (default: 6, the IOrchestrator paper's; 4 for the forwarding experiments).
+    #[arg(long)]
+    pub n_ds: Option<usize>,
+    /// Processes per program (default: 5, the IOrchestrator paper's; 128 for the forwarding experiments).
+    #[arg(long)]
+    pub procs: Option<usize>,
+    /// Forwarding experiments: client instances the processes are spread over (each its own client id
+    /// and connection; default 32, the thesis's 32 nodes).
+    #[arg(long)]
+    pub clients: Option<usize>,
     /// Seconds each configuration runs (default 15; --quick 2.5).
     #[arg(long)]
     pub seconds: Option<f64>,
@@ -189,8 +205,8 @@ impl Settings {
             runs: a.runs.unwrap_or(if a.quick { 1 } else { 3 }),
             seconds: a.seconds.unwrap_or(if a.quick { 2.5 } else { 15.0 }),
             file_size: a.file_size.unwrap_or(if a.quick { 128 << 20 } else { 1 << 30 }),
-            procs: a.procs,
-            n_ds: a.n_ds,
+            procs: a.procs.unwrap_or(5),
+            n_ds: a.n_ds.unwrap_or(6),
             device: a.device_model,
             out: a.out.clone(),
             quick: a.quick,
@@ -215,6 +231,7 @@ impl Settings {
             trace,
             window_ms,
             mode: OrchestratorMode::Off,
+            n_ion: 0,
         }
     }
 
@@ -378,6 +395,9 @@ pub fn system_mib_s(r: &workloads::RunResult) -> f64 {
 
 /// Entry point of `tessera-bench experiment`.
 pub async fn run(a: ExperimentArgs) -> Result<()> {
+    if let Some(e) = crate::fwd::Experiment::of(a.name) {
+        return crate::fwd::run(e, &a).await;
+    }
     let s = Settings::of(&a)?;
     std::fs::create_dir_all(&s.out).with_context(|| format!("creating {}", s.out.display()))?;
     let t0 = std::time::Instant::now();
@@ -396,6 +416,7 @@ pub async fn run(a: ExperimentArgs) -> Result<()> {
         ExperimentName::IorchHeterogeneous => heterogeneous(&s).await?,
         ExperimentName::IorchDistance => distance(&s).await?,
         ExperimentName::IorchWindow => window(&s).await?,
+        other => bail!("{} is not an IOrchestrator experiment", other.as_str()),
     };
     if a.name != ExperimentName::IorchTrace {
         write_records(&s.out, name, &records)?;
@@ -799,6 +820,7 @@ pub fn plot(name: ExperimentName, records: &[Record], png: &Path, device: &str) 
                 &off,
             )
         }
+        other => bail!("{} is plotted by the forwarding experiments", other.as_str()),
     }
 }
 
@@ -857,8 +879,9 @@ mod tests {
             device_model: DeviceModelArg::Hdd,
             runs: None,
             out: "r".into(),
-            n_ds: 6,
-            procs: 5,
+            n_ds: Some(6),
+            procs: Some(5),
+            clients: None,
             seconds: None,
             file_size: Some(128 << 20),
             disk_gb: PAPER_DISK_GB,

@@ -5,7 +5,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use tessera_client::proto::msg::{MdsReply, MdsRequest, OrchestratorMode, OrchestratorStatus};
+use tessera_client::proto::msg::{MdsReply, MdsRequest, OrchestratorMode, OrchestratorStatus, SchedulerSetting};
 use tessera_client::{Client, ClusterConfig, Defaults, ErrorCode};
 use tessera_proto::child::{self, server_binary, Child, READY_TIMEOUT, STOP_GRACE};
 use tessera_proto::clusterdir::{prepare, ClusterFiles};
@@ -25,6 +25,8 @@ pub struct ClusterOptions {
     pub window_ms: u32,
     /// The mode the MDS starts in (switched at run time per configuration).
     pub mode: OrchestratorMode,
+    /// Forwarding nodes (their scheduler is switched at run time per configuration).
+    pub n_ion: usize,
 }
 
 /// Running servers of a cluster directory.
@@ -66,10 +68,11 @@ impl LocalCluster {
             std::fs::remove_dir_all(dir).with_context(|| format!("removing the old cluster in {}", dir.display()))?;
         }
         let defaults = Defaults { stripe_size: o.stripe_size, stripe_count: 0, ..Defaults::default() };
-        let files = prepare(dir, tessera_proto::clusterdir::Shape::ds(o.n_ds), 0, defaults)
-            .map_err(|e| anyhow!("preparing the cluster: {e}"))?;
+        let shape = tessera_proto::clusterdir::Shape { ds: o.n_ds, ion: o.n_ion };
+        let files = prepare(dir, shape, 0, defaults).map_err(|e| anyhow!("preparing the cluster: {e}"))?;
         let mut all = vec![files.mds_config.clone(), files.client_config.clone(), files.admin_config.clone()];
         all.extend(files.ds_configs.iter().cloned());
+        all.extend(files.ion_configs.iter().cloned());
         for p in &all {
             let mut c = ClusterConfig::load(p).map_err(|e| anyhow!("{e}"))?;
             edit_config(&mut c, o);
@@ -77,10 +80,8 @@ impl LocalCluster {
         }
         let client_cfg = ClusterConfig::load(&files.client_config).map_err(|e| anyhow!("{e}"))?;
         let admin_cfg = ClusterConfig::load(&files.admin_config).map_err(|e| anyhow!("{e}"))?;
-        let mds_bin = server_binary("tessera-mds")?;
-        let ds_bin = server_binary("tessera-ds")?;
         let mut lc = LocalCluster { files, client_cfg, admin_cfg, children: Vec::new(), admin: None };
-        let res = lc.launch(&mds_bin, &ds_bin).await;
+        let res = lc.launch().await;
         if let Err(e) = res {
             lc.stop().await;
             return Err(e);
@@ -88,19 +89,62 @@ impl LocalCluster {
         Ok(lc)
     }
 
-    async fn launch(&mut self, mds_bin: &Path, ds_bin: &Path) -> Result<()> {
+    async fn launch(&mut self) -> Result<()> {
+        let mds_bin = server_binary("tessera-mds")?;
+        let ds_bin = server_binary("tessera-ds")?;
         let args = vec!["--config".to_string(), self.files.mds_config.display().to_string()];
-        self.children.push(spawn("mds", mds_bin, &args, &self.files.log_path("mds"))?);
+        self.children.push(spawn("mds", &mds_bin, &args, &self.files.log_path("mds"))?);
         self.children[0].ready(READY_TIMEOUT).await?;
         for (k, conf) in self.files.ds_configs.iter().enumerate() {
             let name = format!("ds{k}");
             let args = vec!["--config".into(), conf.display().to_string(), "--id".into(), k.to_string()];
-            self.children.push(spawn(&name, ds_bin, &args, &self.files.log_path(&name))?);
+            self.children.push(spawn(&name, &ds_bin, &args, &self.files.log_path(&name))?);
         }
         for c in self.children[1..].iter_mut() {
             c.ready(READY_TIMEOUT).await?;
         }
+        if !self.files.ion_configs.is_empty() {
+            let ion_bin = server_binary("tessera-ion")?;
+            let first = self.children.len();
+            for (k, conf) in self.files.ion_configs.iter().enumerate() {
+                let name = format!("ion{k}");
+                let args = vec!["--config".into(), conf.display().to_string(), "--index".into(), k.to_string()];
+                self.children.push(spawn(&name, &ion_bin, &args, &self.files.log_path(&name))?);
+            }
+            for c in self.children[first..].iter_mut() {
+                c.ready(READY_TIMEOUT).await?;
+            }
+        }
         Ok(())
+    }
+
+    /// A client tagging its I/O with `job`, going through forwarding node `ion` (`None`: directly).
+    pub async fn client_via(&self, ion: Option<usize>, job: &str) -> Result<Client> {
+        let mut cfg = self.client_cfg.clone();
+        cfg.client.ion = Some(ion.map_or_else(|| "none".to_string(), |k| k.to_string()));
+        Ok(Client::connect(&cfg).await.context("connecting to the local cluster")?.with_job(job))
+    }
+
+    /// Switches every forwarding node's scheduler.
+    pub async fn set_ion_scheduler(&mut self, setting: &SchedulerSetting) -> Result<()> {
+        let admin = self.admin().await?;
+        for k in 0..self.files.ion_configs.len() {
+            admin
+                .set_ion_scheduler(k, setting.clone())
+                .await
+                .map_err(|e| anyhow!("ion{k}: scheduler {}: {e}", setting.name))?;
+        }
+        Ok(())
+    }
+
+    /// Every forwarding node's status.
+    pub async fn ion_status(&mut self) -> Result<Vec<tessera_client::proto::msg::IonStatus>> {
+        let admin = self.admin().await?;
+        let mut v = Vec::new();
+        for k in 0..self.files.ion_configs.len() {
+            v.push(admin.ion_status(k).await.map_err(|e| anyhow!("ion{k}: {e}"))?);
+        }
+        Ok(v)
     }
 
     /// A client tagging its I/O with `job`.
@@ -197,6 +241,7 @@ mod tests {
             trace: true,
             window_ms: 250,
             mode: OrchestratorMode::Off,
+            n_ion: 0,
         };
         edit_config(&mut c, &o);
         c.save(&files.ds_configs[1]).unwrap();

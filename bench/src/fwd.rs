@@ -1,0 +1,641 @@
+//! `tessera-bench experiment fwd-*`: the forwarding thesis's experiments (`specs/forwarding.md`; Bez 2016,
+//! chapter 5) on a local cluster this command starts: 4 data servers (hdd model unless asked), 64 KiB
+//! stripes over all of them, 128 synchronous processes spread over 32 client instances (each its own
+//! client id and connection; client i goes through forwarding node i mod M), M forwarding nodes.
+//!
+//! Patterns (process p of P, its k-th request of `xfer` bytes): file per process (`fpp`, file p at
+//! `k*xfer`), shared file with one contiguous segment per process (`contiguous`, at
+//! `p*per_proc + k*xfer`), shared file 1D-strided (`strided`, at `(k*P + p)*xfer`).
+//!
+//! Measurement decisions: the files are written once per cluster; then every configuration (scheduler,
+//! window) runs reads and writes over them, `runs` times, in rounds (each round runs every configuration
+//! once, so a slow spell of the shared machine hits all of them alike). A run starts all processes
+//! together; each issues its requests one at a time straight to the data path (layouts are known, as
+//! after an open; no client cache in between). Makespan = the slowest process's end; throughput = all
+//! bytes over the makespan. Object-file pages are dropped from the page cache before each read run.
+//! Scheduler "none" is direct access (clients configured with `ion = "none"`).
+
+use crate::experiment::{DeviceModelArg, ExperimentArgs, ExperimentName};
+use crate::localcluster::{ClusterOptions, LocalCluster};
+use crate::plots::{self, BarPanel};
+use crate::report::median;
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::time::Instant;
+use tessera_client::proto::msg::{OrchestratorMode, SchedulerSetting};
+use tessera_client::{Client, IoTag, Layout, OpenOptions};
+use tessera_proto::types::Origin;
+use tessera_proto::units::format_size;
+
+/// The four experiments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Experiment {
+    Schedulers,
+    Ions,
+    TwinsWindow,
+    TwoApps,
+}
+
+impl Experiment {
+    pub fn of(name: ExperimentName) -> Option<Experiment> {
+        Some(match name {
+            ExperimentName::FwdSchedulers => Experiment::Schedulers,
+            ExperimentName::FwdIons => Experiment::Ions,
+            ExperimentName::FwdTwinsWindow => Experiment::TwinsWindow,
+            ExperimentName::FwdTwoApps => Experiment::TwoApps,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Experiment::Schedulers => "fwd-schedulers",
+            Experiment::Ions => "fwd-ions",
+            Experiment::TwinsWindow => "fwd-twins-window",
+            Experiment::TwoApps => "fwd-two-apps",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pattern {
+    Fpp,
+    Contiguous,
+    Strided,
+}
+
+impl Pattern {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pattern::Fpp => "fpp",
+            Pattern::Contiguous => "contiguous",
+            Pattern::Strided => "strided",
+        }
+    }
+
+    /// Offsets of process `p`'s requests in its file (for `fpp`, its own file).
+    pub fn offsets(self, p: usize, procs: usize, per_proc: u64, xfer: u64) -> Vec<u64> {
+        let n = per_proc / xfer;
+        (0..n)
+            .map(|k| match self {
+                Pattern::Fpp => k * xfer,
+                Pattern::Contiguous => p as u64 * per_proc + k * xfer,
+                Pattern::Strided => (k * procs as u64 + p as u64) * xfer,
+            })
+            .collect()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Read,
+    Write,
+}
+
+impl Op {
+    fn as_str(self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::Write => "write",
+        }
+    }
+}
+
+/// One line of NAME.json / NAME.csv (medians over `runs`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct FwdRecord {
+    pub pattern: String,
+    pub op: String,
+    pub request_kib: u64,
+    /// `none` (direct access) or the forwarding nodes' scheduler.
+    pub scheduler: String,
+    pub ions: usize,
+    /// TWINS's (and SW's) window; null for the others.
+    pub window_ms: Option<f64>,
+    pub device_model: String,
+    pub throughput_mib_s: f64,
+    pub makespan_s: f64,
+    pub runs: u32,
+    /// fwd-two-apps: each application's makespan (median), seconds.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub app_makespans_s: Option<Vec<f64>>,
+    /// Mean offset distance of the streams leaving the forwarding nodes during the runs, bytes.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ion_offset_distance: Option<f64>,
+}
+
+/// A scheduler configuration: `none` or an ION scheduler with its window.
+#[derive(Clone, Debug, PartialEq)]
+struct Sched {
+    name: &'static str,
+    window_ms: Option<f64>,
+}
+
+impl Sched {
+    fn plain(name: &'static str) -> Sched {
+        let window_ms = matches!(name, "twins" | "sw").then_some(if name == "sw" { 1000.0 } else { 1.0 });
+        Sched { name, window_ms }
+    }
+
+    fn label(&self) -> String {
+        match (self.name, self.window_ms) {
+            ("twins", Some(w)) => format!("twins {w} ms"),
+            (n, _) => n.to_string(),
+        }
+    }
+}
+
+/// Sizes and counts, from the arguments.
+#[derive(Clone, Debug)]
+struct Settings {
+    procs: usize,
+    clients: usize,
+    n_ds: usize,
+    per_proc: u64,
+    runs: u32,
+    device: DeviceModelArg,
+    quick: bool,
+}
+
+/// One configuration to measure.
+#[derive(Clone, Debug)]
+struct Config {
+    pattern: Pattern,
+    op: Op,
+    xfer: u64,
+    sched: Sched,
+    /// Applications (the processes are split evenly; each its own shared file and job).
+    apps: usize,
+}
+
+const SMALL: u64 = 32 << 10;
+const LARGE: u64 = 256 << 10;
+
+fn configs(e: Experiment, s: &Settings) -> Vec<(usize, Vec<Config>)> {
+    let scheds = |names: &[&'static str]| names.iter().map(|n| Sched::plain(n)).collect::<Vec<_>>();
+    let cross = |patterns: &[Pattern], ops: &[Op], sizes: &[u64], scheds: &[Sched], apps: usize| {
+        let mut v = Vec::new();
+        for &pattern in patterns {
+            for &op in ops {
+                for &xfer in sizes {
+                    for sched in scheds {
+                        v.push(Config { pattern, op, xfer, sched: sched.clone(), apps });
+                    }
+                }
+            }
+        }
+        v
+    };
+    use Pattern::*;
+    match e {
+        Experiment::Schedulers if s.quick => vec![(
+            4,
+            cross(&[Strided, Contiguous], &[Op::Read], &[SMALL], &scheds(&["none", "fifo", "hbrr", "twins"]), 1),
+        )],
+        Experiment::Schedulers => vec![(
+            4,
+            cross(
+                &[Fpp, Contiguous, Strided],
+                &[Op::Read, Op::Write],
+                &[SMALL, LARGE],
+                &scheds(&["none", "fifo", "hbrr", "to", "to-agg", "sjf", "mlf", "sw", "twins"]),
+                1,
+            ),
+        )],
+        Experiment::Ions => {
+            let (patterns, sizes): (&[Pattern], &[u64]) =
+                if s.quick { (&[Strided], &[SMALL]) } else { (&[Strided, Contiguous], &[SMALL, LARGE]) };
+            [1, 2, 4]
+                .into_iter()
+                .map(|m| (m, cross(patterns, &[Op::Read], sizes, &scheds(&["none", "fifo", "hbrr", "twins"]), 1)))
+                .collect()
+        }
+        Experiment::TwinsWindow => {
+            let mut sc = scheds(&["none", "fifo"]);
+            sc.extend([0.125, 1.0, 8.0].map(|w| Sched { name: "twins", window_ms: Some(w) }));
+            let patterns: &[Pattern] = if s.quick { &[Strided] } else { &[Strided, Contiguous] };
+            vec![(4, cross(patterns, &[Op::Read], &[SMALL], &sc, 1))]
+        }
+        Experiment::TwoApps => {
+            vec![(4, cross(&[Strided], &[Op::Read], &[SMALL], &scheds(&["none", "fifo", "hbrr", "twins"]), 2))]
+        }
+    }
+}
+
+/// A running cluster with its clients and files.
+struct Fixture {
+    cluster: LocalCluster,
+    /// Client i goes through ION i mod M.
+    via_ion: Vec<Client>,
+    direct: Vec<Client>,
+    /// Per file: (ino, layout). Files: `fpp/p<i>` for each process, then one shared file per app.
+    fpp: Vec<(u64, Layout)>,
+    shared: Vec<(u64, Layout)>,
+    current: Option<Sched>,
+}
+
+async fn file_of(c: &Client, path: &str, size: u64) -> Result<(u64, Layout)> {
+    crate::workloads::prepare_file(c, path, size).await?;
+    let f = c.open(path, OpenOptions::read_only()).await.map_err(|e| anyhow!("{path}: {e}"))?;
+    let r = (f.ino(), f.layout().clone());
+    f.close().await.map_err(|e| anyhow!("{path}: {e}"))?;
+    Ok(r)
+}
+
+impl Fixture {
+    async fn start(dir: &Path, s: &Settings, n_ion: usize, apps: usize) -> Result<Fixture> {
+        let o = ClusterOptions {
+            n_ds: s.n_ds,
+            stripe_size: crate::workloads::STRIPE,
+            device_model: s.device.as_str().to_string(),
+            // Objects a little apart on the emulated disk, as files of one file system would be.
+            reservation: Some(s.per_proc.max(1 << 20) * 4),
+            disk_gb: Some(crate::experiment::PAPER_DISK_GB),
+            trace: false,
+            window_ms: 500,
+            mode: OrchestratorMode::Off,
+            n_ion,
+        };
+        let cluster = LocalCluster::start(dir, &o).await?;
+        let mut via_ion = Vec::with_capacity(s.clients);
+        let mut direct = Vec::with_capacity(s.clients);
+        for i in 0..s.clients {
+            via_ion.push(cluster.client_via(Some(i % n_ion.max(1)), "fwd").await?);
+            direct.push(cluster.client_via(None, "fwd").await?);
+        }
+        let c = &direct[0];
+        c.mkdir_all("/fpp", 0o755).await.map_err(|e| anyhow!("{e}"))?;
+        let mut fpp = Vec::with_capacity(s.procs);
+        for p in 0..s.procs {
+            fpp.push(file_of(c, &format!("/fpp/p{p}"), s.per_proc).await?);
+        }
+        let mut shared = Vec::new();
+        let per_app = s.procs / apps;
+        for a in 0..apps {
+            shared.push(file_of(c, &format!("/shared{a}"), per_app as u64 * s.per_proc).await?);
+        }
+        Ok(Fixture { cluster, via_ion, direct, fpp, shared, current: None })
+    }
+
+    async fn select(&mut self, sched: &Sched) -> Result<()> {
+        if sched.name == "none" || self.current.as_ref() == Some(sched) {
+            return Ok(());
+        }
+        let setting = SchedulerSetting {
+            name: sched.name.to_string(),
+            window_us: sched.window_ms.map(|w| (w * 1000.0).round() as u64),
+            quantum: None,
+        };
+        self.cluster.set_ion_scheduler(&setting).await?;
+        self.current = Some(sched.clone());
+        Ok(())
+    }
+
+    /// Mean offset distance over the forwarding nodes (their counters since start).
+    async fn offset_distance(&mut self) -> Option<(f64, u64)> {
+        let st = self.cluster.ion_status().await.ok()?;
+        let n: u64 = st.iter().map(|s| s.dispatched).sum();
+        let sum: f64 = st.iter().map(|s| s.mean_offset_distance * s.dispatched as f64).sum();
+        (n > 0).then(|| (sum / n as f64, n))
+    }
+}
+
+/// Runs one configuration once: (makespan of each app, bytes moved).
+async fn run_once(fx: &Fixture, s: &Settings, c: &Config) -> Result<(Vec<f64>, u64)> {
+    let clients = if c.sched.name == "none" { &fx.direct } else { &fx.via_ion };
+    let per_app = s.procs / c.apps;
+    let payload = Bytes::from(vec![0x5au8; c.xfer as usize]);
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(s.procs);
+    for p in 0..per_app * c.apps {
+        let app = p / per_app;
+        let rank = p % per_app;
+        let client = clients[p % clients.len()].clone();
+        let (ino, layout) = match c.pattern {
+            Pattern::Fpp => fx.fpp[p].clone(),
+            _ => fx.shared[app].clone(),
+        };
+        let offsets = c.pattern.offsets(rank, per_app, s.per_proc, c.xfer);
+        let tag =
+            IoTag { origin: Origin { job: format!("app{app}"), client: client.client_id(), pid: p as u32 + 1 }, ino };
+        let (op, xfer, payload) = (c.op, c.xfer, payload.clone());
+        tasks.push(tokio::spawn(async move {
+            for off in offsets {
+                match op {
+                    Op::Read => {
+                        client.data().read(&tag, &layout, off, xfer).await?;
+                    }
+                    Op::Write => {
+                        client.data().write(&tag, &layout, off, payload.clone()).await?;
+                    }
+                }
+            }
+            Ok::<_, tessera_client::FsError>((app, start.elapsed().as_secs_f64()))
+        }));
+    }
+    let mut ends = vec![0f64; c.apps];
+    for t in tasks {
+        let (app, end) = t.await.context("a process panicked")?.map_err(|e| anyhow!("{e}"))?;
+        ends[app] = ends[app].max(end);
+    }
+    let bytes = (per_app * c.apps) as u64 * (s.per_proc / c.xfer) * c.xfer;
+    Ok((ends, bytes))
+}
+
+fn settings(a: &ExperimentArgs) -> Result<Settings> {
+    let s = Settings {
+        procs: a.procs.unwrap_or(128),
+        clients: a.clients.unwrap_or(32),
+        n_ds: a.n_ds.unwrap_or(4),
+        per_proc: a.file_size.unwrap_or(if a.quick { 512 << 10 } else { 2 << 20 }),
+        runs: a.runs.unwrap_or(if a.quick { 1 } else { 3 }),
+        device: a.device_model,
+        quick: a.quick,
+    };
+    if s.procs < 2 || s.clients == 0 || s.n_ds == 0 || s.runs == 0 {
+        bail!("--procs (at least 2), --clients, --n-ds and --runs must be positive");
+    }
+    if s.per_proc < LARGE || s.per_proc % LARGE != 0 {
+        bail!("--file-size (bytes per process) must be a multiple of 256 KiB");
+    }
+    Ok(s)
+}
+
+/// Runs a forwarding experiment and writes `OUT/NAME.{json,csv,png}`.
+pub async fn run(e: Experiment, a: &ExperimentArgs) -> Result<()> {
+    let s = settings(a)?;
+    let name = e.name();
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let t0 = Instant::now();
+    println!(
+        "experiment {name}: {} processes over {} clients, {} per process, {} data servers, device model {}, {} runs",
+        s.procs,
+        s.clients,
+        format_size(s.per_proc),
+        s.n_ds,
+        s.device.as_str(),
+        s.runs
+    );
+    let work = tempfile::Builder::new().prefix("tessera-fwd-").tempdir().context("temp dir")?;
+    let mut records = Vec::new();
+    for (n_ion, group) in configs(e, &s) {
+        let apps = group.iter().map(|c| c.apps).max().unwrap_or(1);
+        let mut fx = Fixture::start(&work.path().join(format!("ions{n_ion}")), &s, n_ion, apps).await?;
+        let result = measure(&mut fx, &s, n_ion, &group).await;
+        fx.cluster.stop().await;
+        records.extend(result?);
+    }
+    write_records(&a.out, name, &records)?;
+    println!("wrote {}/{name}.json and {name}.csv", a.out.display());
+    let png = a.out.join(format!("{name}.png"));
+    match plot(e, &records, &png) {
+        Ok(()) => println!("wrote {}", png.display()),
+        Err(err) => eprintln!("warning: no plot {}: {err:#}", png.display()),
+    }
+    println!("experiment {name} done in {:.0} s", t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Every configuration of one cluster, in rounds; medians per configuration.
+async fn measure(fx: &mut Fixture, s: &Settings, n_ion: usize, group: &[Config]) -> Result<Vec<FwdRecord>> {
+    let mut samples: Vec<Vec<(Vec<f64>, u64)>> = vec![Vec::new(); group.len()];
+    let mut distances: Vec<Vec<f64>> = vec![Vec::new(); group.len()];
+    for round in 0..s.runs {
+        for (i, c) in group.iter().enumerate() {
+            fx.select(&c.sched).await?;
+            if c.op == Op::Read {
+                fx.cluster.drop_caches();
+            }
+            let before = fx.offset_distance().await;
+            let (ends, bytes) = run_once(fx, s, c).await?;
+            let after = fx.offset_distance().await;
+            if let (Some((d0, n0)), Some((d1, n1))) = (before.or(Some((0.0, 0))), after) {
+                if n1 > n0 && c.sched.name != "none" {
+                    distances[i].push((d1 * n1 as f64 - d0 * n0 as f64) / (n1 - n0) as f64);
+                }
+            }
+            let makespan = ends.iter().copied().fold(0.0, f64::max);
+            println!(
+                "  round {} {:>10} {:>5} {:>4} KiB {} ION(s) {:<12} {:8.1} MiB/s  makespan {:.2} s",
+                round + 1,
+                c.pattern.as_str(),
+                c.op.as_str(),
+                c.xfer >> 10,
+                n_ion,
+                c.sched.label(),
+                bytes as f64 / (1 << 20) as f64 / makespan,
+                makespan
+            );
+            samples[i].push((ends, bytes));
+        }
+    }
+    Ok(group
+        .iter()
+        .zip(samples)
+        .zip(distances)
+        .map(|((c, runs), dist)| {
+            let makespans: Vec<f64> = runs.iter().map(|(e, _)| e.iter().copied().fold(0.0, f64::max)).collect();
+            let mib_s: Vec<f64> =
+                runs.iter().zip(&makespans).map(|((_, b), m)| *b as f64 / (1 << 20) as f64 / m).collect();
+            let app_makespans_s = (c.apps > 1)
+                .then(|| (0..c.apps).map(|a| median(&runs.iter().map(|(e, _)| e[a]).collect::<Vec<_>>())).collect());
+            FwdRecord {
+                pattern: c.pattern.as_str().into(),
+                op: c.op.as_str().into(),
+                request_kib: c.xfer >> 10,
+                scheduler: c.sched.name.into(),
+                ions: if c.sched.name == "none" { 0 } else { n_ion },
+                window_ms: c.sched.window_ms,
+                device_model: s.device.as_str().into(),
+                throughput_mib_s: median(&mib_s),
+                makespan_s: median(&makespans),
+                runs: runs.len() as u32,
+                app_makespans_s,
+                ion_offset_distance: (!dist.is_empty()).then(|| median(&dist)),
+            }
+        })
+        .collect())
+}
+
+pub fn csv_text(records: &[FwdRecord]) -> String {
+    let mut s = String::from(
+        "pattern,op,request_kib,scheduler,ions,window_ms,device_model,throughput_mib_s,makespan_s,runs,ion_offset_distance\n",
+    );
+    for r in records {
+        s.push_str(&format!(
+            "{},{},{},{},{},{},{},{:.3},{:.4},{},{}\n",
+            r.pattern,
+            r.op,
+            r.request_kib,
+            r.scheduler,
+            r.ions,
+            r.window_ms.map(|w| w.to_string()).unwrap_or_default(),
+            r.device_model,
+            r.throughput_mib_s,
+            r.makespan_s,
+            r.runs,
+            r.ion_offset_distance.map(|d| format!("{d:.0}")).unwrap_or_default()
+        ));
+    }
+    s
+}
+
+fn write_records(out: &Path, name: &str, records: &[FwdRecord]) -> Result<()> {
+    crate::report::write_json(&out.join(format!("{name}.json")), &records)?;
+    let csv = out.join(format!("{name}.csv"));
+    std::fs::write(&csv, csv_text(records)).with_context(|| format!("writing {}", csv.display()))
+}
+
+fn label(r: &FwdRecord) -> String {
+    match (r.scheduler.as_str(), r.window_ms) {
+        ("twins", Some(w)) => format!("twins {w} ms"),
+        (n, _) => n.to_string(),
+    }
+}
+
+fn uniq(it: impl Iterator<Item = String>) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for x in it {
+        if !v.contains(&x) {
+            v.push(x);
+        }
+    }
+    v
+}
+
+/// Throughput bars: one panel per (op, request size) — per pattern for fwd-ions — with the schedulers as
+/// series.
+pub fn plot(e: Experiment, records: &[FwdRecord], png: &Path) -> Result<()> {
+    let device = records.first().map(|r| r.device_model.clone()).unwrap_or_default();
+    let series_names = uniq(records.iter().map(label));
+    let mut panels = Vec::new();
+    let keys = uniq(records.iter().map(|r| format!("{} {} KiB", r.op, r.request_kib)));
+    for key in &keys {
+        let rs: Vec<&FwdRecord> =
+            records.iter().filter(|r| format!("{} {} KiB", r.op, r.request_kib) == *key).collect();
+        let group_of = |r: &FwdRecord| match e {
+            Experiment::Ions => format!("{} · {} ION(s)", r.pattern, ion_count(records, r)),
+            _ => r.pattern.clone(),
+        };
+        let groups = uniq(rs.iter().map(|r| group_of(r)));
+        let series = series_names
+            .iter()
+            .map(|sname| {
+                let v = groups
+                    .iter()
+                    .map(|g| {
+                        rs.iter()
+                            .find(|r| label(r) == *sname && group_of(r) == *g)
+                            .map_or(f64::NAN, |r| r.throughput_mib_s)
+                    })
+                    .collect();
+                (sname.clone(), v)
+            })
+            .collect();
+        panels.push(BarPanel { title: key.clone(), groups, series });
+    }
+    plots::grouped_bars(png, &format!("{} ({device} device model)", e.name()), "MiB/s", &panels)
+}
+
+/// The forwarding nodes of the cluster a record was measured on ("none" records carry 0: the cluster's
+/// count is the one of the other records measured with it, in order).
+fn ion_count(records: &[FwdRecord], r: &FwdRecord) -> usize {
+    if r.ions > 0 {
+        return r.ions;
+    }
+    let i = records.iter().position(|x| std::ptr::eq(x, r)).unwrap_or(0);
+    records[i..]
+        .iter()
+        .find(|x| x.ions > 0 && x.pattern == r.pattern && x.request_kib == r.request_kib)
+        .map_or(0, |x| x.ions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_place_requests_as_the_thesis_does() {
+        let xfer = 32 << 10;
+        let per_proc = 4 * xfer;
+        assert_eq!(Pattern::Fpp.offsets(3, 8, per_proc, xfer), vec![0, xfer, 2 * xfer, 3 * xfer]);
+        assert_eq!(Pattern::Contiguous.offsets(3, 8, per_proc, xfer)[0], 3 * per_proc);
+        // Process 3 of 8: requests at (k*8 + 3) * xfer.
+        assert_eq!(Pattern::Strided.offsets(3, 8, per_proc, xfer), vec![3 * xfer, 11 * xfer, 19 * xfer, 27 * xfer]);
+        // Together the processes cover the shared file exactly once.
+        for pat in [Pattern::Contiguous, Pattern::Strided] {
+            let mut all: Vec<u64> = (0..8).flat_map(|p| pat.offsets(p, 8, per_proc, xfer)).collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..32).map(|k| k * xfer).collect::<Vec<_>>(), "{pat:?}");
+        }
+    }
+
+    #[test]
+    fn quick_runs_the_main_effect_and_full_runs_everything() {
+        let s = Settings {
+            procs: 128,
+            clients: 32,
+            n_ds: 4,
+            per_proc: 1 << 20,
+            runs: 1,
+            device: DeviceModelArg::Hdd,
+            quick: true,
+        };
+        let q = configs(Experiment::Schedulers, &s);
+        assert_eq!(q[0].0, 4);
+        assert!(q[0].1.iter().any(|c| c.sched.name == "twins" && c.pattern == Pattern::Strided && c.xfer == SMALL));
+        assert!(q[0].1.iter().any(|c| c.sched.name == "none"));
+        let full = configs(Experiment::Schedulers, &Settings { quick: false, ..s.clone() });
+        assert_eq!(full[0].1.len(), 3 * 2 * 2 * 9);
+        assert_eq!(configs(Experiment::Ions, &s).iter().map(|g| g.0).collect::<Vec<_>>(), vec![1, 2, 4]);
+        let w = configs(Experiment::TwinsWindow, &s);
+        let windows: Vec<Option<f64>> =
+            w[0].1.iter().filter(|c| c.sched.name == "twins").map(|c| c.sched.window_ms).collect();
+        assert_eq!(windows, vec![Some(0.125), Some(1.0), Some(8.0)]);
+        assert!(configs(Experiment::TwoApps, &s)[0].1.iter().all(|c| c.apps == 2));
+    }
+
+    #[test]
+    fn records_serialise_with_the_issue_s_fields_and_plot() {
+        let r = FwdRecord {
+            pattern: "strided".into(),
+            op: "read".into(),
+            request_kib: 32,
+            scheduler: "twins".into(),
+            ions: 4,
+            window_ms: Some(1.0),
+            device_model: "hdd".into(),
+            throughput_mib_s: 50.0,
+            makespan_s: 2.0,
+            runs: 3,
+            app_makespans_s: None,
+            ion_offset_distance: Some(4096.0),
+        };
+        let v = serde_json::to_value(&r).unwrap();
+        for k in [
+            "pattern",
+            "op",
+            "request_kib",
+            "scheduler",
+            "ions",
+            "window_ms",
+            "device_model",
+            "throughput_mib_s",
+            "makespan_s",
+            "runs",
+        ] {
+            assert!(v.get(k).is_some(), "{k} missing in {v}");
+        }
+        let none =
+            FwdRecord { scheduler: "none".into(), ions: 0, window_ms: None, throughput_mib_s: 30.0, ..r.clone() };
+        assert!(serde_json::to_value(&none).unwrap()["window_ms"].is_null());
+        let dir = tempfile::tempdir().unwrap();
+        let png = dir.path().join("f.png");
+        plot(Experiment::Schedulers, &[none.clone(), r.clone()], &png).unwrap();
+        assert!(std::fs::metadata(&png).unwrap().len() > 1000);
+        plot(Experiment::Ions, &[none, r], &png).unwrap();
+        assert!(csv_text(&[]).starts_with("pattern,op,request_kib"));
+    }
+}
