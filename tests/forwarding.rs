@@ -173,3 +173,50 @@ async fn a_client_whose_forwarding_node_dies_moves_on() {
     assert_eq!(c.read_file("/after").await.unwrap(), data, "direct after both died");
     assert_eq!(c.data().route().forwarding().and_then(|f| f.current_name()), None);
 }
+
+/// The mount works through a forwarding node unchanged: files written and read back through it, the
+/// metadata and the data visible in the ION's counters.
+#[test]
+fn a_mount_goes_through_its_forwarding_node() {
+    use std::process::Command;
+    if !std::path::Path::new("/dev/fuse").exists() {
+        println!("SKIPPED a_mount_goes_through_its_forwarding_node: /dev/fuse is missing");
+        return;
+    }
+    let cluster = Cluster::start_shape(Shape { ds: 2, ion: 2 }, small_stripes());
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mut fuse = tessera_test_support::cluster::spawn_ready(
+        "tessera-fuse via ion1",
+        Command::new(tessera_test_support::bin("tessera-fuse"))
+            .arg(&mnt)
+            .arg("--config")
+            .arg(&cluster.files.client_config)
+            .env("TESSERA_ION", "ion1"),
+        &cluster.log("fuse-ion1"),
+    );
+    let data = pattern(11, 5 << 20);
+    std::fs::create_dir(mnt.join("sub")).unwrap();
+    std::fs::write(mnt.join("sub/f"), &data).unwrap();
+    assert_eq!(std::fs::read(mnt.join("sub/f")).unwrap(), data);
+    assert_eq!(std::fs::read_dir(mnt.join("sub")).unwrap().count(), 1);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (st0, st1) = rt.block_on(async {
+        let c = client_via(&cluster, "ion0", "probe").await;
+        let st = (c.ion_status(0).await.unwrap(), c.ion_status(1).await.unwrap());
+        // What the mount wrote is there for a direct client too.
+        let mut cfg = cluster.client_config();
+        cfg.client.ion = Some("none".into());
+        assert_eq!(connect(&cfg).await.read_file("/sub/f").await.unwrap(), data);
+        st
+    });
+    assert!(st1.metadata_calls > 0 && st1.bytes_forwarded >= 5 << 20, "the mount went through ion1: {st1:?}");
+    assert_eq!(st0.requests_forwarded, 0, "and not through ion0");
+    let st = fuse.stop(Duration::from_secs(15));
+    assert!(!st.killed, "tessera-fuse exited on SIGTERM");
+    if let Ok(c) = std::ffi::CString::new(mnt.as_os_str().as_encoded_bytes()) {
+        // SAFETY: a valid path; failure (not mounted any more) is fine.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}

@@ -3,7 +3,7 @@
 
 /// A CA in a temporary directory and node identities issued by it.
 pub mod certs;
-/// A real cluster of `tessera-mds` and `tessera-ds` processes on loopback.
+/// A real cluster of `tessera-mds`, `tessera-ds` and `tessera-ion` processes on loopback.
 pub mod cluster;
 /// Deterministic test data.
 pub mod pattern;
