@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Tessera on several "hosts" with Docker: one MDS, four data servers and two FUSE clients, each in its
-# own container on a private bridge network (deploy/docker-compose.yml).
+# Tessera on several "hosts" with Docker: one MDS, four data servers, two forwarding nodes (IONs) and
+# two FUSE clients, each in its own container on a private bridge network (deploy/docker-compose.yml);
+# client1 goes through ion0, client2 through ion1.
 #
 #   bash deploy/demo.sh          build, start, write on client1 / read on client2, benchmark both
-#                                clients at once, show `tessera df`, tear everything down
+#                                clients at once, show `tessera df` and `tessera ion status`, tear
+#                                everything down
 #   bash deploy/demo.sh up       build and start the cluster, leave it running
 #   bash deploy/demo.sh run      the workload steps against a running cluster
 #   bash deploy/demo.sh down     stop and remove the cluster (containers, network, volumes)
@@ -23,8 +25,8 @@ export TESSERA_FUSE=${TESSERA_FUSE:-1}
 BASE=${TESSERA_BASE:-}
 PROJECT=${TESSERA_PROJECT:-tessera-demo}
 BENCH_BLOCK=${TESSERA_BENCH_BLOCK:-128m}
-BINS=(tessera tessera-mds tessera-ds tessera-fuse tessera-bench)
-SERVICES=(mds ds0 ds1 ds2 ds3 client1 client2)
+BINS=(tessera tessera-mds tessera-ds tessera-ion tessera-fuse tessera-bench)
+SERVICES=(mds ds0 ds1 ds2 ds3 ion0 ion1 client1 client2)
 MNT=/mnt/tessera
 
 # ---- helpers -----------------------------------------------------------------------------------------
@@ -139,7 +141,7 @@ build_image() {
 }
 
 cluster_up() {
-  step "start the cluster (certs, mds, ds0..ds3, client1, client2)"
+  step "start the cluster (certs, mds, ds0..ds3, ion0, ion1, client1, client2)"
   # Compose orders the start by the health checks (depends_on conditions); then wait for the clients.
   compose up -d
   wait_healthy 120 "${SERVICES[@]}"
@@ -148,7 +150,7 @@ cluster_up() {
 }
 
 write_and_read() {
-  step "write 64 MiB through client1, read it back through client2"
+  step "write 64 MiB through client1, read it back through client2 (each through its ION)"
   local sum1 sum2
   on client1 sh -c 'head -c 64M /dev/urandom > /tmp/demo.bin'
   sum1=$(on client1 sha256sum /tmp/demo.bin | cut -d' ' -f1)
@@ -198,6 +200,11 @@ df_step() {
   on client1 tessera df
 }
 
+ion_step() {
+  step "tessera ion status (what went through each forwarding node)"
+  on client1 tessera ion status
+}
+
 cluster_down() {
   local what="containers, network, volumes"
   [ "${TESSERA_KEEP_IMAGE:-0}" = 1 ] || what="$what, image"
@@ -222,6 +229,7 @@ case $cmd in
     write_and_read
     bench
     df_step
+    ion_step
     ;;
   up)
     build_binaries
@@ -233,6 +241,7 @@ case $cmd in
     write_and_read
     bench
     df_step
+    ion_step
     print_times
     ;;
   down)

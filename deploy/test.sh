@@ -6,8 +6,12 @@
 #    no IP forwarding, no default bridge), so it neither sees nor touches another Docker on the host;
 #  - makes the base image from the Debian mirror apt uses (debootstrap + docker import; the rootfs
 #    tarball is cached in $TESSERA_CI_CACHE, default /var/cache/tessera-ci);
-#  - runs deploy/demo.sh against it and checks its results, then a fault test (a data server killed
-#    while a client writes), then removes everything it made and stops its dockerd.
+#  - runs deploy/demo.sh against it and checks its results (the clients go through forwarding nodes:
+#    client1 through ion0, client2 through ion1); on a new cluster, checks that each client's I/O goes
+#    through its own ION (`tessera ion status --json`), then a failover test (ion0 killed while client1
+#    reads through it: the read must complete correctly or fail cleanly, in bounded time) and a fault
+#    test (a data server killed while a client writes), then removes everything it made and stops its
+#    dockerd.
 # Last line: `docker demo: N passed, M failed`; exit status non-zero on any failure.
 set -euo pipefail
 
@@ -18,7 +22,7 @@ IMAGE=tessera:ci
 T_START=$SECONDS
 
 [ "$(id -u)" = 0 ] || { echo "deploy/test.sh: needs root (it starts its own dockerd)" >&2; exit 1; }
-for b in tessera tessera-mds tessera-ds tessera-fuse tessera-bench; do
+for b in tessera tessera-mds tessera-ds tessera-ion tessera-fuse tessera-bench; do
   [ -x "$ROOT/target/release/$b" ] || { echo "deploy/test.sh: target/release/$b missing: cargo build --release --bins" >&2; exit 1; }
 done
 
@@ -39,6 +43,7 @@ log "packages"
 need=()
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v jq >/dev/null || need+=(jq) # reads `tessera ion status --json`
 /usr/bin/docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || {
   # The Compose package's name differs between Debian releases and Docker's own apt repository.
   for p in docker-compose-plugin docker-compose-v2 docker-compose; do
@@ -179,15 +184,133 @@ check "demo.sh tore down its containers" [ -z "$($DOCKER ps -aq)" ]
 check "demo.sh tore down its volumes" [ -z "$($DOCKER volume ls -q | grep "^${PROJECT}_" || true)" ]
 check "demo.sh tore down its network" [ -z "$($DOCKER network ls -q --filter "name=${PROJECT}_")" ]
 
-# ---- fault test: a data server dies while a client writes --------------------------------------------
+# ---- the cluster again, for the ION and fault tests --------------------------------------------------
 
-log "fault test: cluster up again"
+log "cluster up again"
 TESSERA_BASE=tessera-base:bookworm bash "$ROOT/deploy/demo.sh" up >"$WORK/up.out" 2>&1 || { cat "$WORK/up.out"; exit 1; }
-for s in client1 client2 ds0 ds1 ds2 ds3; do printf -v "CID_$s" '%s' "$(ci_compose ps -q "$s")"; done
+for s in client1 client2 ds0 ds1 ds2 ds3 ion0 ion1; do printf -v "CID_$s" '%s' "$(ci_compose ps -q "$s")"; done
 cid() { local v=CID_$1; echo "${!v}"; }
 on() { local c; c=$(cid "$1"); shift; $DOCKER exec "$c" "$@"; }
 MNT=/mnt/tessera
+now_ms() { date +%s%3N; }
 
+# ---- forwarding nodes: each client's I/O goes through its own ION ------------------------------------
+
+log "forwarding nodes: client1 through ion0, client2 through ion1"
+# `tessera ion status --json` in client1's container, the command itself straight to the servers
+# (TESSERA_ION=none: its own calls do not count at any ION).
+ion_status() { $DOCKER exec -e TESSERA_ION=none "$(cid client1)" timeout 30 tessera ion status --json; }
+# forwarded ION FILE: the ION's requests_forwarded in a saved status (-1 if it is not there)
+forwarded() {
+  jq -r --arg n "$1" '[.[] | select(.name == $n) | .requests_forwarded // -1] | first // -1' "$2" 2>/dev/null ||
+    echo -1
+}
+show_ions() {
+  jq -r '.[] | "  \(.name): scheduler \(.scheduler // "-"), window \(.window_ms // "-") ms, " +
+    "\(.requests_forwarded // "-") requests and \(.bytes_forwarded // "-") bytes forwarded" +
+    (if .error then ", error: \(.error)" else "" end)' "$1" || cat "$1"
+}
+ion_status >"$WORK/ions0.json" || true
+# client2 writes through its mount the files client1 reads through its own (none of them is in
+# client1's page cache): small now, big while ion0 dies, after once it is dead.
+on client2 mkdir -p $MNT/ion
+for f in small:4 big:48 after:8; do
+  n=${f%:*}
+  on client2 sh -c "head -c ${f#*:}M /dev/urandom > /tmp/$n && cp /tmp/$n $MNT/ion/$n && sync $MNT/ion/$n &&
+    sha256sum /tmp/$n && rm /tmp/$n" | cut -d' ' -f1 >"$WORK/ion-$n.sum"
+done
+ion_status >"$WORK/ions1.json" || true
+sum=$(on client1 timeout 60 sha256sum $MNT/ion/small | cut -d' ' -f1 || true)
+check "client1 reads through its mount (ion0) what client2 wrote through its own (ion1)" \
+  [ -n "$sum" -a "$sum" = "$(cat "$WORK/ion-small.sum")" ]
+ion_status >"$WORK/ions2.json" || true
+echo "tessera ion status --json after client2's writes and client1's read:"
+show_ions "$WORK/ions2.json"
+check "tessera ion status --json lists ion0 and ion1, each with its scheduler" \
+  jq -e 'map(.name) == ["ion0", "ion1"] and all(.[]; (.scheduler | type) == "string" and .scheduler != "")' \
+  "$WORK/ions2.json" >/dev/null
+for k in 0 1; do
+  n=$(forwarded ion$k "$WORK/ions2.json")
+  check "ion$k forwarded the clients' requests (requests_forwarded $n > 0)" [ "$n" -gt 0 ]
+done
+# Only one client did I/O at a time: its ION's count grows, the other's stays.
+d0=$(($(forwarded ion0 "$WORK/ions1.json") - $(forwarded ion0 "$WORK/ions0.json")))
+d1=$(($(forwarded ion1 "$WORK/ions1.json") - $(forwarded ion1 "$WORK/ions0.json")))
+check "client2's writes went through ion1 (+$d1 requests at ion1, +$d0 at ion0)" [ "$d1" -gt 0 -a "$d0" = 0 ]
+d0=$(($(forwarded ion0 "$WORK/ions2.json") - $(forwarded ion0 "$WORK/ions1.json")))
+d1=$(($(forwarded ion1 "$WORK/ions2.json") - $(forwarded ion1 "$WORK/ions1.json")))
+check "client1's read went through ion0 (+$d0 requests at ion0, +$d1 at ion1)" [ "$d0" -gt 0 -a "$d1" = 0 ]
+
+# ---- failover: ion0 dies while client1 reads through it ----------------------------------------------
+
+log "failover: ion0 killed while client1 reads 48 MiB through it"
+# A paced reader (1 MiB, then 0.1 s: ~5 s for the file) so that the kill falls in the middle; it notes
+# the MiB it has read in /tmp/progress. A read that hangs is stopped by timeout (exit 124 or 137).
+reader="i=0; while [ \$i -lt 48 ]; do
+  dd if=$MNT/ion/big of=/tmp/big bs=1M skip=\$i seek=\$i count=1 conv=notrunc status=none || exit \$?
+  i=\$((i + 1)); echo \$i >/tmp/progress; sleep 0.1
+done"
+on client1 rm -f /tmp/big /tmp/progress
+ion_status >"$WORK/ions3.json" || true
+t0=$(now_ms)
+on client1 timeout -k 5 60 sh -c "$reader" >"$WORK/failover.out" 2>&1 &
+rd_pid=$!
+got=0
+for _ in $(seq 1 100); do
+  got=$(on client1 cat /tmp/progress 2>/dev/null || true)
+  [ "${got:-0}" -ge 8 ] && break
+  sleep 0.1
+done
+$DOCKER kill "$(cid ion0)" >/dev/null
+t_kill=$(now_ms)
+echo "killed ion0 with ${got:-0} MiB of 48 read"
+rd_rc=0
+wait $rd_pid || rd_rc=$?
+t_end=$(now_ms)
+cat "$WORK/failover.out"
+dt=$(awk -v a="$t_kill" -v b="$t_end" 'BEGIN { printf "%.1f", (b - a) / 1000 }')
+dt_all=$(awk -v a="$t0" -v b="$t_end" 'BEGIN { printf "%.1f", (b - a) / 1000 }')
+sum=$(on client1 sh -c 'sha256sum /tmp/big 2>/dev/null' | cut -d' ' -f1 || true)
+# Where client1 went: its mount logs the move (client::forward).
+route=$($DOCKER logs "$(cid client1)" 2>&1 | grep -o 'forwarding node ion0 failed.*' | grep -o 'moving to .*' |
+  tail -1 || true)
+ion_status >"$WORK/ions4.json" 2>/dev/null || true
+via1=$(($(forwarded ion1 "$WORK/ions4.json") - $(forwarded ion1 "$WORK/ions3.json")))
+if [ "$rd_rc" = 0 ] && [ "$sum" = "$(cat "$WORK/ion-big.sum")" ]; then
+  outcome="completed with the right content"
+elif [ "$rd_rc" = 0 ]; then
+  outcome="completed with WRONG content"
+elif [ "$rd_rc" = 124 ] || [ "$rd_rc" = 137 ]; then
+  outcome="HUNG (stopped by timeout, exit $rd_rc)"
+else
+  outcome="failed cleanly (exit $rd_rc)"
+fi
+echo "failover: client1's read $outcome, $dt s after the kill ($dt_all s in all);" \
+  "client1's mount: ${route:-no move logged}; +$via1 requests at ion1 meanwhile"
+echo "tessera ion status --json after the kill:"
+show_ions "$WORK/ions4.json"
+check "client1's read while ion0 dies completes correctly or fails cleanly: $outcome" \
+  [ "$outcome" = "completed with the right content" -o "${outcome#failed cleanly}" != "$outcome" ]
+check "the read ends within 60 s of the kill ($dt s)" awk -v t="$dt" 'BEGIN { exit !(t <= 60) }'
+sum=$(on client1 timeout 60 sha256sum $MNT/ion/after | cut -d' ' -f1 || true)
+check "with ion0 gone, client1 still reads through its mount" \
+  [ -n "$sum" -a "$sum" = "$(cat "$WORK/ion-after.sum")" ]
+# A new process on client1 starts at ion0 (TESSERA_ION=ion0) and has to move on by itself.
+check "with ion0 gone, a new tessera command on client1 still works" on client1 timeout 60 tessera ls /ion
+# ion0 back, for the commands that follow (new processes on client1 start there; the mount stays where
+# it moved to).
+$DOCKER start "$(cid ion0)" >/dev/null
+t_start=$SECONDS
+wait_ok=1
+for _ in $(seq 1 60); do
+  [ "$($DOCKER inspect --format '{{.State.Health.Status}}' "$(cid ion0)")" = healthy ] && { wait_ok=0; break; }
+  sleep 1
+done
+check "ion0 rejoins after docker start ($((SECONDS - t_start)) s)" [ "$wait_ok" = 0 ]
+
+# ---- fault test: a data server dies while a client writes --------------------------------------------
+
+log "fault test: a data server dies while client1 writes"
 # Files that live on one data server each (stripe count 1), in a directory of their own.
 on client1 tessera mkdir -p /safe
 on client1 tessera setstripe -c 1 /safe
@@ -213,6 +336,7 @@ victim=${victim:-3}
 # A big file striped over all data servers; the victim dies while it is being written.
 on client1 tessera mkdir -p /wide
 on client1 tessera setstripe -c 0 /wide
+moves_before=$($DOCKER logs "$(cid client1)" 2>&1 | grep -c 'forwarding node .* failed' || true)
 t0=$SECONDS
 on client1 timeout 90 dd if=/dev/zero of=$MNT/wide/big bs=1M count=8192 conv=fsync >"$WORK/dd.out" 2>&1 &
 dd_pid=$!
@@ -230,6 +354,9 @@ wait $dd_pid || dd_rc=$?
 t_err=$((SECONDS - t_kill))
 cat "$WORK/dd.out"
 echo "dd exit $dd_rc, $t_err s after the kill ($((SECONDS - t0)) s in all)"
+echo "client1's mount meanwhile:"
+$DOCKER logs "$(cid client1)" 2>&1 | grep 'forwarding node .* failed' | tail -n +$((moves_before + 1)) |
+  grep -o 'forwarding node .* failed.*' | sed 's/^/  /' | grep . || echo "  no forwarding node given up"
 check "writer gets an I/O error when ds$victim dies (dd exit $dd_rc, not 0 and not a timeout)" \
   test "$dd_rc" != 0 -a "$dd_rc" != 124 -a "$dd_rc" != 137
 check "the error comes promptly ($t_err s <= 60 s)" [ "$t_err" -le 60 ]
