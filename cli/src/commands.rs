@@ -971,29 +971,19 @@ async fn ping(c: &Client) -> CliResult<ExitCode> {
 /// Prints the orchestrator's status rendered by `render`; with `watch`, redraws it every second in
 /// place (like `top`) until Ctrl-C.
 async fn watch_status(c: &Client, watch: bool, render: fn(&OrchestratorStatus) -> String) -> CliResult<()> {
-    use std::io::{IsTerminal, Write};
     if !watch {
         let st = c.mds().orchestrator_status().await.map_err(CliError::plain)?;
         print!("{}", render(&st));
         return Ok(());
     }
-    let tty = std::io::stdout().is_terminal();
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
-    loop {
-        let text = match c.mds().orchestrator_status().await {
+    crate::watch::every_second(|| async {
+        match c.mds().orchestrator_status().await {
             Ok(st) => render(&st),
             Err(e) => format!("metadata server: {e}\n"),
-        };
-        let mut out = std::io::stdout().lock();
-        let _ = if tty { write!(out, "\x1b[H\x1b[2J{text}") } else { writeln!(out, "{text}") };
-        let _ = out.flush();
-        drop(out);
-        tokio::select! {
-            _ = &mut ctrl_c => return Ok(()),
-            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
         }
-    }
+    })
+    .await;
+    Ok(())
 }
 
 fn ms(us: f64) -> String {

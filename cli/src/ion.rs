@@ -2,7 +2,6 @@
 //! at run time.
 
 use clap::Subcommand;
-use std::io::{IsTerminal, Write};
 use tessera_client::proto::msg::{IonStatus, SchedulerSetting, SizeHistogram};
 use tessera_client::Client;
 
@@ -207,21 +206,12 @@ async fn status(c: &Client, n: usize, watch: bool, json: bool) -> Result<(), Str
             Ok(())
         };
     }
-    let tty = std::io::stdout().is_terminal();
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
-    loop {
+    crate::watch::every_second(|| async {
         let (all, at) = gather(c, n).await;
-        let text = render(&all, &at);
-        let mut out = std::io::stdout().lock();
-        let _ = if tty { write!(out, "\x1b[H\x1b[2J{text}") } else { writeln!(out, "{text}") };
-        let _ = out.flush();
-        drop(out);
-        tokio::select! {
-            _ = &mut ctrl_c => return Ok(()),
-            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
-        }
-    }
+        render(&all, &at)
+    })
+    .await;
+    Ok(())
 }
 
 #[cfg(test)]

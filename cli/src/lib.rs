@@ -8,5 +8,7 @@ pub mod ion;
 pub mod progress;
 /// `tessera up`: a whole cluster on loopback as child processes, until Ctrl-C.
 pub mod up;
+/// `--watch`: a status redrawn every second until Ctrl-C.
+pub mod watch;
 
 pub use commands::main_entry;

@@ -1,6 +1,6 @@
 //! The path-level client: resolves paths with the MDS, opens files, and the usual file-system calls.
 
-use crate::data::DataPlane;
+use crate::data::{DataPlane, Route};
 use crate::file::{File, OpenOptions};
 use crate::forward::Forwarding;
 use crate::mds_client::{LayoutReply, MdsClient, Opened};
@@ -109,7 +109,7 @@ impl Client {
         let mds_peer = Arc::new(RpcPeer::new(endpoint.clone(), &id, Role::Mds, mds_addr, tuning)?);
         let origin = Origin { job: crate::job::detect(), client: rand::random(), pid: std::process::id() };
         let fwd = Forwarding::new(&endpoint, &id, cfg, tuning, cfg.client_ion(origin.client)?)?;
-        let data = DataPlane::new(&endpoint, &id, cfg, tuning, fwd.clone())?;
+        let data = DataPlane::new(Route::new(&endpoint, &id, cfg, tuning, fwd.clone())?, cfg);
         let mds = MdsClient::new(mds_peer, Caller::current_process(), origin).through(fwd.clone());
         mds.ping().await.map_err(|e| {
             let via = fwd.as_ref().and_then(|f| f.current_name()).map(|n| format!(" through forwarding node {n}"));

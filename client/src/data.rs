@@ -290,16 +290,9 @@ pub struct DataPlane {
 }
 
 impl DataPlane {
-    /// Routes to every `[[ds]]` of the config, through `fwd` if given (connections are made on first use).
-    pub fn new(
-        endpoint: &quinn::Endpoint,
-        id: &NodeIdentity,
-        cfg: &ClusterConfig,
-        tuning: Tuning,
-        fwd: Option<Arc<Forwarding>>,
-    ) -> FsResult<Self> {
-        let route = Route::new(endpoint, id, cfg, tuning, fwd)?;
-        Ok(DataPlane { route, max_request: effective_max_request(cfg.client.max_request) })
+    /// The data servers through `route`, requests cut at `cfg`'s `client.max_request`.
+    pub fn new(route: Route, cfg: &ClusterConfig) -> DataPlane {
+        DataPlane { route, max_request: effective_max_request(cfg.client.max_request) }
     }
 
     pub fn max_request(&self) -> u64 {

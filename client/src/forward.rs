@@ -1,7 +1,7 @@
 //! The second route: through a forwarding node (ION, `specs/forwarding.md`). A client goes through the
-//! ION chosen by [`ClusterConfig::client_ion`] for metadata and data alike; when that ION does not
-//! answer (dead, unreachable: no reply within `ion_options.failover_ms` of silence on its connection)
-//! the client moves on to the next configured ION, and after the last to direct access if
+//! ION chosen by [`ClusterConfig::client_ion`] for metadata and data alike; when that ION is gone (its
+//! connection cannot be made, or closes after `ion_options.failover_ms` of silence; a slow reply on a
+//! live connection is the caller's error, not a reason to leave) the client moves on to the next configured ION, and after the last to direct access if
 //! `ion_options.failover_direct` allows it. It stays where it moved to (a restarted client goes back
 //! to its chosen ION).
 //!
@@ -132,6 +132,11 @@ impl Forwarding {
             tried += 1;
             match self.ions[k].peer.try_call_chunked::<IonCall, IonReply>(call, payload.clone()).await {
                 Ok(answer) => return answer.map(Some),
+                // A call that timed out on a connection still alive is a slow answer, not a dead
+                // forwarding node (it may be waiting on a data server that died): no failover.
+                Err(TransportFailure { sent: true, error }) if self.ions[k].peer.is_connected().await => {
+                    return Err(error);
+                }
                 Err(TransportFailure { sent, error }) => {
                     let moved = self.failed(k, &error, tried);
                     if moved.is_none() || (sent && !resend) {

@@ -277,6 +277,11 @@ impl RpcPeer {
         Ok(conn)
     }
 
+    /// Whether a connection is up right now (made and not closed: its keep-alives are answered).
+    pub async fn is_connected(&self) -> bool {
+        self.conn.lock().await.as_ref().is_some_and(|c| c.close_reason().is_none())
+    }
+
     /// Sends `req` (+ raw `payload`) and returns the decoded reply and its payload.
     /// Transport failures become `Unavailable`/`Io`/`TimedOut` errors; the server's own error is passed on.
     pub async fn call<Req: Serialize, Rep: DeserializeOwned>(

@@ -5,12 +5,13 @@
 //! release. The ordering is FIFO's; it is its own type so that it can be measured as the scheduler
 //! layer's own overhead, separately from [`Fifo`](super::fifo::Fifo).
 
+use super::fifo::Fifo;
 use super::{Next, Req, Scheduler};
-use std::collections::VecDeque;
 
+/// FIFO's queue under its own name.
 #[derive(Default)]
 pub struct TimeOrder {
-    queue: VecDeque<Req>,
+    queue: Fifo,
 }
 
 impl Scheduler for TimeOrder {
@@ -19,14 +20,11 @@ impl Scheduler for TimeOrder {
     }
 
     fn push(&mut self, r: Req) {
-        self.queue.push_back(r);
+        self.queue.push(r);
     }
 
-    fn next(&mut self, _now_us: u64) -> Next {
-        match self.queue.pop_front() {
-            Some(r) => Next::Release(vec![r]),
-            None => Next::Idle,
-        }
+    fn next(&mut self, now_us: u64) -> Next {
+        self.queue.next(now_us)
     }
 
     fn len(&self) -> usize {
@@ -38,7 +36,7 @@ impl Scheduler for TimeOrder {
     }
 
     fn take_all(&mut self) -> Vec<Req> {
-        self.queue.drain(..).collect()
+        self.queue.take_all()
     }
 }
 
