@@ -47,6 +47,7 @@ async fn clients_go_through_their_forwarding_node_and_servers_see_the_programs()
     assert!(st.requests_forwarded >= 2 * 48, "3 MiB in 64 KiB stripes, written and read: {st:?}");
     assert!(st.bytes_forwarded >= 6 << 20, "{st:?}");
     assert!(st.metadata_calls > 0, "metadata goes through the ION too");
+    assert_eq!(st.in_flight, 0, "nothing is at the data servers once every call returned");
     assert!(st.jobs.iter().any(|j| j.job == "fwd-job" && j.bytes >= 6 << 20), "{:?}", st.jobs);
     assert!(st.sizes_arriving.total() >= st.dispatched, "merging never adds requests");
     let idle = c.ion_status(0).await.unwrap();

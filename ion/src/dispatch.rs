@@ -46,7 +46,8 @@ pub struct Dispatcher {
     state: Mutex<State>,
     wake: Notify,
     slots: Arc<Semaphore>,
-    depth: u32,
+    /// Batches sent and not answered yet.
+    in_flight: std::sync::atomic::AtomicU32,
     servers: HashMap<DsId, Arc<RpcPeer>>,
     ion: u32,
     pub stats: Arc<Stats>,
@@ -71,12 +72,11 @@ impl Dispatcher {
         stats: Arc<Stats>,
     ) -> Result<Arc<Dispatcher>, String> {
         let sched = sched::build(name, &params)?;
-        let depth = depth.max(1);
         let d = Arc::new(Dispatcher {
             state: Mutex::new(State { sched, params, waiting: HashMap::new(), next_seq: 0, held: None }),
             wake: Notify::new(),
-            slots: Arc::new(Semaphore::new(depth as usize)),
-            depth,
+            slots: Arc::new(Semaphore::new(depth.max(1) as usize)),
+            in_flight: Default::default(),
             servers,
             ion,
             stats,
@@ -162,7 +162,7 @@ impl Dispatcher {
             scheduler: st.sched.name(),
             params: st.params.clone(),
             queues,
-            in_flight: self.depth - self.slots.available_permits() as u32,
+            in_flight: self.in_flight.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -199,8 +199,10 @@ impl Dispatcher {
                 continue;
             }
             let me = self.clone();
+            self.in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tokio::spawn(async move {
                 me.send(waiters).await;
+                me.in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 drop(slot);
             });
         }
