@@ -1,7 +1,9 @@
 //! `tessera-bench experiment fwd-*`: the forwarding thesis's experiments (`specs/forwarding.md`; Bez 2016,
 //! chapter 5) on a local cluster this command starts: 4 data servers (hdd model unless asked), 64 KiB
 //! stripes over all of them, 128 synchronous processes spread over 32 client instances (each its own
-//! client id and connection; client i goes through forwarding node i mod M), M forwarding nodes.
+//! client id and connection), M forwarding nodes. Placement as an MPI job's: consecutive ranks share a
+//! client instance (ranks `c*P/C ..` on client c, like `mpirun --map-by slot` on nodes), and consecutive
+//! clients share a forwarding node (clients `k*C/M ..` on ION k, as nodes are assigned to IONs in blocks).
 //!
 //! Patterns (process p of P, its k-th request of `xfer` bytes): file per process (`fpp`, file p at
 //! `k*xfer`), shared file with one contiguous segment per process (`contiguous`, at
@@ -12,7 +14,9 @@
 //! once, so a slow spell of the shared machine hits all of them alike). A run starts all processes
 //! together; each issues its requests one at a time straight to the data path (layouts are known, as
 //! after an open; no client cache in between). Makespan = the slowest process's end; throughput = all
-//! bytes over the makespan. Object-file pages are dropped from the page cache before each read run.
+//! bytes over the makespan. Object files stay in the data servers' page cache: with the hdd model the
+//! emulated disk is the device under test, and this VM's own disk, whose time the model adds to its
+//! own, made the same configuration vary 2x between runs when reads went to it.
 //! Scheduler "none" is direct access (clients configured with `ion = "none"`).
 
 use crate::experiment::{DeviceModelArg, ExperimentArgs, ExperimentName};
@@ -227,7 +231,7 @@ fn configs(e: Experiment, s: &Settings) -> Vec<(usize, Vec<Config>)> {
 /// A running cluster with its clients and files.
 struct Fixture {
     cluster: LocalCluster,
-    /// Client i goes through ION i mod M.
+    /// Client i goes through ION i*M/C.
     via_ion: Vec<Client>,
     direct: Vec<Client>,
     /// Per file: (ino, layout). Files: `fpp/p<i>` for each process, then one shared file per app.
@@ -262,7 +266,7 @@ impl Fixture {
         let mut via_ion = Vec::with_capacity(s.clients);
         let mut direct = Vec::with_capacity(s.clients);
         for i in 0..s.clients {
-            via_ion.push(cluster.client_via(Some(i % n_ion.max(1)), "fwd").await?);
+            via_ion.push(cluster.client_via(Some(i * n_ion.max(1) / s.clients), "fwd").await?);
             direct.push(cluster.client_via(None, "fwd").await?);
         }
         let c = &direct[0];
@@ -312,7 +316,7 @@ async fn run_once(fx: &Fixture, s: &Settings, c: &Config) -> Result<(Vec<f64>, u
     for p in 0..per_app * c.apps {
         let app = p / per_app;
         let rank = p % per_app;
-        let client = clients[p % clients.len()].clone();
+        let client = clients[p * clients.len() / (per_app * c.apps)].clone();
         let (ino, layout) = match c.pattern {
             Pattern::Fpp => fx.fpp[p].clone(),
             _ => fx.shared[app].clone(),
@@ -349,7 +353,7 @@ fn settings(a: &ExperimentArgs) -> Result<Settings> {
         procs: a.procs.unwrap_or(128),
         clients: a.clients.unwrap_or(32),
         n_ds: a.n_ds.unwrap_or(4),
-        per_proc: a.file_size.unwrap_or(if a.quick { 512 << 10 } else { 2 << 20 }),
+        per_proc: a.file_size.unwrap_or(if a.quick { 1 << 20 } else { 2 << 20 }),
         runs: a.runs.unwrap_or(if a.quick { 1 } else { 3 }),
         device: a.device_model,
         quick: a.quick,
@@ -405,9 +409,6 @@ async fn measure(fx: &mut Fixture, s: &Settings, n_ion: usize, group: &[Config])
     for round in 0..s.runs {
         for (i, c) in group.iter().enumerate() {
             fx.select(&c.sched).await?;
-            if c.op == Op::Read {
-                fx.cluster.drop_caches();
-            }
             let before = fx.offset_distance().await;
             let (ends, bytes) = run_once(fx, s, c).await?;
             let after = fx.offset_distance().await;
