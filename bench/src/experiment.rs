@@ -136,6 +136,9 @@ pub struct ExperimentArgs {
     /// Variants of iorch-homogeneous (default: barrier with --quick, all three otherwise).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub variants: Vec<Variant>,
+    /// Only redraw OUT/NAME.png from OUT/NAME.json (no cluster, no runs).
+    #[arg(long)]
+    pub replot: bool,
     /// Operations of iorch-homogeneous (default: read and write).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub ops: Vec<Op>,
@@ -395,7 +398,24 @@ pub fn system_mib_s(r: &workloads::RunResult) -> f64 {
 
 /// Entry point of `tessera-bench experiment`.
 pub async fn run(a: ExperimentArgs) -> Result<()> {
-    if let Some(e) = crate::fwd::Experiment::of(a.name) {
+    let fwd = crate::fwd::Experiment::of(a.name);
+    if a.replot {
+        let name = a.name.as_str();
+        let json = a.out.join(format!("{name}.json"));
+        let text = std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?;
+        let png = a.out.join(format!("{name}.png"));
+        match fwd {
+            Some(e) => crate::fwd::plot(e, &serde_json::from_str::<Vec<crate::fwd::FwdRecord>>(&text)?, &png)?,
+            None => {
+                let records: Vec<Record> = serde_json::from_str(&text)?;
+                let device = records.first().map(|r| r.device_model.clone()).unwrap_or_default();
+                plot(a.name, &records, &png, &device)?
+            }
+        }
+        println!("wrote {}", png.display());
+        return Ok(());
+    }
+    if let Some(e) = fwd {
         return crate::fwd::run(e, &a).await;
     }
     let s = Settings::of(&a)?;
@@ -882,6 +902,7 @@ mod tests {
             n_ds: Some(6),
             procs: Some(5),
             clients: None,
+            replot: false,
             seconds: None,
             file_size: Some(128 << 20),
             disk_gb: PAPER_DISK_GB,

@@ -17,13 +17,17 @@ const FONT_PATHS: [&str; 3] = [
 const FONT: &str = "sans-serif";
 
 /// Colours of series in order (off, even, iorchestrator, ...).
-const PALETTE: [RGBColor; 6] = [
+const PALETTE: [RGBColor; 10] = [
     RGBColor(110, 110, 110),
     RGBColor(230, 140, 30),
     RGBColor(30, 100, 200),
     RGBColor(40, 160, 70),
     RGBColor(200, 40, 40),
     RGBColor(140, 80, 180),
+    RGBColor(20, 170, 170),
+    RGBColor(140, 90, 40),
+    RGBColor(230, 110, 180),
+    RGBColor(150, 150, 20),
 ];
 
 pub fn color(i: usize) -> RGBColor {
