@@ -16,12 +16,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tessera_proto::error::{FsError, FsResult};
 use tessera_proto::msg::{DsCall, DsReply, DsRequest, Forwarded, SchedulerSetting};
-use tessera_proto::rpc::RpcPeer;
+use tessera_proto::rpc::{Payload, RpcPeer};
 use tessera_proto::types::{unix_us, DsId, IoTag};
 use tokio::sync::{oneshot, Notify, Semaphore};
 
-/// A client request's answer: the reply and its payload.
-type Answer = (FsResult<DsReply>, Bytes);
+/// A client request's answer: the reply and its payload (whole, or passed on as it arrives).
+pub type Answer = (FsResult<DsReply>, Payload);
+
+fn error(e: FsError) -> Answer {
+    (Err(e), Payload::Whole(Bytes::new()))
+}
 
 /// What stays with the dispatcher while a request is queued.
 struct Waiter {
@@ -96,19 +100,16 @@ impl Dispatcher {
             DsRequest::Write { tag, object, offset, sync } => {
                 (tag, object, offset, Op::Write, payload.len() as u64, sync)
             }
-            other => return (Err(FsError::invalid(format!("not a read or write: {other:?}"))), Bytes::new()),
+            other => return error(FsError::invalid(format!("not a read or write: {other:?}"))),
         };
         if !self.servers.contains_key(&ds) {
-            return (
-                Err(FsError::invalid(format!("data server {ds} is not in the cluster configuration"))),
-                Bytes::new(),
-            );
+            return error(FsError::invalid(format!("data server {ds} is not in the cluster configuration")));
         }
         if let Err(e) = tag.origin.check() {
-            return (Err(FsError::invalid(e)), Bytes::new());
+            return error(FsError::invalid(e));
         }
         if offset.checked_add(len).is_none() {
-            return (Err(FsError::invalid("request ends past the largest offset")), Bytes::new());
+            return error(FsError::invalid("request ends past the largest offset"));
         }
         let now = unix_us();
         self.stats.arrived(len, app_len, now);
@@ -124,7 +125,7 @@ impl Dispatcher {
         self.wake.notify_one();
         match rx.await {
             Ok(answer) => answer,
-            Err(_) => (Err(FsError::io("forwarding node dropped the request")), Bytes::new()),
+            Err(_) => error(FsError::io("forwarding node dropped the request")),
         }
     }
 
@@ -218,11 +219,49 @@ impl Dispatcher {
         self.stats.dispatched(ds, object, offset, total);
         let Some(peer) = self.servers.get(&ds) else {
             for (_, w) in batch {
-                let _ = w.reply.send((Err(FsError::invalid(format!("no data server {ds}"))), Bytes::new()));
+                let _ = w.reply.send(error(FsError::invalid(format!("no data server {ds}"))));
             }
             return;
         };
         match op {
+            Op::Read if batch.len() == 1 => {
+                // Cut-through: the client gets the header at once and the data as it arrives.
+                let Some((r, w)) = batch.into_iter().next() else { return };
+                let req = DsRequest::Read { tag, object, offset, len: total as u32 };
+                match peer.call_streamed::<DsCall, DsReply>(&DsCall { ds, req, via }, Bytes::new()).await {
+                    Ok((DsReply::Data { len }, mut stream))
+                        if len as usize == stream.left() && u64::from(len) <= total =>
+                    {
+                        let (tx, rx) = tokio::sync::mpsc::channel(64);
+                        let streamed = Payload::Streamed { len: len as usize, chunks: rx };
+                        if w.reply.send((Ok(DsReply::Data { len }), streamed)).is_err() {
+                            return;
+                        }
+                        while let Some(chunk) = stream.next().await {
+                            // An error ends the channel short: the client's stream is reset, never wrong.
+                            let Ok(chunk) = chunk else { return };
+                            if tx.send(chunk).await.is_err() {
+                                return;
+                            }
+                        }
+                        self.stats.answered(&r.job, u64::from(len));
+                    }
+                    Ok((DsReply::Data { len }, stream)) => {
+                        let e = format!(
+                            "data server {ds} declared {len} bytes ({} to come) for a read of {total}",
+                            stream.left()
+                        );
+                        let _ = w.reply.send(error(FsError::protocol(e)));
+                    }
+                    Ok((other, _)) => {
+                        let e = format!("data server {ds} answered Read with {other:?}");
+                        let _ = w.reply.send(error(FsError::protocol(e)));
+                    }
+                    Err(e) => {
+                        let _ = w.reply.send(error(e));
+                    }
+                }
+            }
             Op::Read => {
                 let req = DsRequest::Read { tag, object, offset, len: total as u32 };
                 let result = peer.call_chunked::<DsCall, DsReply>(&DsCall { ds, req, via }, Bytes::new()).await;
@@ -249,9 +288,9 @@ impl Dispatcher {
                             let to = ((r.offset - offset + r.len) as usize).min(data.len());
                             let part = data.slice(from..to);
                             self.stats.answered(&r.job, part.len() as u64);
-                            (Ok(DsReply::Data { len: part.len() as u32 }), part)
+                            (Ok(DsReply::Data { len: part.len() as u32 }), Payload::Whole(part))
                         }
-                        Err(e) => (Err(e.clone()), Bytes::new()),
+                        Err(e) => error(e.clone()),
                     };
                     let _ = w.reply.send(answer);
                 }
@@ -281,9 +320,9 @@ impl Dispatcher {
                     let answer = match &outcome {
                         Ok(()) => {
                             self.stats.answered(&r.job, r.len);
-                            (Ok(DsReply::Written { len: r.len as u32 }), Bytes::new())
+                            (Ok(DsReply::Written { len: r.len as u32 }), Payload::Whole(Bytes::new()))
                         }
-                        Err(e) => (Err(e.clone()), Bytes::new()),
+                        Err(e) => error(e.clone()),
                     };
                     let _ = w.reply.send(answer);
                 }

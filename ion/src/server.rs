@@ -2,6 +2,7 @@
 //! reads and writes through the dispatcher, other data calls (ping, report, fsync) straight to the data
 //! server they name; its own calls (status, scheduler switch) are answered here.
 
+use crate::dispatch::Answer;
 use crate::dispatch::Dispatcher;
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use tessera_proto::error::{FsError, FsResult};
 use tessera_proto::msg::{DsCall, DsReply, DsRequest, IonCall, IonReply, IonStatus, MdsCall, MdsReply};
 use tessera_proto::requests::Senders;
-use tessera_proto::rpc::{PeerInfo, RpcPeer, Service};
+use tessera_proto::rpc::{Payload, PeerInfo, RpcPeer, Service};
 use tessera_proto::types::{DsId, Role};
 
 /// How long a metadata request that may be repeated waits for an MDS that went away (as a client does).
@@ -35,12 +36,13 @@ impl IonService {
         Ok(reply)
     }
 
-    async fn ds(&self, call: DsCall, payload: Bytes, app_len: u64) -> (FsResult<DsReply>, Bytes) {
+    async fn ds(&self, call: DsCall, payload: Bytes, app_len: u64) -> Answer {
+        let error = |e| (Err(e), Payload::Whole(Bytes::new()));
         if call.via.is_some() {
-            return (Err(FsError::invalid("a forwarded request cannot be forwarded again")), Bytes::new());
+            return error(FsError::invalid("a forwarded request cannot be forwarded again"));
         }
         if !matches!(call.req, DsRequest::Write { .. }) && !payload.is_empty() {
-            return (Err(FsError::protocol("unexpected payload on a request without data")), Bytes::new());
+            return error(FsError::protocol("unexpected payload on a request without data"));
         }
         match call.req {
             DsRequest::Read { .. } | DsRequest::Write { .. } => {
@@ -49,15 +51,15 @@ impl IonService {
             DsRequest::Ping | DsRequest::Report | DsRequest::Fsync { .. } => {
                 let Some(peer) = self.servers.get(&call.ds) else {
                     let e = format!("data server {} is not in the cluster configuration", call.ds);
-                    return (Err(FsError::invalid(e)), Bytes::new());
+                    return error(FsError::invalid(e));
                 };
                 match peer.call::<DsCall, DsReply>(&call, Bytes::new()).await {
-                    Ok((r, p)) => (Ok(r), p),
-                    Err(e) => (Err(e), Bytes::new()),
+                    Ok((r, p)) => (Ok(r), Payload::Whole(p)),
+                    Err(e) => error(e),
                 }
             }
             DsRequest::Truncate { .. } | DsRequest::Remove { .. } | DsRequest::Serve(_) => {
-                (Err(FsError::perm("forwarding nodes pass on only clients' data requests")), Bytes::new())
+                error(FsError::perm("forwarding nodes pass on only clients' data requests"))
             }
         }
     }
@@ -96,27 +98,49 @@ impl Service for IonService {
         matches!(role, Role::Client | Role::Admin)
     }
 
+    /// Whole replies (a streamed one is gathered), for callers of `handle`.
     async fn handle(&self, peer: Arc<PeerInfo>, call: IonCall, payload: Bytes) -> (FsResult<IonReply>, Bytes) {
+        match self.handle_streamed(peer, call, payload).await {
+            (r, Payload::Whole(p)) => (r, p),
+            (r, Payload::Streamed { len, mut chunks }) => {
+                let mut parts = Vec::new();
+                while let Some(c) = chunks.recv().await {
+                    parts.push(c);
+                }
+                let data = tessera_proto::frame::concat(parts);
+                if data.len() != len {
+                    return (Err(FsError::io("a data server's reply ended short")), Bytes::new());
+                }
+                (r, data)
+            }
+        }
+    }
+
+    async fn handle_streamed(
+        &self,
+        peer: Arc<PeerInfo>,
+        call: IonCall,
+        payload: Bytes,
+    ) -> (FsResult<IonReply>, Payload) {
+        let whole = |r: FsResult<IonReply>| (r, Payload::Whole(Bytes::new()));
         match call {
             IonCall::Ds { call, app_len } => {
                 let (r, p) = self.ds(call, payload, app_len).await;
                 (r.map(IonReply::Ds), p)
             }
-            _ if !payload.is_empty() => {
-                (Err(FsError::protocol("unexpected payload on a request without data")), Bytes::new())
-            }
-            IonCall::Mds(call) => (self.mds(call).await.map(IonReply::Mds), Bytes::new()),
-            IonCall::Status => (Ok(IonReply::Status(self.status())), Bytes::new()),
+            _ if !payload.is_empty() => whole(Err(FsError::protocol("unexpected payload on a request without data"))),
+            IonCall::Mds(call) => whole(self.mds(call).await.map(IonReply::Mds)),
+            IonCall::Status => whole(Ok(IonReply::Status(self.status()))),
             IonCall::SetScheduler { caller, setting } => {
                 if let Err(e) = Senders::Admins.admit(peer.role, &caller) {
-                    return (Err(FsError::perm(format!("switching the scheduler: {e}"))), Bytes::new());
+                    return whole(Err(FsError::perm(format!("switching the scheduler: {e}"))));
                 }
                 match self.dispatcher.switch(&setting) {
                     Ok(()) => {
                         tracing::info!(scheduler = %setting.name, by = %peer.name, "scheduler switched");
-                        (Ok(IonReply::Status(self.status())), Bytes::new())
+                        whole(Ok(IonReply::Status(self.status())))
                     }
-                    Err(e) => (Err(FsError::invalid(e)), Bytes::new()),
+                    Err(e) => whole(Err(FsError::invalid(e))),
                 }
             }
         }

@@ -191,7 +191,7 @@ pub fn concat(mut chunks: Vec<Bytes>) -> Bytes {
 }
 
 /// Reads a frame's prefix and header; returns the header and the payload's length.
-async fn read_head(recv: &mut quinn::RecvStream, max_payload: usize) -> Result<(Bytes, usize), FrameError> {
+pub async fn read_head(recv: &mut quinn::RecvStream, max_payload: usize) -> Result<(Bytes, usize), FrameError> {
     let mut prefix = [0u8; PREFIX];
     match recv.read_exact(&mut prefix).await {
         Ok(()) => {}

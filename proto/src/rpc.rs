@@ -277,6 +277,30 @@ impl RpcPeer {
         Ok(conn)
     }
 
+    /// Sends `req` and returns the reply's header as soon as it arrives, with its payload still to be
+    /// read from the returned stream (a forwarding node passes it on chunk by chunk). No retry.
+    pub async fn call_streamed<Req: Serialize, Rep: DeserializeOwned>(
+        &self,
+        req: &Req,
+        payload: Bytes,
+    ) -> FsResult<(Rep, ReplyStream)> {
+        let fut = async {
+            let conn = self.connection().await?;
+            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| self.transport_err(e))?;
+            frame::write_frame(&mut send, req, payload).await.map_err(|e| self.frame_err(e))?;
+            let _ = send.finish();
+            let (header, len) = frame::read_head(&mut recv, MAX_PAYLOAD).await.map_err(|e| self.frame_err(e))?;
+            let resp: FsResult<Rep> = wire::decode(&header).map_err(|e| self.frame_err(FrameError::Decode(e)))?;
+            Ok::<_, FsError>(resp.map(|r| (r, ReplyStream { recv, left: len })))
+        };
+        tokio::time::timeout(self.tuning.call_timeout, fut).await.unwrap_or_else(|_| {
+            Err(FsError::new(
+                ErrorCode::TimedOut,
+                format!("{} {}: no reply within {:?}", self.role, self.target(), self.tuning.call_timeout),
+            ))
+        })?
+    }
+
     /// Whether a connection is up right now (made and not closed: its keep-alives are answered).
     pub async fn is_connected(&self) -> bool {
         self.conn.lock().await.as_ref().is_some_and(|c| c.close_reason().is_none())
@@ -424,6 +448,54 @@ pub trait Service: Send + Sync + 'static {
         req: Self::Request,
         payload: Bytes,
     ) -> impl Future<Output = (FsResult<Self::Reply>, Bytes)> + Send;
+
+    /// [`Service::handle`] for services that may answer with a payload still arriving (a forwarding
+    /// node passing a data server's reply on as it comes). The default answers with `handle`'s.
+    fn handle_streamed(
+        &self,
+        peer: Arc<PeerInfo>,
+        req: Self::Request,
+        payload: Bytes,
+    ) -> impl Future<Output = (FsResult<Self::Reply>, Payload)> + Send {
+        async move {
+            let (reply, payload) = self.handle(peer, req, payload).await;
+            (reply, Payload::Whole(payload))
+        }
+    }
+}
+
+/// A reply's payload: whole, or `len` bytes still arriving as chunks.
+pub enum Payload {
+    Whole(Bytes),
+    Streamed { len: usize, chunks: tokio::sync::mpsc::Receiver<Bytes> },
+}
+
+/// The payload of a reply read as it arrives ([`RpcPeer::call_streamed`]).
+pub struct ReplyStream {
+    recv: quinn::RecvStream,
+    left: usize,
+}
+
+impl ReplyStream {
+    /// Bytes still to come.
+    pub fn left(&self) -> usize {
+        self.left
+    }
+
+    /// The next chunk; `None` once all of it arrived. A stream that ends early is an error.
+    pub async fn next(&mut self) -> Option<FsResult<Bytes>> {
+        if self.left == 0 {
+            return None;
+        }
+        match self.recv.read_chunk(self.left, true).await {
+            Ok(Some(c)) => {
+                self.left -= c.bytes.len();
+                Some(Ok(c.bytes))
+            }
+            Ok(None) => Some(Err(FsError::io(format!("reply ended {} bytes short", self.left)))),
+            Err(e) => Some(Err(FsError::io(format!("reading a reply: {e}")))),
+        }
+    }
 }
 
 /// Serves `service` on `endpoint` until the endpoint is closed.
@@ -503,11 +575,43 @@ async fn serve_stream<S: Service>(
             }
         };
     let (reply, payload) = match frame.decode::<S::Request>() {
-        Ok(req) => service.handle(peer.clone(), req, frame.payload).await,
-        Err(e) => (Err(FsError::protocol(e.to_string())), Bytes::new()),
+        Ok(req) => service.handle_streamed(peer.clone(), req, frame.payload).await,
+        Err(e) => (Err(FsError::protocol(e.to_string())), Payload::Whole(Bytes::new())),
     };
-    if let Err(e) = frame::write_frame(&mut send, &reply, payload).await {
-        debug!(addr = %peer.addr, "reply not delivered: {e}");
+    let (len, mut chunks) = match payload {
+        Payload::Whole(payload) => {
+            if let Err(e) = frame::write_frame(&mut send, &reply, payload).await {
+                debug!(addr = %peer.addr, "reply not delivered: {e}");
+                return;
+            }
+            let _ = send.finish();
+            return;
+        }
+        Payload::Streamed { len, chunks } => (len, chunks),
+    };
+    // The header declares the length; the chunks follow as they come. Fewer or more bytes than declared
+    // reset the stream (the caller sees a broken reply, never a wrong one).
+    let head = match frame::encode_head(&reply, len) {
+        Ok(h) => h,
+        Err(e) => {
+            debug!(addr = %peer.addr, "reply not encodable: {e}");
+            let _ = send.reset(5u32.into());
+            return;
+        }
+    };
+    if send.write_all(&head).await.is_err() {
+        return;
+    }
+    let mut sent = 0;
+    while let Some(chunk) = chunks.recv().await {
+        sent += chunk.len();
+        if sent > len || send.write_chunk(chunk).await.is_err() {
+            let _ = send.reset(6u32.into());
+            return;
+        }
+    }
+    if sent != len {
+        let _ = send.reset(6u32.into());
         return;
     }
     let _ = send.finish();

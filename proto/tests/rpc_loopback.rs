@@ -105,3 +105,61 @@ async fn small_call_probe() {
         (after.frame_rx.max_streams_bidi - before.frame_rx.max_streams_bidi) as f64 / n as f64,
     );
 }
+
+/// Streams `req` bytes in 7 KiB chunks as its reply, declaring `req` (or one more, when `req` is odd:
+/// a reply that ends short).
+struct Streamer;
+
+impl Service for Streamer {
+    type Request = u32;
+    type Reply = u32;
+    fn accepts(&self, _role: Role) -> bool {
+        true
+    }
+    async fn handle(&self, _peer: Arc<PeerInfo>, _req: u32, _payload: Bytes) -> (FsResult<u32>, Bytes) {
+        unreachable!("served by handle_streamed")
+    }
+    async fn handle_streamed(&self, _peer: Arc<PeerInfo>, req: u32, _payload: Bytes) -> (FsResult<u32>, rpc::Payload) {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let len = req as usize;
+        tokio::spawn(async move {
+            let data: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
+            for c in data.chunks(7 << 10) {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                if tx.send(Bytes::copy_from_slice(c)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let declared = if req % 2 == 1 { len + 1 } else { len };
+        (Ok(req), rpc::Payload::Streamed { len: declared, chunks: rx })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_replies_arrive_whole_or_not_at_all() {
+    let ca = TestCa::new("s");
+    let server = ca.identity(Role::Ion, "ion0");
+    let client = ca.identity(Role::Client, "c");
+    let tuning = Tuning { call_timeout: std::time::Duration::from_secs(10), ..Tuning::default() };
+    let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &server, &tuning).unwrap();
+    let addr = ep.local_addr().unwrap();
+    tokio::spawn(rpc::serve(ep, Arc::new(Streamer)));
+    let peer = RpcPeer::new(rpc::client_endpoint(false).unwrap(), &client, Role::Ion, addr, tuning).unwrap();
+    for len in [0u32, 100 << 10, 1 << 20] {
+        let (n, data) = peer.call::<u32, u32>(&len, Bytes::new()).await.unwrap();
+        assert_eq!((n, data.len()), (len, len as usize));
+        assert!(data.iter().enumerate().all(|(i, &b)| b == (i % 253) as u8), "content of {len} bytes");
+        // The same through the streamed reader.
+        let (_, mut s) = peer.call_streamed::<u32, u32>(&len, Bytes::new()).await.unwrap();
+        let mut got = 0;
+        while let Some(c) = s.next().await {
+            got += c.unwrap().len();
+        }
+        assert_eq!(got, len as usize);
+    }
+    // Declared one byte more than it sends: the reply is broken, not short.
+    let e = peer.call::<u32, u32>(&((64 << 10) + 1), Bytes::new()).await.unwrap_err();
+    assert!(matches!(e.code, tessera_proto::error::ErrorCode::Io | tessera_proto::error::ErrorCode::Protocol), "{e}");
+    assert_eq!(peer.call::<u32, u32>(&8, Bytes::new()).await.unwrap().0, 8, "the connection still serves");
+}
