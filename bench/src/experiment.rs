@@ -136,6 +136,10 @@ pub struct ExperimentArgs {
     /// Variants of iorch-homogeneous (default: barrier with --quick, all three otherwise).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub variants: Vec<Variant>,
+    /// Forwarding experiments: merged requests each forwarding node has at the data servers at once
+    /// (`ion_options.dispatch_depth`; default: the configuration's, 16).
+    #[arg(long)]
+    pub dispatch_depth: Option<u32>,
     /// Only redraw OUT/NAME.png from OUT/NAME.json (no cluster, no runs).
     #[arg(long)]
     pub replot: bool,
@@ -235,6 +239,7 @@ impl Settings {
             window_ms,
             mode: OrchestratorMode::Off,
             n_ion: 0,
+            ion_dispatch_depth: None,
         }
     }
 
@@ -902,6 +907,7 @@ mod tests {
             n_ds: Some(6),
             procs: Some(5),
             clients: None,
+            dispatch_depth: None,
             replot: false,
             seconds: None,
             file_size: Some(128 << 20),

@@ -128,6 +128,10 @@ pub struct FwdRecord {
     /// Mean offset distance of the streams leaving the forwarding nodes during the runs, bytes.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ion_offset_distance: Option<f64>,
+    /// SL_i at the end of the runs, the data servers' EWMA of the address gap between consecutive
+    /// requests they served (locality monitor), mean over the servers, bytes.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ds_sl_bytes: Option<f64>,
 }
 
 /// A scheduler configuration: `none` or an ION scheduler with its window.
@@ -161,6 +165,7 @@ struct Settings {
     runs: u32,
     device: DeviceModelArg,
     quick: bool,
+    dispatch_depth: Option<u32>,
 }
 
 /// One configuration to measure.
@@ -261,6 +266,7 @@ impl Fixture {
             window_ms: 500,
             mode: OrchestratorMode::Off,
             n_ion,
+            ion_dispatch_depth: s.dispatch_depth,
         };
         let cluster = LocalCluster::start(dir, &o).await?;
         let mut via_ion = Vec::with_capacity(s.clients);
@@ -357,6 +363,7 @@ fn settings(a: &ExperimentArgs) -> Result<Settings> {
         runs: a.runs.unwrap_or(if a.quick { 1 } else { 3 }),
         device: a.device_model,
         quick: a.quick,
+        dispatch_depth: a.dispatch_depth,
     };
     if s.procs < 2 || s.clients == 0 || s.n_ds == 0 || s.runs == 0 {
         bail!("--procs (at least 2), --clients, --n-ds and --runs must be positive");
@@ -406,6 +413,7 @@ pub async fn run(e: Experiment, a: &ExperimentArgs) -> Result<()> {
 async fn measure(fx: &mut Fixture, s: &Settings, n_ion: usize, group: &[Config]) -> Result<Vec<FwdRecord>> {
     let mut samples: Vec<Vec<(Vec<f64>, u64)>> = vec![Vec::new(); group.len()];
     let mut distances: Vec<Vec<f64>> = vec![Vec::new(); group.len()];
+    let mut sls: Vec<Vec<f64>> = vec![Vec::new(); group.len()];
     for round in 0..s.runs {
         for (i, c) in group.iter().enumerate() {
             fx.select(&c.sched).await?;
@@ -415,6 +423,13 @@ async fn measure(fx: &mut Fixture, s: &Settings, n_ion: usize, group: &[Config])
             if let (Some((d0, n0)), Some((d1, n1))) = (before.or(Some((0.0, 0))), after) {
                 if n1 > n0 && c.sched.name != "none" {
                     distances[i].push((d1 * n1 as f64 - d0 * n0 as f64) / (n1 - n0) as f64);
+                }
+            }
+            // The servers' locality reports come every 100 ms: wait for the one after the run.
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            if let Ok(Some(st)) = fx.cluster.status().await {
+                if !st.servers.is_empty() {
+                    sls[i].push(st.servers.iter().map(|s| s.1).sum::<f64>() / st.servers.len() as f64);
                 }
             }
             let makespan = ends.iter().copied().fold(0.0, f64::max);
@@ -436,7 +451,8 @@ async fn measure(fx: &mut Fixture, s: &Settings, n_ion: usize, group: &[Config])
         .iter()
         .zip(samples)
         .zip(distances)
-        .map(|((c, runs), dist)| {
+        .zip(sls)
+        .map(|(((c, runs), dist), sl)| {
             let makespans: Vec<f64> = runs.iter().map(|(e, _)| e.iter().copied().fold(0.0, f64::max)).collect();
             let mib_s: Vec<f64> =
                 runs.iter().zip(&makespans).map(|((_, b), m)| *b as f64 / (1 << 20) as f64 / m).collect();
@@ -455,6 +471,7 @@ async fn measure(fx: &mut Fixture, s: &Settings, n_ion: usize, group: &[Config])
                 runs: runs.len() as u32,
                 app_makespans_s,
                 ion_offset_distance: (!dist.is_empty()).then(|| median(&dist)),
+                ds_sl_bytes: (!sl.is_empty()).then(|| median(&sl)),
             }
         })
         .collect())
@@ -462,11 +479,11 @@ async fn measure(fx: &mut Fixture, s: &Settings, n_ion: usize, group: &[Config])
 
 pub fn csv_text(records: &[FwdRecord]) -> String {
     let mut s = String::from(
-        "pattern,op,request_kib,scheduler,ions,window_ms,device_model,throughput_mib_s,makespan_s,runs,ion_offset_distance\n",
+        "pattern,op,request_kib,scheduler,ions,window_ms,device_model,throughput_mib_s,makespan_s,runs,ion_offset_distance,ds_sl_bytes\n",
     );
     for r in records {
         s.push_str(&format!(
-            "{},{},{},{},{},{},{},{:.3},{:.4},{},{}\n",
+            "{},{},{},{},{},{},{},{:.3},{:.4},{},{},{}\n",
             r.pattern,
             r.op,
             r.request_kib,
@@ -477,7 +494,8 @@ pub fn csv_text(records: &[FwdRecord]) -> String {
             r.throughput_mib_s,
             r.makespan_s,
             r.runs,
-            r.ion_offset_distance.map(|d| format!("{d:.0}")).unwrap_or_default()
+            r.ion_offset_distance.map(|d| format!("{d:.0}")).unwrap_or_default(),
+            r.ds_sl_bytes.map(|d| format!("{d:.0}")).unwrap_or_default()
         ));
     }
     s
@@ -583,6 +601,7 @@ mod tests {
             runs: 1,
             device: DeviceModelArg::Hdd,
             quick: true,
+            dispatch_depth: None,
         };
         let q = configs(Experiment::Schedulers, &s);
         assert_eq!(q[0].0, 4);
@@ -613,6 +632,7 @@ mod tests {
             runs: 3,
             app_makespans_s: None,
             ion_offset_distance: Some(4096.0),
+            ds_sl_bytes: Some(65536.0),
         };
         let v = serde_json::to_value(&r).unwrap();
         for k in [

@@ -27,6 +27,8 @@ pub struct ClusterOptions {
     pub mode: OrchestratorMode,
     /// Forwarding nodes (their scheduler is switched at run time per configuration).
     pub n_ion: usize,
+    /// `ion_options.dispatch_depth` (None: the default).
+    pub ion_dispatch_depth: Option<u32>,
 }
 
 /// Running servers of a cluster directory.
@@ -51,6 +53,9 @@ pub fn edit_config(cfg: &mut ClusterConfig, o: &ClusterOptions) {
     // Statistics often enough for the orchestrator to see load.
     cfg.ds_options.report_interval_ms = cfg.ds_options.report_interval_ms.min(500);
     cfg.orchestrator.mode = o.mode.as_str().to_string();
+    if let Some(d) = o.ion_dispatch_depth {
+        cfg.ion_options.dispatch_depth = d;
+    }
     cfg.orchestrator.window_ms = o.window_ms;
 }
 
@@ -242,6 +247,7 @@ mod tests {
             window_ms: 250,
             mode: OrchestratorMode::Off,
             n_ion: 0,
+            ion_dispatch_depth: None,
         };
         edit_config(&mut c, &o);
         c.save(&files.ds_configs[1]).unwrap();
