@@ -20,6 +20,9 @@ use tessera_proto::rpc::{Payload, RpcPeer};
 use tessera_proto::types::{unix_us, DsId, IoTag};
 use tokio::sync::{oneshot, Notify, Semaphore};
 
+/// Longest a data server's reply may take to pass through (its header came already).
+const STREAM_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A client request's answer: the reply and its payload (whole, or passed on as it arrives).
 pub type Answer = (FsResult<DsReply>, Payload);
 
@@ -237,14 +240,20 @@ impl Dispatcher {
                         if w.reply.send((Ok(DsReply::Data { len }), streamed)).is_err() {
                             return;
                         }
-                        while let Some(chunk) = stream.next().await {
-                            // An error ends the channel short: the client's stream is reset, never wrong.
-                            let Ok(chunk) = chunk else { return };
-                            if tx.send(chunk).await.is_err() {
-                                return;
+                        // An error or a stall ends the channel short: the client's stream is reset, never
+                        // wrong, and the dispatch slot is not held forever by a server that stopped sending.
+                        let pass_on = async {
+                            while let Some(chunk) = stream.next().await {
+                                let Ok(chunk) = chunk else { return false };
+                                if tx.send(chunk).await.is_err() {
+                                    return false;
+                                }
                             }
+                            true
+                        };
+                        if matches!(tokio::time::timeout(STREAM_DEADLINE, pass_on).await, Ok(true)) {
+                            self.stats.answered(&r.job, u64::from(len));
                         }
-                        self.stats.answered(&r.job, u64::from(len));
                     }
                     Ok((DsReply::Data { len }, stream)) => {
                         let e = format!(
