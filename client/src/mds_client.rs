@@ -2,7 +2,6 @@
 //! reply's shape; path-level convenience lives in [`crate::client`].
 
 use crate::forward::Forwarding;
-use bytes::Bytes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_proto::error::{FsError, FsResult};
@@ -15,8 +14,7 @@ use tessera_proto::rpc::RpcPeer;
 use tessera_proto::types::{Attr, Caller, FileKind, Ino, Origin};
 use tessera_proto::PROTOCOL_VERSION;
 
-/// How long a request that may be repeated waits for an MDS that went away to come back.
-pub const RESTART_PATIENCE: Duration = Duration::from_secs(30);
+pub use tessera_proto::requests::RESTART_PATIENCE;
 
 /// Result of `Open`: fresh attributes, the layout (regular files) and the handle to close.
 #[derive(Clone, Debug)]
@@ -126,12 +124,7 @@ impl MdsClient {
                 return Ok(reply);
             }
         }
-        let (reply, _payload): (MdsReply, Bytes) = if retry {
-            self.peer.call_retrying(&call, Bytes::new(), RESTART_PATIENCE).await?
-        } else {
-            self.peer.call(&call, Bytes::new()).await?
-        };
-        Ok(reply)
+        call.send(&self.peer).await
     }
 
     /// Liveness and protocol check; returns the round-trip time.

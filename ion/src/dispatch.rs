@@ -26,7 +26,8 @@ const STREAM_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 /// A client request's answer: the reply and its payload (whole, or passed on as it arrives).
 pub type Answer = (FsResult<DsReply>, Payload);
 
-fn error(e: FsError) -> Answer {
+/// An error answer, without payload.
+pub fn error(e: FsError) -> Answer {
     (Err(e), Payload::Whole(Bytes::new()))
 }
 

@@ -1,21 +1,18 @@
 //! The forwarding node's service: clients' metadata calls go straight to the MDS (not scheduled), their
 //! reads and writes through the dispatcher, other data calls (ping, report, fsync) straight to the data
-//! server they name; its own calls (status, scheduler switch) are answered here.
+//! server they name; its own calls (status, scheduler switch) are answered here. Metadata calls are
+//! sent as a client sends them ([`MdsCall::send`]: idempotent ones retried through an MDS restart).
 
-use crate::dispatch::Answer;
 use crate::dispatch::Dispatcher;
+use crate::dispatch::{error, Answer};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 use tessera_proto::error::{FsError, FsResult};
 use tessera_proto::msg::{DsCall, DsReply, DsRequest, IonCall, IonReply, IonStatus, MdsCall, MdsReply};
 use tessera_proto::requests::Senders;
 use tessera_proto::rpc::{Payload, PeerInfo, RpcPeer, Service};
 use tessera_proto::types::{DsId, Role};
-
-/// How long a metadata request that may be repeated waits for an MDS that went away (as a client does).
-pub const RESTART_PATIENCE: Duration = Duration::from_secs(30);
 
 pub struct IonService {
     pub name: String,
@@ -28,16 +25,10 @@ pub struct IonService {
 impl IonService {
     async fn mds(&self, call: MdsCall) -> FsResult<MdsReply> {
         self.dispatcher.stats.metadata_call();
-        let (reply, _): (MdsReply, Bytes) = if call.req.properties().idempotent {
-            self.mds.call_retrying(&call, Bytes::new(), RESTART_PATIENCE).await?
-        } else {
-            self.mds.call(&call, Bytes::new()).await?
-        };
-        Ok(reply)
+        call.send(&self.mds).await
     }
 
     async fn ds(&self, call: DsCall, payload: Bytes, app_len: u64) -> Answer {
-        let error = |e| (Err(e), Payload::Whole(Bytes::new()));
         if call.via.is_some() {
             return error(FsError::invalid("a forwarded request cannot be forwarded again"));
         }

@@ -2,8 +2,29 @@
 //! the request's name (metrics), who may send it and what it touches (directory leases); clients take
 //! whether it may be sent again after a lost reply. A new request is one line here plus its handler.
 
-use crate::msg::MdsRequest;
+use crate::error::FsResult;
+use crate::msg::{MdsCall, MdsReply, MdsRequest};
+use crate::rpc::RpcPeer;
 use crate::types::{Caller, Ino, Role};
+use bytes::Bytes;
+use std::time::Duration;
+
+/// How long a request that may be repeated waits for an MDS that went away to come back.
+pub const RESTART_PATIENCE: Duration = Duration::from_secs(30);
+
+impl MdsCall {
+    /// Sends the call to the MDS at `peer`. Requests the table marks idempotent are retried through an
+    /// MDS restart (for up to [`RESTART_PATIENCE`]); the others are sent once, since a lost reply would
+    /// turn a success into EEXIST/ENOENT on the retry. Clients and forwarding nodes send this way.
+    pub async fn send(&self, peer: &RpcPeer) -> FsResult<MdsReply> {
+        let (reply, _payload): (MdsReply, Bytes) = if self.req.properties().idempotent {
+            peer.call_retrying(self, Bytes::new(), RESTART_PATIENCE).await?
+        } else {
+            peer.call(self, Bytes::new()).await?
+        };
+        Ok(reply)
+    }
+}
 
 /// Who may send a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
