@@ -3,11 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use tessera_proto::msg::{JobCounters, SizeHistogram};
-
-/// Distinct jobs tracked; further jobs are summed under [`OVERFLOW_JOB`] so peers cannot grow memory
-/// without bound.
-pub const MAX_JOBS: usize = 4096;
-pub const OVERFLOW_JOB: &str = "(other)";
+use tessera_proto::types::job_entry;
 
 /// Request sizes and forwarded requests since the server started.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -44,14 +40,7 @@ impl Counters {
 
     fn with_job(&self, job: &str, f: impl FnOnce(&mut JobCounters)) {
         let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = jobs.get_mut(job) {
-            f(c);
-            return;
-        }
-        let key = if jobs.len() >= MAX_JOBS { OVERFLOW_JOB } else { job };
-        let c =
-            jobs.entry(key.to_string()).or_insert_with(|| JobCounters { job: key.to_string(), ..Default::default() });
-        f(c);
+        f(job_entry(&mut jobs, job, |key| JobCounters { job: key.to_string(), ..Default::default() }));
     }
 
     pub fn record_read(&self, job: &str, bytes: u64) {
@@ -94,6 +83,7 @@ impl Counters {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tessera_proto::types::{MAX_JOBS, OVERFLOW_JOB};
 
     #[test]
     fn counts_per_job_and_bounds_jobs() {

@@ -15,9 +15,6 @@ use std::time::{Duration, Instant};
 use tessera_proto::msg::{JobLocality, LocalityReport, ServeTarget};
 use tessera_proto::DsId;
 
-/// Distinct jobs tracked; further jobs share [`crate::counters::OVERFLOW_JOB`].
-const MAX_JOBS: usize = crate::counters::MAX_JOBS;
-
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Ewma {
     pub value: f64,
@@ -263,11 +260,7 @@ impl Locality {
 }
 
 fn job_entry<'a>(jobs: &'a mut HashMap<Arc<str>, JobState>, job: &str) -> &'a mut JobState {
-    let key: &str = if jobs.contains_key(job) || jobs.len() < MAX_JOBS { job } else { crate::counters::OVERFLOW_JOB };
-    if !jobs.contains_key(key) {
-        jobs.insert(Arc::from(key), JobState::default());
-    }
-    jobs.get_mut(key).unwrap_or_else(|| unreachable!("inserted above"))
+    tessera_proto::types::job_entry(jobs, job, |_| JobState::default())
 }
 
 #[cfg(test)]

@@ -11,11 +11,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use tessera_proto::msg::{IonJob, SizeHistogram};
-use tessera_proto::types::{DsId, ObjectId};
+use tessera_proto::types::{job_entry, DsId, ObjectId};
 
-/// Jobs tracked one by one; the rest are summed under `(other)` (a peer cannot grow memory unbounded).
-pub const MAX_JOBS: usize = 4096;
-const OVERFLOW_JOB: &str = "(other)";
 /// Inter-arrival times kept for the median.
 const INTERARRIVALS: usize = 1024;
 
@@ -100,8 +97,7 @@ impl Stats {
         let mut s = self.lock();
         s.requests_forwarded += 1;
         s.bytes_forwarded += bytes;
-        let key = if s.jobs.contains_key(job) || s.jobs.len() < MAX_JOBS { job } else { OVERFLOW_JOB };
-        let j = s.jobs.entry(key.to_string()).or_insert_with(|| IonJob { job: key.to_string(), ..Default::default() });
+        let j = job_entry(&mut s.jobs, job, |key| IonJob { job: key.to_string(), ..Default::default() });
         j.requests += 1;
         j.bytes += bytes;
     }
@@ -135,6 +131,7 @@ impl Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tessera_proto::types::{MAX_JOBS, OVERFLOW_JOB};
 
     #[test]
     fn histograms_distances_and_interarrivals() {

@@ -1,6 +1,9 @@
 //! Basic identifiers and attributes shared by every service.
 
 use serde::{Deserialize, Serialize};
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::Hash;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Inode number. The root directory is [`ROOT_INO`].
@@ -198,6 +201,24 @@ impl IoTag {
 }
 
 pub const JOB_ID_MAX: usize = 128;
+
+/// Jobs a server keeps apart in its per-job state; further jobs share [`OVERFLOW_JOB`]'s, so peers
+/// cannot grow a server's memory without bound.
+pub const MAX_JOBS: usize = 4096;
+pub const OVERFLOW_JOB: &str = "(other)";
+
+/// `job`'s entry in a per-job map bounded to [`MAX_JOBS`] jobs (a job beyond them gets the
+/// [`OVERFLOW_JOB`] entry); `new` makes the entry of a key seen first.
+pub fn job_entry<'a, K, T>(jobs: &'a mut HashMap<K, T>, job: &str, new: impl FnOnce(&str) -> T) -> &'a mut T
+where
+    K: Borrow<str> + for<'s> From<&'s str> + Hash + Eq,
+{
+    let key = if jobs.contains_key(job) || jobs.len() < MAX_JOBS { job } else { OVERFLOW_JOB };
+    if !jobs.contains_key(key) {
+        jobs.insert(K::from(key), new(key));
+    }
+    jobs.get_mut(key).unwrap_or_else(|| unreachable!("inserted above"))
+}
 
 /// Role of a node, carried in its certificate.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
