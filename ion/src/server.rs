@@ -57,7 +57,6 @@ impl IonService {
 
     pub fn status(&self) -> IonStatus {
         let v = self.dispatcher.view();
-        let s = self.dispatcher.stats.snapshot();
         IonStatus {
             name: self.name.clone(),
             index: self.index,
@@ -66,16 +65,7 @@ impl IonService {
             quantum: v.params.quantum,
             queues: v.queues,
             in_flight: v.in_flight,
-            requests_forwarded: s.requests_forwarded,
-            bytes_forwarded: s.bytes_forwarded,
-            dispatched: s.dispatched,
-            metadata_calls: s.metadata_calls,
-            sizes_leaving_clients: s.leaving_clients,
-            sizes_arriving: s.arriving,
-            sizes_leaving: s.leaving,
-            mean_offset_distance: s.mean_offset_distance,
-            median_interarrival_us: s.median_interarrival_us,
-            jobs: s.jobs,
+            ..self.dispatcher.stats.snapshot()
         }
     }
 }

@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use tessera_proto::msg::{IonJob, SizeHistogram};
+use tessera_proto::msg::{IonJob, IonStatus, SizeHistogram};
 use tessera_proto::types::{job_entry, DsId, ObjectId};
 
 /// Inter-arrival times kept for the median.
@@ -39,23 +39,6 @@ struct Inner {
 #[derive(Default)]
 pub struct Stats {
     inner: Mutex<Inner>,
-}
-
-/// A copy of the counters.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Snapshot {
-    pub leaving_clients: SizeHistogram,
-    pub arriving: SizeHistogram,
-    pub leaving: SizeHistogram,
-    pub requests_forwarded: u64,
-    pub bytes_forwarded: u64,
-    pub dispatched: u64,
-    pub metadata_calls: u64,
-    pub mean_offset_distance: f64,
-    pub object_switches: u64,
-    pub median_interarrival_us: Option<u64>,
-    /// Sorted by job id.
-    pub jobs: Vec<IonJob>,
 }
 
 impl Stats {
@@ -106,16 +89,17 @@ impl Stats {
         self.lock().metadata_calls += 1;
     }
 
-    pub fn snapshot(&self) -> Snapshot {
+    /// The counters' part of the forwarding node's status (the rest left at its default).
+    pub fn snapshot(&self) -> IonStatus {
         let s = self.lock();
         let mut ia: Vec<u64> = s.interarrivals.iter().copied().collect();
         ia.sort_unstable();
         let mut jobs: Vec<IonJob> = s.jobs.values().cloned().collect();
         jobs.sort_by(|a, b| a.job.cmp(&b.job));
-        Snapshot {
-            leaving_clients: s.leaving_clients.clone(),
-            arriving: s.arriving.clone(),
-            leaving: s.leaving.clone(),
+        IonStatus {
+            sizes_leaving_clients: s.leaving_clients.clone(),
+            sizes_arriving: s.arriving.clone(),
+            sizes_leaving: s.leaving.clone(),
             requests_forwarded: s.requests_forwarded,
             bytes_forwarded: s.bytes_forwarded,
             dispatched: s.dispatched,
@@ -124,6 +108,7 @@ impl Stats {
             object_switches: s.object_switches,
             median_interarrival_us: ia.get(ia.len() / 2).copied(),
             jobs,
+            ..IonStatus::default()
         }
     }
 }
@@ -138,12 +123,12 @@ mod tests {
         let s = Stats::default();
         for (i, t) in [0u64, 10, 30, 60].iter().enumerate() {
             s.arrived(32 << 10, 1 << 20, 1_000 + t);
-            assert_eq!(s.snapshot().arriving.total(), i as u64 + 1);
+            assert_eq!(s.snapshot().sizes_arriving.total(), i as u64 + 1);
         }
         let snap = s.snapshot();
         assert_eq!(snap.median_interarrival_us, Some(20), "gaps 10, 20, 30");
-        assert_eq!(snap.leaving_clients.counts[SizeHistogram::bucket(1 << 20)], 4);
-        assert_eq!(snap.arriving.counts[SizeHistogram::bucket(32 << 10)], 4);
+        assert_eq!(snap.sizes_leaving_clients.counts[SizeHistogram::bucket(1 << 20)], 4);
+        assert_eq!(snap.sizes_arriving.counts[SizeHistogram::bucket(32 << 10)], 4);
         // A sequential stream to server 0, a jump of 1 MiB, and a switch of object.
         s.dispatched(0, 7, 0, 64 << 10);
         s.dispatched(0, 7, 64 << 10, 64 << 10);
@@ -153,7 +138,7 @@ mod tests {
         let snap = s.snapshot();
         assert_eq!(snap.mean_offset_distance, (1u64 << 20) as f64 / 2.0);
         assert_eq!((snap.object_switches, snap.dispatched), (1, 5));
-        assert_eq!(snap.leaving.total(), 5);
+        assert_eq!(snap.sizes_leaving.total(), 5);
     }
 
     #[test]

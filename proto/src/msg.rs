@@ -701,8 +701,10 @@ pub struct IonStatus {
     /// Sizes of the (merged) requests sent to data servers.
     pub sizes_leaving: SizeHistogram,
     /// Mean |offset distance| between consecutive requests leaving to the same data server, bytes
-    /// (object offsets; a change of object counts as the distance of the new offset from 0).
+    /// (object offsets, between requests for the same object).
     pub mean_offset_distance: f64,
+    /// Consecutive requests leaving to the same data server for another object than the one before.
+    pub object_switches: u64,
     /// Median time between consecutive arrivals over the recent ones, microseconds.
     pub median_interarrival_us: Option<u64>,
     pub jobs: Vec<IonJob>,
