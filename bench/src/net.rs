@@ -190,7 +190,7 @@ async fn serve(dir: &Path) -> Result<()> {
     let id = NodeIdentity::load(&identity_files(dir)).map_err(|e| anyhow!("{e}"))?;
     let ep = rpc::server_endpoint("127.0.0.1:0".parse()?, &id, &Tuning::default()).map_err(|e| anyhow!("{e}"))?;
     let addr = ep.local_addr()?;
-    println!("READY {addr}");
+    tessera_proto::child::announce_ready(addr);
     rpc::serve(ep, Arc::new(Sink::new())).await;
     Ok(())
 }

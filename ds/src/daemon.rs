@@ -3,7 +3,6 @@
 
 use crate::{device, metrics, report, server, store};
 use clap::Parser;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -125,11 +124,7 @@ async fn run(args: Args) -> Result<(), String> {
     let server = tokio::spawn(rpc::serve(endpoint.clone(), service));
 
     info!(ds = args.id, addr = %local, data_dir = %data_dir.display(), device = model.name(), "data server ready");
-    {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "READY {local}");
-        let _ = out.flush();
-    }
+    tessera_proto::child::announce_ready(local);
 
     wait_for_signal().await?;
     info!("shutting down");

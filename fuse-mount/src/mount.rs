@@ -5,7 +5,6 @@
 use crate::fs::{FsOptions, TesseraFs};
 use clap::Parser;
 use fuser::{Config, MountOption, Session, SessionACL};
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -214,7 +213,7 @@ fn daemonize() -> ExitCode {
     };
     match child.wait_ready(DAEMON_READY_TIMEOUT) {
         Ok(rest) => {
-            println!("READY {rest}");
+            tessera_proto::child::announce_ready(rest);
             child.detach();
             ExitCode::SUCCESS
         }
@@ -276,8 +275,7 @@ fn run(args: Args) -> Result<(), String> {
         .map_err(|e| format!("cannot start the session thread: {e}"))?;
     set_kernel_read_ahead(&mp);
     tracing::info!("mounted {} on {}", cfg.mds.addr, mp.display());
-    println!("READY {}", mp.display());
-    let _ = std::io::stdout().flush();
+    tessera_proto::child::announce_ready(mp.display());
 
     let outcome = rt.block_on(async {
         let mut signals = child::Signals::new().map_err(|e| format!("cannot watch SIGINT/SIGTERM: {e}"))?;

@@ -7,7 +7,6 @@ use crate::server::IonService;
 use crate::stats::Stats;
 use clap::Parser;
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -116,11 +115,7 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let server = tokio::spawn(rpc::serve(endpoint.clone(), service));
     info!(ion = %node.name, addr = %local, scheduler = %scheduler, "forwarding node ready");
-    {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "READY {local}");
-        let _ = out.flush();
-    }
+    tessera_proto::child::announce_ready(local);
     let mut signals = Signals::new().map_err(|e| format!("SIGINT/SIGTERM handlers: {e}"))?;
     signals.recv().await;
     info!("shutting down");

@@ -11,7 +11,6 @@ use crate::stats::StatsView;
 use crate::store::{JournalRecovery, Store, COMMIT_INTERVAL};
 use bytes::Bytes;
 use clap::Parser;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -126,11 +125,7 @@ pub struct Options {
 pub fn main_entry() -> ExitCode {
     let opts = Options::parse();
     let Some(rt) = tessera_proto::process::start("tessera-mds") else { return ExitCode::from(1) };
-    let ready = |addr: SocketAddr| {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "READY {addr}");
-        let _ = out.flush();
-    };
+    let ready = |addr: SocketAddr| tessera_proto::child::announce_ready(addr);
     let result = rt.block_on(async {
         let shutdown = signals()?;
         run(opts, ready, shutdown).await

@@ -14,6 +14,15 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+/// Tells the launcher this process is ready: prints the `READY <what>` line [`Child::ready`] waits for
+/// (an address, a mount point) and flushes it.
+pub fn announce_ready(what: impl std::fmt::Display) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "READY {what}");
+    let _ = out.flush();
+}
+
 /// How long a server may take to print `READY`.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a child gets to exit after SIGTERM before it is killed.
