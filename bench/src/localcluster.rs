@@ -94,27 +94,13 @@ impl LocalCluster {
         Ok(lc)
     }
 
+    /// Starts the servers stage by stage ([`ClusterFiles::start_stages`]).
     async fn launch(&mut self) -> Result<()> {
-        let mds_bin = server_binary("tessera-mds")?;
-        let ds_bin = server_binary("tessera-ds")?;
-        let args = vec!["--config".to_string(), self.files.mds_config.display().to_string()];
-        self.children.push(spawn("mds", &mds_bin, &args, &self.files.log_path("mds"))?);
-        self.children[0].ready(READY_TIMEOUT).await?;
-        for (k, conf) in self.files.ds_configs.iter().enumerate() {
-            let name = format!("ds{k}");
-            let args = vec!["--config".into(), conf.display().to_string(), "--id".into(), k.to_string()];
-            self.children.push(spawn(&name, &ds_bin, &args, &self.files.log_path(&name))?);
-        }
-        for c in self.children[1..].iter_mut() {
-            c.ready(READY_TIMEOUT).await?;
-        }
-        if !self.files.ion_configs.is_empty() {
-            let ion_bin = server_binary("tessera-ion")?;
+        for stage in self.files.start_stages() {
             let first = self.children.len();
-            for (k, conf) in self.files.ion_configs.iter().enumerate() {
-                let name = format!("ion{k}");
-                let args = vec!["--config".into(), conf.display().to_string(), "--index".into(), k.to_string()];
-                self.children.push(spawn(&name, &ion_bin, &args, &self.files.log_path(&name))?);
+            for s in &stage {
+                let bin = server_binary(s.binary)?;
+                self.children.push(spawn(&s.name, &bin, &s.args, &self.files.log_path(&s.name))?);
             }
             for c in self.children[first..].iter_mut() {
                 c.ready(READY_TIMEOUT).await?;

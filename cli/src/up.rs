@@ -33,34 +33,24 @@ fn start_server(files: &ClusterFiles, name: &str, bin: &Path, args: &[String]) -
     Ok(child::spawn(name, &mut cmd, Some(&files.log_path(name)))?)
 }
 
-/// The server binaries `tessera up` runs.
-struct Binaries {
-    mds: PathBuf,
-    ds: PathBuf,
-    ion: PathBuf,
-}
-
-/// Starts the MDS, waits for it (data servers report to it), then every data server at once, then the
-/// forwarding nodes.
-async fn start_all(files: &ClusterFiles, bins: &Binaries, servers: &mut Vec<Child>) -> anyhow::Result<()> {
-    let (mds_bin, ds_bin) = (&bins.mds, &bins.ds);
-    let mds_args = vec!["--config".to_string(), files.mds_config.display().to_string()];
-    servers.push(start_server(files, "mds", mds_bin, &mds_args)?);
-    servers[0].ready(READY_TIMEOUT).await?;
-    for (k, conf) in files.ds_configs.iter().enumerate() {
-        let args = vec!["--config".to_string(), conf.display().to_string(), "--id".to_string(), k.to_string()];
-        servers.push(start_server(files, &format!("ds{k}"), ds_bin, &args)?);
+/// Starts the cluster's servers stage by stage ([`ClusterFiles::start_stages`]), each stage once the one
+/// before is ready. Every binary is looked up first, so a missing one starts nothing.
+async fn start_all(files: &ClusterFiles, servers: &mut Vec<Child>) -> anyhow::Result<()> {
+    let stages = files.start_stages();
+    let mut bins = std::collections::HashMap::new();
+    for s in stages.iter().flatten() {
+        if !bins.contains_key(s.binary) {
+            bins.insert(s.binary, child::server_binary(s.binary)?);
+        }
     }
-    for s in servers[1..].iter_mut() {
-        s.ready(READY_TIMEOUT).await?;
-    }
-    let first_ion = servers.len();
-    for (k, conf) in files.ion_configs.iter().enumerate() {
-        let args = vec!["--config".to_string(), conf.display().to_string(), "--index".to_string(), k.to_string()];
-        servers.push(start_server(files, &format!("ion{k}"), &bins.ion, &args)?);
-    }
-    for s in servers[first_ion..].iter_mut() {
-        s.ready(READY_TIMEOUT).await?;
+    for stage in stages {
+        let first = servers.len();
+        for s in &stage {
+            servers.push(start_server(files, &s.name, &bins[s.binary], &s.args)?);
+        }
+        for c in servers[first..].iter_mut() {
+            c.ready(READY_TIMEOUT).await?;
+        }
     }
     Ok(())
 }
@@ -91,15 +81,10 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<ExitCode> {
     }
     let files = prepare(&opts.dir, Shape { ds: n_ds, ion: n_ion }, opts.port_base, defaults)?;
     let cfg = ClusterConfig::load(&files.client_config)?;
-    let bins = Binaries {
-        mds: child::server_binary("tessera-mds")?,
-        ds: child::server_binary("tessera-ds")?,
-        ion: if n_ion > 0 { child::server_binary("tessera-ion")? } else { PathBuf::new() },
-    };
 
     let mut servers: Vec<Child> = Vec::new();
     let outcome = tokio::select! {
-        r = start_all(&files, &bins, &mut servers) => Some(r),
+        r = start_all(&files, &mut servers) => Some(r),
         _ = signals.recv() => None,
     };
     match outcome {

@@ -40,6 +40,49 @@ impl ClusterFiles {
     pub fn log_path(&self, name: &str) -> PathBuf {
         self.dir.join("logs").join(format!("{name}.log"))
     }
+
+    fn server(name: String, binary: &'static str, config: &Path, flag: Option<(&str, usize)>) -> Server {
+        let mut args = vec!["--config".to_string(), config.display().to_string()];
+        if let Some((flag, k)) = flag {
+            args.extend([flag.to_string(), k.to_string()]);
+        }
+        Server { name, binary, args }
+    }
+
+    /// The metadata server.
+    pub fn mds_server(&self) -> Server {
+        ClusterFiles::server("mds".into(), "tessera-mds", &self.mds_config, None)
+    }
+
+    /// Data server `k`.
+    pub fn ds_server(&self, k: usize) -> Server {
+        ClusterFiles::server(format!("ds{k}"), "tessera-ds", &self.ds_configs[k], Some(("--id", k)))
+    }
+
+    /// Forwarding node `k`.
+    pub fn ion_server(&self, k: usize) -> Server {
+        ClusterFiles::server(format!("ion{k}"), "tessera-ion", &self.ion_configs[k], Some(("--index", k)))
+    }
+
+    /// Every server, in the stages a launcher starts them: the MDS; the data servers (they report to
+    /// it); the forwarding nodes (they connect to both). A stage starts once the one before is ready.
+    pub fn start_stages(&self) -> Vec<Vec<Server>> {
+        let mut stages = vec![vec![self.mds_server()], (0..self.ds_configs.len()).map(|k| self.ds_server(k)).collect()];
+        if !self.ion_configs.is_empty() {
+            stages.push((0..self.ion_configs.len()).map(|k| self.ion_server(k)).collect());
+        }
+        stages
+    }
+}
+
+/// A server of a prepared cluster as a launcher starts it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Server {
+    /// Its name in logs and messages (`mds`, `ds0`, `ion1`); its log is [`ClusterFiles::log_path`] of it.
+    pub name: String,
+    /// The binary (found with [`crate::child::server_binary`]).
+    pub binary: &'static str,
+    pub args: Vec<String>,
 }
 
 fn io_err(what: &Path, e: impl std::fmt::Display) -> FsError {
@@ -312,6 +355,13 @@ mod tests {
         let id = tls::NodeIdentity::load(&ion1.tls).unwrap();
         assert_eq!((id.role, id.name.as_str()), (Role::Ion, "ion1"));
         assert_eq!(ClusterConfig::load(&with_ions.ds_configs[0]).unwrap().ion, client.ion);
+        let stages = with_ions.start_stages();
+        let names: Vec<Vec<&str>> = stages.iter().map(|st| st.iter().map(|s| s.name.as_str()).collect()).collect();
+        assert_eq!(names, vec![vec!["mds"], vec!["ds0", "ds1", "ds2"], vec!["ion0", "ion1"]]);
+        assert_eq!(stages[2][1].binary, "tessera-ion");
+        let conf = with_ions.ion_configs[1].display().to_string();
+        assert_eq!(stages[2][1].args, ["--config", conf.as_str(), "--index", "1"]);
+        assert_eq!(files.start_stages().len(), 2, "no forwarding nodes, no third stage");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use tessera_client::Client;
 use tessera_proto::child::{self, Child, READY_TIMEOUT};
-use tessera_proto::clusterdir::{prepare, ClusterFiles, Shape};
+use tessera_proto::clusterdir::{prepare, ClusterFiles, Server, Shape};
 use tessera_proto::config::{ClusterConfig, Defaults};
 
 /// Path of a Tessera binary (`tessera`, `tessera-mds`, ...): in `$TESSERA_BIN_DIR`, next to the running
@@ -90,16 +90,16 @@ impl Cluster {
     }
 
     pub fn start_ion(&mut self, i: usize) {
-        let child = spawn_ready(
-            &format!("tessera-ion {i}"),
-            Command::new(bin("tessera-ion"))
-                .arg("--config")
-                .arg(&self.files.ion_configs[i])
-                .arg("--index")
-                .arg(i.to_string()),
-            &self.log(&format!("ion{i}")),
-        );
-        self.ion[i] = Some(child);
+        self.ion[i] = Some(self.spawn(self.files.ion_server(i)));
+    }
+
+    /// Starts `server` and waits for its READY line.
+    fn spawn(&self, server: Server) -> Child {
+        spawn_ready(
+            &server.name,
+            Command::new(bin(server.binary)).args(&server.args),
+            &self.files.log_path(&server.name),
+        )
     }
 
     pub fn kill9_ion(&mut self, i: usize) {
@@ -118,25 +118,11 @@ impl Cluster {
     }
 
     pub fn start_mds(&mut self) {
-        let child = spawn_ready(
-            "tessera-mds",
-            Command::new(bin("tessera-mds")).arg("--config").arg(&self.files.mds_config),
-            &self.log("mds"),
-        );
-        self.mds = Some(child);
+        self.mds = Some(self.spawn(self.files.mds_server()));
     }
 
     pub fn start_ds(&mut self, i: usize) {
-        let child = spawn_ready(
-            &format!("tessera-ds {i}"),
-            Command::new(bin("tessera-ds"))
-                .arg("--config")
-                .arg(&self.files.ds_configs[i])
-                .arg("--id")
-                .arg(i.to_string()),
-            &self.log(&format!("ds{i}")),
-        );
-        self.ds[i] = Some(child);
+        self.ds[i] = Some(self.spawn(self.files.ds_server(i)));
     }
 
     /// SIGKILL, like a crash.
