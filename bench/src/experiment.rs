@@ -186,10 +186,15 @@ pub fn csv_text(records: &[Record]) -> String {
 
 /// Writes OUT/NAME.json and OUT/NAME.csv.
 pub fn write_records(out: &Path, name: &str, records: &[Record]) -> Result<()> {
+    write_outputs(out, name, records, &csv_text(records))
+}
+
+/// Writes OUT/NAME.json (the records) and OUT/NAME.csv (`csv`): every experiment's output files.
+pub(crate) fn write_outputs<T: Serialize>(out: &Path, name: &str, records: &[T], csv: &str) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     crate::report::write_json(&out.join(format!("{name}.json")), &records)?;
-    let csv = out.join(format!("{name}.csv"));
-    std::fs::write(&csv, csv_text(records)).with_context(|| format!("writing {}", csv.display()))
+    let path = out.join(format!("{name}.csv"));
+    std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Resolved sizes and times of an experiment.
@@ -742,11 +747,12 @@ fn value(records: &[Record], bench: &str, op: &str, mode: &str, param: Option<f6
         .unwrap_or(f64::NAN)
 }
 
-fn uniq<'a>(it: impl Iterator<Item = &'a str>) -> Vec<String> {
+/// The distinct values, in the order first seen (the groups and series of a figure).
+pub(crate) fn uniq<S: AsRef<str>>(it: impl Iterator<Item = S>) -> Vec<String> {
     let mut v: Vec<String> = Vec::new();
     for x in it {
-        if !v.iter().any(|y| y == x) {
-            v.push(x.to_string());
+        if !v.iter().any(|y| y == x.as_ref()) {
+            v.push(x.as_ref().to_string());
         }
     }
     v

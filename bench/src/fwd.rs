@@ -19,7 +19,7 @@
 //! own, made the same configuration vary 2x between runs when reads went to it.
 //! Scheduler "none" is direct access (clients configured with `ion = "none"`).
 
-use crate::experiment::{DeviceModelArg, ExperimentArgs, ExperimentName};
+use crate::experiment::{uniq, DeviceModelArg, ExperimentArgs, ExperimentName};
 use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::plots::{self, BarPanel};
 use crate::report::median;
@@ -148,10 +148,7 @@ impl Sched {
     }
 
     fn label(&self) -> String {
-        match (self.name, self.window_ms) {
-            ("twins", Some(w)) => format!("twins {w} ms"),
-            (n, _) => n.to_string(),
-        }
+        sched_label(self.name, self.window_ms)
     }
 }
 
@@ -398,7 +395,7 @@ pub async fn run(e: Experiment, a: &ExperimentArgs) -> Result<()> {
         fx.cluster.stop().await;
         records.extend(result?);
     }
-    write_records(&a.out, name, &records)?;
+    crate::experiment::write_outputs(&a.out, name, &records, &csv_text(&records))?;
     println!("wrote {}/{name}.json and {name}.csv", a.out.display());
     let png = a.out.join(format!("{name}.png"));
     match plot(e, &records, &png) {
@@ -501,27 +498,16 @@ pub fn csv_text(records: &[FwdRecord]) -> String {
     s
 }
 
-fn write_records(out: &Path, name: &str, records: &[FwdRecord]) -> Result<()> {
-    crate::report::write_json(&out.join(format!("{name}.json")), &records)?;
-    let csv = out.join(format!("{name}.csv"));
-    std::fs::write(&csv, csv_text(records)).with_context(|| format!("writing {}", csv.display()))
-}
-
-fn label(r: &FwdRecord) -> String {
-    match (r.scheduler.as_str(), r.window_ms) {
+/// A scheduler as figures and progress lines name it: TWINS with its window.
+fn sched_label(name: &str, window_ms: Option<f64>) -> String {
+    match (name, window_ms) {
         ("twins", Some(w)) => format!("twins {w} ms"),
         (n, _) => n.to_string(),
     }
 }
 
-fn uniq(it: impl Iterator<Item = String>) -> Vec<String> {
-    let mut v: Vec<String> = Vec::new();
-    for x in it {
-        if !v.contains(&x) {
-            v.push(x);
-        }
-    }
-    v
+fn label(r: &FwdRecord) -> String {
+    sched_label(&r.scheduler, r.window_ms)
 }
 
 /// Throughput bars: one panel per (op, request size) — per pattern for fwd-ions — with the schedulers as
