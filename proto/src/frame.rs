@@ -98,7 +98,7 @@ pub fn parse_prefix(p: &[u8; PREFIX], max_payload: usize) -> Result<(usize, usiz
     Ok((hlen, plen))
 }
 
-/// Reads one request frame (replies are read with [`read_frame_chunked`]). A large payload is gathered into
+/// Reads one request frame (replies are read with [`read_head`] and [`read_payload_chunked`]). A large payload is gathered into
 /// a recycled page-aligned buffer, so that a data server can hand a block-aligned write to `O_DIRECT`
 /// without copying it again.
 ///
@@ -156,23 +156,19 @@ impl Gathered {
 }
 
 /// Payloads arriving in more chunks than this (small datagrams, e.g. a standard 1500-byte MTU) are
-/// gathered anyway by [`read_frame_chunked`]: thousands of tiny pieces cost more to carry than one copy.
+/// gathered anyway by [`read_payload_chunked`]: thousands of tiny pieces cost more to carry than one copy.
 pub const MAX_CHUNKS: usize = 64;
 
-/// [`read_frame`] leaving the payload in the chunks it arrived in (16 or so per MiB on loopback, whose
-/// datagrams are 64 KiB): a caller that can use the pieces (a FUSE read reply written with `writev`)
-/// saves the copy that gathering them into one buffer costs. Returns the header and the chunks.
-pub async fn read_frame_chunked(
-    recv: &mut quinn::RecvStream,
-    max_payload: usize,
-) -> Result<(Bytes, Vec<Bytes>), FrameError> {
-    let (header, plen) = read_head(recv, max_payload).await?;
+/// The `len` payload bytes following a header read with [`read_head`], left in the chunks they arrived in
+/// (16 or so per MiB on loopback, whose datagrams are 64 KiB): a caller that can use the pieces (a FUSE
+/// read reply written with `writev`) saves the copy that gathering them into one buffer costs.
+pub async fn read_payload_chunked(recv: &mut quinn::RecvStream, len: usize) -> Result<Vec<Bytes>, FrameError> {
     let mut chunks = Vec::new();
-    for_each_chunk(recv, plen, "payload", |chunk| chunks.push(chunk)).await?;
+    for_each_chunk(recv, len, "payload", |chunk| chunks.push(chunk)).await?;
     if chunks.len() > MAX_CHUNKS {
         chunks = vec![concat(chunks)];
     }
-    Ok((header, chunks))
+    Ok(chunks)
 }
 
 /// The chunks joined into one buffer: no copy for zero or one chunk.

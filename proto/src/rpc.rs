@@ -286,19 +286,33 @@ impl RpcPeer {
     ) -> FsResult<(Rep, ReplyStream)> {
         let fut = async {
             let conn = self.connection().await?;
-            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| self.transport_err(e))?;
-            frame::write_frame(&mut send, req, payload).await.map_err(|e| self.frame_err(e))?;
-            let _ = send.finish();
-            let (header, len) = frame::read_head(&mut recv, MAX_PAYLOAD).await.map_err(|e| self.frame_err(e))?;
-            let resp: FsResult<Rep> = wire::decode(&header).map_err(|e| self.frame_err(FrameError::Decode(e)))?;
-            Ok::<_, FsError>(resp.map(|r| (r, ReplyStream { recv, left: len })))
+            let (resp, recv, len) = self.exchange::<_, Rep>(&conn, req, payload).await?;
+            Ok(resp.map(|r| (r, ReplyStream { recv, left: len })))
         };
-        tokio::time::timeout(self.tuning.call_timeout, fut).await.unwrap_or_else(|_| {
-            Err(FsError::new(
-                ErrorCode::TimedOut,
-                format!("{} {}: no reply within {:?}", self.role, self.target(), self.tuning.call_timeout),
-            ))
-        })?
+        tokio::time::timeout(self.tuning.call_timeout, fut).await.unwrap_or_else(|_| Err(self.no_reply()))?
+    }
+
+    /// Sends one request on a new stream of `conn` and reads the reply's header: the server's answer,
+    /// the stream and the length of the payload still to read from it.
+    async fn exchange<Req: Serialize, Rep: DeserializeOwned>(
+        &self,
+        conn: &quinn::Connection,
+        req: &Req,
+        payload: Bytes,
+    ) -> FsResult<(FsResult<Rep>, quinn::RecvStream, usize)> {
+        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| self.transport_err(e))?;
+        frame::write_frame(&mut send, req, payload).await.map_err(|e| self.frame_err(e))?;
+        let _ = send.finish();
+        let (header, len) = frame::read_head(&mut recv, MAX_PAYLOAD).await.map_err(|e| self.frame_err(e))?;
+        let resp: FsResult<Rep> = wire::decode(&header).map_err(|e| self.frame_err(FrameError::Decode(e)))?;
+        Ok((resp, recv, len))
+    }
+
+    fn no_reply(&self) -> FsError {
+        FsError::new(
+            ErrorCode::TimedOut,
+            format!("{} {}: no reply within {:?}", self.role, self.target(), self.tuning.call_timeout),
+        )
     }
 
     /// Whether a connection is up right now (made and not closed: its keep-alives are answered).
@@ -317,7 +331,7 @@ impl RpcPeer {
     }
 
     /// [`RpcPeer::call`] with the reply's payload left in the chunks it arrived in
-    /// ([`frame::read_frame_chunked`]).
+    /// ([`frame::read_payload_chunked`]).
     pub async fn call_chunked<Req: Serialize, Rep: DeserializeOwned>(
         &self,
         req: &Req,
@@ -378,20 +392,11 @@ impl RpcPeer {
             }
         };
         let fut = async {
-            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| self.transport_err(e))?;
-            frame::write_frame(&mut send, req, payload).await.map_err(|e| self.frame_err(e))?;
-            let _ = send.finish();
-            let (header, chunks) =
-                frame::read_frame_chunked(&mut recv, MAX_PAYLOAD).await.map_err(|e| self.frame_err(e))?;
-            let resp: FsResult<Rep> = wire::decode(&header).map_err(|e| self.frame_err(FrameError::Decode(e)))?;
+            let (resp, mut recv, len) = self.exchange::<_, Rep>(&conn, req, payload).await?;
+            let chunks = frame::read_payload_chunked(&mut recv, len).await.map_err(|e| self.frame_err(e))?;
             Ok(resp.map(|r| (r, chunks)))
         };
-        let r = tokio::time::timeout(self.tuning.call_timeout, fut).await.unwrap_or_else(|_| {
-            Err(FsError::new(
-                ErrorCode::TimedOut,
-                format!("{} {}: no reply within {:?}", self.role, self.target(), self.tuning.call_timeout),
-            ))
-        });
+        let r = tokio::time::timeout(self.tuning.call_timeout, fut).await.unwrap_or_else(|_| Err(self.no_reply()));
         r.map_err(|error| TransportFailure { sent: true, error })
     }
 
