@@ -300,12 +300,13 @@ impl Fixture {
         Ok(())
     }
 
-    /// Mean offset distance over the forwarding nodes (their counters since start).
-    async fn offset_distance(&mut self) -> Option<(f64, u64)> {
-        let st = self.cluster.ion_status().await.ok()?;
+    /// The forwarding nodes' offset distances since they started, weighted by the requests each sent,
+    /// and those requests: (sum, count); zeros when they cannot be read.
+    async fn offset_distances(&mut self) -> (f64, u64) {
+        let Ok(st) = self.cluster.ion_status().await else { return (0.0, 0) };
         let n: u64 = st.iter().map(|s| s.dispatched).sum();
         let sum: f64 = st.iter().map(|s| s.mean_offset_distance * s.dispatched as f64).sum();
-        (n > 0).then(|| (sum / n as f64, n))
+        (sum, n)
     }
 }
 
@@ -414,12 +415,13 @@ async fn measure(fx: &mut Fixture, s: &Settings, n_ion: usize, group: &[Config])
     for round in 0..s.runs {
         for (i, c) in group.iter().enumerate() {
             fx.select(&c.sched).await?;
-            let before = fx.offset_distance().await;
+            let forwarded = c.sched.name != "none";
+            let (s0, n0) = if forwarded { fx.offset_distances().await } else { (0.0, 0) };
             let (ends, bytes) = run_once(fx, s, c).await?;
-            let after = fx.offset_distance().await;
-            if let (Some((d0, n0)), Some((d1, n1))) = (before.or(Some((0.0, 0))), after) {
-                if n1 > n0 && c.sched.name != "none" {
-                    distances[i].push((d1 * n1 as f64 - d0 * n0 as f64) / (n1 - n0) as f64);
+            if forwarded {
+                let (s1, n1) = fx.offset_distances().await;
+                if n1 > n0 {
+                    distances[i].push((s1 - s0) / (n1 - n0) as f64);
                 }
             }
             // The servers' locality reports come every 100 ms: wait for the one after the run.
