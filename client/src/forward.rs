@@ -177,8 +177,4 @@ impl Forwarding {
         let ion = self.ions.get(k).ok_or_else(|| FsError::invalid(format!("no forwarding node {k}")))?;
         Ok(ion.peer.call::<IonCall, IonReply>(call, Bytes::new()).await?.0)
     }
-
-    pub fn ions(&self) -> &[Ion] {
-        &self.ions
-    }
 }
