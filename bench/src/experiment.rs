@@ -137,9 +137,13 @@ pub struct ExperimentArgs {
     #[arg(long, value_enum, value_delimiter = ',')]
     pub variants: Vec<Variant>,
     /// Forwarding experiments: merged requests each forwarding node has at the data servers at once
-    /// (`ion_options.dispatch_depth`; default: the configuration's, 16).
+    /// (`ion_options.dispatch_depth`; default: the configuration's, 64).
     #[arg(long)]
     pub dispatch_depth: Option<u32>,
+    /// Forwarding experiments: the emulated disk's elevator (`ds_options.hdd.elevator`): clook (default)
+    /// or fifo (arrival order, as a server issuing one I/O at a time would have).
+    #[arg(long, value_parser = ["clook", "fifo"])]
+    pub hdd_elevator: Option<String>,
     /// Only redraw OUT/NAME.png from OUT/NAME.json (no cluster, no runs).
     #[arg(long)]
     pub replot: bool,
@@ -245,6 +249,7 @@ impl Settings {
             mode: OrchestratorMode::Off,
             n_ion: 0,
             ion_dispatch_depth: None,
+            hdd_elevator: None,
         }
     }
 
@@ -914,6 +919,7 @@ mod tests {
             procs: Some(5),
             clients: None,
             dispatch_depth: None,
+            hdd_elevator: None,
             replot: false,
             seconds: None,
             file_size: Some(128 << 20),

@@ -23,11 +23,13 @@ use crate::experiment::{uniq, DeviceModelArg, ExperimentArgs, ExperimentName};
 use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::plots::{self, BarPanel};
 use crate::report::median;
+use crate::trace;
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
-use std::time::Instant;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 use tessera_client::proto::msg::{OrchestratorMode, SchedulerSetting};
 use tessera_client::{Client, IoTag, Layout, OpenOptions};
 use tessera_proto::types::Origin;
@@ -132,6 +134,9 @@ pub struct FwdRecord {
     /// requests they served (locality monitor), mean over the servers, bytes.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ds_sl_bytes: Option<f64>,
+    /// The emulated disk's elevator when not the default (clook).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub hdd_elevator: Option<String>,
 }
 
 /// A scheduler configuration: `none` or an ION scheduler with its window.
@@ -163,6 +168,7 @@ struct Settings {
     device: DeviceModelArg,
     quick: bool,
     dispatch_depth: Option<u32>,
+    hdd_elevator: Option<String>,
 }
 
 /// One configuration to measure.
@@ -240,6 +246,10 @@ struct Fixture {
     fpp: Vec<(u64, Layout)>,
     shared: Vec<(u64, Layout)>,
     current: Option<Sched>,
+    /// The data servers' `lba-trace.csv` when the cluster traces (fwd-schedulers), else empty.
+    traces: Vec<PathBuf>,
+    /// Client id → the process group it belongs to (its index i → ION i*M/C, for direct clients too).
+    groups: HashMap<u64, usize>,
 }
 
 async fn file_of(c: &Client, path: &str, size: u64) -> Result<(u64, Layout)> {
@@ -251,7 +261,7 @@ async fn file_of(c: &Client, path: &str, size: u64) -> Result<(u64, Layout)> {
 }
 
 impl Fixture {
-    async fn start(dir: &Path, s: &Settings, n_ion: usize, apps: usize) -> Result<Fixture> {
+    async fn start(dir: &Path, s: &Settings, n_ion: usize, apps: usize, trace: bool) -> Result<Fixture> {
         let o = ClusterOptions {
             n_ds: s.n_ds,
             stripe_size: crate::workloads::STRIPE,
@@ -259,18 +269,23 @@ impl Fixture {
             // Objects a little apart on the emulated disk, as files of one file system would be.
             reservation: Some(s.per_proc.max(1 << 20) * 4),
             disk_gb: Some(crate::experiment::PAPER_DISK_GB),
-            trace: false,
+            trace,
             window_ms: 500,
             mode: OrchestratorMode::Off,
             n_ion,
             ion_dispatch_depth: s.dispatch_depth,
+            hdd_elevator: s.hdd_elevator.clone(),
         };
         let cluster = LocalCluster::start(dir, &o).await?;
         let mut via_ion = Vec::with_capacity(s.clients);
         let mut direct = Vec::with_capacity(s.clients);
+        let mut groups = HashMap::new();
         for i in 0..s.clients {
-            via_ion.push(cluster.client_via(Some(i * n_ion.max(1) / s.clients), "fwd").await?);
+            let ion = i * n_ion.max(1) / s.clients;
+            via_ion.push(cluster.client_via(Some(ion), "fwd").await?);
             direct.push(cluster.client_via(None, "fwd").await?);
+            groups.insert(via_ion[i].client_id(), ion);
+            groups.insert(direct[i].client_id(), ion);
         }
         let c = &direct[0];
         c.mkdir_all("/fpp", 0o755).await.map_err(|e| anyhow!("{e}"))?;
@@ -283,7 +298,9 @@ impl Fixture {
         for a in 0..apps {
             shared.push(file_of(c, &format!("/shared{a}"), per_app as u64 * s.per_proc).await?);
         }
-        Ok(Fixture { cluster, via_ion, direct, fpp, shared, current: None })
+        let traces =
+            if trace { cluster.ds_data_dirs().iter().map(|d| d.join("lba-trace.csv")).collect() } else { Vec::new() };
+        Ok(Fixture { cluster, via_ion, direct, fpp, shared, current: None, traces, groups })
     }
 
     async fn select(&mut self, sched: &Sched) -> Result<()> {
@@ -362,6 +379,7 @@ fn settings(a: &ExperimentArgs) -> Result<Settings> {
         device: a.device_model,
         quick: a.quick,
         dispatch_depth: a.dispatch_depth,
+        hdd_elevator: a.hdd_elevator.clone(),
     };
     if s.procs < 2 || s.clients == 0 || s.n_ds == 0 || s.runs == 0 {
         bail!("--procs (at least 2), --clients, --n-ds and --runs must be positive");
@@ -379,22 +397,34 @@ pub async fn run(e: Experiment, a: &ExperimentArgs) -> Result<()> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let t0 = Instant::now();
     println!(
-        "experiment {name}: {} processes over {} clients, {} per process, {} data servers, device model {}, {} runs",
+        "experiment {name}: {} processes over {} clients, {} per process, {} data servers, device model {}{}, {} runs, \
+         dispatch depth {}",
         s.procs,
         s.clients,
         format_size(s.per_proc),
         s.n_ds,
         s.device.as_str(),
-        s.runs
+        s.hdd_elevator.as_ref().map(|e| format!(" (elevator {e})")).unwrap_or_default(),
+        s.runs,
+        s.dispatch_depth.map_or("default".to_string(), |d| d.to_string())
     );
     let work = tempfile::Builder::new().prefix("tessera-fwd-").tempdir().context("temp dir")?;
     let mut records = Vec::new();
+    let mut traced = Vec::new();
     for (n_ion, group) in configs(e, &s) {
         let apps = group.iter().map(|c| c.apps).max().unwrap_or(1);
-        let mut fx = Fixture::start(&work.path().join(format!("ions{n_ion}")), &s, n_ion, apps).await?;
+        let trace = matches!(e, Experiment::Schedulers | Experiment::TwinsWindow);
+        let mut fx = Fixture::start(&work.path().join(format!("ions{n_ion}")), &s, n_ion, apps, trace).await?;
         let result = measure(&mut fx, &s, n_ion, &group).await;
         fx.cluster.stop().await;
-        records.extend(result?);
+        let (r, t) = result?;
+        records.extend(r);
+        traced.extend(t);
+    }
+    if !traced.is_empty() {
+        if let Err(err) = write_traces(&a.out, name, &traced, s.device.as_str()) {
+            eprintln!("warning: no {name}-trace outputs: {err:#}");
+        }
     }
     crate::experiment::write_outputs(&a.out, name, &records, &csv_text(&records))?;
     println!("wrote {}/{name}.json and {name}.csv", a.out.display());
@@ -407,8 +437,35 @@ pub async fn run(e: Experiment, a: &ExperimentArgs) -> Result<()> {
     Ok(())
 }
 
-/// Every configuration of one cluster, in rounds; medians per configuration.
-async fn measure(fx: &mut Fixture, s: &Settings, n_ion: usize, group: &[Config]) -> Result<Vec<FwdRecord>> {
+/// The configurations whose first run is traced (when the cluster traces): small strided reads, direct and
+/// through the main schedulers — the thesis's headline case.
+fn traced_config(c: &Config) -> bool {
+    c.pattern == Pattern::Strided
+        && c.op == Op::Read
+        && c.xfer == SMALL
+        && c.apps == 1
+        && matches!(c.sched.name, "none" | "fifo" | "hbrr" | "twins")
+}
+
+/// A served request as the trace figure draws it: (time µs, address, process group).
+type Served = (u64, u64, usize);
+
+/// One traced run: the configuration's label, its forwarding nodes, and each data server's shape and
+/// requests in time order.
+struct Traced {
+    label: String,
+    ions: usize,
+    per_ds: Vec<(trace::StreamShape, Vec<Served>)>,
+}
+
+/// Every configuration of one cluster, in rounds; medians per configuration (and the traced runs).
+async fn measure(
+    fx: &mut Fixture,
+    s: &Settings,
+    n_ion: usize,
+    group: &[Config],
+) -> Result<(Vec<FwdRecord>, Vec<Traced>)> {
+    let mut traced = Vec::new();
     let mut samples: Vec<Vec<(Vec<f64>, u64)>> = vec![Vec::new(); group.len()];
     let mut distances: Vec<Vec<f64>> = vec![Vec::new(); group.len()];
     let mut sls: Vec<Vec<f64>> = vec![Vec::new(); group.len()];
@@ -417,7 +474,11 @@ async fn measure(fx: &mut Fixture, s: &Settings, n_ion: usize, group: &[Config])
             fx.select(&c.sched).await?;
             let forwarded = c.sched.name != "none";
             let (s0, n0) = if forwarded { fx.offset_distances().await } else { (0.0, 0) };
+            let want_trace = round == 0 && !fx.traces.is_empty() && traced_config(c);
+            let before: Vec<u64> = fx.traces.iter().map(|p| trace::file_len(p)).collect();
+            let t_start = trace::unix_us();
             let (ends, bytes) = run_once(fx, s, c).await?;
+            let t_end = trace::unix_us();
             if forwarded {
                 let (s1, n1) = fx.offset_distances().await;
                 if n1 > n0 {
@@ -425,7 +486,22 @@ async fn measure(fx: &mut Fixture, s: &Settings, n_ion: usize, group: &[Config])
                 }
             }
             // The servers' locality reports come every 100 ms: wait for the one after the run.
-            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if want_trace {
+                // The servers flush their trace after a second without requests.
+                tokio::time::sleep(Duration::from_millis(1300)).await;
+                let mut per_ds = Vec::new();
+                for (p, b) in fx.traces.iter().zip(&before) {
+                    let mut recs = trace::read_from(p, *b)?;
+                    recs.retain(|r| r.time_us >= t_start && r.time_us <= t_end);
+                    recs.sort_by_key(|r| r.time_us);
+                    let group = |cl| fx.groups.get(&cl).copied().unwrap_or(usize::MAX);
+                    let shape = trace::stream_shape(&recs, group);
+                    per_ds.push((shape, recs.iter().map(|r| (r.time_us, r.address, group(r.client))).collect()));
+                }
+                let ions = if forwarded { n_ion } else { 0 };
+                traced.push(Traced { label: c.sched.label(), ions, per_ds });
+            }
             if let Ok(Some(st)) = fx.cluster.status().await {
                 if !st.servers.is_empty() {
                     sls[i].push(st.servers.iter().map(|s| s.1).sum::<f64>() / st.servers.len() as f64);
@@ -446,7 +522,7 @@ async fn measure(fx: &mut Fixture, s: &Settings, n_ion: usize, group: &[Config])
             samples[i].push((ends, bytes));
         }
     }
-    Ok(group
+    let records = group
         .iter()
         .zip(samples)
         .zip(distances)
@@ -471,9 +547,89 @@ async fn measure(fx: &mut Fixture, s: &Settings, n_ion: usize, group: &[Config])
                 app_makespans_s,
                 ion_offset_distance: (!dist.is_empty()).then(|| median(&dist)),
                 ds_sl_bytes: (!sl.is_empty()).then(|| median(&sl)),
+                hdd_elevator: s.hdd_elevator.clone(),
             }
         })
-        .collect())
+        .collect();
+    Ok((records, traced))
+}
+
+/// One line of NAME-trace.json: the stream one data server served in a traced run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TraceShapeRecord {
+    pub scheduler: String,
+    pub ions: usize,
+    pub data_server: usize,
+    pub device_model: String,
+    #[serde(flatten)]
+    pub shape: trace::StreamShape,
+}
+
+/// `NAME-trace.{json,png}`: per data server, the shape of the stream it served in each traced run
+/// (address gaps, contiguity, how often the process group changed), and the addresses data server 0
+/// served over 100 ms of each run, coloured by process group (the ION the group goes through).
+fn write_traces(out: &Path, name: &str, traced: &[Traced], device: &str) -> Result<()> {
+    let mut rows = Vec::new();
+    for t in traced {
+        for (ds, (shape, _)) in t.per_ds.iter().enumerate() {
+            rows.push(TraceShapeRecord {
+                scheduler: t.label.clone(),
+                ions: t.ions,
+                data_server: ds,
+                device_model: device.to_string(),
+                shape: shape.clone(),
+            });
+        }
+    }
+    let json = out.join(format!("{name}-trace.json"));
+    std::fs::write(&json, serde_json::to_string_pretty(&rows)?)
+        .with_context(|| format!("writing {}", json.display()))?;
+    println!("wrote {}", json.display());
+    for t in traced {
+        let n = t.per_ds.len().max(1) as f64;
+        let mean = |f: fn(&trace::StreamShape) -> f64| t.per_ds.iter().map(|(s, _)| f(s)).sum::<f64>() / n;
+        println!(
+            "  trace {:<12} mean over servers: gap {:7.1} KiB (median {:6.1}), contiguous {:4.1}%, group switches {:4.1}%",
+            t.label,
+            mean(|s| s.mean_gap_kib),
+            mean(|s| s.median_gap_kib),
+            100.0 * mean(|s| s.contiguous_fraction),
+            100.0 * mean(|s| s.source_switch_fraction)
+        );
+    }
+    let groups = traced.iter().map(|t| t.ions).max().unwrap_or(1).max(1);
+    let names: Vec<String> = (0..groups).map(|g| format!("processes of ION {g}")).collect();
+    let mut panels = Vec::new();
+    for t in traced {
+        let Some((shape, recs)) = t.per_ds.first() else { continue };
+        let (Some(first), Some(last)) = (recs.first(), recs.last()) else { continue };
+        // 100 ms from a quarter into the run (steady state); addresses from the lowest one served then.
+        let from = first.0 + (last.0 - first.0) / 4;
+        let window: Vec<&Served> =
+            recs.iter().filter(|r| r.0 >= from && r.0 < from + 100_000 && r.2 < groups).collect();
+        let base = window.iter().map(|r| r.1).min().unwrap_or(0);
+        let pts = window.iter().map(|&&(t, a, g)| ((t - from) as f64 / 1e3, (a - base) as f64 / 1024.0, g)).collect();
+        panels.push((
+            format!(
+                "{}: gap {:.0} KiB, {:.0}% switches",
+                t.label,
+                shape.mean_gap_kib,
+                100.0 * shape.source_switch_fraction
+            ),
+            pts,
+        ));
+    }
+    let png = out.join(format!("{name}-trace.png"));
+    plots::scatter_panels(
+        &png,
+        &format!("Addresses served by data server 0 over 100 ms, 32 KiB strided reads ({device} device model)"),
+        "time (ms)",
+        "address − lowest (KiB)",
+        &names,
+        &panels,
+    )?;
+    println!("wrote {}", png.display());
+    Ok(())
 }
 
 pub fn csv_text(records: &[FwdRecord]) -> String {
@@ -590,6 +746,7 @@ mod tests {
             device: DeviceModelArg::Hdd,
             quick: true,
             dispatch_depth: None,
+            hdd_elevator: None,
         };
         let q = configs(Experiment::Schedulers, &s);
         assert_eq!(q[0].0, 4);
@@ -621,6 +778,7 @@ mod tests {
             app_makespans_s: None,
             ion_offset_distance: Some(4096.0),
             ds_sl_bytes: Some(65536.0),
+            hdd_elevator: None,
         };
         let v = serde_json::to_value(&r).unwrap();
         for k in [

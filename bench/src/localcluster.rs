@@ -29,6 +29,8 @@ pub struct ClusterOptions {
     pub n_ion: usize,
     /// `ion_options.dispatch_depth` (None: the default).
     pub ion_dispatch_depth: Option<u32>,
+    /// `ds_options.hdd.elevator` (None: the default, clook).
+    pub hdd_elevator: Option<String>,
 }
 
 /// Running servers of a cluster directory.
@@ -55,6 +57,9 @@ pub fn edit_config(cfg: &mut ClusterConfig, o: &ClusterOptions) {
     cfg.orchestrator.mode = o.mode.as_str().to_string();
     if let Some(d) = o.ion_dispatch_depth {
         cfg.ion_options.dispatch_depth = d;
+    }
+    if let Some(e) = &o.hdd_elevator {
+        cfg.ds_options.hdd.elevator = e.clone();
     }
     cfg.orchestrator.window_ms = o.window_ms;
 }
@@ -234,6 +239,7 @@ mod tests {
             mode: OrchestratorMode::Off,
             n_ion: 0,
             ion_dispatch_depth: None,
+            hdd_elevator: Some("fifo".into()),
         };
         edit_config(&mut c, &o);
         c.save(&files.ds_configs[1]).unwrap();
@@ -242,6 +248,7 @@ mod tests {
         assert_eq!(c.ds_options.object_reservation_bytes, 10 << 30);
         assert!(c.ds_options.trace);
         assert_eq!(c.ds_options.hdd.capacity_gb, 150.0);
+        assert_eq!(c.ds_options.hdd.elevator, "fifo");
         assert_eq!((c.orchestrator.mode.as_str(), c.orchestrator.window_ms), ("off", 250));
     }
 }

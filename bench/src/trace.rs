@@ -1,4 +1,5 @@
-//! The data servers' `lba-trace.csv` (`time_us,job,address,len,op`, one line per request served):
+//! The data servers' `lba-trace.csv` (`time_us,job,address,len,op,client,pid`, one line per request
+//! served; traces written before the client columns existed have 0 there):
 //! reading the part appended during one configuration, and the reuse distances of a program.
 
 use anyhow::{Context, Result};
@@ -13,6 +14,9 @@ pub struct TraceRecord {
     pub address: u64,
     pub len: u64,
     pub op: String,
+    /// The originating client id (kept by forwarding nodes).
+    pub client: u64,
+    pub pid: u32,
 }
 
 /// Parses one line; a header or malformed line is None.
@@ -23,7 +27,9 @@ pub fn parse_line(line: &str) -> Option<TraceRecord> {
     let address = f.next()?.trim().parse().ok()?;
     let len = f.next()?.trim().parse().ok()?;
     let op = f.next().unwrap_or("").trim().to_string();
-    Some(TraceRecord { time_us, job, address, len, op })
+    let client = f.next().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+    let pid = f.next().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+    Some(TraceRecord { time_us, job, address, len, op, client, pid })
 }
 
 /// Microseconds since the Unix epoch (the time base of the servers' traces).
@@ -71,6 +77,39 @@ pub fn histogram(values: &[f64], edges: &[f64]) -> Vec<u64> {
     out
 }
 
+/// How one data server's served stream looks: requests, address gaps between consecutive requests
+/// (|address − end of the previous one|), and how often consecutive requests came from different sources.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StreamShape {
+    pub requests: usize,
+    pub mean_gap_kib: f64,
+    pub median_gap_kib: f64,
+    /// Share of consecutive requests that are exactly contiguous (gap 0).
+    pub contiguous_fraction: f64,
+    /// Share of consecutive requests whose sources (`source_of(client)`) differ.
+    pub source_switch_fraction: f64,
+}
+
+/// The [`StreamShape`] of `records` (in service order, i.e. sorted by time).
+pub fn stream_shape(records: &[TraceRecord], source_of: impl Fn(u64) -> usize) -> StreamShape {
+    let mut recs: Vec<&TraceRecord> = records.iter().collect();
+    recs.sort_by_key(|r| r.time_us);
+    let pairs = recs.len().saturating_sub(1).max(1) as f64;
+    let mut gaps: Vec<f64> =
+        recs.windows(2).map(|w| w[1].address.abs_diff(w[0].address.saturating_add(w[0].len)) as f64 / 1024.0).collect();
+    let switches = recs.windows(2).filter(|w| source_of(w[0].client) != source_of(w[1].client)).count();
+    let contiguous = gaps.iter().filter(|g| **g == 0.0).count();
+    let mean_gap_kib = if gaps.is_empty() { 0.0 } else { gaps.iter().sum::<f64>() / gaps.len() as f64 };
+    gaps.sort_by(f64::total_cmp);
+    StreamShape {
+        requests: recs.len(),
+        mean_gap_kib,
+        median_gap_kib: gaps.get(gaps.len() / 2).copied().unwrap_or(0.0),
+        contiguous_fraction: contiguous as f64 / pairs,
+        source_switch_fraction: switches as f64 / pairs,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,12 +120,15 @@ mod tests {
         let p = dir.path().join("lba-trace.csv");
         std::fs::write(
             &p,
-            "time_us,job,address,len,op\n1000,a,0,65536,read\n1500,b,9,1,read\n3000,a,65536,65536,read\n",
+            "time_us,job,address,len,op\n1000,a,0,65536,read\n1500,b,9,1,read\n3000,a,65536,65536,read,42,7\n",
         )
         .unwrap();
         let all = read_from(&p, 0).unwrap();
         assert_eq!(all.len(), 3);
-        assert_eq!(all[1], TraceRecord { time_us: 1500, job: "b".into(), address: 9, len: 1, op: "read".into() });
+        let b =
+            TraceRecord { time_us: 1500, job: "b".into(), address: 9, len: 1, op: "read".into(), client: 0, pid: 0 };
+        assert_eq!(all[1], b);
+        assert_eq!((all[2].client, all[2].pid), (42, 7));
         assert_eq!(reuse_distances_ms(&all, "a"), vec![2.0]);
         let len = file_len(&p);
         std::fs::OpenOptions::new()
@@ -100,5 +142,29 @@ mod tests {
         assert_eq!(read_from(&p, len).unwrap().len(), 1);
         assert!(read_from(&dir.path().join("none"), 0).unwrap().is_empty());
         assert_eq!(histogram(&[0.5, 1.0, 7.0, 100.0], &[0.0, 1.0, 5.0, 10.0]), vec![1, 1, 2]);
+    }
+
+    #[test]
+    fn stream_shape_measures_gaps_and_source_switches() {
+        let r = |t, address, client| TraceRecord {
+            time_us: t,
+            job: "a".into(),
+            address,
+            len: 10,
+            op: "read".into(),
+            client,
+            pid: 1,
+        };
+        // Served in time order: 0..10 (c1), 10..20 (c1, contiguous), 50..60 (c2, gap 30), 0..10 (c2, back 60).
+        let recs = vec![r(3, 50, 2), r(1, 10, 1), r(0, 0, 1), r(4, 0, 2)];
+        let s = stream_shape(&recs, |c| c as usize);
+        assert_eq!(s.requests, 4);
+        assert!((s.mean_gap_kib - 90.0 / 3.0 / 1024.0).abs() < 1e-12, "{s:?}");
+        assert!((s.median_gap_kib - 30.0 / 1024.0).abs() < 1e-12);
+        assert!((s.contiguous_fraction - 1.0 / 3.0).abs() < 1e-12);
+        assert!((s.source_switch_fraction - 1.0 / 3.0).abs() < 1e-12);
+        // Every client its own source but all one group: no switches.
+        assert_eq!(stream_shape(&recs, |_| 0).source_switch_fraction, 0.0);
+        assert_eq!(stream_shape(&[], |_| 0).requests, 0);
     }
 }

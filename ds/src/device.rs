@@ -50,6 +50,8 @@ pub struct HddModel {
     half_rotation_us: f64,
     /// Media rate in bytes per microsecond (= MB/s with MB = 10^6 bytes).
     bytes_per_us: f64,
+    /// C-LOOK (true) or arrival order.
+    clook: bool,
 }
 
 impl HddModel {
@@ -63,6 +65,11 @@ impl HddModel {
                 "ds_options.hdd: need track_to_track_ms <= average_seek_ms <= full_stroke_ms",
             ));
         }
+        let clook = match p.elevator.as_str() {
+            "clook" => true,
+            "fifo" => false,
+            other => return Err(FsError::invalid(format!("ds_options.hdd.elevator: '{other}' is not clook or fifo"))),
+        };
         let (t2t, avg, full) = (p.track_to_track_ms * 1e3, p.average_seek_ms * 1e3, p.full_stroke_ms * 1e3);
         // a/sqrt(3) + b/3 = avg - t2t and a + b = full - t2t.
         let span = full - t2t;
@@ -76,6 +83,7 @@ impl HddModel {
             b_us: b,
             half_rotation_us: 60e6 / p.rpm / 2.0,
             bytes_per_us: p.media_rate_mb_s,
+            clook,
         })
     }
 
@@ -212,6 +220,15 @@ impl Grant {
     }
 }
 
+/// The next request of a queue of (address, arrival sequence): C-LOOK, or the earliest arrival.
+pub fn elevator_pick(clook: bool, addrs: impl Iterator<Item = (u64, u64)>, head: u64) -> Option<usize> {
+    if clook {
+        clook_pick(addrs, head)
+    } else {
+        addrs.enumerate().min_by_key(|&(_, (_, seq))| seq).map(|(i, _)| i)
+    }
+}
+
 /// C-LOOK: the request nearest ahead of the head, else (wrap) the lowest address; FIFO among equals.
 pub fn clook_pick(addrs: impl Iterator<Item = (u64, u64)>, head: u64) -> Option<usize> {
     addrs.enumerate().min_by_key(|&(_, (addr, seq))| (addr < head, addr, seq)).map(|(i, _)| i)
@@ -269,7 +286,9 @@ fn run_head(shared: Arc<Shared>, model: HddModel) {
             while q.waiting.is_empty() && !q.closed {
                 q = shared.cv.wait(q).unwrap_or_else(|p| p.into_inner());
             }
-            let Some(i) = clook_pick(q.waiting.iter().map(|w| (w.addr, w.seq)), head) else { return };
+            let Some(i) = elevator_pick(model.clook, q.waiting.iter().map(|w| (w.addr, w.seq)), head) else {
+                return;
+            };
             q.waiting.swap_remove(i)
         };
         let now = Instant::now();
@@ -378,6 +397,12 @@ mod tests {
         assert_eq!(order(400), [1, 5, 3, 2, 4]);
         assert_eq!(order(0), [2, 4, 1, 5, 3]);
         assert_eq!(clook_pick(std::iter::empty(), 7), None);
+        // The fifo elevator serves in arrival order wherever the head is.
+        let q = [(500u64, 3u64), (10, 2), (900, 1)];
+        assert_eq!(elevator_pick(false, q.iter().copied(), 400), Some(2));
+        assert_eq!(elevator_pick(true, q.iter().copied(), 400), Some(0));
+        let bad = HddParams { elevator: "deadline".into(), ..HddParams::default() };
+        assert!(HddModel::new(&bad).unwrap_err().to_string().contains("clook or fifo"));
     }
 
     async fn run_stream(dev: &Arc<HddDevice>, addrs: Vec<u64>, len: u64) {

@@ -144,6 +144,7 @@ impl DsService {
         let job: Arc<str> = Arc::from(tag.job());
         let (device, locality, trace, j) =
             (self.path.device.clone(), self.path.locality.clone(), self.path.trace.clone(), job.clone());
+        let origin = trace.as_ref().map(|_| tag.origin.clone());
         self.scheduler
             .submit_arc(job, async move {
                 let grant = match (&device, addr) {
@@ -158,8 +159,8 @@ impl DsService {
                 }
                 if let (Some(a), Ok(_)) = (addr, &r) {
                     locality.on_served(&j, a, op.len, real);
-                    if let Some(t) = &trace {
-                        t.record(j, a, op.len, op.kind);
+                    if let (Some(t), Some(o)) = (&trace, &origin) {
+                        t.record(j, o, a, op.len, op.kind);
                     }
                 }
                 r
@@ -408,8 +409,9 @@ mod tests {
         let text = std::fs::read_to_string(d.path().join(crate::trace::TRACE_FILE)).unwrap();
         let rows: Vec<Vec<&str>> = text.lines().skip(1).map(|l| l.split(',').skip(1).collect()).collect();
         assert_eq!(rows.len(), 5);
-        assert_eq!(rows[3], ["a", "12288", "4096", "write"]);
-        assert_eq!(rows[4], ["b", "1048576", "4096", "write"]);
+        // The originating client and process (the test tag's) close each line.
+        assert_eq!(rows[3], ["a", "12288", "4096", "write", "1", "42"]);
+        assert_eq!(rows[4], ["b", "1048576", "4096", "write", "1", "42"]);
     }
 }
 

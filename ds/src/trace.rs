@@ -1,5 +1,6 @@
 //! The request trace (`ds_options.trace`): every served request as a CSV line
-//! `time_us,job,address,len,op` appended to `<data_dir>/lba-trace.csv` by a background thread through a
+//! `time_us,job,address,len,op,client,pid` (client: the originating client id, kept by forwarding nodes;
+//! pid: its process) appended to `<data_dir>/lba-trace.csv` by a background thread through a
 //! buffered writer. The data path only does a non-blocking channel send; lines are dropped (and
 //! counted) rather than ever slowing requests down.
 
@@ -11,14 +12,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Duration;
+use tessera_proto::types::Origin;
 use tessera_proto::{FsError, FsResult};
 
 pub const TRACE_FILE: &str = "lba-trace.csv";
-const HEADER: &str = "time_us,job,address,len,op\n";
+const HEADER: &str = "time_us,job,address,len,op,client,pid\n";
 const BACKLOG: usize = 1 << 16;
 
 enum Msg {
-    Line { time_us: u64, job: Arc<str>, addr: u64, len: u64, op: OpKind },
+    Line { time_us: u64, job: Arc<str>, addr: u64, len: u64, op: OpKind, client: u64, pid: u32 },
     Flush(mpsc::Sender<()>),
 }
 
@@ -66,8 +68,9 @@ impl Trace {
                         Err(RecvTimeoutError::Disconnected) => break,
                     };
                     match msg {
-                        Msg::Line { time_us, job, addr, len, op } => {
-                            let r = writeln!(out, "{time_us},{},{addr},{len},{}", csv_field(&job), op.as_str());
+                        Msg::Line { time_us, job, addr, len, op, client, pid } => {
+                            let (job, op) = (csv_field(&job), op.as_str());
+                            let r = writeln!(out, "{time_us},{job},{addr},{len},{op},{client},{pid}");
                             if let Err(e) = r {
                                 if !failed {
                                     tracing::warn!(path = %p.display(), "trace write failed: {e}");
@@ -91,8 +94,9 @@ impl Trace {
         &self.path
     }
 
-    pub fn record(&self, job: Arc<str>, addr: u64, len: u64, op: OpKind) {
-        let msg = Msg::Line { time_us: unix_us(), job, addr, len, op };
+    /// Queues one line for `origin`'s request (the job is passed shared: it is also the scheduler's key).
+    pub fn record(&self, job: Arc<str>, origin: &Origin, addr: u64, len: u64, op: OpKind) {
+        let msg = Msg::Line { time_us: unix_us(), job, addr, len, op, client: origin.client, pid: origin.pid };
         match self.tx.try_send(msg) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
@@ -123,21 +127,22 @@ mod tests {
     fn writes_csv_lines() {
         let d = tempfile::tempdir().unwrap();
         let t = Trace::start(d.path()).unwrap();
-        t.record(Arc::from("job-1"), 4096, 65536, OpKind::Read);
-        t.record(Arc::from("a,\"b\""), 0, 10, OpKind::Write);
+        let o = Origin { job: String::new(), client: 77, pid: 5 };
+        t.record(Arc::from("job-1"), &o, 4096, 65536, OpKind::Read);
+        t.record(Arc::from("a,\"b\""), &o, 0, 10, OpKind::Write);
         t.flush(Duration::from_secs(5));
         let text = std::fs::read_to_string(t.path()).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "time_us,job,address,len,op");
-        assert!(lines[1].ends_with(",job-1,4096,65536,read"), "{}", lines[1]);
-        assert!(lines[2].ends_with(",\"a,\"\"b\"\"\",0,10,write"), "{}", lines[2]);
+        assert_eq!(lines[0], "time_us,job,address,len,op,client,pid");
+        assert!(lines[1].ends_with(",job-1,4096,65536,read,77,5"), "{}", lines[1]);
+        assert!(lines[2].ends_with(",\"a,\"\"b\"\"\",0,10,write,77,5"), "{}", lines[2]);
         let ts: u64 = lines[1].split(',').next().unwrap().parse().unwrap();
         assert!(ts > 1_600_000_000_000_000);
         assert_eq!(t.dropped(), 0);
         drop(t);
         // Reopened: appends without a second header.
         let t = Trace::start(d.path()).unwrap();
-        t.record(Arc::from("j"), 1, 1, OpKind::Read);
+        t.record(Arc::from("j"), &o, 1, 1, OpKind::Read);
         t.flush(Duration::from_secs(5));
         let text = std::fs::read_to_string(t.path()).unwrap();
         assert_eq!(text.lines().count(), 4);

@@ -121,6 +121,8 @@ pub struct IonOptions {
     /// HBRR's (and MLF's first level's) requests per queue visit.
     pub quantum: u32,
     /// Merged requests a forwarding node has in flight to data servers at once (its dispatch threads).
+    /// 64 (16 per server of a 4-server cluster): with 16 the servers' elevators had too few requests to
+    /// sort and small reads through forwarding nodes lost to direct access (results/fwd-analysis/).
     pub dispatch_depth: u32,
     /// A client whose forwarding nodes are all unreachable talks to the servers directly.
     pub failover_direct: bool,
@@ -134,7 +136,7 @@ impl Default for IonOptions {
             scheduler: "fifo".into(),
             window_us: 1_000,
             quantum: 8,
-            dispatch_depth: 16,
+            dispatch_depth: 64,
             failover_direct: true,
             failover_ms: 3_000,
         }
@@ -173,6 +175,10 @@ pub struct HddParams {
     pub media_rate_mb_s: f64,
     /// Size of the emulated disk; seek distances are relative to it.
     pub capacity_gb: f64,
+    /// The order in which the head serves queued requests: `clook` (sorted sweeps, as Linux's and the
+    /// drive's schedulers do) or `fifo` (arrival order: a disk whose queue depth is 1, as behind a server
+    /// that issues one I/O at a time).
+    pub elevator: String,
 }
 
 impl Default for HddParams {
@@ -184,6 +190,7 @@ impl Default for HddParams {
             rpm: 7200.0,
             media_rate_mb_s: 78.0,
             capacity_gb: 500.0,
+            elevator: "clook".into(),
         }
     }
 }
@@ -258,7 +265,7 @@ pub struct DsOptions {
     /// base(k) + offset, base(k) = k-th allocation * reservation. Sets on-disk distances between files.
     pub object_reservation_bytes: u64,
     pub hdd: HddParams,
-    /// Record every request served (time, job, address, length, op) to `<data_dir>/lba-trace.csv`,
+    /// Record every request served (time, job, address, length, op, client, pid) to `<data_dir>/lba-trace.csv`,
     /// for the locality figures (LBA over time, reuse-distance histogram).
     pub trace: bool,
 }
