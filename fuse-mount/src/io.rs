@@ -18,10 +18,8 @@ pub const WRITE_CHUNK: usize = 8 << 20;
 pub const WRITE_STREAMS: usize = 4;
 /// Bytes of write-behind in flight per inode before writers wait.
 pub const WRITE_INFLIGHT_MAX: u64 = 64 << 20;
-/// Read-ahead unit.
-pub const RA_CHUNK: u64 = 4 << 20;
-/// Read-ahead units fetched beyond a sequential read.
-pub const RA_AHEAD: u64 = 4;
+use crate::readahead::{Plan, Stream};
+pub use crate::readahead::{RA_AHEAD, RA_CHUNK};
 
 struct WBuf {
     off: u64,
@@ -315,7 +313,8 @@ pub type Fetch = Shared<BoxFuture<'static, Result<ReadData, FsError>>>;
 #[derive(Default)]
 pub struct ReadAhead {
     wgen: u64,
-    last_end: u64,
+    /// Which reads form a stream, and how far ahead to fetch ([`crate::readahead`]).
+    stream: Stream,
     chunks: BTreeMap<u64, Fetch>,
 }
 
@@ -453,8 +452,9 @@ impl Handle {
         self.mds_size.load(Ordering::Acquire).max(self.inode.local_state().0)
     }
 
-    /// For a sequential read of `off..end`: the read-ahead chunks covering it (starting the fetches of
-    /// those missing and of the ones ahead). `None`: not sequential, read directly.
+    /// For a read of `off..end` that continues a stream (or falls inside chunks already fetched): the
+    /// read-ahead chunks covering it, starting the fetches of those missing and of the ones ahead.
+    /// `None`: a random read, read directly ([`crate::readahead`] decides).
     fn plan_read(&self, off: u64, end: u64, size: u64) -> FsResult<Option<Vec<(u64, Fetch)>>> {
         let first = off / RA_CHUNK;
         let last = (end - 1) / RA_CHUNK;
@@ -470,22 +470,16 @@ impl Handle {
         if self.inode.has_pending() {
             return Ok(None);
         }
-        // The kernel's own read-ahead sends several reads at once, slightly out of order: a read
-        // inside the window counts as sequential too.
-        let in_window = match (ra.chunks.first_key_value(), ra.chunks.last_key_value()) {
-            (Some((&lo, _)), Some((&hi, _))) => first >= lo && first <= hi + 1,
-            _ => false,
+        let cached = (first..=last).all(|c| ra.chunks.contains_key(&c));
+        let ahead = match ra.stream.plan(off, end, cached) {
+            Plan::Direct => return Ok(None),
+            Plan::Chunks { ahead } => ahead,
         };
-        let sequential = off == ra.last_end || off == 0 || in_window;
-        ra.last_end = end;
-        if !sequential {
-            return Ok(None);
-        }
         // Keep a little behind us (late out-of-order reads), drop the rest; fetch what is ahead.
         let keep_from = first.saturating_sub(2);
         let keep_to = last + RA_AHEAD + 1;
         ra.chunks.retain(|&c, _| c >= keep_from && c <= keep_to);
-        let ahead_end = ((last + 1 + RA_AHEAD) * RA_CHUNK).min(size);
+        let ahead_end = ((last + 1 + ahead) * RA_CHUNK).min(size);
         let mut c = first;
         while c * RA_CHUNK < ahead_end {
             if let std::collections::btree_map::Entry::Vacant(v) = ra.chunks.entry(c) {

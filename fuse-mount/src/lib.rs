@@ -10,5 +10,7 @@ pub mod fs;
 pub mod io;
 /// Command line, mount point checks, mounting, signals and unmounting.
 pub mod mount;
+/// Read-ahead decisions per handle: sequential and strided streams, random reads read exactly.
+pub mod readahead;
 
 pub use mount::main_entry;
