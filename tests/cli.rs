@@ -98,6 +98,25 @@ fn up_cli_roundtrip_stop_and_restart() {
         assert!(Instant::now() < deadline, "per-job counters never showed the put: {jobs}");
         std::thread::sleep(Duration::from_millis(300));
     }
+    // The same counters as JSON, in exact bytes: the put wrote the whole file once over the servers
+    // (every server's next report has its share).
+    loop {
+        let json: serde_json::Value = serde_json::from_str(&tessera(&u.config, &["df", "--json"])).unwrap();
+        let servers = json.as_array().expect("df --json: a list of data servers");
+        assert!(servers.len() >= 2 && servers.iter().all(|s| s["report"]["capacity"].as_u64().is_some()), "{json}");
+        let written: u64 = servers
+            .iter()
+            .flat_map(|s| s["report"]["jobs"].as_array().cloned().unwrap_or_default())
+            .filter(|j| j["job"] == "cli-test")
+            .map(|j| j["write_bytes"].as_u64().unwrap())
+            .sum();
+        assert!(written <= data.len() as u64, "{json}");
+        if written == data.len() as u64 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "df --json never showed the whole put: {json}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
     stop(u);
     assert_eq!(servers_running_in(&cdir), 0, "children left running after SIGINT");
 

@@ -2,19 +2,21 @@
 # Issue-2/3 numbers in one run: IOR-like throughput through the library (-a tessera), through the FUSE
 # mount (-a posix on the mount) and on a local directory (-a posix), alternating, REPS repetitions each,
 # medians and ratios; then 4 KiB random writes/reads (IOR random pattern on the same three paths) as IOPS,
-# fio on the mount (the independent check: sequential 1 MiB and random 4 KiB, with verification), and mdtest
-# (library, mount, local). Real device (device model "none"): the data servers write to this machine's disk
+# fio on the mount (the independent check: sequential 1 MiB and random 4 KiB, with verification, the latter
+# with latency percentiles), the 32 KiB 1D-strided shared-file read through a second mount (IOR, 2 tasks x
+# SEGMENTS segments, written through the first), and mdtest with its read phase (library, mount, local). Real device (device model "none"): the data servers write to this machine's disk
 # through its page cache, like the local-directory run.
 #
 #   bench/scripts/core-throughput.sh [OUT_DIR]
 #   env: REPS=3 BLOCK=256m TASKS=2 DS=4 MDFILES=10000 SMALL_BLOCK=32m FIO_SECONDS=10 (FIO=0 skips fio)
+#        SEGMENTS=2048
 #        FUSE_OPTS=readdirplus,... (extra mount options for tessera-fuse -o)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${BIN:-$here/target/release}
 out=${1:-$here/results/core}
 reps=${REPS:-3}; block=${BLOCK:-256m}; tasks=${TASKS:-2}; nds=${DS:-4}; mdfiles=${MDFILES:-10000}
-small_block=${SMALL_BLOCK:-32m}; fio_seconds=${FIO_SECONDS:-10}; use_fio=${FIO:-1}
+small_block=${SMALL_BLOCK:-32m}; fio_seconds=${FIO_SECONDS:-10}; use_fio=${FIO:-1}; segments=${SEGMENTS:-2048}
 mkdir -p "$out"
 work=$(mktemp -d /tmp/tessera-core.XXXXXX)
 mnt=$work/mnt; local_dir=$work/local
@@ -24,6 +26,7 @@ start_cluster "$nds"
 "$bin/tessera" mkdir -p /ior && "$bin/tessera" mkdir -p /md
 "$bin/tessera" setstripe -S 1M -c "$nds" /ior
 mount_fuse "$mnt" "$work/fuse.log" "${FUSE_OPTS:-}"
+mount_fuse "$work/mnt2" "$work/fuse2.log" "${FUSE_OPTS:-}"
 
 ior() { # name, extra args...
   local name=$1; shift
@@ -69,6 +72,16 @@ if [ "$use_fio" = 1 ] && command -v fio > /dev/null; then
   fio_run randwrite --rw=randwrite --bs=4k --size="$small_block" --time_based --runtime="$fio_seconds" --end_fsync=1
   fio_run randread --rw=randread --bs=4k --size="$small_block" --time_based --runtime="$fio_seconds" --invalidate=1
 fi
+# Small strided reads of a shared file through a mount that did not write it (nothing in its page cache).
+"$bin/tessera-bench" ior -a posix -w -k -e -t 32k -b 32k -s "$segments" -N "$tasks" -o "$mnt/ior/strided" \
+  > "$out/strided-w.txt" 2>&1
+: > "$out/strided.tsv"
+for r in $(seq "$reps"); do
+  sync; echo 1 > /proc/sys/vm/drop_caches
+  "$bin/tessera-bench" ior -a posix -r -t 32k -b 32k -s "$segments" -N "$tasks" -o "$work/mnt2/ior/strided" \
+    --json "$out/strided-$r.json" > "$out/strided-$r.txt" 2>&1
+  echo "$r $(python3 -c "import json,sys; print(f\"{json.load(open(sys.argv[1]))['read_mib_s']:.1f}\")" "$out/strided-$r.json")" >> "$out/strided.tsv"
+done
 "$bin/tessera-bench" mdtest -a tessera -d /md -n "$mdfiles" -N "$tasks" --json "$out/mdtest-lib.json" > "$out/mdtest-lib.txt" 2>&1
 "$bin/tessera-bench" mdtest -a posix -d "$mnt/md" -n "$mdfiles" -N "$tasks" --json "$out/mdtest-mount.json" > "$out/mdtest-mount.txt" 2>&1
 "$bin/tessera-bench" mdtest -a posix -d "$local_dir" -n "$mdfiles" -N "$tasks" --json "$out/mdtest-local.json" > "$out/mdtest-local.txt" 2>&1
@@ -105,12 +118,17 @@ if os.path.exists(f"{out}/fio-seqwrite.json"):
     for name in ("seqwrite", "seqread", "randwrite", "randread"):
         j = json.load(open(f"{out}/fio-{name}.json"))["jobs"][0]
         side = j["write"] if "write" in name else j["read"]
-        lines.append(f"| {name} | {side['bw'] / 1024:.0f} MiB/s, {side['iops']:.0f} IOPS, errors {j['error']} |")
+        pct = side["clat_ns"].get("percentile", {})
+        lat = "".join(f", p{k[:2]} {pct[k] / 1000:.0f} µs" for k in ("50.000000", "99.000000") if k in pct)
+        lines.append(f"| {name} | {side['bw'] / 1024:.0f} MiB/s, {side['iops']:.0f} IOPS{lat}, max {side['clat_ns']['max'] / 1e6:.1f} ms, errors {j['error']} |")
     lines.append("")
-lines.append("| mdtest | create/s | stat/s | remove/s |"); lines.append("|---|---|---|---|")
+strided = [float(l.split()[1]) for l in open(f"{out}/strided.tsv")]
+lines.append(f"32 KiB 1D-strided shared-file read through a second mount: {statistics.median(strided):.0f} MiB/s (median of {len(strided)})")
+lines.append("")
+lines.append("| mdtest | create/s | stat/s | read/s | remove/s |"); lines.append("|---|---|---|---|---|")
 for name in ("lib", "mount", "local"):
     d = json.load(open(f"{out}/mdtest-{name}.json"))
-    lines.append(f"| {name} | {d['create_ops_s']:.0f} | {d['stat_ops_s']:.0f} | {d['remove_ops_s']:.0f} |")
+    lines.append(f"| {name} | {d['create_ops_s']:.0f} | {d['stat_ops_s']:.0f} | {d.get('read_ops_s', 0):.0f} | {d['remove_ops_s']:.0f} |")
 text = "\n".join(lines)
 open(f"{out}/summary.md", "w").write(text + "\n")
 print(text)

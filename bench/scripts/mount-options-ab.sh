@@ -4,7 +4,7 @@
 #
 #   bench/scripts/mount-options-ab.sh            # A = default options, B = -o sync_creates
 #   env: A_OPTS= B_OPTS=sync_creates REPS=3 MDFILES=10000 LIB=0 DS=4 BIN=target/release
-# Prints one line per run: round, mount (options), creates/s, stats/s, removes/s.
+# Prints one line per run: round, mount (options), creates/s, stats/s, reads/s, removes/s.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${BIN:-$here/target/release}
@@ -19,9 +19,9 @@ mount_fuse "$work/b" "$work/fb.log" "$b_opts"
 run() { # label, mdtest args...
   local label=$1; shift
   "$bin/tessera-bench" mdtest -n "$n" -N 2 "$@" --json "$work/r.json" > "$work/r.txt" 2>&1
-  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], f\"{d['create_ops_s']:.0f} {d['stat_ops_s']:.0f} {d['remove_ops_s']:.0f}\")" "$work/r.json" "$label"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], f\"{d['create_ops_s']:.0f} {d['stat_ops_s']:.0f} {d['read_ops_s']:.0f} {d['remove_ops_s']:.0f}\")" "$work/r.json" "$label"
 }
-echo "round mount creates/s stats/s removes/s  ($nds data servers, $n files, 2 tasks, $(nproc) cores)"
+echo "round mount creates/s stats/s reads/s removes/s  ($nds data servers, $n files, 2 tasks, $(nproc) cores)"
 for r in $(seq "$reps"); do
   run "$r A:${a_opts:-default}" -a posix -d "$work/a/md"
   run "$r B:${b_opts:-default}" -a posix -d "$work/b/md"

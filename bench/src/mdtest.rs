@@ -1,5 +1,6 @@
-//! `tessera-bench mdtest`: metadata rates like mdtest — each task creates, stats and removes its own
-//! empty files in its own subdirectory; each phase is timed from a start barrier to the last task's end.
+//! `tessera-bench mdtest`: metadata rates like mdtest — each task creates, stats, reads (open, read
+//! `-e` bytes, close) and removes its own files (empty, or `-w` bytes each) in its own subdirectory; each
+//! phase is timed from a start barrier to the last task's end.
 
 use crate::backend::{join, Backend, ClusterArgs, PosixBackend, TesseraBackend};
 use crate::ior::Api;
@@ -25,6 +26,12 @@ pub struct MdtestArgs {
     /// Test directory (tessera path, or a local directory for -a posix); created if missing.
     #[arg(short = 'd', long, default_value = "/mdtest")]
     pub dir: String,
+    /// Bytes written into each file when it is created (mdtest's -w).
+    #[arg(short = 'w', long, default_value_t = 0, value_parser = tessera_proto::units::parse_size)]
+    pub write_bytes: u64,
+    /// Bytes read from each file in the read phase (mdtest's -e; 0: open and close only).
+    #[arg(short = 'e', long, default_value_t = 0, value_parser = tessera_proto::units::parse_size)]
+    pub read_bytes: u64,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
@@ -39,6 +46,7 @@ pub fn files_of_task(files: u64, tasks: usize, task: usize) -> u64 {
 enum Phase {
     Create,
     Stat,
+    Read,
     Remove,
 }
 
@@ -46,27 +54,50 @@ fn task_dir(dir: &str, task: usize) -> String {
     format!("{}/mdtest.task.{task}", dir.trim_end_matches('/'))
 }
 
-async fn md_task<B: Backend>(
-    b: Arc<B>,
+/// What each task does in a phase: its directory, file count and the bytes written / read per file.
+struct TaskWork {
     dir: String,
     count: u64,
-    phase: Phase,
-    start: Arc<Barrier>,
-) -> Result<(Instant, Instant)> {
-    let names: Vec<String> = (0..count).map(|i| format!("{dir}/file.{i}")).collect();
+    write_bytes: u64,
+    read_bytes: u64,
+}
+
+async fn md_task<B: Backend>(b: Arc<B>, w: TaskWork, phase: Phase, start: Arc<Barrier>) -> Result<(Instant, Instant)> {
+    let names: Vec<String> = (0..w.count).map(|i| format!("{}/file.{i}", w.dir)).collect();
+    let payload = bytes::Bytes::from(vec![0x6du8; w.write_bytes as usize]);
+    let expect_read = w.read_bytes.min(w.write_bytes) as usize;
     start.wait().await;
     let t0 = Instant::now();
     for name in &names {
         match phase {
             Phase::Create => {
                 let f = b.create(name, None).await?;
+                if !payload.is_empty() {
+                    b.write_at(&f, 0, payload.clone()).await.with_context(|| format!("write {name}"))?;
+                }
                 b.close(f).await.with_context(|| format!("close {name}"))?;
             }
             Phase::Stat => {
                 let m = b.stat(name).await?;
-                if m.is_dir || m.size != 0 {
-                    bail!("stat {name}: expected an empty file, got size {} dir {}", m.size, m.is_dir);
+                if m.is_dir || m.size != w.write_bytes {
+                    bail!(
+                        "stat {name}: expected a file of {} bytes, got size {} dir {}",
+                        w.write_bytes,
+                        m.size,
+                        m.is_dir
+                    );
                 }
+            }
+            Phase::Read => {
+                let f = b.open_read(name).await?;
+                // As mdtest: read what -e asks for, of what -w wrote.
+                if expect_read > 0 {
+                    let got = b.read_at(&f, 0, expect_read).await.with_context(|| format!("read {name}"))?;
+                    if got.len() != expect_read {
+                        bail!("read {name}: {} bytes, expected {expect_read}", got.len());
+                    }
+                }
+                b.close(f).await.with_context(|| format!("close {name}"))?;
             }
             Phase::Remove => b.unlink(name).await?,
         }
@@ -79,7 +110,13 @@ async fn run_phase<B: Backend>(backends: &[Arc<B>], a: &MdtestArgs, phase: Phase
     let start = Arc::new(Barrier::new(n));
     let mut pending = FuturesUnordered::new();
     for (task, b) in backends.iter().enumerate() {
-        let fut = md_task(b.clone(), task_dir(&a.dir, task), files_of_task(a.files, n, task), phase, start.clone());
+        let work = TaskWork {
+            dir: task_dir(&a.dir, task),
+            count: files_of_task(a.files, n, task),
+            write_bytes: a.write_bytes,
+            read_bytes: a.read_bytes,
+        };
+        let fut = md_task(b.clone(), work, phase, start.clone());
         pending.push(join(B::spawn(format!("mdtest-{task}"), fut)?, "task"));
     }
     let (mut first, mut last) = (None::<Instant>, None::<Instant>);
@@ -99,6 +136,9 @@ async fn run_phase<B: Backend>(backends: &[Arc<B>], a: &MdtestArgs, phase: Phase
 pub async fn run(a: MdtestArgs) -> Result<()> {
     if a.tasks == 0 {
         bail!("tasks must be positive");
+    }
+    if a.write_bytes > 64 << 20 || a.read_bytes > 64 << 20 {
+        bail!("-w and -e are at most 64 MiB per file");
     }
     match a.api {
         Api::Tessera => {
@@ -124,18 +164,24 @@ async fn run_with<B: Backend>(a: &MdtestArgs, backends: &[Arc<B>]) -> Result<()>
     println!("tessera-bench mdtest: metadata benchmark");
     println!("api                 : {}", a.api.name());
     println!("directory           : {}", a.dir);
-    println!("{} tasks, {} files", a.tasks, a.files);
+    println!(
+        "{} tasks, {} files, {} bytes written and {} read per file",
+        a.tasks, a.files, a.write_bytes, a.read_bytes
+    );
     println!();
     println!("SUMMARY rate: (of 1 iteration)");
     let create = run_phase(backends, a, Phase::Create).await?;
     println!("   File creation     : {create:>14.3} ops/sec");
     let stat = run_phase(backends, a, Phase::Stat).await?;
     println!("   File stat         : {stat:>14.3} ops/sec");
+    let read = run_phase(backends, a, Phase::Read).await?;
+    println!("   File read         : {read:>14.3} ops/sec");
     let remove = run_phase(backends, a, Phase::Remove).await?;
     println!("   File removal      : {remove:>14.3} ops/sec");
     println!();
     println!("File creation: {create:.2} ops/sec");
     println!("File stat: {stat:.2} ops/sec");
+    println!("File read: {read:.2} ops/sec");
     println!("File removal: {remove:.2} ops/sec");
     for task in 0..a.tasks {
         b0.remove_all(&task_dir(&a.dir, task)).await?;
@@ -145,6 +191,7 @@ async fn run_with<B: Backend>(a: &MdtestArgs, backends: &[Arc<B>]) -> Result<()>
             api: a.api.name().to_lowercase(),
             create_ops_s: create,
             stat_ops_s: stat,
+            read_ops_s: read,
             remove_ops_s: remove,
             files: a.files,
             tasks: a.tasks,
@@ -174,6 +221,8 @@ mod tests {
             files: 25,
             tasks: 3,
             dir: dir.path().to_str().unwrap().into(),
+            write_bytes: 3000,
+            read_bytes: 4096,
             cluster: ClusterArgs { json: Some(dir.path().join("r.json")), ..Default::default() },
         };
         let rt = tokio::runtime::Runtime::new().unwrap();
@@ -182,6 +231,7 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(dir.path().join("r.json")).unwrap()).unwrap();
         assert_eq!(j["files"], 25);
         assert!(j["create_ops_s"].as_f64().unwrap() > 0.0);
+        assert!(j["read_ops_s"].as_f64().unwrap() > 0.0);
         // Only the JSON file is left behind.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }

@@ -195,6 +195,8 @@ pub struct MdtestJson {
     pub api: String,
     pub create_ops_s: f64,
     pub stat_ops_s: f64,
+    /// Open, read `-e` bytes, close.
+    pub read_ops_s: f64,
     pub remove_ops_s: f64,
     pub files: u64,
     pub tasks: usize,

@@ -176,6 +176,10 @@ enum Cmd {
         /// Also list the per-job counters each data server reports (reads/writes since it started).
         #[arg(long)]
         jobs: bool,
+        /// Print every data server's status as JSON (a list of {ds, addr, report_age_ms, report}; the
+        /// report holds capacity, used, free and the per-job counters in exact bytes).
+        #[arg(long)]
+        json: bool,
     },
     /// Check that the MDS and every data server answer, with round-trip times.
     Ping,
@@ -577,7 +581,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
             }
         }
         Cmd::Getstripe { path } => getstripe(&c, &path).await?,
-        Cmd::Df { jobs } => df(&c, jobs).await?,
+        Cmd::Df { jobs, json } => df(&c, jobs, json).await?,
         Cmd::Ping => return ping(&c).await,
         Cmd::Jobs { watch } => watch_status(&c, watch, jobs_text).await?,
         Cmd::Orchestrator(OrchCmd::Status { watch }) => watch_status(&c, watch, orchestrator_text).await?,
@@ -871,9 +875,13 @@ async fn getstripe(c: &Client, path: &str) -> CliResult<()> {
     Ok(())
 }
 
-async fn df(c: &Client, jobs: bool) -> CliResult<()> {
+async fn df(c: &Client, jobs: bool, json: bool) -> CliResult<()> {
     let mut status = c.cluster_status().await.map_err(CliError::plain)?;
     status.sort_by_key(|s| s.ds);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&status).map_err(CliError::plain)?);
+        return Ok(());
+    }
     println!(
         "{:>4}  {:<22} {:>11} {:>11} {:>11} {:>5} {:>9}",
         "DS", "ADDRESS", "CAPACITY", "USED", "FREE", "USE%", "REPORTED"
