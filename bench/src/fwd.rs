@@ -317,12 +317,14 @@ impl Fixture {
         Ok(())
     }
 
-    /// The forwarding nodes' offset distances since they started, weighted by the requests each sent,
-    /// and those requests: (sum, count); zeros when they cannot be read.
+    /// The forwarding nodes' offset distances since they started: (sum, count); zeros when they cannot be
+    /// read. An ION's mean is over the requests that followed one to the same server and object: all it
+    /// sent but the object switches (and the first per server, which differences of two readings cancel).
     async fn offset_distances(&mut self) -> (f64, u64) {
         let Ok(st) = self.cluster.ion_status().await else { return (0.0, 0) };
-        let n: u64 = st.iter().map(|s| s.dispatched).sum();
-        let sum: f64 = st.iter().map(|s| s.mean_offset_distance * s.dispatched as f64).sum();
+        let pairs = |s: &tessera_client::proto::msg::IonStatus| s.dispatched.saturating_sub(s.object_switches);
+        let n: u64 = st.iter().map(pairs).sum();
+        let sum: f64 = st.iter().map(|s| s.mean_offset_distance * pairs(s) as f64).sum();
         (sum, n)
     }
 }
