@@ -23,6 +23,11 @@ def label(r):
     return f"twins {w:g} ms" if r["scheduler"] == "twins" and w is not None else r["scheduler"]
 
 
+def uniq(items):
+    """The distinct items, in first-seen order."""
+    return list(dict.fromkeys(items))
+
+
 def pct(a, b):
     if a != a or b != b or not b:  # a configuration the run did not measure (--quick)
         return "n/a"
@@ -31,18 +36,11 @@ def pct(a, b):
 
 sched = load("fwd-schedulers")
 if sched:
-    names = []
-    for r in sched:
-        if label(r) not in names:
-            names.append(label(r))
+    names = uniq(label(r) for r in sched)
     print("### fwd-schedulers (4 IONs; MiB/s, medians of %d)" % sched[0]["runs"])
     print("| pattern | op | KiB | " + " | ".join(names) + " |")
     print("|---|---|---|" + "---|" * len(names))
-    keys = []
-    for r in sched:
-        k = (r["pattern"], r["op"], r["request_kib"])
-        if k not in keys:
-            keys.append(k)
+    keys = uniq((r["pattern"], r["op"], r["request_kib"]) for r in sched)
     val = {(r["pattern"], r["op"], r["request_kib"], label(r)): r["throughput_mib_s"] for r in sched}
     for k in keys:
         row = [f"{val.get(k + (n,), float('nan')):.1f}" for n in names]
@@ -101,10 +99,7 @@ if ions:
 win = load("fwd-twins-window")
 if win:
     print("### fwd-twins-window (4 IONs, 32 KiB reads; MiB/s)")
-    names = []
-    for r in win:
-        if label(r) not in names:
-            names.append(label(r))
+    names = uniq(label(r) for r in win)
     print("| pattern | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
     for p in ("strided", "contiguous"):
@@ -130,11 +125,7 @@ for name in ("fwd-schedulers-trace", "fwd-twins-window-trace"):
     print(f"### {name} (32 KiB strided reads, first run; per data server, mean over the servers)")
     print("| scheduler | requests/server | mean gap KiB | contiguous | process-group switches |")
     print("|---|---|---|---|---|")
-    order = []
-    for r in t:
-        if r["scheduler"] not in order:
-            order.append(r["scheduler"])
-    for s in order:
+    for s in uniq(r["scheduler"] for r in t):
         rs = [r for r in t if r["scheduler"] == s]
         m = lambda k: sum(r[k] for r in rs) / len(rs)
         print(f"| {s} | {m('requests'):.0f} | {m('mean_gap_kib'):.0f} | {m('contiguous_fraction') * 100:.0f}% | "

@@ -337,13 +337,12 @@ impl Session {
             let client = self.cluster.client(&format!("{name}#{i}")).await?;
             programs.push(Program { name: name.clone(), client, path: self.files[i].clone(), spec: *spec });
         }
-        let traces_paths: Vec<PathBuf> = self.cluster.ds_data_dirs().iter().map(|d| d.join("lba-trace.csv")).collect();
+        let traces_paths = self.cluster.trace_paths();
         let mut runs = Vec::new();
         let mut traces = Vec::new();
         let mut status = None;
         for run in 0..self.settings.runs {
             self.cluster.drop_caches();
-            let before: Vec<u64> = traces_paths.iter().map(|p| trace::file_len(p)).collect();
             let limit = self.settings.limit();
             let probe_after = Duration::from_secs_f64(self.settings.seconds * 0.7);
             let admin = self.cluster.admin_cfg.clone();
@@ -355,19 +354,14 @@ impl Session {
                 }
                 probe_status(&admin).await
             });
-            let t_start = trace::unix_us();
+            let mark = (trace && run == 0).then(|| trace::Mark::now(&traces_paths));
             let r = workloads::run_programs(&programs, op, limit).await?;
             let t_end = trace::unix_us();
             if let Ok(Some(s)) = probe.await {
                 status = Some(s);
             }
-            if trace && run == 0 {
-                // The servers flush their trace after a second without requests.
-                tokio::time::sleep(Duration::from_millis(1600)).await;
-                for (p, b) in traces_paths.iter().zip(before) {
-                    let recs = trace::read_from(p, b)?;
-                    traces.push(recs.into_iter().filter(|r| r.time_us >= t_start && r.time_us <= t_end).collect());
-                }
+            if let Some(mark) = mark {
+                traces = mark.records(&traces_paths, t_end).await?;
             }
             runs.push(r);
         }

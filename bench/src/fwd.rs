@@ -298,8 +298,7 @@ impl Fixture {
         for a in 0..apps {
             shared.push(file_of(c, &format!("/shared{a}"), per_app as u64 * s.per_proc).await?);
         }
-        let traces =
-            if trace { cluster.ds_data_dirs().iter().map(|d| d.join("lba-trace.csv")).collect() } else { Vec::new() };
+        let traces = if trace { cluster.trace_paths() } else { Vec::new() };
         Ok(Fixture { cluster, via_ion, direct, fpp, shared, current: None, traces, groups })
     }
 
@@ -476,9 +475,7 @@ async fn measure(
             fx.select(&c.sched).await?;
             let forwarded = c.sched.name != "none";
             let (s0, n0) = if forwarded { fx.offset_distances().await } else { (0.0, 0) };
-            let want_trace = round == 0 && !fx.traces.is_empty() && traced_config(c);
-            let before: Vec<u64> = fx.traces.iter().map(|p| trace::file_len(p)).collect();
-            let t_start = trace::unix_us();
+            let mark = (round == 0 && !fx.traces.is_empty() && traced_config(c)).then(|| trace::Mark::now(&fx.traces));
             let (ends, bytes) = run_once(fx, s, c).await?;
             let t_end = trace::unix_us();
             if forwarded {
@@ -489,18 +486,17 @@ async fn measure(
             }
             // The servers' locality reports come every 100 ms: wait for the one after the run.
             tokio::time::sleep(Duration::from_millis(300)).await;
-            if want_trace {
-                // The servers flush their trace after a second without requests.
-                tokio::time::sleep(Duration::from_millis(1300)).await;
-                let mut per_ds = Vec::new();
-                for (p, b) in fx.traces.iter().zip(&before) {
-                    let mut recs = trace::read_from(p, *b)?;
-                    recs.retain(|r| r.time_us >= t_start && r.time_us <= t_end);
-                    recs.sort_by_key(|r| r.time_us);
-                    let group = |cl| fx.groups.get(&cl).copied().unwrap_or(usize::MAX);
-                    let shape = trace::stream_shape(&recs, group);
-                    per_ds.push((shape, recs.iter().map(|r| (r.time_us, r.address, group(r.client))).collect()));
-                }
+            if let Some(mark) = mark {
+                let group = |cl| fx.groups.get(&cl).copied().unwrap_or(usize::MAX);
+                let per_ds = mark
+                    .records(&fx.traces, t_end)
+                    .await?
+                    .iter()
+                    .map(|recs| {
+                        let served = recs.iter().map(|r| (r.time_us, r.address, group(r.client))).collect();
+                        (trace::stream_shape(recs, group), served)
+                    })
+                    .collect();
                 let ions = if forwarded { n_ion } else { 0 };
                 traced.push(Traced { label: c.sched.label(), ions, per_ds });
             }

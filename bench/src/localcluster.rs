@@ -179,6 +179,11 @@ impl LocalCluster {
         }
     }
 
+    /// The data servers' request traces (`ds_options.trace`), one per server.
+    pub fn trace_paths(&self) -> Vec<PathBuf> {
+        self.ds_data_dirs().iter().map(|d| d.join(tessera_proto::config::TRACE_FILE)).collect()
+    }
+
     /// Data directories of the data servers.
     pub fn ds_data_dirs(&self) -> Vec<PathBuf> {
         self.client_cfg.ds.iter().filter_map(|d| d.data_dir.clone()).collect()

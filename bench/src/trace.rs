@@ -4,7 +4,8 @@
 
 use anyhow::{Context, Result};
 use std::io::{Read, Seek, SeekFrom};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// One request a data server served.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,6 +54,41 @@ pub fn read_from(path: &Path, from: u64) -> Result<Vec<TraceRecord>> {
     Ok(text.lines().filter_map(parse_line).collect())
 }
 
+/// How long after a run's end the servers have written its requests out: they flush after a second
+/// without requests (`ds/src/trace.rs`), plus a margin.
+const FLUSH_AFTER_US: u64 = 1_600_000;
+
+/// Where the data servers' traces stood when a run started: what they append after it, stamped up to the
+/// run's end, is the run's.
+pub struct Mark {
+    lens: Vec<u64>,
+    t_start: u64,
+}
+
+impl Mark {
+    /// Marks the traces at `paths` (one per data server) now.
+    pub fn now(paths: &[PathBuf]) -> Mark {
+        Mark { lens: paths.iter().map(|p| file_len(p)).collect(), t_start: unix_us() }
+    }
+
+    /// Each server's requests of the run that ended at `t_end` (µs since the epoch), in time order. Waits
+    /// until the servers have written them out.
+    pub async fn records(&self, paths: &[PathBuf], t_end: u64) -> Result<Vec<Vec<TraceRecord>>> {
+        let wait = (t_end + FLUSH_AFTER_US).saturating_sub(unix_us());
+        tokio::time::sleep(Duration::from_micros(wait)).await;
+        paths
+            .iter()
+            .zip(&self.lens)
+            .map(|(p, &from)| {
+                let mut recs = read_from(p, from)?;
+                recs.retain(|r| r.time_us >= self.t_start && r.time_us <= t_end);
+                recs.sort_by_key(|r| r.time_us);
+                Ok(recs)
+            })
+            .collect()
+    }
+}
+
 /// Times between consecutive requests of `job`, milliseconds (the paper's Fig. 4).
 pub fn reuse_distances_ms(records: &[TraceRecord], job: &str) -> Vec<f64> {
     let mut times: Vec<u64> = records.iter().filter(|r| r.job == job).map(|r| r.time_us).collect();
@@ -90,10 +126,8 @@ pub struct StreamShape {
     pub source_switch_fraction: f64,
 }
 
-/// The [`StreamShape`] of `records` (in service order, i.e. sorted by time).
-pub fn stream_shape(records: &[TraceRecord], source_of: impl Fn(u64) -> usize) -> StreamShape {
-    let mut recs: Vec<&TraceRecord> = records.iter().collect();
-    recs.sort_by_key(|r| r.time_us);
+/// The [`StreamShape`] of `recs`, in service order (sorted by time, as [`Mark::records`] gives them).
+pub fn stream_shape(recs: &[TraceRecord], source_of: impl Fn(u64) -> usize) -> StreamShape {
     let pairs = recs.len().saturating_sub(1).max(1) as f64;
     let mut gaps: Vec<f64> =
         recs.windows(2).map(|w| w[1].address.abs_diff(w[0].address.saturating_add(w[0].len)) as f64 / 1024.0).collect();
@@ -156,7 +190,7 @@ mod tests {
             pid: 1,
         };
         // Served in time order: 0..10 (c1), 10..20 (c1, contiguous), 50..60 (c2, gap 30), 0..10 (c2, back 60).
-        let recs = vec![r(3, 50, 2), r(1, 10, 1), r(0, 0, 1), r(4, 0, 2)];
+        let recs = vec![r(0, 0, 1), r(1, 10, 1), r(3, 50, 2), r(4, 0, 2)];
         let s = stream_shape(&recs, |c| c as usize);
         assert_eq!(s.requests, 4);
         assert!((s.mean_gap_kib - 90.0 / 3.0 / 1024.0).abs() < 1e-12, "{s:?}");

@@ -144,7 +144,7 @@ impl DsService {
         let job: Arc<str> = Arc::from(tag.job());
         let (device, locality, trace, j) =
             (self.path.device.clone(), self.path.locality.clone(), self.path.trace.clone(), job.clone());
-        let origin = trace.as_ref().map(|_| tag.origin.clone());
+        let (client, pid) = (tag.origin.client, tag.origin.pid);
         self.scheduler
             .submit_arc(job, async move {
                 let grant = match (&device, addr) {
@@ -159,8 +159,8 @@ impl DsService {
                 }
                 if let (Some(a), Ok(_)) = (addr, &r) {
                     locality.on_served(&j, a, op.len, real);
-                    if let (Some(t), Some(o)) = (&trace, &origin) {
-                        t.record(j, o, a, op.len, op.kind);
+                    if let Some(t) = &trace {
+                        t.record(j, client, pid, a, op.len, op.kind);
                     }
                 }
                 r

@@ -12,10 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_proto::types::Origin;
 use tessera_proto::{FsError, FsResult};
 
-pub const TRACE_FILE: &str = "lba-trace.csv";
+pub use tessera_proto::config::TRACE_FILE;
 const HEADER: &str = "time_us,job,address,len,op,client,pid\n";
 const BACKLOG: usize = 1 << 16;
 
@@ -94,9 +93,9 @@ impl Trace {
         &self.path
     }
 
-    /// Queues one line for `origin`'s request (the job is passed shared: it is also the scheduler's key).
-    pub fn record(&self, job: Arc<str>, origin: &Origin, addr: u64, len: u64, op: OpKind) {
-        let msg = Msg::Line { time_us: unix_us(), job, addr, len, op, client: origin.client, pid: origin.pid };
+    /// Queues one line for a request of `job` from `client`'s process `pid`.
+    pub fn record(&self, job: Arc<str>, client: u64, pid: u32, addr: u64, len: u64, op: OpKind) {
+        let msg = Msg::Line { time_us: unix_us(), job, addr, len, op, client, pid };
         match self.tx.try_send(msg) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
@@ -127,9 +126,8 @@ mod tests {
     fn writes_csv_lines() {
         let d = tempfile::tempdir().unwrap();
         let t = Trace::start(d.path()).unwrap();
-        let o = Origin { job: String::new(), client: 77, pid: 5 };
-        t.record(Arc::from("job-1"), &o, 4096, 65536, OpKind::Read);
-        t.record(Arc::from("a,\"b\""), &o, 0, 10, OpKind::Write);
+        t.record(Arc::from("job-1"), 77, 5, 4096, 65536, OpKind::Read);
+        t.record(Arc::from("a,\"b\""), 77, 5, 0, 10, OpKind::Write);
         t.flush(Duration::from_secs(5));
         let text = std::fs::read_to_string(t.path()).unwrap();
         let lines: Vec<&str> = text.lines().collect();
@@ -142,7 +140,7 @@ mod tests {
         drop(t);
         // Reopened: appends without a second header.
         let t = Trace::start(d.path()).unwrap();
-        t.record(Arc::from("j"), &o, 1, 1, OpKind::Read);
+        t.record(Arc::from("j"), 77, 5, 1, 1, OpKind::Read);
         t.flush(Duration::from_secs(5));
         let text = std::fs::read_to_string(t.path()).unwrap();
         assert_eq!(text.lines().count(), 4);

@@ -265,10 +265,13 @@ pub struct DsOptions {
     /// base(k) + offset, base(k) = k-th allocation * reservation. Sets on-disk distances between files.
     pub object_reservation_bytes: u64,
     pub hdd: HddParams,
-    /// Record every request served (time, job, address, length, op, client, pid) to `<data_dir>/lba-trace.csv`,
+    /// Record every request served (time, job, address, length, op, client, pid) to `<data_dir>/`[`TRACE_FILE`],
     /// for the locality figures (LBA over time, reuse-distance histogram).
     pub trace: bool,
 }
+
+/// The request trace's file in a data server's data directory (`ds_options.trace`).
+pub const TRACE_FILE: &str = "lba-trace.csv";
 
 impl Default for DsOptions {
     fn default() -> Self {
