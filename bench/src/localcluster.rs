@@ -65,9 +65,7 @@ pub fn edit_config(cfg: &mut ClusterConfig, o: &ClusterOptions) {
 }
 
 /// Starts a server child with its stderr (and stdout but `READY`) appended to `log`; it dies with us.
-pub(crate) fn spawn(name: &str, bin: &Path, args: &[String], log: &Path) -> Result<Child> {
-    let mut cmd = Command::new(bin);
-    cmd.args(args);
+pub(crate) fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Child> {
     Ok(child::spawn(name, child::die_with_parent(&mut cmd), Some(log))?)
 }
 
@@ -105,7 +103,7 @@ impl LocalCluster {
             let first = self.children.len();
             for s in &stage {
                 let bin = server_binary(s.binary)?;
-                self.children.push(spawn(&s.name, &bin, &s.args, &self.files.log_path(&s.name))?);
+                self.children.push(spawn(&s.name, s.command(&bin), &self.files.log_path(&s.name))?);
             }
             for c in self.children[first..].iter_mut() {
                 c.ready(READY_TIMEOUT).await?;

@@ -204,7 +204,9 @@ async fn measure(a: &NetArgs, dir: &Path) -> Result<()> {
     for (k, sdir) in server_dirs.iter().enumerate() {
         let args = vec!["net".into(), "--serve".into(), sdir.display().to_string()];
         let log = dir.join(format!("s{k}.log"));
-        let mut child = spawn(&format!("server {k}"), &exe, &args, &log)?;
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(&args);
+        let mut child = spawn(&format!("server {k}"), cmd, &log)?;
         let addr = child.ready(READY_TIMEOUT).await?;
         let addr = addr.parse().with_context(|| format!("server {k} printed address {addr:?}"))?;
         children.push(child);

@@ -4,9 +4,9 @@
 use anyhow::Context;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use tessera_proto::child::{self, Child, Signals, READY_TIMEOUT, STOP_GRACE};
-use tessera_proto::clusterdir::{existing_ds_count, prepare, ClusterFiles, Shape};
+use tessera_proto::clusterdir::{existing_ds_count, prepare, ClusterFiles, Server, Shape};
 use tessera_proto::config::{ClusterConfig, Defaults};
 
 /// What `tessera up` was asked for.
@@ -22,15 +22,14 @@ pub struct UpOptions {
     pub stripe_count: Option<u32>,
 }
 
-/// Starts server `name` with its output going to its log.
-fn start_server(files: &ClusterFiles, name: &str, bin: &Path, args: &[String]) -> anyhow::Result<Child> {
+/// Starts server `s` with its output going to its log.
+fn start_server(files: &ClusterFiles, s: &Server, bin: &Path) -> anyhow::Result<Child> {
     use std::os::unix::process::CommandExt;
-    let mut cmd = Command::new(bin);
-    cmd.args(args);
+    let mut cmd = s.command(bin);
     // Own process group: a Ctrl-C on the terminal reaches only us, and we stop the servers in order.
     cmd.process_group(0);
     child::die_with_parent(&mut cmd);
-    Ok(child::spawn(name, &mut cmd, Some(&files.log_path(name)))?)
+    Ok(child::spawn(&s.name, &mut cmd, Some(&files.log_path(&s.name)))?)
 }
 
 /// Starts the cluster's servers stage by stage ([`ClusterFiles::start_stages`]), each stage once the one
@@ -46,7 +45,7 @@ async fn start_all(files: &ClusterFiles, servers: &mut Vec<Child>) -> anyhow::Re
     for stage in stages {
         let first = servers.len();
         for s in &stage {
-            servers.push(start_server(files, &s.name, &bins[s.binary], &s.args)?);
+            servers.push(start_server(files, s, &bins[s.binary])?);
         }
         for c in servers[first..].iter_mut() {
             c.ready(READY_TIMEOUT).await?;

@@ -46,7 +46,7 @@ impl ClusterFiles {
         if let Some((flag, k)) = flag {
             args.extend([flag.to_string(), k.to_string()]);
         }
-        Server { name, binary, args }
+        Server { name, binary, args, worker_threads: None }
     }
 
     /// The metadata server.
@@ -66,10 +66,17 @@ impl ClusterFiles {
 
     /// Every server, in the stages a launcher starts them: the MDS; the data servers (they report to
     /// it); the forwarding nodes (they connect to both). A stage starts once the one before is ready.
+    /// All of them run on this machine, so each gets its share of its cores ([`shared_worker_threads`]).
     pub fn start_stages(&self) -> Vec<Vec<Server>> {
         let mut stages = vec![vec![self.mds_server()], (0..self.ds_configs.len()).map(|k| self.ds_server(k)).collect()];
         if !self.ion_configs.is_empty() {
             stages.push((0..self.ion_configs.len()).map(|k| self.ion_server(k)).collect());
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let processes = stages.iter().map(Vec::len).sum();
+        let workers = std::env::var_os(WORKER_THREADS_ENV).is_none().then(|| shared_worker_threads(cores, processes));
+        for s in stages.iter_mut().flatten() {
+            s.worker_threads = workers;
         }
         stages
     }
@@ -83,6 +90,32 @@ pub struct Server {
     /// The binary (found with [`crate::child::server_binary`]).
     pub binary: &'static str,
     pub args: Vec<String>,
+    /// Threads of its async runtime (`None`: tokio's default, one per core, or the launcher's
+    /// `TOKIO_WORKER_THREADS`).
+    pub worker_threads: Option<usize>,
+}
+
+/// The environment variable tokio's runtime takes its worker-thread count from.
+pub const WORKER_THREADS_ENV: &str = "TOKIO_WORKER_THREADS";
+
+/// Worker threads for each of `processes` servers sharing `cores`: their share, at least one. With a
+/// runtime per core in every process, a 4-data-server cluster on 2 cores paid for cross-thread wake-ups
+/// on every request: one worker each served 4 KiB random reads 18% faster and large I/O no slower
+/// (issue 19, `results/small-io/worker-threads`).
+pub fn shared_worker_threads(cores: usize, processes: usize) -> usize {
+    (cores / processes.max(1)).max(1)
+}
+
+impl Server {
+    /// The command that starts it from `bin` (its binary's path).
+    pub fn command(&self, bin: &Path) -> std::process::Command {
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args(&self.args);
+        if let Some(n) = self.worker_threads {
+            cmd.env(WORKER_THREADS_ENV, n.to_string());
+        }
+        cmd
+    }
 }
 
 fn io_err(what: &Path, e: impl std::fmt::Display) -> FsError {
@@ -362,6 +395,19 @@ mod tests {
         let conf = with_ions.ion_configs[1].display().to_string();
         assert_eq!(stages[2][1].args, ["--config", conf.as_str(), "--index", "1"]);
         assert_eq!(files.start_stages().len(), 2, "no forwarding nodes, no third stage");
+    }
+
+    #[test]
+    fn servers_share_the_cores() {
+        assert_eq!(shared_worker_threads(2, 5), 1, "4 data servers and the MDS on 2 cores");
+        assert_eq!(shared_worker_threads(16, 5), 3);
+        assert_eq!(shared_worker_threads(8, 0), 8);
+        assert_eq!(shared_worker_threads(1, 1), 1);
+        let s = Server { name: "ds0".into(), binary: "tessera-ds", args: vec!["--id".into()], worker_threads: Some(2) };
+        let cmd = s.command(Path::new("/bin/true"));
+        let env: Vec<_> = cmd.get_envs().collect();
+        assert_eq!(env, [(std::ffi::OsStr::new(WORKER_THREADS_ENV), Some(std::ffi::OsStr::new("2")))]);
+        assert_eq!(cmd.get_args().collect::<Vec<_>>(), ["--id"]);
     }
 
     #[test]
