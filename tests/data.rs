@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use tessera_client::{LayoutSpec, OpenOptions};
-use tessera_test_support::{pattern, Cluster};
+use tessera_test_support::{check_batched_writes, pattern, Cluster};
 
 fn rw() -> OpenOptions {
     OpenOptions { read: true, write: true, ..Default::default() }
@@ -44,6 +44,24 @@ async fn round_trips_over_stripe_sizes_and_counts() {
             f.close().await.unwrap();
         }
     }
+}
+
+/// A mount's batch of scattered small writes: vectored requests, one per object, land every run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_of_scattered_writes_land_every_run() {
+    let cluster = Cluster::start(3);
+    let client = cluster.client().await;
+    check_batched_writes(&client, "/batched", 5).await;
+    let (mut requests, mut runs) = (0, 0);
+    for ds in client.ds_ids() {
+        let r = client.data().report(ds).await.unwrap();
+        requests += r.sizes.total();
+        runs += r.jobs.iter().map(|j| j.write_ops).sum::<u64>();
+    }
+    // 303 runs (more pieces: some cross stripes), read back with one read per 64 KiB piece.
+    assert!(runs >= 303, "each run is a write at its server: {runs}");
+    let reads = 4_500_000 / 65536 + 3;
+    assert!(requests < reads + 30, "a few vectored requests per object, not one per run: {requests}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

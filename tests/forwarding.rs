@@ -13,7 +13,7 @@ use tessera_proto::msg::{DsCall, DsReply, DsRequest, Forwarded, IonCall, IonRepl
 use tessera_proto::rpc::{self, RpcPeer, Tuning};
 use tessera_proto::tls::{self, NodeIdentity};
 use tessera_proto::{IoTag, Origin, Role};
-use tessera_test_support::{connect, pattern, Cluster};
+use tessera_test_support::{check_batched_writes, connect, pattern, Cluster};
 
 fn small_stripes() -> Defaults {
     Defaults { stripe_size: 65536, ..Defaults::default() }
@@ -69,6 +69,12 @@ async fn clients_go_through_their_forwarding_node_and_servers_see_the_programs()
     assert_eq!(direct.read_file("/through-ion").await.unwrap(), data);
     let after = c.ion_status(1).await.unwrap().requests_forwarded;
     assert_eq!(after, st.requests_forwarded, "the direct client's reads did not pass through ion1");
+
+    // A batch of scattered writes: the ION schedules each run as a write of its own.
+    let before = c.ion_status(1).await.unwrap().requests_forwarded;
+    check_batched_writes(&c, "/batched-through-ion", 9).await;
+    let after = c.ion_status(1).await.unwrap().requests_forwarded;
+    assert!(after - before >= 300, "every run went through ion1's scheduler: {before} -> {after}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,14 +4,14 @@
 use crate::forward::Forwarding;
 use bytes::Bytes;
 use futures::future::try_join_all;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{FsError, FsResult};
 use tessera_proto::frame::MAX_PAYLOAD;
 use tessera_proto::layout::{Layout, MIN_STRIPE_SIZE};
-use tessera_proto::msg::{DsCall, DsReply, DsReport, DsRequest};
+use tessera_proto::msg::{DsCall, DsReply, DsReport, DsRequest, Extent, MAX_EXTENTS};
 use tessera_proto::rpc::{RpcPeer, Tuning};
 use tessera_proto::tls::NodeIdentity;
 use tessera_proto::types::{DsId, IoTag, Role};
@@ -20,6 +20,14 @@ use tokio::sync::Semaphore;
 
 /// One data request's share of a file range: a contiguous run inside one object (the stripe math's chunk).
 pub type Piece = tessera_proto::layout::Chunk;
+
+/// One write of a batch for [`DataPlane::write_runs`]: `data` at file offset `offset`, for `tag`.
+#[derive(Clone, Debug)]
+pub struct WriteRun {
+    pub tag: IoTag,
+    pub offset: u64,
+    pub data: Bytes,
+}
 
 /// Splits `[offset, offset+len)` into requests: per-object chunks from the stripe math, runs that are
 /// contiguous in both the file and the object merged (1-wide layouts), then cut to `max_request`.
@@ -321,6 +329,83 @@ impl DataPlane {
         }))
         .await?;
         Ok(stripes)
+    }
+
+    /// Writes a batch of runs (a mount's buffered small writes, scattered over the file): the pieces
+    /// for one object and tag travel together, as vectored writes of at most [`MAX_EXTENTS`] runs and
+    /// `max_request` bytes, all sent at once. Returns the stripes written to.
+    pub async fn write_runs(&self, layout: &Layout, runs: &[WriteRun]) -> FsResult<Vec<usize>> {
+        let mut tags: Vec<&IoTag> = Vec::new();
+        // (stripe, tag) -> (object offset, bytes), in the order written
+        let mut groups: BTreeMap<(usize, usize), Vec<(u64, Bytes)>> = BTreeMap::new();
+        for run in runs {
+            let t = match tags.iter().position(|t| *t == &run.tag) {
+                Some(t) => t,
+                None => {
+                    tags.push(&run.tag);
+                    tags.len() - 1
+                }
+            };
+            for p in plan(layout, run.offset, run.data.len() as u64, self.max_request) {
+                let at = (p.file_offset - run.offset) as usize;
+                groups
+                    .entry((p.stripe, t))
+                    .or_default()
+                    .push((p.object_offset, run.data.slice(at..at + p.len as usize)));
+            }
+        }
+        let mut requests = Vec::new();
+        for ((stripe, t), mut pieces) in groups {
+            pieces.sort_by_key(|&(at, _)| at);
+            let mut batch: Vec<(u64, Bytes)> = Vec::new();
+            let mut bytes = 0u64;
+            for (at, data) in pieces {
+                if !batch.is_empty() && (batch.len() >= MAX_EXTENTS || bytes + data.len() as u64 > self.max_request) {
+                    requests.push(self.write_batch(tags[t], layout, stripe, std::mem::take(&mut batch)));
+                    bytes = 0;
+                }
+                bytes += data.len() as u64;
+                batch.push((at, data));
+            }
+            requests.push(self.write_batch(tags[t], layout, stripe, batch));
+        }
+        try_join_all(requests).await?;
+        let mut stripes: Vec<usize> =
+            runs.iter().flat_map(|r| plan(layout, r.offset, r.data.len() as u64, u64::MAX)).map(|p| p.stripe).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        Ok(stripes)
+    }
+
+    /// Runs of one object (sorted by offset) as one request: a plain write for a single run.
+    async fn write_batch(&self, tag: &IoTag, layout: &Layout, stripe: usize, batch: Vec<(u64, Bytes)>) -> FsResult<()> {
+        let target = layout.targets[stripe];
+        let (req, payload) = match &batch[..] {
+            [(at, data)] => {
+                (DsRequest::Write { tag: tag.clone(), object: target.object, offset: *at, sync: false }, data.clone())
+            }
+            _ => {
+                // Runs that meet in the object (pieces of neighbouring writes) travel as one.
+                let mut extents: Vec<Extent> = Vec::with_capacity(batch.len());
+                for (at, d) in &batch {
+                    match extents.last_mut() {
+                        Some(e) if e.offset + u64::from(e.len) == *at => e.len += d.len() as u32,
+                        _ => extents.push(Extent { offset: *at, len: d.len() as u32 }),
+                    }
+                }
+                let payload = tessera_proto::frame::concat(batch.into_iter().map(|(_, d)| d).collect());
+                (DsRequest::WriteV { tag: tag.clone(), object: target.object, extents, sync: false }, payload)
+            }
+        };
+        let len = payload.len() as u64;
+        match self.route.call_sized(target.ds, req, payload, len).await?.0 {
+            DsReply::Written { len: n } if u64::from(n) == len => Ok(()),
+            DsReply::Written { len: n } => Err(FsError::io(format!(
+                "data server {} wrote {n} of {len} bytes to object {}",
+                target.ds, target.object
+            ))),
+            r => Err(FsError::protocol(format!("data server {} answered a write with {r:?}", target.ds))),
+        }
     }
 
     async fn write_piece(&self, tag: &IoTag, layout: &Layout, p: Piece, payload: Bytes, app_len: u64) -> FsResult<()> {

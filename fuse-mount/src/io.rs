@@ -1,41 +1,79 @@
-//! The data path of open files: write-behind per inode (sequential writes gathered into large chunks and
-//! sent asynchronously, overlapping ranges kept in order) and read-ahead per handle, both inside
+//! The data path of open files: write-behind per inode and read-ahead per handle, both inside
 //! close-to-open consistency: `flush` drains and reports the size to the MDS, `open` starts afresh.
+//!
+//! Write-behind keeps an inode's buffered writes in a map by file offset, never overlapping: a write
+//! that falls inside, overlaps or continues buffered data is merged into it, so a rewrite costs no
+//! request. Buffers that grow to [`STREAM_MIN`] are streams (a sequential writer, tasks writing their
+//! parts of a shared file): each is sent on its own once it holds [`WRITE_CHUNK`], and the least
+//! recently written one when more than [`WRITE_STREAMS`] are buffered. Shorter buffers are scattered
+//! writes: once [`BATCH_BYTES`] or [`BATCH_RUNS`] of them are buffered they go together, one vectored
+//! request per object ([`tessera_client::data::DataPlane::write_runs`]). A buffer never leaves while a
+//! write it overlaps is in flight (the data servers could apply the two in either order): it waits in
+//! the map until that one has landed, and the writer does not wait for it.
 
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tessera_client::data::ReadData;
+use tessera_client::data::{ReadData, WriteRun};
 use tessera_client::{Client, FsError, FsResult, Ino, IoTag, Layout, MdsClient, Timestamp};
 use tessera_proto::bufpool::PoolBuf;
 use tokio::sync::Notify;
 
-/// Size of one write-behind chunk (one asynchronous `DataPlane::write`).
+/// Largest buffer: a stream is sent when it holds this much (one asynchronous `DataPlane::write`).
 pub const WRITE_CHUNK: usize = 8 << 20;
-/// Sequential streams buffered at once per inode (tasks writing their own parts of a shared file).
+/// Buffers at least this long are streams; shorter ones are scattered writes, sent in batches.
+pub const STREAM_MIN: usize = 128 << 10;
+/// Streams buffered at once per inode (tasks writing their own parts of a shared file).
 pub const WRITE_STREAMS: usize = 4;
+/// Bytes of scattered writes buffered per inode before they are sent as a batch.
+pub const BATCH_BYTES: u64 = 1 << 20;
+/// Scattered writes buffered per inode before they are sent as a batch.
+pub const BATCH_RUNS: usize = 256;
 /// Bytes of write-behind in flight per inode before writers wait.
 pub const WRITE_INFLIGHT_MAX: u64 = 64 << 20;
+/// Bytes buffered and in flight per inode before writers wait.
+pub const WRITE_BEHIND_MAX: u64 = WRITE_INFLIGHT_MAX + (WRITE_STREAMS * WRITE_CHUNK) as u64;
 use crate::readahead::{Plan, Stream};
 pub use crate::readahead::{RA_AHEAD, RA_CHUNK};
 
 struct WBuf {
-    off: u64,
     /// Recycled: a streaming writer goes through 8 MiB chunks at the rate it writes.
     data: PoolBuf,
+    /// The tag of the write that started it (a buffer merged from several writes keeps the latest's).
     tag: IoTag,
+    /// The inode's write count at its last write: the least recently written stream goes first.
+    last: u64,
+}
+
+impl WBuf {
+    fn len(&self) -> u64 {
+        self.data.len() as u64
+    }
+}
+
+fn is_stream(len: u64) -> bool {
+    len >= STREAM_MIN as u64
 }
 
 #[derive(Default)]
 struct WState {
-    /// One buffer per sequential stream, oldest first.
-    bufs: Vec<WBuf>,
-    /// Writes on their way to the data servers: (id, start, end).
-    inflight: Vec<(u64, u64, u64)>,
+    /// Buffered writes by file offset, never overlapping.
+    bufs: BTreeMap<u64, WBuf>,
+    /// Bytes in `bufs`.
+    buffered: u64,
+    /// Streams in `bufs`.
+    streams: usize,
+    /// Bytes and buffers of the scattered writes in `bufs`.
+    scattered_bytes: u64,
+    scattered_runs: usize,
+    /// Writes on their way to the data servers, by start: (end, id of their send). Never overlapping.
+    inflight: BTreeMap<u64, (u64, u64)>,
     inflight_bytes: u64,
     next_id: u64,
+    /// Writes through this inode so far.
+    writes: u64,
     /// End of the furthest write through this mount (buffered bytes included).
     written_end: u64,
     /// Stripes written since the last fsync.
@@ -45,6 +83,134 @@ struct WState {
     last_write: Timestamp,
     /// First asynchronous write error, reported at the next write/flush/fsync/release.
     error: Option<FsError>,
+}
+
+impl WState {
+    fn account(&mut self, len: u64, added: bool) {
+        let (bytes, runs, streams) = (&mut self.scattered_bytes, &mut self.scattered_runs, &mut self.streams);
+        if added {
+            self.buffered += len;
+            if is_stream(len) {
+                *streams += 1;
+            } else {
+                *bytes += len;
+                *runs += 1;
+            }
+        } else {
+            self.buffered -= len;
+            if is_stream(len) {
+                *streams -= 1;
+            } else {
+                *bytes -= len;
+                *runs -= 1;
+            }
+        }
+    }
+
+    fn put(&mut self, off: u64, b: WBuf) {
+        self.account(b.len(), true);
+        self.bufs.insert(off, b);
+    }
+
+    fn take(&mut self, off: u64) -> Option<WBuf> {
+        let b = self.bufs.remove(&off)?;
+        self.account(b.len(), false);
+        Some(b)
+    }
+
+    /// True if a write in flight overlaps `start..end`.
+    fn in_flight(&self, start: u64, end: u64) -> bool {
+        // In-flight writes never overlap, so their ends grow with their starts: only the last one
+        // starting before `end` can reach past `start`.
+        self.inflight.range(..end).next_back().is_some_and(|(_, &(e, _))| e > start)
+    }
+
+    fn blocked(&self, off: u64) -> bool {
+        self.bufs.get(&off).is_some_and(|b| self.in_flight(off, off + b.len()))
+    }
+
+    /// Offsets of the buffers that overlap or touch `start..end`, in order.
+    fn touching(&self, start: u64, end: u64) -> Vec<u64> {
+        let mut v = Vec::new();
+        for (&k, b) in self.bufs.range(..=end).rev() {
+            if k + b.len() < start {
+                break;
+            }
+            v.push(k);
+        }
+        v.reverse();
+        v
+    }
+
+    /// Takes `data` (written at `off`, ending at `end`) into the buffers; returns the offset of the
+    /// buffer holding it, and the buffers it touches but is too long to merge with, taken out to be
+    /// sent first. `None` (nothing changed) when one of those is held back by a write in flight: the
+    /// writer waits for that one to land.
+    fn absorb(&mut self, off: u64, end: u64, data: &[u8], tag: &IoTag) -> Option<(u64, Vec<(u64, WBuf)>)> {
+        self.writes += 1;
+        let now = self.writes;
+        let touching = self.touching(off, end);
+        if let [k] = touching[..] {
+            if let Some(b) = self.bufs.get_mut(&k) {
+                let (bend, blen) = (k + b.len(), b.len());
+                if k <= off && end <= bend {
+                    // A rewrite of buffered bytes.
+                    let at = (off - k) as usize;
+                    b.data.as_mut_slice()[at..at + data.len()].copy_from_slice(data);
+                    b.last = now;
+                    return Some((k, Vec::new()));
+                }
+                if bend == off && blen + data.len() as u64 <= WRITE_CHUNK as u64 {
+                    // The continuation of a buffer: the common case of a sequential writer.
+                    b.data.extend_from_slice(data);
+                    b.last = now;
+                    self.account(blen, false);
+                    self.account(blen + data.len() as u64, true);
+                    return Some((k, Vec::new()));
+                }
+            }
+        }
+        let start = touching.first().map_or(off, |&k| k.min(off));
+        let stop = touching.last().map_or(end, |&k| (k + self.bufs.get(&k).map_or(0, WBuf::len)).max(end));
+        if !touching.is_empty() && stop - start <= WRITE_CHUNK as u64 {
+            // Overlaps or joins buffers: one buffer for all, the new bytes over the old.
+            let mut buf = PoolBuf::with_capacity((stop - start) as usize);
+            let mut pos = start;
+            for k in &touching {
+                let Some(b) = self.take(*k) else { continue };
+                if *k > pos {
+                    buf.extend_from_slice(&data[(pos - off) as usize..(*k - off) as usize]);
+                }
+                buf.extend_from_slice(b.data.as_slice());
+                pos = k + b.len();
+            }
+            if stop > pos {
+                buf.extend_from_slice(&data[(pos - off) as usize..(stop - off) as usize]);
+            }
+            buf.as_mut_slice()[(off - start) as usize..(end - start) as usize].copy_from_slice(data);
+            self.put(start, WBuf { data: buf, tag: tag.clone(), last: now });
+            return Some((start, Vec::new()));
+        }
+        // Buffers it touches but is too long to merge with are older: they go first.
+        if touching.iter().any(|&k| self.blocked(k)) {
+            self.writes -= 1;
+            return None;
+        }
+        let older = touching.iter().filter_map(|&k| self.take(k).map(|b| (k, b))).collect();
+        // A buffer of its own. Large writes are likely a streaming writer: room for a whole chunk at
+        // once. Small ones grow as needed, so many files open with a little data each stay cheap.
+        let cap = if data.len() >= WRITE_CHUNK {
+            data.len()
+        } else if data.len() >= 128 << 10 {
+            WRITE_CHUNK
+        } else {
+            (data.len() * 4).max(16 << 10)
+        };
+        let mut buf = PoolBuf::with_capacity(cap);
+        buf.extend_from_slice(data);
+        self.put(off, WBuf { data: buf, tag: tag.clone(), last: now });
+        Some((off, older))
+    }
 }
 
 /// One inode open through this mount: shared by all its handles.
@@ -72,10 +238,6 @@ pub fn privileged_bits(perm: u32) -> u32 {
 
 fn poisoned() -> FsError {
     FsError::io("write-behind state poisoned")
-}
-
-fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
-    a.0 < b.1 && b.0 < a.1
 }
 
 impl OpenInode {
@@ -114,14 +276,14 @@ impl OpenInode {
             if let Some(r) = self.try_write(client, tag, off, data) {
                 return r;
             }
-            // An overlapping write is still in flight (keep the order) or too much is in flight.
+            // Too much is buffered and in flight.
             notified.await;
         }
     }
 
-    /// Buffers a write if that needs no waiting: `None` when an overlapping write is still in flight
-    /// or too much is. Never blocks, so the FUSE thread can answer at once; call it inside the tokio
-    /// runtime's context (a full buffer is sent by a spawned task).
+    /// Buffers a write if that needs no waiting: `None` when too much is buffered and in flight. Never
+    /// blocks, so the FUSE thread can answer at once; call it inside the tokio runtime's context (what
+    /// is sent goes by spawned tasks).
     pub fn try_write(self: &Arc<Self>, client: &Client, tag: &IoTag, off: u64, data: &[u8]) -> Option<FsResult<()>> {
         let Some(end) = off.checked_add(data.len() as u64) else {
             return Some(Err(FsError::new(tessera_client::ErrorCode::TooBig, "write beyond the largest offset")));
@@ -133,59 +295,40 @@ impl OpenInode {
         if let Some(e) = st.error.take() {
             return Some(Err(e));
         }
-        // The continuation of a buffered stream: extend it — unless the new bytes overlap another
-        // buffer or a write in flight, whose older data could then land after them.
-        let continues = |b: &WBuf| b.off + b.data.len() as u64 == off && b.tag == *tag;
-        let span = |b: &WBuf| (b.off, b.off + b.data.len() as u64);
-        let extend =
-            st.bufs.iter().position(|b| continues(b) && b.data.len() + data.len() <= WRITE_CHUNK).filter(|&i| {
-                !st.bufs.iter().enumerate().any(|(j, b)| j != i && overlaps(span(b), (off, end)))
-                    && !st.inflight.iter().any(|&(_, s, e)| overlaps((s, e), (off, end)))
-            });
-        if let Some(i) = extend {
-            st.bufs[i].data.extend_from_slice(data);
-            let full = st.bufs[i].data.len() >= WRITE_CHUNK;
-            self.note_write(&mut st, end);
-            if full {
-                self.submit(&mut st, i, client);
-            }
-            return Some(Ok(()));
-        }
-        // A new stream. Send first what it overlaps (writes stay in order) or continues (a full buffer),
-        // and the oldest stream if all are taken.
-        let mut i = 0;
-        while i < st.bufs.len() {
-            let b = &st.bufs[i];
-            if continues(b) || overlaps(span(b), (off, end)) {
-                self.submit(&mut st, i, client);
-            } else {
-                i += 1;
+        let len = data.len() as u64;
+        let held = |st: &WState| st.buffered + st.inflight_bytes;
+        if held(&st) > 0 && held(&st) + len > WRITE_BEHIND_MAX {
+            self.send_ready(&mut st, client);
+            if held(&st) > 0 && held(&st) + len > WRITE_BEHIND_MAX {
+                return None;
             }
         }
-        if st.bufs.len() >= WRITE_STREAMS {
-            self.submit(&mut st, 0, client);
-        }
-        let busy = st.inflight.iter().any(|&(_, s, e)| overlaps((s, e), (off, end)));
-        let full = st.inflight_bytes > 0 && st.inflight_bytes + data.len() as u64 > WRITE_INFLIGHT_MAX;
-        if busy || full {
-            return None;
-        }
-        // Large writes are likely a streaming writer: room for a whole chunk at once. Small ones grow
-        // as needed, so many files open with a little data each stay cheap.
-        let cap = if data.len() >= WRITE_CHUNK {
-            data.len()
-        } else if data.len() >= 128 << 10 {
-            WRITE_CHUNK
-        } else {
-            (data.len() * 4).max(16 << 10)
-        };
-        let mut buf = PoolBuf::with_capacity(cap);
-        buf.extend_from_slice(data);
-        st.bufs.push(WBuf { off, data: buf, tag: tag.clone() });
+        let (key, older) = st.absorb(off, end, data, tag)?;
         self.note_write(&mut st, end);
-        if data.len() >= WRITE_CHUNK {
-            let last = st.bufs.len() - 1;
-            self.submit(&mut st, last, client);
+        for b in older {
+            self.send_bufs(&mut st, vec![b], client);
+        }
+        // A full stream goes now.
+        if st.bufs.get(&key).is_some_and(|b| b.data.len() >= WRITE_CHUNK) {
+            self.send(&mut st, &[key], client);
+        }
+        // Too many streams: the least recently written goes.
+        while st.streams > WRITE_STREAMS {
+            let lru = st
+                .bufs
+                .iter()
+                .filter(|(&k, b)| is_stream(b.len()) && !st.blocked(k))
+                .min_by_key(|(_, b)| b.last)
+                .map(|(&k, _)| k);
+            match lru {
+                Some(k) => self.send(&mut st, &[k], client),
+                None => break,
+            }
+        }
+        // Enough scattered writes: a batch.
+        if st.scattered_bytes >= BATCH_BYTES || st.scattered_runs >= BATCH_RUNS {
+            let keys: Vec<u64> = st.bufs.iter().filter(|(_, b)| !is_stream(b.len())).map(|(&k, _)| k).collect();
+            self.send(&mut st, &keys, client);
         }
         Some(Ok(()))
     }
@@ -197,34 +340,68 @@ impl OpenInode {
         self.wgen.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Sends buffer `i` asynchronously.
-    fn submit(self: &Arc<Self>, st: &mut WState, i: usize, client: &Client) {
-        if i >= st.bufs.len() {
+    /// Sends the buffers at `keys` that no write in flight holds back.
+    fn send(self: &Arc<Self>, st: &mut WState, keys: &[u64], client: &Client) {
+        let bufs = keys.iter().filter(|&&k| !st.blocked(k)).copied().collect::<Vec<_>>();
+        let bufs = bufs.into_iter().filter_map(|k| st.take(k).map(|b| (k, b))).collect();
+        self.send_bufs(st, bufs, client);
+    }
+
+    /// Sends buffers taken out of the map as one asynchronous write: a single buffer as a plain
+    /// write, several as a batch.
+    fn send_bufs(self: &Arc<Self>, st: &mut WState, bufs: Vec<(u64, WBuf)>, client: &Client) {
+        let id = st.next_id;
+        let mut runs = Vec::with_capacity(bufs.len());
+        let mut bytes = 0;
+        for (k, b) in bufs {
+            let len = b.len();
+            st.inflight.insert(k, (k + len, id));
+            bytes += len;
+            runs.push(WriteRun { tag: b.tag, offset: k, data: b.data.freeze() });
+        }
+        if runs.is_empty() {
             return;
         }
-        let b = st.bufs.remove(i);
-        let id = st.next_id;
         st.next_id += 1;
-        let len = b.data.len() as u64;
-        st.inflight.push((id, b.off, b.off + len));
-        st.inflight_bytes += len;
+        st.inflight_bytes += bytes;
         let me = self.clone();
         let client = client.clone();
         tokio::spawn(async move {
-            let res = client.data().write(&b.tag, &me.layout, b.off, b.data.freeze()).await;
+            let res = match &runs[..] {
+                [run] => client.data().write(&run.tag, &me.layout, run.offset, run.data.clone()).await,
+                _ => client.data().write_runs(&me.layout, &runs).await,
+            };
             if let Ok(mut st) = me.st.lock() {
-                st.inflight.retain(|&(i, _, _)| i != id);
-                st.inflight_bytes -= len;
+                for run in &runs {
+                    st.inflight.remove(&run.offset);
+                }
+                st.inflight_bytes -= bytes;
                 match res {
                     Ok(stripes) => st.dirty.extend(stripes),
                     Err(e) => {
-                        tracing::warn!(ino = me.ino, "background write at {} failed: {e}", b.off);
+                        tracing::warn!(
+                            ino = me.ino,
+                            "background write of {bytes} bytes at {} failed: {e}",
+                            runs[0].offset
+                        );
                         st.error.get_or_insert(e);
                     }
                 }
             }
             me.changed.notify_waiters();
         });
+    }
+
+    /// Sends every buffer not held back by a write in flight: streams one by one, scattered writes as
+    /// one batch.
+    fn send_ready(self: &Arc<Self>, st: &mut WState, client: &Client) {
+        let (streams, scattered): (Vec<u64>, Vec<u64>) =
+            st.bufs.keys().partition(|k| st.bufs[*k].len() >= STREAM_MIN as u64);
+        for k in streams {
+            self.send(st, &[k], client);
+        }
+        let keys = scattered;
+        self.send(st, &keys, client);
     }
 
     /// True if writes are buffered or in flight.
@@ -240,16 +417,15 @@ impl OpenInode {
             notified.as_mut().enable();
             {
                 let mut st = self.st.lock().map_err(|_| poisoned())?;
-                while !st.bufs.is_empty() {
-                    self.submit(&mut st, 0, client);
-                }
-                if st.inflight.is_empty() {
+                self.send_ready(&mut st, client);
+                if st.bufs.is_empty() && st.inflight.is_empty() {
                     return match st.error.take() {
                         Some(e) => Err(e),
                         None => Ok(()),
                     };
                 }
             }
+            // In flight, or held back by what is in flight.
             notified.await;
         }
     }
@@ -550,11 +726,122 @@ mod tests {
         assert_eq!(privileged_bits(0o777), 0);
     }
 
+    fn tag() -> IoTag {
+        IoTag::default()
+    }
+
+    /// The buffers' invariants: none overlap or is empty, and the counters add up.
+    fn check(st: &WState) {
+        let mut prev_end = 0;
+        let (mut bytes, mut streams, mut sbytes, mut sruns) = (0, 0, 0, 0);
+        for (&k, b) in &st.bufs {
+            assert!(b.len() > 0 && k >= prev_end, "buffer at {k} overlaps the one before (ends {prev_end})");
+            prev_end = k + b.len();
+            bytes += b.len();
+            if is_stream(b.len()) {
+                streams += 1;
+            } else {
+                sbytes += b.len();
+                sruns += 1;
+            }
+        }
+        assert_eq!((st.buffered, st.streams, st.scattered_bytes, st.scattered_runs), (bytes, streams, sbytes, sruns));
+    }
+
+    /// A write absorbed; returns where it went and the offsets of the buffers taken out to go first.
+    fn write(st: &mut WState, off: u64, data: &[u8]) -> (u64, Vec<u64>) {
+        let (k, older) = st.absorb(off, off + data.len() as u64, data, &tag()).expect("nothing in flight");
+        check(st);
+        (k, older.into_iter().map(|(k, _)| k).collect())
+    }
+
     #[test]
-    fn ranges_overlap() {
-        assert!(overlaps((0, 10), (5, 6)));
-        assert!(overlaps((5, 6), (0, 10)));
-        assert!(!overlaps((0, 10), (10, 20)));
-        assert!(!overlaps((10, 20), (0, 10)));
+    fn sequential_writes_grow_one_buffer_into_a_stream() {
+        let mut st = WState::default();
+        for i in 0..40u64 {
+            assert_eq!(write(&mut st, i * 4096, &[i as u8; 4096]), (0, vec![]));
+        }
+        assert_eq!((st.bufs.len(), st.streams, st.scattered_runs), (1, 1, 0));
+        assert_eq!(st.bufs[&0].data.as_slice()[39 * 4096], 39);
+    }
+
+    #[test]
+    fn random_writes_stay_apart_and_rewrites_cost_nothing() {
+        let mut st = WState::default();
+        for off in [40960u64, 0, 81920, 16384] {
+            write(&mut st, off, &[1; 4096]);
+        }
+        assert_eq!((st.bufs.len(), st.scattered_runs, st.scattered_bytes), (4, 4, 16384));
+        // Inside a buffer: overwritten in place.
+        assert_eq!(write(&mut st, 41000, &[7; 100]), (40960, vec![]));
+        assert_eq!(st.bufs.len(), 4);
+        assert_eq!(&st.bufs[&40960].data.as_slice()[39..41], &[1, 7]);
+        // Joining two buffers across a gap: one buffer, old bytes where the new write is not.
+        assert_eq!(write(&mut st, 4096, &[9; 12288]), (0, vec![]));
+        let b = st.bufs[&0].data.as_slice();
+        assert_eq!(b.len(), 20480);
+        assert_eq!((b[4095], b[4096], b[16383], b[16384], b[20479]), (1, 9, 9, 1, 1));
+        assert_eq!(st.bufs.len(), 3);
+    }
+
+    #[test]
+    fn buffers_too_long_to_merge_go_first() {
+        let chunk = WRITE_CHUNK as u64;
+        let mut st = WState::default();
+        write(&mut st, 0, &vec![1; WRITE_CHUNK - 10]);
+        // Continues it past WRITE_CHUNK: a buffer of its own, the full one taken out to go first.
+        assert_eq!(write(&mut st, chunk - 10, &[2; 20]), (chunk - 10, vec![0]));
+        assert_eq!(st.bufs.keys().copied().collect::<Vec<_>>(), [chunk - 10]);
+        let mut st = WState::default();
+        write(&mut st, 0, &vec![1; WRITE_CHUNK - 10]);
+        assert_eq!(write(&mut st, 100, &[3; 300]), (0, vec![]), "inside the buffer: rewritten in place");
+        // Overlaps its end and would make it longer than WRITE_CHUNK: the same.
+        assert_eq!(write(&mut st, chunk - 12, &[4; 20]), (chunk - 12, vec![0]));
+    }
+
+    #[test]
+    fn writes_in_flight_hold_back_what_overlaps_them() {
+        let mut st = WState::default();
+        st.inflight.insert(100, (200, 0));
+        st.inflight.insert(300, (310, 1));
+        assert!(st.in_flight(150, 160) && st.in_flight(0, 101) && st.in_flight(199, 400) && st.in_flight(305, 306));
+        assert!(!st.in_flight(0, 100) && !st.in_flight(200, 300) && !st.in_flight(310, 1000));
+        write(&mut st, 190, &[1; 5]);
+        write(&mut st, 250, &[1; 5]);
+        assert!(st.blocked(190) && !st.blocked(250));
+        // Too long to merge with a buffer that is held back: the writer waits, nothing changes.
+        st.inflight.insert(0, (1, 2));
+        write(&mut st, 1, &vec![5; WRITE_CHUNK - 1]);
+        assert!(st.blocked(1));
+        assert!(st.absorb(WRITE_CHUNK as u64 - 1, WRITE_CHUNK as u64 + 9, &[6; 10], &tag()).is_none());
+        check(&st);
+        assert_eq!(st.bufs[&1].len(), WRITE_CHUNK as u64 - 1);
+    }
+
+    /// Random writes into the buffers read back as a plain array written the same way.
+    #[test]
+    fn buffers_hold_the_latest_bytes_of_random_writes() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(19);
+        for round in 0..50 {
+            let mut st = WState::default();
+            let size = 1 << 20;
+            let mut model = vec![None::<u8>; size];
+            for i in 0..200 {
+                let len = if rng.gen_bool(0.2) { rng.gen_range(1..200_000) } else { rng.gen_range(1..9000) };
+                let off = rng.gen_range(0..size - len);
+                let byte = (round * 200 + i) as u8;
+                let (_, older) = write(&mut st, off as u64, &vec![byte; len]);
+                assert!(older.is_empty(), "no buffer reaches WRITE_CHUNK here");
+                model[off..off + len].fill(Some(byte));
+            }
+            let mut seen = vec![None::<u8>; size];
+            for (&k, b) in &st.bufs {
+                for (i, &x) in b.data.as_slice().iter().enumerate() {
+                    seen[k as usize + i] = Some(x);
+                }
+            }
+            assert!(seen == model, "round {round}: buffered bytes differ from the writes");
+        }
     }
 }

@@ -9,10 +9,12 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tessera_proto::error::{FsError, FsResult};
-use tessera_proto::msg::{DsCall, DsReply, DsRequest, IonCall, IonReply, IonStatus, MdsCall, MdsReply};
+use tessera_proto::msg::{
+    carries_data, check_extents, DsCall, DsReply, DsRequest, Extent, IonCall, IonReply, IonStatus, MdsCall, MdsReply,
+};
 use tessera_proto::requests::Senders;
 use tessera_proto::rpc::{Payload, PeerInfo, RpcPeer, Service};
-use tessera_proto::types::{DsId, Role};
+use tessera_proto::types::{DsId, IoTag, ObjectId, Role};
 
 pub struct IonService {
     pub name: String,
@@ -32,12 +34,15 @@ impl IonService {
         if call.via.is_some() {
             return error(FsError::invalid("a forwarded request cannot be forwarded again"));
         }
-        if !matches!(call.req, DsRequest::Write { .. }) && !payload.is_empty() {
+        if !carries_data(&call.req) && !payload.is_empty() {
             return error(FsError::protocol("unexpected payload on a request without data"));
         }
         match call.req {
             DsRequest::Read { .. } | DsRequest::Write { .. } => {
                 self.dispatcher.submit(call.ds, call.req, payload, app_len).await
+            }
+            DsRequest::WriteV { tag, object, extents, sync } => {
+                self.write_v(call.ds, tag, object, &extents, payload, sync).await
             }
             DsRequest::Ping | DsRequest::Report | DsRequest::Fsync { .. } => {
                 let Some(peer) = self.servers.get(&call.ds) else {
@@ -53,6 +58,39 @@ impl IonService {
                 error(FsError::perm("forwarding nodes pass on only clients' data requests"))
             }
         }
+    }
+
+    /// A client's batch of small writes: each run is scheduled as a write of its own (the scheduler
+    /// decides their order, the dispatcher merges the contiguous ones); answered once all are written.
+    async fn write_v(
+        &self,
+        ds: DsId,
+        tag: IoTag,
+        object: ObjectId,
+        extents: &[Extent],
+        data: Bytes,
+        sync: bool,
+    ) -> Answer {
+        if let Err(e) = check_extents(extents, data.len()) {
+            return error(e);
+        }
+        let mut at = 0;
+        let runs = extents.iter().map(|e| {
+            let run = data.slice(at..at + e.len as usize);
+            at += e.len as usize;
+            let req = DsRequest::Write { tag: tag.clone(), object, offset: e.offset, sync };
+            self.dispatcher.submit(ds, req, run, u64::from(e.len))
+        });
+        for (r, _) in futures::future::join_all(runs).await {
+            match r {
+                Ok(DsReply::Written { .. }) => {}
+                Ok(other) => {
+                    return error(FsError::protocol(format!("data server {ds} answered Write with {other:?}")))
+                }
+                Err(e) => return error(e),
+            }
+        }
+        (Ok(DsReply::Written { len: data.len() as u32 }), Payload::Whole(Bytes::new()))
     }
 
     pub fn status(&self) -> IonStatus {

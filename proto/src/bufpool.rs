@@ -85,6 +85,11 @@ impl PoolBuf {
         &self.buf[self.start..]
     }
 
+    /// The data, to overwrite in place.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.buf[self.start..]
+    }
+
     /// The data as [`Bytes`], without copying.
     pub fn freeze(self) -> Bytes {
         Bytes::from_owner(self)

@@ -555,6 +555,15 @@ pub enum DsRequest {
         offset: u64,
         sync: bool,
     },
+    /// Writes several runs of one object (a client's batch of small writes): the payload is their bytes,
+    /// in the order of `extents`. Reply: `Written { len }`, the payload's length. Checked by
+    /// [`check_extents`] before anything is written.
+    WriteV {
+        tag: IoTag,
+        object: ObjectId,
+        extents: Vec<Extent>,
+        sync: bool,
+    },
     /// Sets an object's size (creating it if needed).
     Truncate {
         object: ObjectId,
@@ -573,6 +582,41 @@ pub enum DsRequest {
     Report,
     /// Orchestrator: which requests to release from now on (role mds only).
     Serve(ServeCommand),
+}
+
+/// One run of a [`DsRequest::WriteV`]: the next `len` bytes of the payload go to object offset `offset`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub offset: u64,
+    pub len: u32,
+}
+
+/// Most runs one [`DsRequest::WriteV`] may carry.
+pub const MAX_EXTENTS: usize = 1024;
+
+/// Checks a vectored write's runs against its payload: at most [`MAX_EXTENTS`], none empty or ending
+/// past the largest offset, together exactly the payload.
+pub fn check_extents(extents: &[Extent], payload_len: usize) -> crate::FsResult<()> {
+    use crate::FsError;
+    if extents.is_empty() || extents.len() > MAX_EXTENTS {
+        return Err(FsError::invalid(format!("a vectored write carries {} runs (1 to {MAX_EXTENTS})", extents.len())));
+    }
+    let mut total: u64 = 0;
+    for e in extents {
+        if e.len == 0 || e.offset.checked_add(u64::from(e.len)).is_none() {
+            return Err(FsError::invalid(format!("bad run of {} bytes at offset {}", e.len, e.offset)));
+        }
+        total += u64::from(e.len);
+    }
+    if total != payload_len as u64 {
+        return Err(FsError::protocol(format!("runs of {total} bytes with a payload of {payload_len}")));
+    }
+    Ok(())
+}
+
+/// True for the requests that carry data in their payload.
+pub fn carries_data(req: &DsRequest) -> bool {
+    matches!(req, DsRequest::Write { .. } | DsRequest::WriteV { .. })
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -708,4 +752,26 @@ pub struct IonStatus {
     /// Median time between consecutive arrivals over the recent ones, microseconds.
     pub median_interarrival_us: Option<u64>,
     pub jobs: Vec<IonJob>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectored_write_runs_must_match_the_payload() {
+        let runs = |v: &[(u64, u32)]| v.iter().map(|&(offset, len)| Extent { offset, len }).collect::<Vec<_>>();
+        assert!(check_extents(&runs(&[(0, 4096), (8192, 10)]), 4106).is_ok());
+        assert!(check_extents(&runs(&[(0, 4096), (8192, 10)]), 4105).is_err(), "payload short");
+        assert!(check_extents(&runs(&[(0, 4096)]), 4097).is_err(), "payload long");
+        assert!(check_extents(&[], 0).is_err(), "no runs");
+        assert!(check_extents(&runs(&[(5, 0)]), 0).is_err(), "empty run");
+        assert!(check_extents(&runs(&[(u64::MAX - 2, 4)]), 4).is_err(), "past the largest offset");
+        let many = vec![Extent { offset: 0, len: 1 }; MAX_EXTENTS + 1];
+        assert!(check_extents(&many, MAX_EXTENTS + 1).is_err(), "too many runs");
+        assert!(check_extents(&many[..MAX_EXTENTS], MAX_EXTENTS).is_ok());
+        // u32 lengths summed in u64: a thousand 4 GiB runs do not wrap.
+        let huge = vec![Extent { offset: 0, len: u32::MAX }; MAX_EXTENTS];
+        assert!(check_extents(&huge, 0).is_err());
+    }
 }
