@@ -31,6 +31,11 @@ pub const WRITE_STREAMS: usize = 4;
 pub const BATCH_BYTES: u64 = 1 << 20;
 /// Scattered writes buffered per inode before they are sent as a batch.
 pub const BATCH_RUNS: usize = 256;
+/// Batches of scattered writes in flight per inode: more would only queue at the data servers, and
+/// every buffer they overlap would wait for them.
+pub const BATCHES_INFLIGHT: usize = 4;
+/// Bytes of scattered writes buffered per inode before writers wait.
+pub const SCATTERED_MAX: u64 = 4 << 20;
 /// Bytes of write-behind in flight per inode before writers wait.
 pub const WRITE_INFLIGHT_MAX: u64 = 64 << 20;
 /// Bytes buffered and in flight per inode before writers wait.
@@ -71,6 +76,11 @@ struct WState {
     /// Writes on their way to the data servers, by start: (end, id of their send). Never overlapping.
     inflight: BTreeMap<u64, (u64, u64)>,
     inflight_bytes: u64,
+    /// Batches of scattered writes in flight.
+    batches: usize,
+    /// The last batch found nothing to send (all held back by writes in flight): no new attempt
+    /// until one of those lands.
+    batch_held: bool,
     next_id: u64,
     /// Writes through this inode so far.
     writes: u64,
@@ -127,6 +137,23 @@ impl WState {
 
     fn blocked(&self, off: u64) -> bool {
         self.bufs.get(&off).is_some_and(|b| self.in_flight(off, off + b.len()))
+    }
+
+    /// The scattered writes the next batch takes: at most [`BATCH_RUNS`] and about [`BATCH_BYTES`], by
+    /// offset, none held back by a write in flight. Small batches land soon, so writers waiting for
+    /// room never wait long.
+    fn next_batch(&self) -> Vec<u64> {
+        let (mut keys, mut bytes) = (Vec::new(), 0);
+        for (&k, b) in &self.bufs {
+            if keys.len() >= BATCH_RUNS || bytes >= BATCH_BYTES {
+                break;
+            }
+            if !is_stream(b.len()) && !self.in_flight(k, k + b.len()) {
+                keys.push(k);
+                bytes += b.len();
+            }
+        }
+        keys
     }
 
     /// Offsets of the buffers that overlap or touch `start..end`, in order.
@@ -269,11 +296,16 @@ impl OpenInode {
             return Ok(());
         }
         self.check_layout()?;
+        let t0 = std::time::Instant::now();
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             if let Some(r) = self.try_write(client, tag, off, data) {
+                if t0.elapsed() > std::time::Duration::from_millis(10) {
+                    let (b, f) = self.st.lock().map(|st| (st.buffered, st.inflight_bytes)).unwrap_or_default();
+                    tracing::debug!(ino = self.ino, "a write waited {:?} (buffered {b}, in flight {f})", t0.elapsed());
+                }
                 return r;
             }
             // Too much is buffered and in flight.
@@ -303,14 +335,19 @@ impl OpenInode {
                 return None;
             }
         }
+        if st.scattered_bytes >= SCATTERED_MAX {
+            // The data servers take scattered writes slower than they come: wait for a batch to land.
+            self.send_batch(&mut st, client);
+            return None;
+        }
         let (key, older) = st.absorb(off, end, data, tag)?;
         self.note_write(&mut st, end);
         for b in older {
-            self.send_bufs(&mut st, vec![b], client);
+            self.send_bufs(&mut st, vec![b], false, client);
         }
         // A full stream goes now.
         if st.bufs.get(&key).is_some_and(|b| b.data.len() >= WRITE_CHUNK) {
-            self.send(&mut st, &[key], client);
+            self.send(&mut st, &[key], false, client);
         }
         // Too many streams: the least recently written goes.
         while st.streams > WRITE_STREAMS {
@@ -321,14 +358,15 @@ impl OpenInode {
                 .min_by_key(|(_, b)| b.last)
                 .map(|(&k, _)| k);
             match lru {
-                Some(k) => self.send(&mut st, &[k], client),
+                Some(k) => {
+                    self.send(&mut st, &[k], false, client);
+                }
                 None => break,
             }
         }
-        // Enough scattered writes: a batch.
+        // Enough scattered writes: a batch, unless enough are on their way.
         if st.scattered_bytes >= BATCH_BYTES || st.scattered_runs >= BATCH_RUNS {
-            let keys: Vec<u64> = st.bufs.iter().filter(|(_, b)| !is_stream(b.len())).map(|(&k, _)| k).collect();
-            self.send(&mut st, &keys, client);
+            self.send_batch(&mut st, client);
         }
         Some(Ok(()))
     }
@@ -340,16 +378,29 @@ impl OpenInode {
         self.wgen.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Sends the buffers at `keys` that no write in flight holds back.
-    fn send(self: &Arc<Self>, st: &mut WState, keys: &[u64], client: &Client) {
+    /// Sends the buffers at `keys` that no write in flight holds back (`batch`: as a batch of
+    /// scattered writes); returns whether it sent any.
+    fn send(self: &Arc<Self>, st: &mut WState, keys: &[u64], batch: bool, client: &Client) -> bool {
         let bufs = keys.iter().filter(|&&k| !st.blocked(k)).copied().collect::<Vec<_>>();
-        let bufs = bufs.into_iter().filter_map(|k| st.take(k).map(|b| (k, b))).collect();
-        self.send_bufs(st, bufs, client);
+        let bufs: Vec<_> = bufs.into_iter().filter_map(|k| st.take(k).map(|b| (k, b))).collect();
+        let sent = !bufs.is_empty();
+        self.send_bufs(st, bufs, batch, client);
+        sent
+    }
+
+    /// Sends the scattered writes as one batch if fewer than [`BATCHES_INFLIGHT`] are on their way
+    /// and the last attempt was not held back since.
+    fn send_batch(self: &Arc<Self>, st: &mut WState, client: &Client) {
+        if st.batches >= BATCHES_INFLIGHT || st.batch_held {
+            return;
+        }
+        let keys = st.next_batch();
+        st.batch_held = !self.send(st, &keys, true, client);
     }
 
     /// Sends buffers taken out of the map as one asynchronous write: a single buffer as a plain
     /// write, several as a batch.
-    fn send_bufs(self: &Arc<Self>, st: &mut WState, bufs: Vec<(u64, WBuf)>, client: &Client) {
+    fn send_bufs(self: &Arc<Self>, st: &mut WState, bufs: Vec<(u64, WBuf)>, batch: bool, client: &Client) {
         let id = st.next_id;
         let mut runs = Vec::with_capacity(bufs.len());
         let mut bytes = 0;
@@ -364,6 +415,7 @@ impl OpenInode {
         }
         st.next_id += 1;
         st.inflight_bytes += bytes;
+        st.batches += usize::from(batch);
         let me = self.clone();
         let client = client.clone();
         tokio::spawn(async move {
@@ -376,6 +428,8 @@ impl OpenInode {
                     st.inflight.remove(&run.offset);
                 }
                 st.inflight_bytes -= bytes;
+                st.batches -= usize::from(batch);
+                st.batch_held = false;
                 match res {
                     Ok(stripes) => st.dirty.extend(stripes),
                     Err(e) => {
@@ -398,10 +452,9 @@ impl OpenInode {
         let (streams, scattered): (Vec<u64>, Vec<u64>) =
             st.bufs.keys().partition(|k| st.bufs[*k].len() >= STREAM_MIN as u64);
         for k in streams {
-            self.send(st, &[k], client);
+            self.send(st, &[k], false, client);
         }
-        let keys = scattered;
-        self.send(st, &keys, client);
+        self.send(st, &scattered, true, client);
     }
 
     /// True if writes are buffered or in flight.
@@ -816,6 +869,25 @@ mod tests {
         assert!(st.absorb(WRITE_CHUNK as u64 - 1, WRITE_CHUNK as u64 + 9, &[6; 10], &tag()).is_none());
         check(&st);
         assert_eq!(st.bufs[&1].len(), WRITE_CHUNK as u64 - 1);
+    }
+
+    #[test]
+    fn batches_are_small_and_skip_streams_and_held_back_writes() {
+        let mut st = WState::default();
+        write(&mut st, 0, &vec![1; STREAM_MIN]); // a stream
+        for i in 0..1000u64 {
+            write(&mut st, (1 << 30) + i * 8192, &[2; 4096]);
+        }
+        st.inflight.insert(1 << 30, ((1 << 30) + 4096, 0)); // holds back the first scattered write
+        let batch = st.next_batch();
+        assert_eq!(batch.len(), BATCH_RUNS);
+        assert_eq!(batch[0], (1 << 30) + 8192, "by offset, the stream and the held-back write left out");
+        let mut st = WState::default();
+        for i in 0..100u64 {
+            write(&mut st, i * 100_000, &[3; 50_000]);
+        }
+        let bytes: u64 = st.next_batch().iter().map(|k| st.bufs[k].len()).sum();
+        assert!((BATCH_BYTES..BATCH_BYTES + 50_000).contains(&bytes), "{bytes}");
     }
 
     /// Random writes into the buffers read back as a plain array written the same way.
