@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{FsError, FsResult};
 use tessera_proto::frame::MAX_PAYLOAD;
-use tessera_proto::layout::{Layout, MIN_STRIPE_SIZE};
+use tessera_proto::layout::{Layout, StripeTarget, MIN_STRIPE_SIZE};
 use tessera_proto::msg::{DsCall, DsReply, DsReport, DsRequest, Extent, MAX_EXTENTS};
 use tessera_proto::rpc::{RpcPeer, Tuning};
 use tessera_proto::tls::NodeIdentity;
@@ -354,6 +354,8 @@ impl DataPlane {
                     .push((p.object_offset, run.data.slice(at..at + p.len as usize)));
             }
         }
+        let mut stripes: Vec<usize> = groups.keys().map(|&(stripe, _)| stripe).collect();
+        stripes.dedup(); // sorted by stripe first
         let mut requests = Vec::new();
         for ((stripe, t), mut pieces) in groups {
             pieces.sort_by_key(|&(at, _)| at);
@@ -370,10 +372,6 @@ impl DataPlane {
             requests.push(self.write_batch(tags[t], layout, stripe, batch));
         }
         try_join_all(requests).await?;
-        let mut stripes: Vec<usize> =
-            runs.iter().flat_map(|r| plan(layout, r.offset, r.data.len() as u64, u64::MAX)).map(|p| p.stripe).collect();
-        stripes.sort_unstable();
-        stripes.dedup();
         Ok(stripes)
     }
 
@@ -398,24 +396,24 @@ impl DataPlane {
             }
         };
         let len = payload.len() as u64;
-        match self.route.call_sized(target.ds, req, payload, len).await?.0 {
-            DsReply::Written { len: n } if u64::from(n) == len => Ok(()),
-            DsReply::Written { len: n } => Err(FsError::io(format!(
-                "data server {} wrote {n} of {len} bytes to object {}",
-                target.ds, target.object
-            ))),
-            r => Err(FsError::protocol(format!("data server {} answered a write with {r:?}", target.ds))),
-        }
+        self.send_write(target, req, payload, len).await
     }
 
     async fn write_piece(&self, tag: &IoTag, layout: &Layout, p: Piece, payload: Bytes, app_len: u64) -> FsResult<()> {
         let target = layout.targets[p.stripe];
         let req = DsRequest::Write { tag: tag.clone(), object: target.object, offset: p.object_offset, sync: false };
+        self.send_write(target, req, payload, app_len).await
+    }
+
+    /// Sends a write (plain or vectored) of `payload` to `target`'s server; an error unless it wrote
+    /// all of it. `app_len`: see [`Route::call_sized`].
+    async fn send_write(&self, target: StripeTarget, req: DsRequest, payload: Bytes, app_len: u64) -> FsResult<()> {
+        let len = payload.len() as u64;
         match self.route.call_sized(target.ds, req, payload, app_len).await?.0 {
-            DsReply::Written { len } if len as u64 == p.len => Ok(()),
-            DsReply::Written { len } => Err(FsError::io(format!(
-                "data server {} wrote {len} of {} bytes to object {}",
-                target.ds, p.len, target.object
+            DsReply::Written { len: n } if u64::from(n) == len => Ok(()),
+            DsReply::Written { len: n } => Err(FsError::io(format!(
+                "data server {} wrote {n} of {len} bytes to object {}",
+                target.ds, target.object
             ))),
             r => Err(FsError::protocol(format!("data server {} answered Write with {r:?}", target.ds))),
         }
@@ -507,7 +505,6 @@ pub fn effective_max_request(configured: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_proto::layout::StripeTarget;
 
     fn layout(s: u64, c: usize) -> Layout {
         Layout {

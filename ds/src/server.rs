@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_proto::config::{DsOptions, OrchestratorOptions};
 use tessera_proto::frame::MAX_PAYLOAD;
-use tessera_proto::msg::{carries_data, check_extents, DsCall, DsReply, DsRequest, Extent};
+use tessera_proto::msg::{carries_data, split_runs, DsCall, DsReply, DsRequest, Extent};
 use tessera_proto::rpc::{PeerInfo, Service};
 
 use tessera_proto::{DsId, FsError, FsResult, IoTag, ObjectId, Role, PROTOCOL_VERSION};
@@ -202,14 +202,8 @@ impl DsService {
         sync: bool,
     ) -> FsResult<u32> {
         check_tag(tag)?;
-        check_extents(extents, data.len())?;
         let len = u32::try_from(data.len()).map_err(|_| FsError::invalid("write payload too large"))?;
-        let mut at = 0;
-        let runs = extents.iter().map(|e| {
-            let run = data.slice(at..at + e.len as usize);
-            at += e.len as usize;
-            self.write(tag, object, e.offset, run, sync)
-        });
+        let runs = split_runs(extents, &data)?.map(|(offset, run)| self.write(tag, object, offset, run, sync));
         futures::future::try_join_all(runs).await?;
         Ok(len)
     }

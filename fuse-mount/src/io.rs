@@ -450,7 +450,7 @@ impl OpenInode {
     /// one batch.
     fn send_ready(self: &Arc<Self>, st: &mut WState, client: &Client) {
         let (streams, scattered): (Vec<u64>, Vec<u64>) =
-            st.bufs.keys().partition(|k| st.bufs[*k].len() >= STREAM_MIN as u64);
+            st.bufs.keys().partition(|k| st.bufs.get(*k).is_some_and(|b| is_stream(b.len())));
         for k in streams {
             self.send(st, &[k], false, client);
         }

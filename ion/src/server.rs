@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use tessera_proto::error::{FsError, FsResult};
 use tessera_proto::msg::{
-    carries_data, check_extents, DsCall, DsReply, DsRequest, Extent, IonCall, IonReply, IonStatus, MdsCall, MdsReply,
+    carries_data, split_runs, DsCall, DsReply, DsRequest, Extent, IonCall, IonReply, IonStatus, MdsCall, MdsReply,
 };
 use tessera_proto::requests::Senders;
 use tessera_proto::rpc::{Payload, PeerInfo, RpcPeer, Service};
@@ -71,16 +71,14 @@ impl IonService {
         data: Bytes,
         sync: bool,
     ) -> Answer {
-        if let Err(e) = check_extents(extents, data.len()) {
-            return error(e);
-        }
-        let mut at = 0;
-        let runs = extents.iter().map(|e| {
-            let run = data.slice(at..at + e.len as usize);
-            at += e.len as usize;
-            let req = DsRequest::Write { tag: tag.clone(), object, offset: e.offset, sync };
-            self.dispatcher.submit(ds, req, run, u64::from(e.len))
-        });
+        let runs = match split_runs(extents, &data) {
+            Ok(runs) => runs.map(|(offset, run)| {
+                let len = run.len() as u64;
+                let req = DsRequest::Write { tag: tag.clone(), object, offset, sync };
+                self.dispatcher.submit(ds, req, run, len)
+            }),
+            Err(e) => return error(e),
+        };
         for (r, _) in futures::future::join_all(runs).await {
             match r {
                 Ok(DsReply::Written { .. }) => {}

@@ -614,6 +614,20 @@ pub fn check_extents(extents: &[Extent], payload_len: usize) -> crate::FsResult<
     Ok(())
 }
 
+/// A vectored write's runs as (object offset, its bytes of the payload), after [`check_extents`].
+pub fn split_runs<'a>(
+    extents: &'a [Extent],
+    payload: &'a bytes::Bytes,
+) -> crate::FsResult<impl Iterator<Item = (u64, bytes::Bytes)> + 'a> {
+    check_extents(extents, payload.len())?;
+    let mut at = 0;
+    Ok(extents.iter().map(move |e| {
+        let run = payload.slice(at..at + e.len as usize);
+        at += e.len as usize;
+        (e.offset, run)
+    }))
+}
+
 /// True for the requests that carry data in their payload.
 pub fn carries_data(req: &DsRequest) -> bool {
     matches!(req, DsRequest::Write { .. } | DsRequest::WriteV { .. })
@@ -773,5 +787,9 @@ mod tests {
         // u32 lengths summed in u64: a thousand 4 GiB runs do not wrap.
         let huge = vec![Extent { offset: 0, len: u32::MAX }; MAX_EXTENTS];
         assert!(check_extents(&huge, 0).is_err());
+        let payload = bytes::Bytes::from_static(b"xyzab");
+        let split: Vec<_> = split_runs(&runs(&[(10, 3), (0, 2)]), &payload).unwrap().collect();
+        assert_eq!(split, [(10, payload.slice(0..3)), (0, payload.slice(3..5))]);
+        assert!(split_runs(&runs(&[(0, 4)]), &payload).is_err(), "checked first");
     }
 }
