@@ -784,3 +784,72 @@ fn fuse_async_creates_in_leased_directory() {
     assert_eq!(got, "still here");
     assert_eq!(std::fs::read_dir(b.p("e")).unwrap().count(), 0);
 }
+
+/// Unlinks in a directory the mount leases do not wait for the MDS either: another mount sees exactly
+/// what is left, names unlinked and made again hold the new files, and an open file unlinked lives on.
+#[test]
+fn fuse_async_unlinks_in_leased_directory() {
+    if !fuse_usable("fuse_async_unlinks_in_leased_directory") {
+        return;
+    }
+    let cluster = Cluster::start(2);
+    let a = Mount::new(&cluster, "a");
+    let b = Mount::new(&cluster, "b");
+    std::fs::create_dir(a.p("d")).unwrap();
+    for i in 0..300 {
+        std::fs::write(a.p(&format!("d/f{i}")), format!("old {i}")).unwrap();
+    }
+    let mut open = std::fs::OpenOptions::new().read(true).write(true).open(a.p("d/f7")).unwrap();
+    for i in (0..300).filter(|i| i % 3 != 0) {
+        std::fs::remove_file(a.p(&format!("d/f{i}"))).unwrap();
+    }
+    assert_eq!(errno_of(std::fs::remove_file(a.p("d/f1"))), libc::ENOENT, "already gone");
+    assert_eq!(errno_of(std::fs::metadata(a.p("d/f2"))), libc::ENOENT);
+    for i in (0..300).filter(|i| i % 6 == 1) {
+        std::fs::write(a.p(&format!("d/f{i}")), format!("new {i}")).unwrap();
+    }
+    assert_eq!(open.metadata().unwrap().nlink(), 0, "unlinked while open");
+    open.write_all(b"after").unwrap();
+    let want: Vec<String> = (0..300).filter(|i| i % 3 == 0 || i % 6 == 1).map(|i| format!("f{i}")).collect();
+    assert_eq!(std::fs::metadata(a.p("d")).unwrap().len(), want.len() as u64);
+    // The other mount's listing waits for this mount's changes (it recalls the lease).
+    let mut names: Vec<String> =
+        std::fs::read_dir(b.p("d")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    let mut sorted = want.clone();
+    sorted.sort();
+    assert_eq!(names, sorted);
+    assert_eq!(std::fs::read(b.p("d/f9")).unwrap(), b"old 9");
+    assert_eq!(std::fs::read(b.p("d/f13")).unwrap(), b"new 13");
+    assert_eq!(std::fs::metadata(b.p("d")).unwrap().len(), want.len() as u64);
+    open.rewind().unwrap();
+    let mut got = String::new();
+    open.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "after");
+    drop(open);
+    // With the lease given up, unlinks go to the MDS: the other mount's are seen here too.
+    std::fs::remove_file(b.p("d/f0")).unwrap();
+    std::fs::remove_file(a.p("d/f3")).unwrap();
+    let left = std::fs::read_dir(b.p("d")).unwrap().count();
+    assert_eq!(left, want.len() - 2);
+    // A directory the other mount filled: after the first unlink this mount leases it with its names
+    // (a subdirectory among them) and removes the rest here.
+    std::fs::create_dir_all(b.p("r/sub")).unwrap();
+    for i in 0..100 {
+        std::fs::write(b.p(&format!("r/f{i}")), b"x").unwrap();
+    }
+    std::os::unix::fs::symlink("f0", b.p("r/link")).unwrap();
+    for i in 0..100 {
+        std::fs::remove_file(a.p(&format!("r/f{i}"))).unwrap();
+    }
+    assert_eq!(errno_of(std::fs::metadata(a.p("r/f5"))), libc::ENOENT);
+    assert_eq!(errno_of(std::fs::remove_file(a.p("r/sub"))), libc::EISDIR);
+    std::fs::remove_file(a.p("r/link")).unwrap();
+    std::fs::write(a.p("r/new"), b"new").unwrap();
+    let names: Vec<String> =
+        std::fs::read_dir(b.p("r")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut names = names;
+    names.sort();
+    assert_eq!(names, ["new", "sub"]);
+    assert_eq!(std::fs::read(b.p("r/new")).unwrap(), b"new");
+}

@@ -33,8 +33,8 @@ pub use tessera_proto::config::{ClientOptions, ClusterConfig, Defaults};
 pub use tessera_proto::error::{ErrorCode, FsError, FsResult};
 pub use tessera_proto::layout::{Layout, LayoutSpec, StripeTarget};
 pub use tessera_proto::msg::{
-    AsyncCreate, BatchResult, DirEntry, DirLease, DsReport, DsStatus, JobCounters, OpenFlags, RenameFlags, SetAttrs,
-    StatFs, TimeSet, XattrMode,
+    AsyncCreate, BatchResult, DirEntry, DirLease, DirOp, DsReport, DsStatus, JobCounters, OpenFlags, RenameFlags,
+    SetAttrs, StatFs, TimeSet, XattrMode,
 };
 pub use tessera_proto::types::{Attr, Caller, DsId, FileKind, Ino, IoTag, ObjectId, Timestamp, ROOT_INO};
 pub use tessera_proto::PROTOCOL_VERSION;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tessera_proto::error::{FsError, FsResult};
 use tessera_proto::layout::{Layout, LayoutSpec};
 use tessera_proto::msg::{
-    AsyncCreate, BatchResult, DirEntry, DirLease, DsReport, DsStatus, MdsCall, MdsReply, MdsRequest, OpenFlags,
+    BatchResult, DirEntry, DirLease, DirOp, DsReport, DsStatus, MdsCall, MdsReply, MdsRequest, OpenFlags,
     OrchestratorMode, OrchestratorStatus, RenameFlags, SetAttrs, StatFs, XattrMode,
 };
 use tessera_proto::rpc::RpcPeer;
@@ -204,16 +204,16 @@ impl MdsClient {
 
     /// Sends a lease holder's creates in `dir`; returns each one's result, the directory's attributes
     /// and the renewed lease (`keep`), if it still holds one.
-    pub async fn create_batch(
+    pub async fn dir_batch(
         &self,
         dir: Ino,
         token: u64,
-        entries: Vec<AsyncCreate>,
+        entries: Vec<DirOp>,
         keep: bool,
     ) -> FsResult<(Vec<BatchResult>, Attr, Option<DirLease>)> {
-        match self.call(MdsRequest::CreateBatch { dir, token, entries, keep }).await? {
+        match self.call(MdsRequest::DirBatch { dir, token, entries, keep }).await? {
             MdsReply::Batch { results, dir_attr, lease } => Ok((results, dir_attr, lease)),
-            r => Err(unexpected("CreateBatch", r)),
+            r => Err(unexpected("DirBatch", r)),
         }
     }
 

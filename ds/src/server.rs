@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_proto::config::{DsOptions, OrchestratorOptions};
 use tessera_proto::frame::MAX_PAYLOAD;
-use tessera_proto::msg::{carries_data, split_runs, DsCall, DsReply, DsRequest, Extent};
+use tessera_proto::msg::{carries_data, split_runs, DsCall, DsReply, DsRequest, Extent, MAX_REMOVE_OBJECTS};
 use tessera_proto::rpc::{PeerInfo, Service};
 
 use tessera_proto::{DsId, FsError, FsResult, IoTag, ObjectId, Role, PROTOCOL_VERSION};
@@ -258,6 +258,10 @@ impl DsService {
                 Err(e) => Err(e),
             },
             DsRequest::Remove { objects } => match check_privileged(role) {
+                Ok(()) if objects.len() > MAX_REMOVE_OBJECTS => Err(FsError::invalid(format!(
+                    "remove of {} objects (at most {MAX_REMOVE_OBJECTS} per request)",
+                    objects.len()
+                ))),
                 Ok(()) => self.store.remove(objects).await.map(|()| DsReply::Ok),
                 Err(e) => Err(e),
             },
@@ -337,6 +341,8 @@ mod tests {
         assert_eq!(s.store.stat(3).await.unwrap(), (true, 1));
         let (r, _) = s.request(Role::Mds, DsRequest::Remove { objects: vec![3, 4] }, Bytes::new()).await;
         assert_eq!(r.unwrap(), DsReply::Ok);
+        let too_many = DsRequest::Remove { objects: (0..MAX_REMOVE_OBJECTS as u64 + 1).collect() };
+        assert_eq!(s.request(Role::Mds, too_many, Bytes::new()).await.0.unwrap_err().code, ErrorCode::Invalid);
         let long =
             IoTag { origin: tessera_proto::Origin { job: "x".repeat(JOB_ID_MAX + 1), ..Default::default() }, ino: 0 };
         let (r, _) = s.request(Role::Client, DsRequest::Fsync { tag: long, object: 1 }, Bytes::new()).await;

@@ -1,12 +1,14 @@
-//! Directory leases on the mount's side (asynchronous creates). The first create in a directory this
-//! mount made asks the MDS for its lease, granted while it is empty and no other client uses it: the
-//! mount then knows every name in it, answers lookups of other names as absent, and creates files there
-//! at once, with inode numbers the MDS reserved, sending them in batches (every [`BATCH_AGE`] or
-//! [`BATCH_MAX`] creates). Anything else that goes to the MDS first sends what is pending
-//! ([`DirLeases::settle`]), so the MDS always sees this mount's changes in order; any change other than
-//! a create in a leased directory gives its lease up.
+//! Directory leases on the mount's side (asynchronous creates and unlinks, as Ceph's async dirops). The
+//! first create in a directory this mount made asks the MDS for its lease, granted while it is empty and
+//! no other client uses it: the mount then knows every name in it, answers lookups of other names as
+//! absent, and creates and removes files there at once (with inode numbers the MDS reserved), sending
+//! the changes in batches (every [`BATCH_AGE`] or [`BATCH_MAX`] changes). Anything else that goes to the
+//! MDS first sends what is pending ([`DirLeases::settle`]), so the MDS always sees this mount's changes in
+//! order; any change other than a create or unlink in a leased directory gives its lease up. Every name
+//! in a leased directory is therefore a regular file this mount created, so an unlink here cannot meet a
+//! directory; permissions (and the sticky rule) were checked by the kernel, as for the creates.
 //!
-//! What a create that did not reach the MDS yet costs on a crash of this process: it is lost, like a
+//! What a change that did not reach the MDS yet costs on a crash of this process: it is lost, like a
 //! write still in the write-behind buffer. fsync of the file or the directory sends it first.
 
 use crate::creds::Who;
@@ -14,12 +16,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tessera_client::{AsyncCreate, Attr, DirLease, FileKind, FsError, FsResult, Ino, Layout, MdsClient, OpenFlags};
+use tessera_client::{
+    AsyncCreate, Attr, DirLease, DirOp, FileKind, FsError, FsResult, Ino, Layout, MdsClient, OpenFlags,
+};
 use tessera_client::{ErrorCode, Timestamp};
 
-/// A create waits at most this long before it is sent.
+/// A create or unlink waits at most this long before it is sent.
 pub const BATCH_AGE: Duration = Duration::from_millis(20);
-/// Creates sent in one batch at most (a create finding this many waiting goes to the MDS itself).
+/// Changes sent in one batch at most (a create or unlink finding this many waiting goes to the MDS itself).
 pub const BATCH_MAX: usize = 512;
 /// Directories remembered as made here (forgotten all at once beyond that).
 const CANDIDATES_MAX: usize = 4096;
@@ -34,12 +38,15 @@ struct Held {
     /// Usable until then (from when the granting or renewing request was sent).
     until: Instant,
     attr: Attr,
-    /// Every name in the directory.
-    names: HashSet<String>,
+    /// Every name in the directory and what it is.
+    names: HashMap<String, FileKind>,
     inos: Vec<Ino>,
     last_used: Instant,
     /// A change other than a create came while the grant was on its way: give it up on arrival.
     abandoned: bool,
+    /// Names this mount removed through the MDS while the grant was on its way (the grant's listing
+    /// may predate the removal).
+    unlinked_meanwhile: Vec<String>,
 }
 
 /// A file created here that the MDS does not have yet.
@@ -54,26 +61,55 @@ struct Pending {
     queued_at: Instant,
 }
 
+/// A change waiting to be sent.
+#[derive(Clone, Debug, PartialEq)]
+enum Queued {
+    /// A pending file's create (see [`State::files`]).
+    Create(Ino),
+    Unlink {
+        dir: Ino,
+        name: String,
+        queued_at: Instant,
+    },
+}
+
 #[derive(Default)]
 struct State {
     dirs: HashMap<Ino, Held>,
-    /// Not sent yet, in creation order.
-    queue: Vec<Ino>,
+    /// Not sent yet, in the order they were made.
+    queue: Vec<Queued>,
     /// Queued or being sent.
     files: HashMap<Ino, Pending>,
     by_name: HashMap<(Ino, String), Ino>,
     /// File handles of pending files.
     fhs: HashMap<u64, Ino>,
-    /// Directories this mount made that have not asked for their lease yet.
+    /// Directories whose next create or unlink here asks for their lease: made by this mount, or where
+    /// it removed a file while not holding the lease.
     candidates: HashSet<Ino>,
+    /// Directories made candidates by an unlink (once each).
+    unlink_asked: HashSet<Ino>,
 }
 
 impl State {
-    /// Takes the creates made in `dir` and not sent yet out of the queue, in order.
-    fn take_queued(&mut self, dir: Ino) -> Vec<Ino> {
+    /// The directory a queued change is in (`None`: a create already forgotten).
+    fn dir_of(&self, q: &Queued) -> Option<Ino> {
+        match q {
+            Queued::Create(ino) => self.files.get(ino).map(|p| p.dir),
+            Queued::Unlink { dir, .. } => Some(*dir),
+        }
+    }
+
+    fn queued_at(&self, q: &Queued) -> Option<Instant> {
+        match q {
+            Queued::Create(ino) => self.files.get(ino).map(|p| p.queued_at),
+            Queued::Unlink { queued_at, .. } => Some(*queued_at),
+        }
+    }
+
+    /// Takes the changes made in `dir` and not sent yet out of the queue, in order.
+    fn take_queued(&mut self, dir: Ino) -> Vec<Queued> {
         let queue = std::mem::take(&mut self.queue);
-        let (mine, others): (Vec<Ino>, Vec<Ino>) =
-            queue.into_iter().partition(|i| self.files.get(i).is_some_and(|p| p.dir == dir));
+        let (mine, others): (Vec<Queued>, Vec<Queued>) = queue.into_iter().partition(|q| self.dir_of(q) == Some(dir));
         self.queue = others;
         mine
     }
@@ -92,8 +128,8 @@ pub struct Opened {
 #[derive(Default)]
 pub struct DirLeases {
     state: Mutex<State>,
-    /// Creates queued, being sent, or whose creating open is not attached yet (read without the lock on
-    /// every request).
+    /// Creates and unlinks queued or being sent, and creates whose creating open is not attached yet (read
+    /// without the lock on every request).
     pending: AtomicUsize,
     /// One batch at a time, so they reach the MDS in order.
     sending: tokio::sync::Mutex<()>,
@@ -104,7 +140,7 @@ impl DirLeases {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether creates wait to be sent.
+    /// Whether changes wait to be sent.
     pub fn has_pending(&self) -> bool {
         self.pending.load(Ordering::Acquire) > 0
     }
@@ -119,12 +155,38 @@ impl DirLeases {
         st.candidates.insert(dir);
     }
 
+    /// An unlink of `name` in `dir` went to the MDS (and succeeded). A lease held or being granted forgets
+    /// the name. Without one, the next unlink there asks for the lease (a `rm -r`, a job cleaning up its
+    /// files), once per directory, so mounts sharing a directory do not take it from each other over and
+    /// over.
+    pub fn note_unlinked(&self, dir: Ino, name: &str) {
+        let mut st = self.state();
+        if let Some(h) = st.dirs.get_mut(&dir) {
+            if h.token == 0 {
+                h.unlinked_meanwhile.push(name.to_string());
+            } else if h.names.remove(name).is_some() {
+                h.attr.size = h.attr.size.saturating_sub(1);
+            }
+            return;
+        }
+        if st.unlink_asked.len() >= CANDIDATES_MAX {
+            st.unlink_asked.clear();
+        }
+        if st.unlink_asked.insert(dir) {
+            if st.candidates.len() >= CANDIDATES_MAX {
+                st.candidates.clear();
+            }
+            st.candidates.insert(dir);
+        }
+    }
+
     /// Takes `dir` off the candidates (asked once only): true if it was one.
     pub fn take_candidate(&self, dir: Ino) -> bool {
         self.state().candidates.remove(&dir)
     }
 
-    /// Asks the MDS for the lease on `dir` (granted only while it is empty). Its attributes come with it.
+    /// Asks the MDS for the lease on `dir` (granted while no other client uses it). Its attributes and
+    /// names come with it.
     pub async fn acquire(&self, mds: &MdsClient, dir: Ino) {
         {
             // Never served (no token yet); the grant brings the real attributes.
@@ -137,10 +199,11 @@ impl DirLeases {
                     token: 0,
                     until: now,
                     attr,
-                    names: HashSet::new(),
+                    names: HashMap::new(),
                     inos: Vec::new(),
                     last_used: now,
                     abandoned: false,
+                    unlinked_meanwhile: Vec::new(),
                 },
             );
         }
@@ -150,10 +213,12 @@ impl DirLeases {
             let mut st = self.state();
             match (r, st.dirs.get_mut(&dir)) {
                 (Ok(l), Some(h)) if !h.abandoned => {
+                    tracing::debug!(dir, names = l.entries.len(), "lease granted");
                     install(h, &l, sent);
                     None
                 }
                 (Ok(l), _) => {
+                    tracing::debug!(dir, "lease granted, given back: a change came meanwhile");
                     st.dirs.remove(&dir);
                     Some(l.token)
                 }
@@ -165,7 +230,7 @@ impl DirLeases {
             }
         };
         if let Some(token) = give_back {
-            let _ = mds.create_batch(dir, token, Vec::new(), false).await;
+            let _ = mds.dir_batch(dir, token, Vec::new(), false).await;
         }
     }
 
@@ -176,8 +241,19 @@ impl DirLeases {
             return st.files.get(ino).map(|p| Ok(p.attr.clone()));
         }
         let h = st.dirs.get(&dir)?;
-        (h.token != 0 && Instant::now() < h.until && !h.names.contains(name))
+        (h.token != 0 && Instant::now() < h.until && !h.names.contains_key(name))
             .then(|| Err(FsError::new(ErrorCode::NotFound, name.to_string())))
+    }
+
+    /// Whether `name` is in `dir`, leased here, and no change to it waits to be sent: the MDS answers a
+    /// lookup of it as it would after those changes, so the lookup need not send them first.
+    pub fn knows(&self, dir: Ino, name: &str) -> bool {
+        let st = self.state();
+        let Some(h) = st.dirs.get(&dir) else { return false };
+        h.token != 0
+            && Instant::now() < h.until
+            && h.names.contains_key(name)
+            && !st.by_name.contains_key(&(dir, name.to_string()))
     }
 
     /// Attributes this mount has authority over: a pending file's, a leased directory's.
@@ -210,18 +286,18 @@ impl DirLeases {
         }
         let now = Instant::now();
         let h = st.dirs.get_mut(&dir)?;
-        if h.token == 0 || now >= h.until || h.attr.perm & 0o2000 != 0 || h.names.contains(name) {
+        if h.token == 0 || now >= h.until || h.attr.perm & 0o2000 != 0 || h.names.contains_key(name) {
             return None;
         }
         let ino = h.inos.pop()?;
         let time = Timestamp::now();
         let attr = Attr::new(ino, FileKind::File, perm, who.caller.uid, who.caller.gid, time);
-        h.names.insert(name.to_string());
+        h.names.insert(name.to_string(), FileKind::File);
         h.attr.size += 1;
         h.attr.mtime = time;
         h.attr.ctime = time;
         h.last_used = now;
-        st.queue.push(ino);
+        st.queue.push(Queued::Create(ino));
         st.by_name.insert((dir, name.to_string()), ino);
         st.fhs.insert(fh, ino);
         let p = Pending {
@@ -238,6 +314,36 @@ impl DirLeases {
         Some(attr)
     }
 
+    /// Removes `name` from `dir` here if this mount leases `dir` and the name is there (a regular file it
+    /// created) and there is room in the batch: true when done, to be sent with the next batch. A file
+    /// still pending keeps its create, sent before the unlink.
+    pub fn try_unlink(&self, dir: Ino, name: &str) -> bool {
+        let mut st = self.state();
+        if st.queue.len() >= BATCH_MAX {
+            return false;
+        }
+        let now = Instant::now();
+        let Some(h) = st.dirs.get_mut(&dir) else { return false };
+        if h.token == 0 || now >= h.until || h.names.get(name).is_none_or(|k| *k == FileKind::Dir) {
+            return false;
+        }
+        h.names.remove(name);
+        let time = Timestamp::now();
+        h.attr.size = h.attr.size.saturating_sub(1);
+        h.attr.mtime = time;
+        h.attr.ctime = time;
+        h.last_used = now;
+        if let Some(ino) = st.by_name.remove(&(dir, name.to_string())) {
+            if let Some(p) = st.files.get_mut(&ino) {
+                p.attr.nlink = 0;
+                p.attr.ctime = time;
+            }
+        }
+        st.queue.push(Queued::Unlink { dir, name: name.to_string(), queued_at: now });
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        true
+    }
+
     /// Whether `fh` is a pending file's creating open.
     pub fn is_pending_fh(&self, fh: u64) -> bool {
         self.has_pending() && self.state().fhs.contains_key(&fh)
@@ -247,7 +353,7 @@ impl DirLeases {
     pub fn release_fh(&self, fh: u64) -> bool {
         let mut st = self.state();
         let Some(&ino) = st.fhs.get(&fh) else { return false };
-        if !st.queue.contains(&ino) {
+        if !st.queue.contains(&Queued::Create(ino)) {
             return false;
         }
         st.fhs.remove(&fh);
@@ -260,7 +366,7 @@ impl DirLeases {
     /// A create in `dir` that went to the MDS itself: its name is now known here.
     pub fn note_created(&self, dir: Ino, name: &str) {
         if let Some(h) = self.state().dirs.get_mut(&dir) {
-            h.names.insert(name.to_string());
+            h.names.insert(name.to_string(), FileKind::File);
         }
     }
 
@@ -276,7 +382,7 @@ impl DirLeases {
 
     /// [`DirLeases::give_up`] with `sending` held; `only_idle`: only leases unused for [`IDLE`].
     async fn give_up_locked(&self, mds: &MdsClient, dir: Option<Ino>, only_idle: bool, opened: &mut Vec<Opened>) {
-        let released: Vec<(Ino, u64, Vec<Ino>)> = {
+        let released: Vec<(Ino, u64, Vec<Queued>)> = {
             let mut st = self.state();
             let dirs: Vec<Ino> = match dir {
                 Some(d) => st.dirs.contains_key(&d).then_some(d).into_iter().collect(),
@@ -299,8 +405,8 @@ impl DirLeases {
             }
             out
         };
-        for (d, token, inos) in released {
-            self.send_once(mds, d, token, inos, false, opened).await;
+        for (d, token, ops) in released {
+            self.send_once(mds, d, token, ops, false, opened).await;
         }
     }
 
@@ -320,34 +426,36 @@ impl DirLeases {
         }
     }
 
-    /// Sends every pending create (in order, a batch per directory) and returns the creating opens to
-    /// attach to the handles the MDS opened. A create the MDS refused is logged and forgotten.
+    /// Sends every pending change (in order, a batch per directory) and returns the creating opens to
+    /// attach to the handles the MDS opened. A change the MDS refused is logged and forgotten.
     pub async fn settle(&self, mds: &MdsClient) -> Vec<Opened> {
         if !self.has_pending() {
             return Vec::new();
         }
         let _one = self.sending.lock().await;
-        let queue = std::mem::take(&mut self.state().queue);
-        let mut by_dir: Vec<(Ino, Vec<Ino>)> = Vec::new();
-        for ino in queue {
-            let Some(dir) = self.state().files.get(&ino).map(|p| p.dir) else { continue };
-            match by_dir.iter_mut().find(|(d, _)| *d == dir) {
-                Some((_, v)) => v.push(ino),
-                None => by_dir.push((dir, vec![ino])),
+        let mut by_dir: Vec<(Ino, Vec<Queued>)> = Vec::new();
+        {
+            let mut st = self.state();
+            for q in std::mem::take(&mut st.queue) {
+                let Some(dir) = st.dir_of(&q) else { continue };
+                match by_dir.iter_mut().find(|(d, _)| *d == dir) {
+                    Some((_, v)) => v.push(q),
+                    None => by_dir.push((dir, vec![q])),
+                }
             }
         }
         let mut opened = Vec::new();
-        for (dir, inos) in by_dir {
-            self.send(mds, dir, inos, true, &mut opened).await;
+        for (dir, ops) in by_dir {
+            self.send(mds, dir, ops, true, &mut opened).await;
         }
         opened
     }
 
-    /// Sends `inos` (created in `dir`) and renews the lease (`keep`) or gives it up. When the reply says it
-    /// was recalled, what was created there meanwhile goes with the giving up.
-    async fn send(&self, mds: &MdsClient, dir: Ino, inos: Vec<Ino>, keep: bool, opened: &mut Vec<Opened>) {
+    /// Sends `ops` (made in `dir`) and renews the lease (`keep`) or gives it up. When the reply says it
+    /// was recalled, what was changed there meanwhile goes with the giving up.
+    async fn send(&self, mds: &MdsClient, dir: Ino, ops: Vec<Queued>, keep: bool, opened: &mut Vec<Opened>) {
         let token = self.state().dirs.get(&dir).map_or(0, |h| h.token);
-        if self.send_once(mds, dir, token, inos, keep, opened).await {
+        if self.send_once(mds, dir, token, ops, keep, opened).await {
             let rest = self.state().take_queued(dir);
             // Another client waits for the directory: it goes on once this mount has stopped answering
             // for it, which the giving up tells the MDS.
@@ -361,38 +469,53 @@ impl DirLeases {
         mds: &MdsClient,
         dir: Ino,
         token: u64,
-        inos: Vec<Ino>,
+        ops: Vec<Queued>,
         keep: bool,
         opened: &mut Vec<Opened>,
     ) -> bool {
-        let entries: Vec<AsyncCreate> = {
+        let (sent, entries): (Vec<Queued>, Vec<DirOp>) = {
             let st = self.state();
-            inos.iter()
-                .filter_map(|ino| st.files.get(ino))
-                .map(|p| AsyncCreate {
-                    ino: p.attr.ino,
-                    name: p.name.clone(),
-                    perm: p.attr.perm,
-                    uid: p.attr.uid,
-                    gid: p.attr.gid,
-                    time: p.attr.crtime,
-                    open: p.fh.map(|_| p.flags),
+            ops.into_iter()
+                .filter_map(|q| {
+                    let op = match &q {
+                        Queued::Create(ino) => {
+                            let p = st.files.get(ino)?;
+                            DirOp::Create(AsyncCreate {
+                                ino: p.attr.ino,
+                                name: p.name.clone(),
+                                perm: p.attr.perm,
+                                uid: p.attr.uid,
+                                gid: p.attr.gid,
+                                time: p.attr.crtime,
+                                open: p.fh.map(|_| p.flags),
+                            })
+                        }
+                        Queued::Unlink { name, .. } => DirOp::Unlink { name: name.clone() },
+                    };
+                    Some((q, op))
                 })
-                .collect()
+                .unzip()
         };
-        let sent = Instant::now();
-        let reply = mds.create_batch(dir, token, entries, keep).await;
+        let asked = Instant::now();
+        let reply = mds.dir_batch(dir, token, entries, keep).await;
         let mut recalled = false;
         let mut st = self.state();
-        let results = match reply {
+        let results: Vec<FsResult<Option<(u64, Layout)>>> = match reply {
             Ok((results, _, lease)) => {
-                // Creates made while this batch was out are not in the MDS's attributes yet.
-                let queued = st.queue.iter().filter(|i| st.files.get(i).is_some_and(|p| p.dir == dir)).count();
+                // Changes made while this batch was out are not in the MDS's attributes yet.
+                let mut queued = 0i64;
+                for q in &st.queue {
+                    match q {
+                        Queued::Create(i) if st.files.get(i).is_some_and(|p| p.dir == dir) => queued += 1,
+                        Queued::Unlink { dir: d, .. } if *d == dir => queued -= 1,
+                        _ => {}
+                    }
+                }
                 match (lease, st.dirs.get_mut(&dir)) {
                     (Some(l), Some(h)) => {
                         let local = h.attr.clone();
-                        install(h, &l, sent);
-                        h.attr.size += queued as u64;
+                        install(h, &l, asked);
+                        h.attr.size = h.attr.size.saturating_add_signed(queued);
                         h.attr.mtime = h.attr.mtime.max(local.mtime);
                         h.attr.ctime = h.attr.ctime.max(local.ctime);
                     }
@@ -400,47 +523,84 @@ impl DirLeases {
                         recalled = keep && st.dirs.remove(&dir).is_some();
                     }
                 }
-                results.into_iter().map(|r| (r.ino, r.result)).collect()
+                let mut results: Vec<_> = results.into_iter().map(|r| r.result).collect();
+                results.resize_with(sent.len(), || Err(FsError::protocol("the MDS answered fewer entries")));
+                results
             }
             Err(e) => {
-                // Retried through an MDS restart already: the lease is gone, and so are these creates.
+                // Retried through an MDS restart already: the lease is gone, and so are these changes.
                 st.dirs.remove(&dir);
-                inos.iter().map(|&ino| (ino, Err(e.clone()))).collect::<Vec<_>>()
+                sent.iter().map(|_| Err(e.clone())).collect()
             }
         };
-        for (ino, result) in results {
-            let Some(p) = st.files.remove(&ino) else { continue };
-            st.by_name.remove(&(p.dir, p.name.clone()));
-            match (result, p.fh) {
-                // Still counted as pending (its handle is in `fhs`) until the caller attached it.
-                (Ok(Some((handle, layout))), Some(fh)) => {
-                    opened.push(Opened { fh, who: p.who, flags: p.flags, attr: p.attr, layout, handle });
-                    continue;
+        for (q, result) in sent.into_iter().zip(results) {
+            match q {
+                Queued::Create(ino) => self.created(&mut st, dir, ino, result, opened),
+                Queued::Unlink { name, .. } => {
+                    match result {
+                        Ok(_) => {}
+                        // Removed by an earlier send of this batch (or by another client after the lease
+                        // was lost): gone either way.
+                        Err(e) if e.code == ErrorCode::NotFound => {}
+                        Err(e) => {
+                            tracing::error!(dir, name = %name, "unlink lost: the MDS refused it: {e}");
+                            if let Some(h) = st.dirs.get_mut(&dir) {
+                                h.names.insert(name, FileKind::File);
+                            }
+                        }
+                    }
+                    self.pending.fetch_sub(1, Ordering::AcqRel);
                 }
-                (Ok(_), _) => {}
-                (Err(e), _) => {
-                    tracing::error!(dir, name = %p.name, ino, "create lost: the MDS refused it: {e}");
+            }
+        }
+        recalled
+    }
+
+    /// What became of a create sent in a batch.
+    fn created(
+        &self,
+        st: &mut State,
+        dir: Ino,
+        ino: Ino,
+        result: FsResult<Option<(u64, Layout)>>,
+        opened: &mut Vec<Opened>,
+    ) {
+        let Some(p) = st.files.remove(&ino) else { return };
+        let key = (p.dir, p.name.clone());
+        if st.by_name.get(&key) == Some(&ino) {
+            st.by_name.remove(&key);
+        }
+        match (result, p.fh) {
+            // Still counted as pending (its handle is in `fhs`) until the caller attached it.
+            (Ok(Some((handle, layout))), Some(fh)) => {
+                opened.push(Opened { fh, who: p.who, flags: p.flags, attr: p.attr, layout, handle });
+                return;
+            }
+            (Ok(_), _) => {}
+            (Err(e), _) => {
+                tracing::error!(dir, name = %p.name, ino, "create lost: the MDS refused it: {e}");
+                // Unless the name was unlinked here since (and maybe made again).
+                if p.attr.nlink > 0 && !st.by_name.contains_key(&key) {
                     if let Some(h) = st.dirs.get_mut(&dir) {
                         h.names.remove(&p.name);
                     }
                 }
             }
-            if let Some(fh) = p.fh {
-                st.fhs.remove(&fh);
-            }
-            self.pending.fetch_sub(1, Ordering::AcqRel);
         }
-        recalled
+        if let Some(fh) = p.fh {
+            st.fhs.remove(&fh);
+        }
+        self.pending.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// The periodic work: sends creates older than [`BATCH_AGE`] (or a full batch), renews leases in
+    /// The periodic work: sends changes older than [`BATCH_AGE`] (or a full batch), renews leases in
     /// use before they expire and gives up idle ones. Returns the creating opens to attach.
     pub async fn tick(&self, mds: &MdsClient) -> Vec<Opened> {
         let now = Instant::now();
         let (due, renew, idle) = {
             let st = self.state();
             let due = st.queue.len() >= BATCH_MAX / 2
-                || st.queue.first().and_then(|i| st.files.get(i)).is_some_and(|p| now - p.queued_at >= BATCH_AGE);
+                || st.queue.first().and_then(|q| st.queued_at(q)).is_some_and(|t| now - t >= BATCH_AGE);
             let mut renew = Vec::new();
             let mut idle = Vec::new();
             for (&d, h) in &st.dirs {
@@ -475,6 +635,12 @@ fn install(h: &mut Held, l: &DirLease, sent: Instant) {
     h.until = sent + Duration::from_millis(u64::from(l.valid_ms)).saturating_sub(MARGIN);
     h.inos.extend_from_slice(&l.inos);
     h.attr = l.attr.clone();
+    h.names.extend(l.entries.iter().cloned());
+    for name in std::mem::take(&mut h.unlinked_meanwhile) {
+        if h.names.remove(&name).is_some() {
+            h.attr.size = h.attr.size.saturating_sub(1);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -492,10 +658,11 @@ mod tests {
                 token: 1,
                 until: now + valid,
                 attr: Attr::new(dir, FileKind::Dir, perm, 0, 0, Timestamp::now()),
-                names: HashSet::new(),
+                names: HashMap::new(),
                 inos,
                 last_used: now,
                 abandoned: false,
+                unlinked_meanwhile: Vec::new(),
             },
         );
         l
@@ -531,12 +698,76 @@ mod tests {
     }
 
     #[test]
+    fn a_leased_directory_unlinks_here_in_order_with_its_creates() {
+        let l = leases_with(10, 0o755, vec![100, 101, 102], Duration::from_secs(1));
+        assert!(!l.try_unlink(10, "x"), "not there: the MDS says ENOENT");
+        assert!(!l.try_unlink(11, "x"), "not leased");
+        l.try_create(10, "x", 0o640, &who(1000), RW, 7).unwrap();
+        l.note_created(10, "synced");
+        assert!(l.try_unlink(10, "x"));
+        assert_eq!(l.lookup(10, "x").unwrap().unwrap_err().code, ErrorCode::NotFound, "gone at once");
+        assert_eq!(l.getattr(102).unwrap().nlink, 0, "the open file lives on, unlinked");
+        assert!(l.try_unlink(10, "synced"), "a name the MDS has");
+        assert_eq!(l.getattr(10).unwrap().size, 0);
+        let again = l.try_create(10, "x", 0o600, &who(1000), RW, 8).unwrap();
+        assert!(!l.knows(10, "x"), "its create waits to be sent");
+        assert_eq!(l.lookup(10, "x").unwrap().unwrap().ino, again.ino, "the name made again is the new file");
+        let st = l.state();
+        let q: Vec<_> = st.queue.iter().map(|q| (st.dir_of(q), matches!(q, Queued::Create(_)))).collect();
+        assert_eq!(q, vec![(Some(10), true), (Some(10), false), (Some(10), false), (Some(10), true)]);
+        drop(st);
+        assert!(l.has_pending());
+        // The creating open of a file unlinked here still closes without the MDS while its create waits.
+        assert!(l.release_fh(7));
+    }
+
+    #[test]
+    fn a_name_removed_while_the_grant_is_on_its_way_stays_removed() {
+        let l = leases_with(10, 0o755, vec![], Duration::from_secs(1));
+        l.state().dirs.get_mut(&10).unwrap().token = 0;
+        l.note_unlinked(10, "gone");
+        let mut attr = Attr::new(10, FileKind::Dir, 0o755, 0, 0, Timestamp::now());
+        attr.size = 3;
+        let entries =
+            vec![("gone".into(), FileKind::File), ("kept".into(), FileKind::File), ("d".into(), FileKind::Dir)];
+        let grant = DirLease { dir: 10, token: 5, valid_ms: 2000, inos: vec![100], attr, entries };
+        install(l.state().dirs.get_mut(&10).unwrap(), &grant, Instant::now());
+        assert_eq!(l.lookup(10, "gone").unwrap().unwrap_err().code, ErrorCode::NotFound);
+        assert!(l.lookup(10, "kept").is_none(), "known: the MDS has its attributes");
+        assert!(l.knows(10, "kept") && !l.knows(10, "gone") && !l.knows(11, "kept"));
+        assert_eq!(l.getattr(10).unwrap().size, 2);
+        assert!(!l.try_unlink(10, "d"), "a directory: the MDS (or the kernel) refuses");
+        assert!(l.try_unlink(10, "kept"));
+        // Granted now: a name removed through the MDS goes at once.
+        l.try_create(10, "x", 0o600, &who(1), RW, 1).unwrap();
+        l.note_unlinked(10, "x");
+        assert_eq!(l.getattr(10).unwrap().size, 1);
+    }
+
+    #[test]
+    fn unlinks_wait_for_the_mds_beyond_a_full_batch_or_an_expired_lease() {
+        let l = leases_with(10, 0o755, (1000..1000 + BATCH_MAX as u64).collect(), Duration::from_secs(1));
+        for i in 0..BATCH_MAX {
+            l.try_create(10, &format!("f{i}"), 0o600, &who(1), RW, i as u64).unwrap();
+        }
+        assert!(!l.try_unlink(10, "f0"), "the batch is full");
+        assert_eq!(l.lookup(10, "f0").unwrap().unwrap().ino, 1000 + BATCH_MAX as u64 - 1);
+        let l = leases_with(10, 0o755, vec![], Duration::ZERO);
+        l.note_created(10, "a");
+        assert!(!l.try_unlink(10, "a"));
+    }
+
+    #[test]
     fn a_directory_made_here_asks_for_its_lease_once() {
         let l = DirLeases::default();
         l.note_made(10);
         assert!(!l.take_candidate(11), "not made here");
         assert!(l.take_candidate(10));
         assert!(!l.take_candidate(10), "asked once only");
+        l.note_unlinked(12, "a");
+        assert!(l.take_candidate(12), "an unlink that went to the MDS");
+        l.note_unlinked(12, "b");
+        assert!(!l.take_candidate(12), "once per directory");
     }
 
     #[test]

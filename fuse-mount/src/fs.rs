@@ -45,8 +45,8 @@ pub struct FsOptions {
     /// Reads and writes go through the kernel's page cache (`-o page_cache`), instead of the default
     /// direct I/O: see [`Inner::direct_io`].
     pub page_cache: bool,
-    /// Every create waits for the MDS (`-o sync_creates`, and with `-o server_permissions`, since a
-    /// create in a leased directory is checked by the kernel only): no directory leases.
+    /// Every create and unlink waits for the MDS (`-o sync_creates`, and with `-o server_permissions`,
+    /// since a create or unlink in a leased directory is checked by the kernel only): no directory leases.
     pub sync_creates: bool,
 }
 
@@ -648,13 +648,20 @@ impl Filesystem for TesseraFs {
             return reply_entry(&self.inner, reply, r);
         }
         let k = key(req);
-        self.spawn(move |inner| async move {
+        let known = self.inner.leases.knows(parent.0, &name);
+        let lookup = move |inner: Arc<Inner>| async move {
             let r = inner.mds(k).lookup(parent.0, &name).await.map(|(a, _)| a);
             if let Ok(a) = &r {
                 inner.note_parent(a, parent.0);
             }
             reply_entry(&inner, reply, r);
-        });
+        };
+        if known {
+            // Nothing waiting to be sent changes the answer: no need to wait for the next batch.
+            self.rt.spawn(lookup(self.inner.clone()));
+        } else {
+            self.spawn(lookup);
+        }
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -755,10 +762,26 @@ impl Filesystem for TesseraFs {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
+        // In a directory leased here: removed at once, sent to the MDS with the next batch.
+        if !self.inner.opts.sync_creates && self.inner.leases.try_unlink(parent.0, &name) {
+            return reply.ok();
+        }
         let k = key(req);
         self.spawn(move |inner| async move {
-            inner.give_up_lease(Some(parent.0)).await;
-            let r = inner.mds(k).unlink(parent.0, &name).await.map(|p| inner.remember_dir_attr(p));
+            let mds = inner.mds(k);
+            if !inner.opts.sync_creates && inner.leases.take_candidate(parent.0) {
+                // Files are being removed here: lease the directory, then remove here.
+                inner.leases.acquire(&mds, parent.0).await;
+                if inner.leases.try_unlink(parent.0, &name) {
+                    return reply.ok();
+                }
+            }
+            // A lease held or being granted here stays: its holder's own requests pass, and the name
+            // goes from it once removed.
+            let r = mds.unlink(parent.0, &name).await.map(|p| inner.remember_dir_attr(p));
+            if r.is_ok() && !inner.opts.sync_creates {
+                inner.leases.note_unlinked(parent.0, &name);
+            }
             reply_empty(reply, r)
         });
     }

@@ -2,9 +2,13 @@
 //! and deletes each log entry once its data server confirmed; retries while a server is unreachable.
 
 use crate::dsclient::DataServers;
-use crate::store::Store;
+use crate::store::{DestroyEntry, Store};
+use futures::stream::{self, StreamExt};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tessera_proto::msg::MAX_REMOVE_OBJECTS;
+use tessera_proto::{DsId, ObjectId};
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 
@@ -13,7 +17,32 @@ const RETRY: Duration = Duration::from_secs(2);
 /// metadata commit instead of one per file.
 const GATHER: Duration = Duration::from_millis(100);
 /// Remove requests in flight at once.
-const BATCH: usize = 64;
+const INFLIGHT: usize = 8;
+
+/// One remove request: the objects of several log entries, all on one data server.
+struct Removal {
+    ds: DsId,
+    keys: Vec<Vec<u8>>,
+    objects: Vec<ObjectId>,
+}
+
+/// The log's entries as remove requests: one per data server for a burst of unlinks (a file striped
+/// over every server has an entry per server), each at most [`MAX_REMOVE_OBJECTS`] objects. An entry is
+/// never split, so a request's success retires its entries whole.
+fn removals(entries: Vec<(Vec<u8>, DestroyEntry)>) -> Vec<Removal> {
+    let mut per: BTreeMap<DsId, Vec<Removal>> = BTreeMap::new();
+    for (key, e) in entries {
+        let list = per.entry(e.ds).or_default();
+        match list.last_mut() {
+            Some(r) if r.objects.len() + e.objects.len() <= MAX_REMOVE_OBJECTS => {
+                r.keys.push(key);
+                r.objects.extend(e.objects);
+            }
+            _ => list.push(Removal { ds: e.ds, keys: vec![key], objects: e.objects }),
+        }
+    }
+    per.into_values().flatten().collect()
+}
 
 /// One pass over the log. Returns whether entries remain (a data server failed).
 pub async fn drain_once(store: &Store, data: &dyn DataServers) -> bool {
@@ -34,21 +63,24 @@ pub async fn drain_once(store: &Store, data: &dyn DataServers) -> bool {
         return true;
     }
     let mut remaining = false;
-    for batch in entries.chunks(BATCH) {
-        let results = futures::future::join_all(batch.iter().map(|(_, e)| data.remove(e.ds, e.objects.clone()))).await;
-        for ((key, e), r) in batch.iter().zip(results) {
-            match r {
-                Ok(()) => {
-                    debug!(ds = e.ds, objects = e.objects.len(), "objects destroyed");
-                    if let Err(err) = store.remove_destroy_entry(key) {
-                        warn!("destroy log: {err}");
-                        remaining = true;
-                    }
-                }
-                Err(err) => {
-                    debug!(ds = e.ds, "destroy deferred: {err}");
+    let mut done = stream::iter(removals(entries))
+        .map(|r| async move {
+            let res = data.remove(r.ds, r.objects.clone()).await;
+            (r, res)
+        })
+        .buffer_unordered(INFLIGHT);
+    while let Some((r, res)) = done.next().await {
+        match res {
+            Ok(()) => {
+                debug!(ds = r.ds, objects = r.objects.len(), "objects destroyed");
+                if let Err(err) = store.remove_destroy_entries(r.keys.iter().map(Vec::as_slice)) {
+                    warn!("destroy log: {err}");
                     remaining = true;
                 }
+            }
+            Err(err) => {
+                debug!(ds = r.ds, "destroy deferred: {err}");
+                remaining = true;
             }
         }
     }
@@ -71,4 +103,34 @@ pub fn spawn(store: Arc<Store>, data: Arc<dyn DataServers>, wake: Arc<Notify>) -
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(key: u8, ds: DsId, objects: std::ops::Range<ObjectId>) -> (Vec<u8>, DestroyEntry) {
+        (vec![key], DestroyEntry { ds, objects: objects.collect() })
+    }
+
+    #[test]
+    fn a_burst_becomes_one_request_per_data_server() {
+        // Four files striped over two servers: two requests, not eight.
+        let entries = (0..4u8).flat_map(|f| [entry(2 * f, 0, f as u64..f as u64 + 1), entry(2 * f + 1, 1, 10..11)]);
+        let rs = removals(entries.collect());
+        assert_eq!(rs.len(), 2);
+        assert_eq!((rs[0].ds, rs[0].objects.clone(), rs[0].keys.len()), (0, vec![0, 1, 2, 3], 4));
+        assert_eq!((rs[1].ds, rs[1].keys.len()), (1, 4));
+    }
+
+    #[test]
+    fn requests_stay_within_the_limit_and_never_split_an_entry() {
+        let big = MAX_REMOVE_OBJECTS as u64 / 2 + 1;
+        let rs = removals(vec![entry(0, 3, 0..big), entry(1, 3, big..2 * big), entry(2, 3, 2 * big..2 * big + 1)]);
+        assert_eq!(rs.len(), 2, "the second entry does not fit beside the first");
+        assert!(rs.iter().all(|r| r.objects.len() <= MAX_REMOVE_OBJECTS));
+        assert_eq!(rs[0].keys, vec![vec![0]]);
+        assert_eq!(rs[1].keys, vec![vec![1], vec![2]]);
+        assert_eq!(rs[1].objects.len() as u64, big + 1);
+    }
 }

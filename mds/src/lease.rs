@@ -1,6 +1,7 @@
-//! Directory leases (asynchronous creates, as Ceph's async dirops): while a client holds the lease on a
-//! directory it is the only client that reads or changes it, so it can answer lookups of unknown names
-//! itself and create files without waiting for the MDS, sending them in batches. Another client's request
+//! Directory leases (asynchronous creates and unlinks, as Ceph's async dirops): while a client holds the
+//! lease on a directory it is the only client that reads or changes it, so it can answer lookups of
+//! unknown names itself and create and remove files without waiting for the MDS, sending the changes in
+//! batches. Another client's request
 //! on a leased directory waits here: it recalls the lease (the holder's next batch gives it up) and goes
 //! on once the holder has given it up or the lease has expired.
 //!
@@ -45,8 +46,8 @@ struct Table {
     leases: HashMap<Ino, Lease>,
     /// Reservations of leases that expired (a holder's late batch may still use them), with when.
     retired: VecDeque<(Instant, Ino, HashSet<Ino>)>,
-    /// Requests admitted and not finished, per directory they touch, and those that touch any.
-    inflight: HashMap<Ino, usize>,
+    /// Requests admitted and not finished, per directory they touch and sender, and those that touch any.
+    inflight: HashMap<Ino, HashMap<Holder, usize>>,
     inflight_any: usize,
     next_token: u64,
 }
@@ -81,7 +82,7 @@ impl Table {
 pub enum Renewal {
     /// Still held, now until `LEASE_TIME` from now.
     Renewed,
-    /// Another client waits: the holder must stop using it and give it up (its `CreateBatch` with
+    /// Another client waits: the holder must stop using it and give it up (its `DirBatch` with
     /// `keep` false), which lets the waiters go on. Until then, or its expiry, it still holds them.
     Recalled,
     /// Not held any more (given up, expired, or the MDS restarted).
@@ -102,6 +103,7 @@ pub struct Leases {
 /// until dropped.
 pub struct Admitted<'a> {
     leases: &'a Leases,
+    holder: Holder,
     touches: Touches,
 }
 
@@ -115,9 +117,14 @@ impl Drop for Admitted<'_> {
             }
             Touches::Inode(i) => {
                 let mut t = self.leases.table();
-                if let Some(n) = t.inflight.get_mut(&i) {
-                    *n -= 1;
-                    if *n == 0 {
+                if let Some(by) = t.inflight.get_mut(&i) {
+                    if let Some(n) = by.get_mut(&self.holder) {
+                        *n -= 1;
+                        if *n == 0 {
+                            by.remove(&self.holder);
+                        }
+                    }
+                    if by.is_empty() {
                         t.inflight.remove(&i);
                     }
                 }
@@ -140,15 +147,17 @@ impl Leases {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A new lease on `dir` for `holder`, unless another live one exists or a request on it (or
-    /// on any directory) is in flight: it may have passed [`Leases::admit`] before this grant and change
-    /// the directory after it, behind the holder's back. (The namespace checks the directory is empty
-    /// and the caller may use it.)
+    /// A new lease on `dir` for `holder`, unless another live one exists or another client's request on
+    /// it (or on any directory) is in flight: it may have passed [`Leases::admit`] before this grant and
+    /// change the directory after it, behind the holder's back. The holder's own requests in flight are
+    /// no such surprise: it learns their outcome. (The namespace lists the directory for the grant and
+    /// checks the caller may use it.)
     pub fn grant(&self, dir: Ino, holder: Holder) -> Option<u64> {
         let mut t = self.table();
         let now = Instant::now();
         t.expire(now);
-        if t.inflight_any > 0 || t.inflight.contains_key(&dir) {
+        let others = t.inflight.get(&dir).is_some_and(|by| by.keys().any(|h| *h != holder));
+        if t.inflight_any > 0 || others {
             return None;
         }
         if let Some(l) = t.leases.get(&dir) {
@@ -274,9 +283,9 @@ impl Leases {
         match touches {
             Touches::Nothing => {}
             Touches::Any => self.table().inflight_any += 1,
-            Touches::Inode(i) => *self.table().inflight.entry(i).or_default() += 1,
+            Touches::Inode(i) => *self.table().inflight.entry(i).or_default().entry(holder).or_default() += 1,
         }
-        let admitted = Admitted { leases: self, touches };
+        let admitted = Admitted { leases: self, holder, touches };
         if let Some(g) = self.grace_until {
             if touches != Touches::Nothing && Instant::now() < g {
                 tokio::time::sleep_until(g.into()).await;
@@ -341,7 +350,12 @@ mod tests {
         let admitted = rt.block_on(l.admit(h(2), &lookup));
         assert!(l.grant(10, h(1)).is_none(), "the lookup may run after a grant and see the directory");
         assert!(l.grant(11, h(1)).is_some(), "another directory is free");
+        let own = rt.block_on(l.admit(h(3), &lookup));
+        assert!(l.grant(10, h(3)).is_none(), "h(2)'s lookup is still in flight");
         drop(admitted);
+        let t = l.grant(10, h(3)).expect("the holder's own request is no surprise to it");
+        drop(own);
+        assert_eq!(l.renew(10, t, false), Renewal::Ended);
         let path = MdsRequest::LookupPath { path: "/a".into(), follow: true };
         let walking = rt.block_on(l.admit(h(2), &path));
         assert!(l.grant(10, h(1)).is_none(), "a path walk may reach any directory");

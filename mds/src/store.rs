@@ -516,10 +516,12 @@ impl Store {
         Ok(out)
     }
 
-    /// Drops a destroy-log entry (a commit of its own, so it orders with the pending overlay).
-    pub fn remove_destroy_entry(&self, key: &[u8]) -> FsResult<()> {
+    /// Drops destroy-log entries (one commit of their own, so it orders with the pending overlay).
+    pub fn remove_destroy_entries<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> FsResult<()> {
         let mut tx = self.begin();
-        tx.del(T::Destroy, key);
+        for key in keys {
+            tx.del(T::Destroy, key);
+        }
         tx.commit()
     }
 }
@@ -666,6 +668,36 @@ impl<'a> Txn<'a> {
     pub fn del_dentry(&mut self, parent: Ino, name: &str, d: &Dentry) {
         self.del(T::Dentries, &dentry_key(parent, name));
         self.del(T::Dirseq, &dirseq_key(parent, d.seq));
+    }
+
+    /// A directory's entries (name and kind), or `None` once there are more than `max` or their names
+    /// pass `max_bytes` (directories can be huge: the scan stops there).
+    pub fn dir_entries_bounded(
+        &self,
+        ino: Ino,
+        max: usize,
+        max_bytes: usize,
+    ) -> FsResult<Option<Vec<(String, FileKind)>>> {
+        let prefix = ino_key(ino);
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        let own = self.writes.iter().filter(|((t, k), _)| *t == T::Dentries && k.starts_with(&prefix));
+        let own = own.filter_map(|((_, k), v)| v.as_ref().map(|v| Ok((k.clone(), v.clone()))));
+        let stored = self.store.scan_from(T::Dentries, &prefix, &prefix).filter(|kv| match kv {
+            Ok((k, _)) => !self.writes.contains_key(&(T::Dentries, k.clone())),
+            Err(_) => true,
+        });
+        for kv in stored.chain(own) {
+            let (k, v) = kv?;
+            let d: Dentry = dec(&v)?;
+            let name = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
+            bytes += name.len();
+            if out.len() >= max || bytes > max_bytes {
+                return Ok(None);
+            }
+            out.push((name, d.kind));
+        }
+        Ok(Some(out))
     }
 
     /// Whether a directory has any entry.

@@ -269,26 +269,29 @@ pub enum MdsRequest {
     },
     /// What the orchestrator sees and decides (`tessera jobs`, `tessera orchestrator status`).
     OrchestratorStatus,
-    /// Asks for a lease on an empty directory (see [`DirLease`]): granted (`Lease`) when the caller may
-    /// write and search it, it has no entries and no other client holds one; refused otherwise (EBUSY).
+    /// Asks for a lease on a directory (see [`DirLease`]): granted (`Lease`) when the caller may write and
+    /// search it, no other client holds one or has a request on it in flight, and its names fit in the
+    /// grant ([`LEASE_NAMES_MAX`] entries, [`LEASE_NAME_BYTES_MAX`] bytes of names); refused otherwise
+    /// (EBUSY).
     LeaseDir {
         dir: Ino,
     },
-    /// The files a lease holder created in `dir` since its last batch, applied in order, each on its own
-    /// (one failing does not stop the rest). Renews the lease (`keep`) or gives it up. Safe to resend:
-    /// an entry whose name already holds its inode number is taken as done. Reply: `Batch`.
-    CreateBatch {
+    /// The changes a lease holder made in `dir` since its last batch (files created and names removed),
+    /// applied in order, each on its own (one failing does not stop the rest). Renews the lease (`keep`)
+    /// or gives it up. Safe to resend: a create whose name already holds its inode number is taken as
+    /// done, and an unlink of a name that is gone fails alone (ENOENT) with nothing changed. Reply: `Batch`.
+    DirBatch {
         dir: Ino,
         token: u64,
-        entries: Vec<AsyncCreate>,
+        entries: Vec<DirOp>,
         keep: bool,
     },
 }
 
 /// A directory lease. While it lasts its holder is the only client that reads or changes the directory
 /// (the MDS holds other clients' requests on it until the holder gives the lease up or it expires): so the
-/// holder answers lookups of names it does not know as absent, and creates files there without waiting,
-/// with inode numbers reserved for it, sending them later in a `CreateBatch`.
+/// holder answers lookups of names it does not know as absent, and creates and removes files there without
+/// waiting (creates with inode numbers reserved for it), sending the changes later in a `DirBatch`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct DirLease {
     pub dir: Ino,
@@ -299,7 +302,15 @@ pub struct DirLease {
     pub inos: Vec<Ino>,
     /// The directory's attributes.
     pub attr: Attr,
+    /// Every name in the directory and what it is, when granted (renewals carry none: the holder knows).
+    pub entries: Vec<(String, FileKind)>,
 }
+
+/// Most entries a directory may have to be leased: its names come with the grant, which must fit in a
+/// message header with room to spare.
+pub const LEASE_NAMES_MAX: usize = 32_768;
+/// Most bytes of names a directory may have to be leased.
+pub const LEASE_NAME_BYTES_MAX: usize = 512 << 10;
 
 /// One file a lease holder created: owner, mode and times as the holder gave them to the program.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -314,7 +325,20 @@ pub struct AsyncCreate {
     pub open: Option<OpenFlags>,
 }
 
-/// What became of one [`AsyncCreate`]: the open handle and layout when it was to be opened.
+/// One change in a [`DirBatch`](MdsRequest::DirBatch). Permissions were checked at the holder, by its
+/// kernel (a mount that leaves the checks to the MDS takes no leases), as for any create or unlink there.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum DirOp {
+    Create(AsyncCreate),
+    /// Removes the non-directory `name` (a file created in this batch or before; an open one lives on
+    /// until its last close, as with `Unlink`).
+    Unlink {
+        name: String,
+    },
+}
+
+/// What became of one [`DirOp`]: for a create, the open handle and layout when it was to be opened; for
+/// an unlink, `Ok(None)` and the inode it removed (0 when it failed).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct BatchResult {
     pub ino: Ino,
@@ -351,7 +375,7 @@ pub enum MdsReply {
     Cluster(Vec<DsStatus>),
     Orchestrator(OrchestratorStatus),
     Lease(DirLease),
-    /// A `CreateBatch`'s results, in order, the directory's attributes after it, and the renewed lease
+    /// A `DirBatch`'s results, in order, the directory's attributes after it, and the renewed lease
     /// (`None`: given up, expired, or recalled because another client waits for the directory; a
     /// recalled lease still holds the others until its holder gives it up with `keep` false).
     Batch {
@@ -569,7 +593,8 @@ pub enum DsRequest {
         object: ObjectId,
         size: u64,
     },
-    /// Removes objects (missing ones are fine: removal is idempotent for the destroy log).
+    /// Removes objects (missing ones are fine: removal is idempotent for the destroy log); at most
+    /// [`MAX_REMOVE_OBJECTS`].
     Remove {
         objects: Vec<ObjectId>,
     },
@@ -590,6 +615,10 @@ pub struct Extent {
     pub offset: u64,
     pub len: u32,
 }
+
+/// Most objects one [`DsRequest::Remove`] may name (the MDS's destroy log sends a burst of unlinks'
+/// objects to each data server in requests of at most this many).
+pub const MAX_REMOVE_OBJECTS: usize = 4096;
 
 /// Most runs one [`DsRequest::WriteV`] may carry.
 pub const MAX_EXTENTS: usize = 1024;
@@ -771,6 +800,17 @@ pub struct IonStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_largest_lease_grant_fits_in_a_header() {
+        let per_name = LEASE_NAME_BYTES_MAX / LEASE_NAMES_MAX;
+        let entries = (0..LEASE_NAMES_MAX).map(|i| (format!("{i:0per_name$}"), FileKind::Symlink)).collect();
+        let attr = Attr::new(u64::MAX, FileKind::Dir, 0o7777, u32::MAX, u32::MAX, Timestamp::now());
+        let inos = vec![u64::MAX; 256];
+        let lease = DirLease { dir: u64::MAX, token: u64::MAX, valid_ms: u32::MAX, inos, attr, entries };
+        let len = crate::wire::encode(&MdsReply::Lease(lease)).unwrap().len();
+        assert!(len > LEASE_NAME_BYTES_MAX && len < crate::wire::MAX_HEADER * 3 / 4, "{len} bytes");
+    }
 
     #[test]
     fn vectored_write_runs_must_match_the_payload() {

@@ -1,4 +1,4 @@
-//! Directory leases: granting one, and applying a holder's batch of creates.
+//! Directory leases: granting one, and applying a holder's batch of creates and unlinks.
 
 use super::{err, validate_name, Namespace};
 use crate::lease::{Holder, Renewal, LEASE_TIME, RESERVED_INOS};
@@ -6,8 +6,9 @@ use crate::perm::{self, W, X};
 use crate::store::{Inode, Store, Txn, T};
 use std::time::Duration;
 use tessera_proto::error::ErrorCode;
+use tessera_proto::layout::Layout;
 use tessera_proto::layout::LayoutSpec;
-use tessera_proto::msg::{AsyncCreate, BatchResult, DirLease, MdsReply};
+use tessera_proto::msg::{AsyncCreate, BatchResult, DirLease, DirOp, MdsReply, LEASE_NAMES_MAX, LEASE_NAME_BYTES_MAX};
 use tessera_proto::{Attr, Caller, FileKind, FsError, FsResult, Ino, Timestamp, ROOT_INO};
 
 /// Meta key: when a lease was last granted or renewed (milliseconds since the epoch, big-endian).
@@ -37,32 +38,35 @@ impl Namespace {
     fn new_lease(&self, dir: Ino, token: u64, count: usize, attr: Attr) -> FsResult<DirLease> {
         let inos = (0..count).map(|_| self.store.new_ino()).collect::<FsResult<Vec<_>>>()?;
         self.leases.reserve(dir, &inos);
-        Ok(DirLease { dir, token, valid_ms: LEASE_TIME.as_millis() as u32, inos, attr })
+        Ok(DirLease { dir, token, valid_ms: LEASE_TIME.as_millis() as u32, inos, attr, entries: Vec::new() })
     }
 
-    /// Grants `holder` the lease on the empty directory `dir` if `c` may create in it.
+    /// Grants `holder` the lease on directory `dir`, with its names, if `c` may create and remove in it and
+    /// its names fit in the grant.
     pub(super) fn lease_dir(&self, c: &Caller, holder: Holder, dir: Ino) -> FsResult<DirLease> {
-        // Under the mutation lock: no entry can appear between the check and the grant.
+        // Under the mutation lock: no entry can change between the listing and the grant.
         let _g = self.lock();
         let mut tx = self.store.begin();
         let d = tx.dir(dir)?;
         perm::check(c, &d.attr, W | X)?;
-        if tx.dir_has_entries(dir)? {
-            return Err(err(ErrorCode::Busy, "only an empty directory is leased"));
-        }
+        let entries = tx
+            .dir_entries_bounded(dir, LEASE_NAMES_MAX, LEASE_NAME_BYTES_MAX)?
+            .ok_or_else(|| err(ErrorCode::Busy, "too many entries to lease"))?;
         let token = self.leases.grant(dir, holder).ok_or_else(|| err(ErrorCode::Busy, "another client holds it"))?;
         note_lease_activity(&mut tx);
         self.commit(tx)?;
-        self.new_lease(dir, token, RESERVED_INOS, d.attr)
+        let mut lease = self.new_lease(dir, token, RESERVED_INOS, d.attr)?;
+        lease.entries = entries;
+        Ok(lease)
     }
 
-    /// Applies a lease holder's batch of creates, then renews or ends its lease.
-    pub(super) async fn create_batch(
+    /// Applies a lease holder's batch of creates and unlinks, then renews or ends its lease.
+    pub(super) async fn dir_batch(
         &self,
         holder: Holder,
         dir: Ino,
         token: u64,
-        entries: Vec<AsyncCreate>,
+        entries: Vec<DirOp>,
         keep: bool,
     ) -> FsResult<MdsReply> {
         if self.leases.holds(dir, token, holder) {
@@ -72,8 +76,9 @@ impl Namespace {
             // Lost (expired, or the MDS restarted): whoever holds it now goes first.
             self.leases.wait_for(holder, Some(dir)).await;
         }
-        let used = entries.len();
-        let r = self.create_batch_sync(dir, entries);
+        // Each create used a reserved inode number (or meant to): as many come with the renewal.
+        let used = entries.iter().filter(|e| matches!(e, DirOp::Create(_))).count();
+        let r = self.dir_batch_sync(dir, entries);
         let (results, dir_attr) = self.durable(r).await?;
         let lease = match self.leases.renew(dir, token, keep) {
             Renewal::Renewed => Some(self.new_lease(dir, token, used, dir_attr.clone())?),
@@ -88,55 +93,101 @@ impl Namespace {
         Ok(ino < self.boot_ino && ino > ROOT_INO && tx.get_inode(ino)?.is_none())
     }
 
-    /// Creates (and opens, as asked) each entry of a batch in one transaction; an entry that cannot be
-    /// made fails alone. An entry whose name already holds its inode number was made by an earlier send
-    /// of the same batch.
-    fn create_batch_sync(&self, dir: Ino, entries: Vec<AsyncCreate>) -> FsResult<(Vec<BatchResult>, Attr)> {
+    /// Applies each change of a batch in one transaction: creates (and opens, as asked) and unlinks; an
+    /// entry that cannot be applied fails alone. A create whose name already holds its inode number was
+    /// made by an earlier send of the same batch.
+    fn dir_batch_sync(&self, dir: Ino, entries: Vec<DirOp>) -> FsResult<(Vec<BatchResult>, Attr)> {
         let _g = self.lock();
         let mut tx = self.store.begin();
         let mut dir_attr = tx.dir(dir)?.attr;
         let base = tx.dir_layout(dir)?.unwrap_or_default();
         note_lease_activity(&mut tx);
-        let mut made = Vec::with_capacity(entries.len());
+        let mut results = Vec::with_capacity(entries.len());
         let mut used = Vec::new();
+        // Opened before the commit, so an unlink later in the batch keeps the file as an orphan; closed
+        // again if the commit fails.
+        let mut opened: Vec<(Ino, u64)> = Vec::new();
         for e in entries {
-            let layout = match tx.dentry(dir, &e.name)? {
-                Some(d) if d.ino == e.ino => Ok(tx.inode(e.ino)?.layout),
-                Some(_) => Err(FsError::exists(e.name.clone())),
-                None => match validate_name(&e.name) {
-                    Err(x) => Err(x),
-                    // Set-id bits are never created without the MDS deciding (the holder sends none).
-                    Ok(()) if e.perm & !0o1777 != 0 => Err(FsError::invalid("mode bits beyond 01777")),
-                    Ok(()) if used.contains(&e.ino) => Err(FsError::invalid("inode number used twice")),
-                    Ok(()) if !self.leases.is_reserved(dir, e.ino) && !self.reserved_before_restart(&tx, e.ino)? => {
-                        Err(FsError::invalid(format!("inode {} was not reserved for this directory", e.ino)))
+            let (ino, result) = match e {
+                DirOp::Create(e) => {
+                    let r = self.batch_create(&mut tx, dir, base, &e, &mut used, &mut dir_attr);
+                    let r = r.and_then(|layout| match (e.open, layout) {
+                        (Some(_), Some(l)) => {
+                            let handle = self.register_open(e.ino);
+                            opened.push((e.ino, handle));
+                            Ok(Some((handle, l)))
+                        }
+                        (Some(_), None) => Err(FsError::protocol(format!("inode {} has no layout", e.ino))),
+                        (None, _) => Ok(None),
+                    });
+                    (e.ino, r)
+                }
+                DirOp::Unlink { name } => match self.batch_unlink(&mut tx, dir, &name) {
+                    Ok((ino, attr)) => {
+                        dir_attr = attr;
+                        (ino, Ok(None))
                     }
-                    Ok(()) => {
-                        let attr = Attr::new(e.ino, FileKind::File, e.perm, e.uid, e.gid, e.time);
-                        let layout = self.new_layout(LayoutSpec::default(), base)?;
-                        tx.add_inode(&Inode { attr, layout: Some(layout.clone()), target: None, parent: dir })?;
-                        dir_attr = self.add_entry(&mut tx, dir, &e.name, e.ino, FileKind::File)?;
-                        used.push(e.ino);
-                        Ok(Some(layout))
-                    }
+                    Err(e) => (0, Err(e)),
                 },
             };
-            made.push((e.ino, e.open, layout));
+            results.push(BatchResult { ino, result });
         }
-        self.commit(tx)?;
+        if let Err(e) = self.commit(tx) {
+            let mut opens = self.opens();
+            for (ino, handle) in opened {
+                if let Some(h) = opens.get_mut(&ino) {
+                    h.remove(&handle);
+                }
+            }
+            return Err(e);
+        }
         // Only now: a batch that failed as a whole may be sent again with the same numbers.
         self.leases.consume(dir, &used);
-        let results = made
-            .into_iter()
-            .map(|(ino, open, layout)| {
-                let result = layout.and_then(|l| match (open, l) {
-                    (Some(_), Some(l)) => Ok(Some((self.register_open(ino), l))),
-                    (Some(_), None) => Err(FsError::protocol(format!("inode {ino} has no layout"))),
-                    (None, _) => Ok(None),
-                });
-                BatchResult { ino, result }
-            })
-            .collect();
         Ok((results, dir_attr))
+    }
+
+    /// One create of a batch: the new file's layout (or the existing one's, when resent).
+    fn batch_create(
+        &self,
+        tx: &mut Txn<'_>,
+        dir: Ino,
+        base: LayoutSpec,
+        e: &AsyncCreate,
+        used: &mut Vec<Ino>,
+        dir_attr: &mut Attr,
+    ) -> FsResult<Option<Layout>> {
+        match tx.dentry(dir, &e.name)? {
+            Some(d) if d.ino == e.ino => return Ok(tx.inode(e.ino)?.layout),
+            Some(_) => return Err(FsError::exists(e.name.clone())),
+            None => validate_name(&e.name)?,
+        }
+        // Set-id bits are never created without the MDS deciding (the holder sends none).
+        if e.perm & !0o1777 != 0 {
+            return Err(FsError::invalid("mode bits beyond 01777"));
+        }
+        if used.contains(&e.ino) {
+            return Err(FsError::invalid("inode number used twice"));
+        }
+        if !self.leases.is_reserved(dir, e.ino) && !self.reserved_before_restart(tx, e.ino)? {
+            return Err(FsError::invalid(format!("inode {} was not reserved for this directory", e.ino)));
+        }
+        let attr = Attr::new(e.ino, FileKind::File, e.perm, e.uid, e.gid, e.time);
+        let layout = self.new_layout(LayoutSpec::default(), base)?;
+        tx.add_inode(&Inode { attr, layout: Some(layout.clone()), target: None, parent: dir })?;
+        *dir_attr = self.add_entry(tx, dir, &e.name, e.ino, FileKind::File)?;
+        used.push(e.ino);
+        Ok(Some(layout))
+    }
+
+    /// One unlink of a batch: the inode removed and the directory's new attributes.
+    fn batch_unlink(&self, tx: &mut Txn<'_>, dir: Ino, name: &str) -> FsResult<(Ino, Attr)> {
+        validate_name(name)?;
+        let d = tx.dentry(dir, name)?.ok_or_else(|| FsError::not_found(name.to_string()))?;
+        if d.kind == FileKind::Dir {
+            return Err(err(ErrorCode::IsDir, format!("{name} is a directory")));
+        }
+        let attr = self.remove_entry(tx, dir, name, &d)?;
+        self.drop_link(tx, d.ino)?;
+        Ok((d.ino, attr))
     }
 }

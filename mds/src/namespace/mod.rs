@@ -270,7 +270,7 @@ impl Namespace {
             Q::DsReport(_) | Q::LocalityReport(_) | Q::SetOrchestratorMode { .. } | Q::OrchestratorStatus => {
                 Err(FsError::new(ErrorCode::Unsupported, "not a namespace request"))
             }
-            Q::LeaseDir { .. } | Q::CreateBatch { .. } => {
+            Q::LeaseDir { .. } | Q::DirBatch { .. } => {
                 Err(FsError::new(ErrorCode::Unsupported, "lease requests need the caller's connection and client"))
             }
         }
@@ -281,8 +281,8 @@ impl Namespace {
     pub async fn handle_lease(&self, c: &Caller, holder: Holder, req: MdsRequest) -> FsResult<MdsReply> {
         match req {
             MdsRequest::LeaseDir { dir } => self.lease_dir(c, holder, dir).map(MdsReply::Lease),
-            MdsRequest::CreateBatch { dir, token, entries, keep } => {
-                self.create_batch(holder, dir, token, entries, keep).await
+            MdsRequest::DirBatch { dir, token, entries, keep } => {
+                self.dir_batch(holder, dir, token, entries, keep).await
             }
             other => self.handle(c, other).await,
         }

@@ -798,9 +798,79 @@ async fn many_concurrent_creates_finish() {
     assert_eq!(getattr(&ns, ROOT_INO).await.size, 1280);
 }
 
-fn async_create(ino: Ino, name: &str, open: bool) -> AsyncCreate {
+fn async_create(ino: Ino, name: &str, open: bool) -> DirOp {
     let open = open.then_some(OpenFlags { read: true, write: true, truncate: false });
-    AsyncCreate { ino, name: name.into(), perm: 0o640, uid: 1000, gid: 1000, time: Timestamp::now(), open }
+    DirOp::Create(AsyncCreate {
+        ino,
+        name: name.into(),
+        perm: 0o640,
+        uid: 1000,
+        gid: 1000,
+        time: Timestamp::now(),
+        open,
+    })
+}
+
+fn async_unlink(name: &str) -> DirOp {
+    DirOp::Unlink { name: name.into() }
+}
+
+/// A lease holder's batch on connection 1: its results, the directory's attributes and the renewed lease.
+async fn batch(
+    ns: &Namespace,
+    dir: Ino,
+    token: u64,
+    entries: Vec<DirOp>,
+) -> (Vec<BatchResult>, Attr, Option<DirLease>) {
+    let req = MdsRequest::DirBatch { dir, token, entries, keep: true };
+    match ns.handle_lease(&root(), conn(1), req).await.unwrap() {
+        MdsReply::Batch { results, dir_attr, lease } => (results, dir_attr, lease),
+        other => panic!("not a batch reply: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_lease_holder_unlinks_in_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, data) = open_ns(dir.path());
+    let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap().ino;
+    let l = leased(ns.handle_lease(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
+    let (made, _, l2) = batch(&ns, d, l.token, vec![async_create(l.inos[0], "kept", false)]).await;
+    assert_eq!(made[0].result, Ok(None));
+    assert!(l2.is_some());
+    mkdir(&ns, &root(), d, "sub").await.unwrap();
+    let entries = vec![
+        async_create(l.inos[1], "open", true),
+        async_create(l.inos[2], "gone", false),
+        async_unlink("open"),
+        async_unlink("gone"),
+        async_unlink("kept"),
+        async_unlink("missing"),
+        async_unlink("sub"),
+        async_create(l.inos[3], "gone", false),
+    ];
+    let (results, dir_attr, lease) = batch(&ns, d, l.token, entries).await;
+    assert!(lease.is_some(), "renewed");
+    let handle = match &results[0].result {
+        Ok(Some((h, _))) => *h,
+        other => panic!("not opened: {other:?}"),
+    };
+    assert_eq!((results[2].ino, results[3].ino, results[4].ino), (l.inos[1], l.inos[2], l.inos[0]));
+    assert!(results[2..5].iter().all(|r| r.result == Ok(None)), "{results:?}");
+    assert_eq!(results[5].result.as_ref().unwrap_err().code, ErrorCode::NotFound);
+    assert_eq!(results[6].result.as_ref().unwrap_err().code, ErrorCode::IsDir, "a directory is not unlinked");
+    assert_eq!(results[7].result, Ok(None), "a name removed earlier in the batch is free again");
+    assert_eq!(dir_attr.size, 2, "sub and the new gone");
+    assert_eq!(lookup(&ns, &root(), d, "gone").await.unwrap().ino, l.inos[3]);
+    assert_eq!(code(lookup(&ns, &root(), d, "kept").await), ErrorCode::NotFound);
+    // The file opened by the batch and unlinked in it lives on as an orphan until its close.
+    assert_eq!(getattr(&ns, l.inos[1]).await.nlink, 0);
+    assert!(!destroy::drain_once(ns.store(), data.as_ref()).await);
+    let removed: Vec<ObjectId> = data.removed.lock().unwrap().iter().map(|(_, o)| *o).collect();
+    assert_eq!(removed.len(), 2 * NDS as usize, "kept's and the first gone's objects, not the open file's");
+    let close = MdsRequest::Close { ino: l.inos[1], handle, size: None, wrote: false };
+    ns.handle(&root(), close).await.unwrap();
+    assert_eq!(code(ns.handle(&root(), MdsRequest::GetAttr { ino: l.inos[1] }).await), ErrorCode::NotFound);
 }
 
 fn leased(r: FsResult<MdsReply>) -> DirLease {
@@ -818,7 +888,11 @@ async fn a_lease_holder_creates_in_batches() {
     let full = mkdir(&ns, &root(), ROOT_INO, "full").await.unwrap().ino;
     create(&ns, &root(), full, "x").await.unwrap();
     let lease_req = |dir| MdsRequest::LeaseDir { dir };
-    assert_eq!(code(ns.handle_lease(&root(), conn(1), lease_req(full)).await), ErrorCode::Busy, "not empty");
+    let f = leased(ns.handle_lease(&root(), conn(1), lease_req(full)).await);
+    assert_eq!(f.entries, vec![("x".to_string(), FileKind::File)], "a directory's names come with its grant");
+    ns.handle_lease(&root(), conn(1), MdsRequest::DirBatch { dir: full, token: f.token, entries: vec![], keep: false })
+        .await
+        .unwrap();
     assert_eq!(code(ns.handle_lease(&user(1000), conn(1), lease_req(d)).await), ErrorCode::Access, "not writable");
     let l = leased(ns.handle_lease(&root(), conn(1), lease_req(d)).await);
     assert_eq!(l.inos.len(), crate::lease::RESERVED_INOS);
@@ -829,10 +903,7 @@ async fn a_lease_holder_creates_in_batches() {
         async_create(l.inos[2], "a", false),
         async_create(999_999, "c", false),
     ];
-    let batch = MdsRequest::CreateBatch { dir: d, token: l.token, entries: entries.clone(), keep: true };
-    let MdsReply::Batch { results, dir_attr, lease } = ns.handle_lease(&root(), conn(1), batch).await.unwrap() else {
-        panic!("not a batch reply")
-    };
+    let (results, dir_attr, lease) = batch(&ns, d, l.token, entries.clone()).await;
     assert_eq!(results[0].result, Ok(None));
     assert!(matches!(&results[1].result, Ok(Some((_, l))) if !l.targets.is_empty()), "opened with its layout");
     assert_eq!(results[2].result.as_ref().unwrap_err().code, ErrorCode::Exists, "a name taken");
@@ -843,7 +914,7 @@ async fn a_lease_holder_creates_in_batches() {
     let a = lookup(&ns, &root(), d, "a").await.unwrap();
     assert_eq!((a.ino, a.uid, a.gid, a.perm, a.nlink), (l.inos[0], 1000, 1000, 0o640, 1));
     // Sent again (a lost reply): the entries made are taken as done.
-    let again = MdsRequest::CreateBatch { dir: d, token: l.token, entries: entries[..2].to_vec(), keep: false };
+    let again = MdsRequest::DirBatch { dir: d, token: l.token, entries: entries[..2].to_vec(), keep: false };
     let MdsReply::Batch { results, lease, .. } = ns.handle_lease(&root(), conn(1), again).await.unwrap() else {
         panic!("not a batch reply")
     };
@@ -851,7 +922,30 @@ async fn a_lease_holder_creates_in_batches() {
     assert!(lease.is_none(), "given up");
     assert_eq!(getattr(&ns, d).await.size, 2);
     // Given up: another connection may take it once the directory is empty again.
-    assert_eq!(code(ns.handle_lease(&root(), conn(2), lease_req(d)).await), ErrorCode::Busy, "not empty any more");
+    let again = leased(ns.handle_lease(&root(), conn(2), lease_req(d)).await);
+    let mut names: Vec<_> = again.entries.into_iter().map(|(n, _)| n).collect();
+    names.sort();
+    assert_eq!(names, ["a", "b"], "another connection takes it once given up");
+}
+
+#[tokio::test]
+async fn a_directory_whose_names_do_not_fit_in_a_grant_is_not_leased() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap().ino;
+    let long = "n".repeat(250);
+    // Just within the bound of name bytes, then one name more.
+    let fit = LEASE_NAME_BYTES_MAX / 254;
+    for i in 0..fit {
+        create(&ns, &root(), d, &format!("{long}{i:04}")).await.unwrap();
+    }
+    let l = leased(ns.handle_lease(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
+    assert_eq!(l.entries.len(), fit);
+    ns.handle_lease(&root(), conn(1), MdsRequest::DirBatch { dir: d, token: l.token, entries: vec![], keep: false })
+        .await
+        .unwrap();
+    create(&ns, &root(), d, &format!("{long}{fit:04}")).await.unwrap();
+    assert_eq!(code(ns.handle_lease(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await), ErrorCode::Busy);
 }
 
 #[tokio::test]
@@ -871,17 +965,13 @@ async fn another_clients_request_waits_for_the_holders_batch() {
     });
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     assert!(!other.is_finished(), "held while the lease lasts");
-    let batch = MdsRequest::CreateBatch {
-        dir: d,
-        token: l.token,
-        entries: vec![async_create(l.inos[0], "f", false)],
-        keep: true,
-    };
+    let batch =
+        MdsRequest::DirBatch { dir: d, token: l.token, entries: vec![async_create(l.inos[0], "f", false)], keep: true };
     let MdsReply::Batch { lease, .. } = ns.handle_lease(&root(), conn(1), batch).await.unwrap() else { panic!() };
     assert!(lease.is_none(), "recalled: the reply says so");
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     assert!(!other.is_finished(), "held until the holder gives it up");
-    let give_up = MdsRequest::CreateBatch { dir: d, token: l.token, entries: vec![], keep: false };
+    let give_up = MdsRequest::DirBatch { dir: d, token: l.token, entries: vec![], keep: false };
     ns.handle_lease(&root(), conn(1), give_up).await.unwrap();
     let found = tokio::time::timeout(std::time::Duration::from_secs(1), other).await.unwrap().unwrap().unwrap();
     assert_eq!(found.ino, l.inos[0], "the waiting lookup sees the holder's create");
@@ -900,7 +990,7 @@ async fn a_batch_after_an_mds_restart_uses_the_inode_numbers_reserved_before() {
     };
     let (ns, _) = open_ns(dir.path());
     let entries = vec![async_create(l.inos[0], "a", false), async_create(used, "b", false)];
-    let batch = MdsRequest::CreateBatch { dir: d, token: l.token, entries, keep: true };
+    let batch = MdsRequest::DirBatch { dir: d, token: l.token, entries, keep: true };
     let MdsReply::Batch { results, lease, .. } = ns.handle_lease(&root(), conn(7), batch).await.unwrap() else {
         panic!()
     };
@@ -930,7 +1020,7 @@ async fn after_a_restart_directories_wait_out_the_leases_of_the_previous_run() {
         tokio::time::timeout(quick, ns.leases().admit(conn(5), &lookup)).await.is_err(),
         "a holder from before the restart may still answer for the directory"
     );
-    let batch = MdsRequest::CreateBatch { dir: ROOT_INO, token: 1, entries: vec![], keep: false };
+    let batch = MdsRequest::DirBatch { dir: ROOT_INO, token: 1, entries: vec![], keep: false };
     assert!(
         tokio::time::timeout(quick, ns.leases().admit(conn(5), &batch)).await.is_ok(),
         "a holder's batch is let through"
