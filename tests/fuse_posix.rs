@@ -853,3 +853,52 @@ fn fuse_async_unlinks_in_leased_directory() {
     assert_eq!(names, ["new", "sub"]);
     assert_eq!(std::fs::read(b.p("r/new")).unwrap(), b"new");
 }
+
+/// fallocate through the mount: mode 0 reserves and grows the file, KEEP_SIZE does not grow it,
+/// PUNCH_HOLE and ZERO_RANGE make a range read as zeros (across stripes, right after buffered writes),
+/// and another mount sees the same bytes.
+#[test]
+fn fuse_fallocate_reserves_punches_and_zeroes() {
+    if !fuse_usable("fuse_fallocate_reserves_punches_and_zeroes") {
+        return;
+    }
+    use std::os::fd::AsRawFd;
+    let cluster = Cluster::start(2);
+    let a = Mount::new(&cluster, "a");
+    let b = Mount::new(&cluster, "b");
+    let fallocate = |f: &std::fs::File, mode: i32, off: i64, len: i64| -> std::io::Result<()> {
+        // SAFETY: a plain syscall on an open descriptor.
+        match unsafe { libc::fallocate(f.as_raw_fd(), mode, off, len) } {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        }
+    };
+    let mut f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(a.p("f")).unwrap();
+    // posix_fallocate's mode 0: the size grows, the bytes read as zeros.
+    fallocate(&f, 0, 0, 3 << 20).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 3 << 20);
+    fallocate(&f, libc::FALLOC_FL_KEEP_SIZE, 0, 8 << 20).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 3 << 20, "KEEP_SIZE");
+    let data = pattern(7, 3 << 20);
+    f.write_all(&data).unwrap();
+    // Straight after the (buffered) writes: a hole across the stripe boundary at 1 MiB.
+    let (hole, hole_len) = ((1 << 20) - 5000, 10_000usize);
+    fallocate(&f, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, hole as i64, hole_len as i64).unwrap();
+    let mut want = data.clone();
+    want[hole..hole + hole_len].fill(0);
+    // ZERO_RANGE past the end grows the file.
+    fallocate(&f, libc::FALLOC_FL_ZERO_RANGE, (3 << 20) - 100, 1100).unwrap();
+    want[(3 << 20) - 100..].fill(0);
+    want.resize((3 << 20) + 1000, 0);
+    assert_eq!(f.metadata().unwrap().len(), want.len() as u64);
+    f.rewind().unwrap();
+    let mut got = Vec::new();
+    f.read_to_end(&mut got).unwrap();
+    assert!(got == want, "the same mount reads the holes");
+    assert!(std::fs::read(b.p("f")).unwrap() == want, "another mount reads the holes");
+    // What Linux refuses, and a descriptor open for reading only.
+    assert_eq!(errno_of(fallocate(&f, libc::FALLOC_FL_PUNCH_HOLE, 0, 10)), libc::EOPNOTSUPP, "punch without KEEP_SIZE");
+    assert_eq!(errno_of(fallocate(&f, libc::FALLOC_FL_COLLAPSE_RANGE, 0, 4096)), libc::EOPNOTSUPP);
+    let ro = std::fs::File::open(a.p("f")).unwrap();
+    assert_eq!(errno_of(fallocate(&ro, 0, 0, 10)), libc::EBADF);
+}

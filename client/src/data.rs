@@ -461,6 +461,31 @@ impl DataPlane {
         }
     }
 
+    /// `fallocate` on the file range `[offset, offset+len)`: each object's share of it at once, all in
+    /// parallel (see [`DsRequest::Fallocate`]: `punch` makes the range read as zeros, otherwise space is
+    /// reserved). Sizes do not change: the file's is the MDS's.
+    pub async fn fallocate(&self, tag: &IoTag, layout: &Layout, offset: u64, len: u64, punch: bool) -> FsResult<()> {
+        let shares = (0..layout.targets.len()).filter_map(|s| {
+            let r = layout.object_range(s, offset, len);
+            (!r.is_empty()).then(|| (layout.targets[s], r))
+        });
+        try_join_all(shares.map(|(target, r)| async move {
+            let req = DsRequest::Fallocate {
+                tag: tag.clone(),
+                object: target.object,
+                offset: r.start,
+                len: r.end - r.start,
+                punch,
+            };
+            match self.route.call(target.ds, req, Bytes::new()).await?.0 {
+                DsReply::Ok => Ok(()),
+                r => Err(FsError::protocol(format!("data server {} answered Fallocate with {r:?}", target.ds))),
+            }
+        }))
+        .await?;
+        Ok(())
+    }
+
     /// Makes the listed stripes' objects durable, all in parallel.
     pub async fn fsync(&self, tag: &IoTag, layout: &Layout, stripes: &[usize]) -> FsResult<()> {
         try_join_all(stripes.iter().map(|&s| async move {

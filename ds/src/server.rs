@@ -253,6 +253,10 @@ impl DsService {
                 self.write_v(&tag, object, &extents, payload, sync).await.map(|len| DsReply::Written { len })
             }
             DsRequest::Fsync { tag, object } => self.fsync(&tag, object).await.map(|()| DsReply::Ok),
+            DsRequest::Fallocate { tag, object, offset, len, punch } => match check_tag(&tag) {
+                Ok(()) => self.store.fallocate(object, offset, len, punch).await.map(|()| DsReply::Ok),
+                Err(e) => Err(e),
+            },
             DsRequest::Truncate { object, size } => match check_privileged(role) {
                 Ok(()) => self.store.truncate(object, size).await.map(|()| DsReply::Ok),
                 Err(e) => Err(e),

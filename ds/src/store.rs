@@ -264,6 +264,53 @@ impl Store {
         }
     }
 
+    /// `fallocate(2)` on `[offset, offset+len)` without changing the object's size: `punch` deallocates
+    /// the range (it reads as zeros; a missing object needs nothing), otherwise reserves space for it,
+    /// creating the object if missing (ENOSPC when the disk cannot hold it). A file system that cannot
+    /// punch holes gets the range's existing bytes overwritten with zeros; one that cannot reserve space
+    /// is left as it is (the space is then taken when written, as on such a local file system).
+    pub async fn fallocate(&self, id: ObjectId, offset: u64, len: u64, punch: bool) -> FsResult<()> {
+        let end = check_range(offset, len)?;
+        if end > MAX_OBJECT_SIZE {
+            return Err(too_big(end));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let cache = &self.inner.write_cache;
+        let change = cache.begin(id, offset, end);
+        let inner = self.inner.clone();
+        let res = blocking(move || {
+            use std::os::fd::AsRawFd;
+            let Some((object, _)) = inner.handle(id, !punch)? else { return Ok(()) };
+            let mode = libc::FALLOC_FL_KEEP_SIZE | if punch { libc::FALLOC_FL_PUNCH_HOLE } else { 0 };
+            // SAFETY: a plain syscall on a descriptor the object keeps open.
+            let r = unsafe { libc::fallocate(object.file.as_raw_fd(), mode, offset as i64, len as i64) };
+            if r == 0 {
+                return Ok(());
+            }
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+                return Err(e.into());
+            }
+            if punch {
+                let size = object.file.metadata()?.len();
+                let zeros = vec![0u8; 1 << 20];
+                let mut pos = offset;
+                while pos < end.min(size) {
+                    let n = (end.min(size) - pos).min(zeros.len() as u64) as usize;
+                    std::os::unix::fs::FileExt::write_all_at(&object.file, &zeros[..n], pos)?;
+                    pos += n as u64;
+                }
+            }
+            Ok(())
+        })
+        .await;
+        // Nothing of the range stays cached.
+        cache.finish(change, None);
+        res
+    }
+
     /// Sets the object's size, creating it if missing.
     pub async fn truncate(&self, id: ObjectId, size: u64) -> FsResult<()> {
         if size > MAX_OBJECT_SIZE {
@@ -736,6 +783,28 @@ mod tests {
         assert_eq!(&s.read(5, 0, 200).await.unwrap()[..], b"abc");
         s.truncate(5, 6).await.unwrap();
         assert_eq!(&s.read(5, 0, 200).await.unwrap()[..], b"abc\0\0\0");
+    }
+
+    #[tokio::test]
+    async fn fallocate_reserves_and_punches_without_changing_the_size() {
+        use std::os::unix::fs::MetadataExt;
+        let (d, s) = store();
+        s.fallocate(7, 0, 1 << 20, false).await.unwrap();
+        assert_eq!(s.stat(7).await.unwrap(), (true, 0), "reserved, size unchanged");
+        let path = s.object_path(7);
+        assert!(std::fs::metadata(&path).unwrap().blocks() * 512 >= 1 << 20, "blocks reserved");
+        s.write(7, 0, Bytes::from(vec![9u8; 3 << 16]), false).await.unwrap();
+        s.fallocate(7, 1 << 16, 1 << 16, true).await.unwrap();
+        let got = s.read(7, 0, 3 << 16).await.unwrap();
+        assert_eq!(got.len(), 3 << 16, "size unchanged");
+        assert!(got[..1 << 16].iter().all(|&b| b == 9));
+        assert!(got[1 << 16..2 << 16].iter().all(|&b| b == 0), "punched");
+        assert!(got[2 << 16..].iter().all(|&b| b == 9));
+        s.fallocate(8, 0, 4096, true).await.unwrap();
+        assert_eq!(s.stat(8).await.unwrap(), (false, 0), "nothing to punch in a missing object");
+        assert_eq!(s.fallocate(7, MAX_OBJECT_SIZE, 1, false).await.unwrap_err().code, ErrorCode::TooBig);
+        assert_eq!(s.fallocate(7, u64::MAX, 2, true).await.unwrap_err().code, ErrorCode::Invalid);
+        drop(d);
     }
 
     #[tokio::test]

@@ -1191,6 +1191,34 @@ impl Filesystem for TesseraFs {
         });
     }
 
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let (keep, punch, zero) = (libc::FALLOC_FL_KEEP_SIZE, libc::FALLOC_FL_PUNCH_HOLE, libc::FALLOC_FL_ZERO_RANGE);
+        // As Linux: a hole is punched only with KEEP_SIZE, never together with ZERO_RANGE; COLLAPSE_RANGE,
+        // INSERT_RANGE and the rest are not supported.
+        if mode & !(keep | punch | zero) != 0 || (mode & punch != 0 && (mode & keep == 0 || mode & zero != 0)) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        if length == 0 {
+            return reply.error(Errno::EINVAL);
+        }
+        self.spawn(move |inner| async move {
+            let r = match inner.handle(fh) {
+                Ok(h) => h.fallocate(offset, length, mode).await,
+                Err(e) => Err(e),
+            };
+            reply_empty(reply, r)
+        });
+    }
+
     fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
         self.spawn(move |inner| async move {
             let r: Result<i64, Errno> = async {

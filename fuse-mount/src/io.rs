@@ -599,6 +599,27 @@ impl Handle {
         self.inode.try_write(&self.client, &self.tag, off, data)
     }
 
+    /// `fallocate(2)` through this handle: mode 0 or `FALLOC_FL_KEEP_SIZE` reserve space,
+    /// `FALLOC_FL_PUNCH_HOLE` (with `KEEP_SIZE`) and `FALLOC_FL_ZERO_RANGE` make the range read as zeros.
+    /// Buffered writes land first (a later punch must win over an earlier write); read-ahead fetched
+    /// before is dropped; the size grows to the range's end unless `KEEP_SIZE`.
+    pub async fn fallocate(&self, offset: u64, len: u64, mode: i32) -> FsResult<()> {
+        self.check_writable()?;
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| FsError::new(tessera_client::ErrorCode::TooBig, "range past the largest offset"))?;
+        let zero = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0;
+        self.inode.drain(&self.client).await?;
+        let r = self.client.data().fallocate(&self.tag, &self.inode.layout, offset, len, zero).await;
+        self.inode.wgen.fetch_add(1, Ordering::AcqRel);
+        r?;
+        if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > self.size(false).await? {
+            self.mds.report_write(self.inode.ino, end).await?;
+            self.mds_size.fetch_max(end, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
     fn check_writable(&self) -> FsResult<()> {
         if !self.writable {
             return Err(FsError::new(tessera_client::ErrorCode::Invalid, "file not open for writing"));

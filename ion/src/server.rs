@@ -44,7 +44,7 @@ impl IonService {
             DsRequest::WriteV { tag, object, extents, sync } => {
                 self.write_v(call.ds, tag, object, &extents, payload, sync).await
             }
-            DsRequest::Ping | DsRequest::Report | DsRequest::Fsync { .. } => {
+            DsRequest::Ping | DsRequest::Report | DsRequest::Fsync { .. } | DsRequest::Fallocate { .. } => {
                 let Some(peer) = self.servers.get(&call.ds) else {
                     let e = format!("data server {} is not in the cluster configuration", call.ds);
                     return error(FsError::invalid(e));

@@ -106,6 +106,12 @@ impl Layout {
         out
     }
 
+    /// The part of object `stripe` that holds the file range `[offset, offset+len)`: one contiguous range
+    /// of the object (empty when the range misses it), computed without walking the stripe units.
+    pub fn object_range(&self, stripe: usize, offset: u64, len: u64) -> std::ops::Range<u64> {
+        self.object_size(stripe, offset)..self.object_size(stripe, offset.saturating_add(len))
+    }
+
     /// Size object `stripe` has when the file is exactly `file_size` bytes long.
     pub fn object_size(&self, stripe: usize, file_size: u64) -> u64 {
         let s = self.stripe_size;
@@ -137,6 +143,28 @@ impl Layout {
 mod tests {
     use super::*;
     use rand::Rng;
+
+    #[test]
+    fn object_range_is_the_envelope_of_the_chunks() {
+        let mut rng = rand::thread_rng();
+        for _ in 0..2000 {
+            let l = layout(4096 * rng.gen_range(1..5), rng.gen_range(1..6));
+            let (off, len) = (rng.gen_range(0..200_000u64), rng.gen_range(1..100_000u64));
+            for s in 0..l.targets.len() {
+                let mine: Vec<Chunk> = l.chunks(off, len).into_iter().filter(|c| c.stripe == s).collect();
+                let want = match (mine.first(), mine.last()) {
+                    (Some(a), Some(b)) => a.object_offset..b.object_offset + b.len,
+                    _ => 0..0,
+                };
+                let got = l.object_range(s, off, len);
+                assert_eq!(got.is_empty(), want.is_empty(), "{off}+{len} stripe {s}");
+                if !want.is_empty() {
+                    assert_eq!(got, want, "{off}+{len} stripe {s}");
+                    assert_eq!(mine.iter().map(|c| c.len).sum::<u64>(), got.end - got.start, "contiguous");
+                }
+            }
+        }
+    }
 
     fn layout(s: u64, c: usize) -> Layout {
         Layout {

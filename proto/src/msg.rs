@@ -588,6 +588,16 @@ pub enum DsRequest {
         extents: Vec<Extent>,
         sync: bool,
     },
+    /// `fallocate(2)` on `[offset, offset+len)` of an object, never changing its size (the file's size
+    /// is the MDS's): `punch` deallocates the range so it reads as zeros (PUNCH_HOLE; a missing object
+    /// needs nothing), otherwise space is reserved for it (creating the object if needed).
+    Fallocate {
+        tag: IoTag,
+        object: ObjectId,
+        offset: u64,
+        len: u64,
+        punch: bool,
+    },
     /// Sets an object's size (creating it if needed).
     Truncate {
         object: ObjectId,

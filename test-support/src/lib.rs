@@ -14,7 +14,8 @@ pub use pattern::pattern;
 
 /// Writes a file as one batch of scattered runs ([`tessera_client::data::DataPlane::write_runs`]: small
 /// runs in shuffled order, and long ones across stripes) with `client`, and checks that every byte
-/// reads back, holes as zeros. The file gets 64 KiB stripes over (up to) 3 servers.
+/// reads back, holes as zeros; then punches a hole across two stripes (`fallocate`) and checks it reads
+/// as zeros. The file gets 64 KiB stripes over (up to) 3 servers.
 pub async fn check_batched_writes(client: &tessera_client::Client, path: &str, seed: u64) {
     use tessera_client::data::WriteRun;
     let spec = tessera_client::LayoutSpec { stripe_size: Some(65536), stripe_count: Some(3) };
@@ -38,5 +39,12 @@ pub async fn check_batched_writes(client: &tessera_client::Client, path: &str, s
     let end = runs.iter().map(|r| r.offset + r.data.len() as u64).max().unwrap_or(0);
     let got = client.data().read(f.io_tag(), f.layout(), 0, end).await.expect("read back");
     assert!(got[..] == expect[..end as usize], "batched runs read back differently");
+    // A hole punched across two stripes (and a reservation) on the same path.
+    let (hole, hole_len) = (65536 * 4 - 1000, 70_000u64);
+    client.data().fallocate(f.io_tag(), f.layout(), hole, hole_len, true).await.expect("punch");
+    client.data().fallocate(f.io_tag(), f.layout(), 0, end + (1 << 20), false).await.expect("reserve");
+    expect[hole as usize..(hole + hole_len) as usize].fill(0);
+    let got = client.data().read(f.io_tag(), f.layout(), 0, end).await.expect("read back");
+    assert!(got[..] == expect[..end as usize], "the punched range does not read as zeros");
     f.close().await.expect("close");
 }
