@@ -95,6 +95,14 @@ fn cstr(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()
 }
 
+/// The names a listing of `dir` returns, sorted.
+fn sorted_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    names
+}
+
 fn errno_of<T>(r: std::io::Result<T>) -> i32 {
     match r {
         Ok(_) => panic!("operation should have failed"),
@@ -754,12 +762,9 @@ fn fuse_async_creates_in_leased_directory() {
     assert_eq!(errno_of(create("f1")), libc::EEXIST, "O_EXCL on a name created here");
     assert_eq!(std::fs::metadata(a.p("d")).unwrap().len(), 200, "the directory's size counts its entries");
     // The other mount's listing waits for this mount's creates (it recalls the lease).
-    let mut names: Vec<String> =
-        std::fs::read_dir(b.p("d")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
-    names.sort();
     let mut want: Vec<String> = (0..200).map(|i| format!("f{i}")).collect();
     want.sort();
-    assert_eq!(names, want);
+    assert_eq!(sorted_names(&b.p("d")), want);
     let m = std::fs::metadata(b.p("d/f5")).unwrap();
     assert_eq!((m.mode() & 0o7777, m.uid(), m.len()), (0o640, 0, 0));
     assert_eq!(std::fs::read(b.p("d/f30")).unwrap(), b"data 30");
@@ -813,12 +818,9 @@ fn fuse_async_unlinks_in_leased_directory() {
     let want: Vec<String> = (0..300).filter(|i| i % 3 == 0 || i % 6 == 1).map(|i| format!("f{i}")).collect();
     assert_eq!(std::fs::metadata(a.p("d")).unwrap().len(), want.len() as u64);
     // The other mount's listing waits for this mount's changes (it recalls the lease).
-    let mut names: Vec<String> =
-        std::fs::read_dir(b.p("d")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
-    names.sort();
     let mut sorted = want.clone();
     sorted.sort();
-    assert_eq!(names, sorted);
+    assert_eq!(sorted_names(&b.p("d")), sorted);
     assert_eq!(std::fs::read(b.p("d/f9")).unwrap(), b"old 9");
     assert_eq!(std::fs::read(b.p("d/f13")).unwrap(), b"new 13");
     assert_eq!(std::fs::metadata(b.p("d")).unwrap().len(), want.len() as u64);
@@ -846,11 +848,7 @@ fn fuse_async_unlinks_in_leased_directory() {
     assert_eq!(errno_of(std::fs::remove_file(a.p("r/sub"))), libc::EISDIR);
     std::fs::remove_file(a.p("r/link")).unwrap();
     std::fs::write(a.p("r/new"), b"new").unwrap();
-    let names: Vec<String> =
-        std::fs::read_dir(b.p("r")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
-    let mut names = names;
-    names.sort();
-    assert_eq!(names, ["new", "sub"]);
+    assert_eq!(sorted_names(&b.p("r")), ["new", "sub"]);
     assert_eq!(std::fs::read(b.p("r/new")).unwrap(), b"new");
 }
 

@@ -419,6 +419,14 @@ impl DataPlane {
         }
     }
 
+    /// Sends `req` (named `what` in errors), which carries no data, to `ds`; an error unless it answers `Ok`.
+    async fn call_ok(&self, ds: DsId, what: &str, req: DsRequest) -> FsResult<()> {
+        match self.route.call(ds, req, Bytes::new()).await?.0 {
+            DsReply::Ok => Ok(()),
+            r => Err(FsError::protocol(format!("data server {ds} answered {what} with {r:?}"))),
+        }
+    }
+
     /// Reads `[offset, offset+len)` of a file whose size is at least `offset+len` (the caller clamps to the
     /// size): holes and short objects read as zeros.
     pub async fn read(&self, tag: &IoTag, layout: &Layout, offset: u64, len: u64) -> FsResult<Bytes> {
@@ -477,10 +485,7 @@ impl DataPlane {
                 len: r.end - r.start,
                 punch,
             };
-            match self.route.call(target.ds, req, Bytes::new()).await?.0 {
-                DsReply::Ok => Ok(()),
-                r => Err(FsError::protocol(format!("data server {} answered Fallocate with {r:?}", target.ds))),
-            }
+            self.call_ok(target.ds, "Fallocate", req).await
         }))
         .await?;
         Ok(())
@@ -492,10 +497,7 @@ impl DataPlane {
             let target =
                 *layout.targets.get(s).ok_or_else(|| FsError::invalid(format!("stripe {s} outside the layout")))?;
             let req = DsRequest::Fsync { tag: tag.clone(), object: target.object };
-            match self.route.call(target.ds, req, Bytes::new()).await?.0 {
-                DsReply::Ok => Ok(()),
-                r => Err(FsError::protocol(format!("data server {} answered Fsync with {r:?}", target.ds))),
-            }
+            self.call_ok(target.ds, "Fsync", req).await
         }))
         .await?;
         Ok(())

@@ -1,12 +1,13 @@
 //! Directory leases on the mount's side (asynchronous creates and unlinks, as Ceph's async dirops). The
-//! first create in a directory this mount made asks the MDS for its lease, granted while it is empty and
-//! no other client uses it: the mount then knows every name in it, answers lookups of other names as
-//! absent, and creates and removes files there at once (with inode numbers the MDS reserved), sending
-//! the changes in batches (every [`BATCH_AGE`] or [`BATCH_MAX`] changes). Anything else that goes to the
-//! MDS first sends what is pending ([`DirLeases::settle`]), so the MDS always sees this mount's changes in
-//! order; any change other than a create or unlink in a leased directory gives its lease up. Every name
-//! in a leased directory is therefore a regular file this mount created, so an unlink here cannot meet a
-//! directory; permissions (and the sticky rule) were checked by the kernel, as for the creates.
+//! first create in a directory this mount made, or the second unlink this mount sends to the MDS in any
+//! directory, asks the MDS for its lease, granted while no other client uses it, with the directory's
+//! names and kinds: the mount then answers lookups of other names as absent, and creates and removes
+//! files there at once (creates with inode numbers the MDS reserved), sending the changes in batches
+//! (every [`BATCH_AGE`] or [`BATCH_MAX`] changes). Anything else that goes to the MDS first sends what is
+//! pending ([`DirLeases::settle`]), so the MDS always sees this mount's changes in order; any change other
+//! than a create or unlink in a leased directory gives its lease up. A directory's name is never unlinked
+//! here (the MDS refuses it); permissions (and the sticky rule) were checked by the kernel, as for the
+//! creates.
 //!
 //! What a change that did not reach the MDS yet costs on a crash of this process: it is lost, like a
 //! write still in the write-behind buffer. fsync of the file or the directory sends it first.
@@ -90,7 +91,26 @@ struct State {
     unlink_asked: HashSet<Ino>,
 }
 
+impl Held {
+    /// Drops `name` from the directory (true if it was there); its size follows.
+    fn forget(&mut self, name: &str) -> bool {
+        let known = self.names.remove(name).is_some();
+        if known {
+            self.attr.size = self.attr.size.saturating_sub(1);
+        }
+        known
+    }
+}
+
 impl State {
+    /// Makes `dir` a candidate (forgetting them all beyond [`CANDIDATES_MAX`]).
+    fn add_candidate(&mut self, dir: Ino) {
+        if self.candidates.len() >= CANDIDATES_MAX {
+            self.candidates.clear();
+        }
+        self.candidates.insert(dir);
+    }
+
     /// The directory a queued change is in (`None`: a create already forgotten).
     fn dir_of(&self, q: &Queued) -> Option<Ino> {
         match q {
@@ -148,11 +168,7 @@ impl DirLeases {
     /// `dir` was made by this mount: the first create in it asks for its lease ([`DirLeases::take_candidate`]),
     /// so directories that get no files cost nothing.
     pub fn note_made(&self, dir: Ino) {
-        let mut st = self.state();
-        if st.candidates.len() >= CANDIDATES_MAX {
-            st.candidates.clear();
-        }
-        st.candidates.insert(dir);
+        self.state().add_candidate(dir);
     }
 
     /// An unlink of `name` in `dir` went to the MDS (and succeeded). A lease held or being granted forgets
@@ -164,8 +180,8 @@ impl DirLeases {
         if let Some(h) = st.dirs.get_mut(&dir) {
             if h.token == 0 {
                 h.unlinked_meanwhile.push(name.to_string());
-            } else if h.names.remove(name).is_some() {
-                h.attr.size = h.attr.size.saturating_sub(1);
+            } else {
+                h.forget(name);
             }
             return;
         }
@@ -173,10 +189,7 @@ impl DirLeases {
             st.unlink_asked.clear();
         }
         if st.unlink_asked.insert(dir) {
-            if st.candidates.len() >= CANDIDATES_MAX {
-                st.candidates.clear();
-            }
-            st.candidates.insert(dir);
+            st.add_candidate(dir);
         }
     }
 
@@ -314,9 +327,9 @@ impl DirLeases {
         Some(attr)
     }
 
-    /// Removes `name` from `dir` here if this mount leases `dir` and the name is there (a regular file it
-    /// created) and there is room in the batch: true when done, to be sent with the next batch. A file
-    /// still pending keeps its create, sent before the unlink.
+    /// Removes `name` from `dir` here if this mount leases `dir`, the name is there and is not a directory,
+    /// and there is room in the batch: true when done, to be sent with the next batch. A file still
+    /// pending keeps its create, sent before the unlink.
     pub fn try_unlink(&self, dir: Ino, name: &str) -> bool {
         let mut st = self.state();
         if st.queue.len() >= BATCH_MAX {
@@ -327,9 +340,8 @@ impl DirLeases {
         if h.token == 0 || now >= h.until || h.names.get(name).is_none_or(|k| *k == FileKind::Dir) {
             return false;
         }
-        h.names.remove(name);
+        h.forget(name);
         let time = Timestamp::now();
-        h.attr.size = h.attr.size.saturating_sub(1);
         h.attr.mtime = time;
         h.attr.ctime = time;
         h.last_used = now;
@@ -503,14 +515,12 @@ impl DirLeases {
         let results: Vec<FsResult<Option<(u64, Layout)>>> = match reply {
             Ok((results, _, lease)) => {
                 // Changes made while this batch was out are not in the MDS's attributes yet.
-                let mut queued = 0i64;
-                for q in &st.queue {
-                    match q {
-                        Queued::Create(i) if st.files.get(i).is_some_and(|p| p.dir == dir) => queued += 1,
-                        Queued::Unlink { dir: d, .. } if *d == dir => queued -= 1,
-                        _ => {}
-                    }
-                }
+                let queued: i64 = st
+                    .queue
+                    .iter()
+                    .filter(|q| st.dir_of(q) == Some(dir))
+                    .map(|q| if matches!(q, Queued::Create(_)) { 1 } else { -1 })
+                    .sum();
                 match (lease, st.dirs.get_mut(&dir)) {
                     (Some(l), Some(h)) => {
                         let local = h.attr.clone();
@@ -637,9 +647,7 @@ fn install(h: &mut Held, l: &DirLease, sent: Instant) {
     h.attr = l.attr.clone();
     h.names.extend(l.entries.iter().cloned());
     for name in std::mem::take(&mut h.unlinked_meanwhile) {
-        if h.names.remove(&name).is_some() {
-            h.attr.size = h.attr.size.saturating_sub(1);
-        }
+        h.forget(&name);
     }
 }
 

@@ -1,9 +1,8 @@
 //! Directory leases (asynchronous creates and unlinks, as Ceph's async dirops): while a client holds the
 //! lease on a directory it is the only client that reads or changes it, so it can answer lookups of
 //! unknown names itself and create and remove files without waiting for the MDS, sending the changes in
-//! batches. Another client's request
-//! on a leased directory waits here: it recalls the lease (the holder's next batch gives it up) and goes
-//! on once the holder has given it up or the lease has expired.
+//! batches. Another client's request on a leased directory waits here: it recalls the lease (the holder's
+//! next batch gives it up) and goes on once the holder has given it up or the lease has expired.
 //!
 //! Leases live in memory only. An MDS restart forgets them; a holder then learns it has none from its
 //! next batch (entries whose names were taken meanwhile fail with EEXIST and are reported to it).

@@ -829,6 +829,12 @@ async fn batch(
     }
 }
 
+/// Connection 1 gives its lease on `dir` up.
+async fn give_up(ns: &Namespace, dir: Ino, token: u64) {
+    let req = MdsRequest::DirBatch { dir, token, entries: vec![], keep: false };
+    ns.handle_lease(&root(), conn(1), req).await.unwrap();
+}
+
 #[tokio::test]
 async fn a_lease_holder_unlinks_in_batches() {
     let dir = tempfile::tempdir().unwrap();
@@ -890,9 +896,7 @@ async fn a_lease_holder_creates_in_batches() {
     let lease_req = |dir| MdsRequest::LeaseDir { dir };
     let f = leased(ns.handle_lease(&root(), conn(1), lease_req(full)).await);
     assert_eq!(f.entries, vec![("x".to_string(), FileKind::File)], "a directory's names come with its grant");
-    ns.handle_lease(&root(), conn(1), MdsRequest::DirBatch { dir: full, token: f.token, entries: vec![], keep: false })
-        .await
-        .unwrap();
+    give_up(&ns, full, f.token).await;
     assert_eq!(code(ns.handle_lease(&user(1000), conn(1), lease_req(d)).await), ErrorCode::Access, "not writable");
     let l = leased(ns.handle_lease(&root(), conn(1), lease_req(d)).await);
     assert_eq!(l.inos.len(), crate::lease::RESERVED_INOS);
@@ -941,9 +945,7 @@ async fn a_directory_whose_names_do_not_fit_in_a_grant_is_not_leased() {
     }
     let l = leased(ns.handle_lease(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
     assert_eq!(l.entries.len(), fit);
-    ns.handle_lease(&root(), conn(1), MdsRequest::DirBatch { dir: d, token: l.token, entries: vec![], keep: false })
-        .await
-        .unwrap();
+    give_up(&ns, d, l.token).await;
     create(&ns, &root(), d, &format!("{long}{fit:04}")).await.unwrap();
     assert_eq!(code(ns.handle_lease(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await), ErrorCode::Busy);
 }
@@ -971,8 +973,7 @@ async fn another_clients_request_waits_for_the_holders_batch() {
     assert!(lease.is_none(), "recalled: the reply says so");
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     assert!(!other.is_finished(), "held until the holder gives it up");
-    let give_up = MdsRequest::DirBatch { dir: d, token: l.token, entries: vec![], keep: false };
-    ns.handle_lease(&root(), conn(1), give_up).await.unwrap();
+    give_up(&ns, d, l.token).await;
     let found = tokio::time::timeout(std::time::Duration::from_secs(1), other).await.unwrap().unwrap().unwrap();
     assert_eq!(found.ino, l.inos[0], "the waiting lookup sees the holder's create");
 }
