@@ -528,6 +528,43 @@ fn fuse_two_mounts_mmap_append_readdir() {
         let got = std::fs::read(b.p("scatter")).unwrap();
         assert_eq!(got.len(), written_end);
         assert!(got[..] == model[..written_end], "scattered writes read back differently through the other mount");
+        // Strided readers through the other mount (fetched along their stride as vectored reads): two
+        // processes each reading every other 32 KiB block, a sparse stride of small blocks running past
+        // the end of the file, and a stride interrupted by a write through the reading descriptor.
+        let model = &got;
+        let path = b.p("scatter");
+        std::thread::scope(|sc| {
+            for (first, block, stride) in
+                [(0u64, 32u64 << 10, 64u64 << 10), (32 << 10, 32 << 10, 64 << 10), (777, 4000, 512 << 10)]
+            {
+                let path = path.clone();
+                sc.spawn(move || {
+                    let f = std::fs::File::open(&path).unwrap();
+                    let mut buf = vec![0u8; block as usize];
+                    let mut at = first;
+                    while at < model.len() as u64 + 2 * stride {
+                        let n = f.read_at(&mut buf, at).unwrap();
+                        let want = &model[(at as usize).min(model.len())..((at + block) as usize).min(model.len())];
+                        assert!(buf[..n] == want[..], "strided read at {at} ({block} every {stride})");
+                        at += stride;
+                    }
+                });
+            }
+        });
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        let mut expect = model.clone();
+        let mut buf = vec![0u8; 16 << 10];
+        for k in 0..100u64 {
+            let at = k * (48 << 10);
+            if k == 40 {
+                // Blocks fetched ahead now hold old data: the write must show in the next reads.
+                let patch = pattern(5, 200 << 10);
+                f.write_all_at(&patch, at + (48 << 10)).unwrap();
+                expect[(at + (48 << 10)) as usize..][..patch.len()].copy_from_slice(&patch);
+            }
+            f.read_exact_at(&mut buf, at).unwrap();
+            assert!(buf[..] == expect[at as usize..][..buf.len()], "strided read at {at} after a write");
+        }
     }
     // Rename and unlink on one mount are seen on the other within the attribute timeout.
     std::fs::rename(a.p("shared"), a.p("moved")).unwrap();

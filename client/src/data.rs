@@ -150,6 +150,33 @@ impl ReadData {
     }
 }
 
+/// A vectored read's reply payload (in the chunks it arrived in) cut into its runs of `lens` bytes, without
+/// copying; an error unless the lengths add up to exactly the payload.
+fn split_chunks(chunks: Vec<Bytes>, lens: &[u32]) -> Result<Vec<Vec<Bytes>>, String> {
+    let sent: u64 = chunks.iter().map(|c| c.len() as u64).sum();
+    let declared: u64 = lens.iter().map(|&l| u64::from(l)).sum();
+    if sent != declared {
+        return Err(format!("declared {declared} bytes but sent {sent}"));
+    }
+    let mut chunks = chunks.into_iter().filter(|c| !c.is_empty());
+    let mut cur = Bytes::new();
+    let mut out = Vec::with_capacity(lens.len());
+    for &l in lens {
+        let mut want = l as usize;
+        let mut run = Vec::new();
+        while want > 0 {
+            if cur.is_empty() {
+                cur = chunks.next().ok_or("payload ended early")?;
+            }
+            let n = want.min(cur.len());
+            run.push(cur.split_to(n));
+            want -= n;
+        }
+        out.push(run);
+    }
+    Ok(out)
+}
+
 fn push_zeros(out: &mut Vec<Bytes>, mut n: u64) {
     while n > 0 {
         let k = n.min(ZEROS.len() as u64);
@@ -446,6 +473,66 @@ impl DataPlane {
         ReadData::new(offset, len, parts)
     }
 
+    /// Reads several ranges `(offset, len)` of a file at once (a strided reader's blocks), each inside the
+    /// file's size (the caller clamps): the pieces for one object travel together, as vectored reads of
+    /// at most [`MAX_EXTENTS`] runs and `max_request` bytes, all sent at once. One [`ReadData`] per range,
+    /// in order; holes and short objects read as zeros.
+    pub async fn read_runs(&self, tag: &IoTag, layout: &Layout, runs: &[(u64, u64)]) -> FsResult<Vec<ReadData>> {
+        // stripe -> (range index, piece)
+        let mut groups: BTreeMap<usize, Vec<(usize, Piece)>> = BTreeMap::new();
+        for (i, &(offset, len)) in runs.iter().enumerate() {
+            usize::try_from(len).map_err(|_| FsError::invalid("read too large for this machine"))?;
+            for p in plan(layout, offset, len, self.max_request) {
+                groups.entry(p.stripe).or_default().push((i, p));
+            }
+        }
+        let mut requests = Vec::new();
+        for (stripe, pieces) in groups {
+            let mut batch: Vec<(usize, Piece)> = Vec::new();
+            let mut bytes = 0u64;
+            for (i, p) in pieces {
+                if !batch.is_empty() && (batch.len() >= MAX_EXTENTS || bytes + p.len > self.max_request) {
+                    requests.push(self.read_batch(tag, layout, stripe, std::mem::take(&mut batch)));
+                    bytes = 0;
+                }
+                bytes += p.len;
+                batch.push((i, p));
+            }
+            requests.push(self.read_batch(tag, layout, stripe, batch));
+        }
+        let mut parts: Vec<Vec<(Piece, Vec<Bytes>)>> = vec![Vec::new(); runs.len()];
+        for (i, p, data) in try_join_all(requests).await?.into_iter().flatten() {
+            parts[i].push((p, data));
+        }
+        runs.iter().zip(parts).map(|(&(offset, len), parts)| ReadData::new(offset, len, parts)).collect()
+    }
+
+    /// Pieces of one object (each tagged with its range's index) as one request: a plain read for a
+    /// single piece, else a vectored one whose reply is split back into the pieces.
+    async fn read_batch(
+        &self,
+        tag: &IoTag,
+        layout: &Layout,
+        stripe: usize,
+        batch: Vec<(usize, Piece)>,
+    ) -> FsResult<Vec<(usize, Piece, Vec<Bytes>)>> {
+        if let [(i, p)] = batch[..] {
+            return Ok(vec![(i, p, self.read_piece(tag, layout, p, p.len).await?)]);
+        }
+        let target = layout.targets[stripe];
+        let extents = batch.iter().map(|(_, p)| Extent { offset: p.object_offset, len: p.len as u32 }).collect();
+        let req = DsRequest::ReadV { tag: tag.clone(), object: target.object, extents };
+        let app_len = batch[0].1.len;
+        let (lens, chunks) = match self.route.call_sized(target.ds, req, Bytes::new(), app_len).await? {
+            (DsReply::DataV { lens }, chunks) if lens.len() == batch.len() => (lens, chunks),
+            (r, _) => return Err(FsError::protocol(format!("data server {} answered ReadV with {r:?}", target.ds))),
+        };
+        let mut split = split_chunks(chunks, &lens)
+            .map_err(|e| FsError::protocol(format!("data server {}: {e}", target.ds)))?
+            .into_iter();
+        Ok(batch.into_iter().map(|(i, p)| (i, p, split.next().unwrap_or_default())).collect())
+    }
+
     /// One piece's reply, in the chunks it arrived in.
     async fn read_piece(&self, tag: &IoTag, layout: &Layout, p: Piece, app_len: u64) -> FsResult<Vec<Bytes>> {
         let target = layout.targets[p.stripe];
@@ -532,6 +619,18 @@ pub fn effective_max_request(configured: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_vectored_reply_splits_into_its_runs_across_chunks_without_copies() {
+        let chunks = vec![Bytes::from_static(b"abc"), Bytes::new(), Bytes::from_static(b"defgh")];
+        let runs = split_chunks(chunks.clone(), &[2, 0, 4, 2]).unwrap();
+        let flat: Vec<Vec<u8>> = runs.iter().map(|r| r.concat()).collect();
+        assert_eq!(flat, [b"ab".to_vec(), vec![], b"cdef".to_vec(), b"gh".to_vec()]);
+        assert_eq!(runs[2].len(), 2, "a run across two chunks is two slices");
+        assert!(split_chunks(chunks.clone(), &[2, 4]).is_err(), "declared less than sent");
+        assert!(split_chunks(chunks, &[2, 4, 3]).is_err(), "declared more than sent");
+        assert!(split_chunks(Vec::new(), &[]).unwrap().is_empty());
+    }
 
     fn layout(s: u64, c: usize) -> Layout {
         Layout {

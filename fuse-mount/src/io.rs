@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use tessera_client::data::{ReadData, WriteRun};
 use tessera_client::{Client, FsError, FsResult, Ino, IoTag, Layout, MdsClient, Timestamp};
 use tessera_proto::bufpool::PoolBuf;
+use tessera_proto::msg::MAX_EXTENTS;
 use tokio::sync::Notify;
 
 /// Largest buffer: a stream is sent when it holds this much (one asynchronous `DataPlane::write`).
@@ -538,6 +539,37 @@ impl OpenInode {
 /// One read-ahead chunk on its way: its replies are kept apart, so a read inside one costs no copy.
 pub type Fetch = Shared<BoxFuture<'static, Result<ReadData, FsError>>>;
 
+/// One window of a strided stream's blocks on its way (one [`ReadData`] per block).
+pub type BlocksFetch = Shared<BoxFuture<'static, Result<Arc<Vec<ReadData>>, FsError>>>;
+
+/// A strided stream's blocks fetched together: `count` blocks of `len` bytes every `stride` bytes
+/// from the window's start (the last may be shorter: the file ended).
+#[derive(Clone)]
+struct Window {
+    stride: u64,
+    len: u64,
+    count: u64,
+    fetch: BlocksFetch,
+}
+
+impl Window {
+    /// The index of the block that holds all of `off..end`, if one does.
+    fn block_of(&self, start: u64, off: u64, end: u64) -> Option<usize> {
+        let k = off.checked_sub(start)? / self.stride;
+        let block = start + k * self.stride;
+        (k < self.count && end <= block + self.len).then_some(k as usize)
+    }
+}
+
+/// Where a read's data comes from.
+#[derive(Clone)]
+pub enum Part {
+    /// Read-ahead chunk `c`.
+    Chunk(u64, Fetch),
+    /// One block of a strided window.
+    Block(BlocksFetch, usize),
+}
+
 /// Read-ahead state of one handle.
 #[derive(Default)]
 pub struct ReadAhead {
@@ -545,6 +577,16 @@ pub struct ReadAhead {
     /// Which reads form a stream, and how far ahead to fetch ([`crate::readahead`]).
     stream: Stream,
     chunks: BTreeMap<u64, Fetch>,
+    /// A strided stream's windows, by the offset of their first block.
+    windows: BTreeMap<u64, Window>,
+}
+
+impl ReadAhead {
+    /// The fetched block that holds all of `off..end`.
+    fn block(&self, off: u64, end: u64) -> Option<Part> {
+        let (&start, w) = self.windows.range(..=off).next_back()?;
+        w.block_of(start, off, end).map(|i| Part::Block(w.fetch.clone(), i))
+    }
 }
 
 /// One open file handle.
@@ -635,6 +677,14 @@ impl Handle {
         async move { client.data().read_data(&tag, &layout, off, len).await }.boxed().shared()
     }
 
+    /// Fetches the blocks `(offset, len)` as vectored requests ([`tessera_client::data::DataPlane::read_runs`]).
+    fn fetch_blocks(&self, blocks: Vec<(u64, u64)>) -> BlocksFetch {
+        let client = self.client.clone();
+        let tag = self.tag.clone();
+        let layout = self.inode.layout.clone();
+        async move { client.data().read_runs(&tag, &layout, &blocks).await.map(Arc::new) }.boxed().shared()
+    }
+
     /// Reads up to `len` bytes at `off`: short only at the end of the file. The data comes as the pieces
     /// it arrived in (see [`ReadData::slices`]).
     pub async fn read(&self, off: u64, len: u64) -> FsResult<Vec<Bytes>> {
@@ -679,9 +729,15 @@ impl Handle {
         };
         let ready: Option<Vec<Vec<Bytes>>> = parts
             .iter()
-            .map(|(c, f)| match f.peek() {
-                Some(Ok(data)) => Self::piece(off, end, *c, data),
-                _ => None,
+            .map(|p| match p {
+                Part::Chunk(c, f) => match f.peek() {
+                    Some(Ok(data)) => Self::piece(off, end, *c, data),
+                    _ => None,
+                },
+                Part::Block(f, i) => match f.peek() {
+                    Some(Ok(blocks)) => Self::block_piece(off, end, &blocks[*i]),
+                    _ => None,
+                },
             })
             .collect();
         match ready {
@@ -702,16 +758,17 @@ impl Handle {
         self.mds_size.load(Ordering::Acquire).max(self.inode.local_state().0)
     }
 
-    /// For a read of `off..end` that continues a stream (or falls inside chunks already fetched): the
-    /// read-ahead chunks covering it, starting the fetches of those missing and of the ones ahead.
-    /// `None`: a random read, read directly ([`crate::readahead`] decides).
-    fn plan_read(&self, off: u64, end: u64, size: u64) -> FsResult<Option<Vec<(u64, Fetch)>>> {
+    /// For a read of `off..end` that continues a stream (or falls inside what was fetched already): the
+    /// read-ahead chunks covering it or the strided block holding it, starting the fetches of those
+    /// missing and of the ones ahead. `None`: a random read, read directly ([`crate::readahead`] decides).
+    fn plan_read(&self, off: u64, end: u64, size: u64) -> FsResult<Option<Vec<Part>>> {
         let first = off / RA_CHUNK;
         let last = (end - 1) / RA_CHUNK;
         let mut ra = self.ra.lock().map_err(|_| FsError::io("read-ahead state poisoned"))?;
         let wgen = self.inode.wgen();
         if ra.wgen != wgen {
             ra.chunks.clear();
+            ra.windows.clear();
             ra.wgen = wgen;
         }
         // A write buffered since the caller drained (the kernel writes back mmap'ed pages on its own
@@ -720,10 +777,16 @@ impl Handle {
         if self.inode.has_pending() {
             return Ok(None);
         }
-        let cached = (first..=last).all(|c| ra.chunks.contains_key(&c));
-        let ahead = match ra.stream.plan(off, end, cached) {
+        let chunked = (first..=last).all(|c| ra.chunks.contains_key(&c));
+        let block = ra.block(off, end);
+        let ahead = match ra.stream.plan(off, end, chunked || block.is_some()) {
             Plan::Direct => return Ok(None),
+            Plan::Chunks { ahead: 0 } if !chunked => return Ok(block.map(|b| vec![b])),
             Plan::Chunks { ahead } => ahead,
+            Plan::Strided { base, stride, ahead } => {
+                self.fetch_windows(&mut ra, base, stride, off, end - off, ahead, size);
+                return Ok(ra.block(off, end).map(|b| vec![b]));
+            }
         };
         // Keep a little behind us (late out-of-order reads), drop the rest; fetch what is ahead.
         let keep_from = first.saturating_sub(2);
@@ -742,7 +805,41 @@ impl Handle {
             }
             c += 1;
         }
-        Ok(Some((first..=last).filter_map(|c| ra.chunks.get(&c).map(|f| (c, f.clone()))).collect()))
+        Ok(Some((first..=last).filter_map(|c| ra.chunks.get(&c).map(|f| Part::Chunk(c, f.clone()))).collect()))
+    }
+
+    /// For a strided stream's read at `off` of `len` bytes: fetches the window of blocks
+    /// (`base + k * stride`, `len` bytes each, [`RA_CHUNK`] bytes of blocks per window) that holds it,
+    /// unless fetched, and `ahead` windows beyond; drops the windows behind it. Blocks past `size` are
+    /// not fetched.
+    #[allow(clippy::too_many_arguments)]
+    fn fetch_windows(&self, ra: &mut ReadAhead, base: u64, stride: u64, off: u64, len: u64, ahead: u64, size: u64) {
+        let per = (RA_CHUNK / len).clamp(1, MAX_EXTENTS as u64);
+        let span = per * stride;
+        let w0 = (off - base) / span;
+        ra.windows.retain(|&start, w| {
+            start + w.count * w.stride > off.saturating_sub(span) && start <= off + (ahead + 1) * span
+        });
+        for w in w0..=w0 + ahead {
+            let start = base + w * span;
+            if start >= size {
+                break;
+            }
+            let covered = ra.windows.get(&start).is_some_and(|x| x.stride == stride && x.len == len);
+            if covered {
+                continue;
+            }
+            let blocks: Vec<(u64, u64)> = (0..per)
+                .map(|k| start + k * stride)
+                .take_while(|&b| b < size)
+                .map(|b| (b, len.min(size - b)))
+                .collect();
+            let fetch = self.fetch_blocks(blocks.clone());
+            if w > w0 {
+                tokio::spawn(fetch.clone().map(|_| ()));
+            }
+            ra.windows.insert(start, Window { stride, len, count: blocks.len() as u64, fetch });
+        }
     }
 
     /// The part of chunk `c`'s data inside `off..end`; `None` if the chunk was fetched when the file
@@ -760,16 +857,30 @@ impl Handle {
         Ok(data.slices(off, end))
     }
 
-    async fn assemble(&self, off: u64, end: u64, parts: Vec<(u64, Fetch)>) -> FsResult<Vec<Bytes>> {
+    /// The part of a strided block's data inside `off..end`; `None` unless the block holds all of it
+    /// (it was fetched when the file was shorter).
+    fn block_piece(off: u64, end: u64, data: &ReadData) -> Option<Vec<Bytes>> {
+        (data.offset() <= off && data.offset() + data.len() >= end).then(|| data.slices(off, end))
+    }
+
+    async fn assemble(&self, off: u64, end: u64, parts: Vec<Part>) -> FsResult<Vec<Bytes>> {
         let mut pieces = Vec::with_capacity(parts.len());
-        for (c, f) in parts {
-            let data = f.await?;
-            match Self::piece(off, end, c, &data) {
+        for part in parts {
+            let piece = match &part {
+                Part::Chunk(c, f) => Self::piece(off, end, *c, &f.clone().await?),
+                Part::Block(f, i) => Self::block_piece(off, end, &f.clone().await?[*i]),
+            };
+            match piece {
                 Some(p) => pieces.push(p),
                 None => {
-                    // The chunk was fetched when the file was shorter: read directly.
+                    // Fetched when the file was shorter: read directly.
                     if let Ok(mut ra) = self.ra.lock() {
-                        ra.chunks.remove(&c);
+                        match part {
+                            Part::Chunk(c, _) => {
+                                ra.chunks.remove(&c);
+                            }
+                            Part::Block(..) => ra.windows.clear(),
+                        }
                     }
                     return self.read_direct(off, end).await;
                 }
@@ -783,8 +894,8 @@ impl Handle {
 pub enum PendingRead {
     /// Start over on the asynchronous path (size refresh, draining our writes, random access).
     Slow,
-    /// Wait for these read-ahead chunks.
-    Parts { off: u64, end: u64, parts: Vec<(u64, Fetch)> },
+    /// Wait for these read-ahead chunks or this block.
+    Parts { off: u64, end: u64, parts: Vec<Part> },
 }
 
 #[cfg(test)]

@@ -5,6 +5,9 @@
 //!   ended (the kernel's own read-ahead sends several reads at once, which reach us slightly out of
 //!   order), or the third read in a row at the same positive stride (each process of a strided job
 //!   reading every P-th block);
+//! - a sequential stream is fetched in chunks; a strided one along its stride: the blocks it will read
+//!   (each as long as its reads), [`RA_CHUNK`] bytes of them at a time as vectored requests, so the gaps
+//!   (other processes' blocks) are never fetched, however sparse the stride;
 //! - chunks are fetched from the second confirming read on, once the stream covers [`MIN_STREAM`] bytes
 //!   (the kernel's first read-ahead window is 128 KiB): a chance continuation among random reads, or the
 //!   short runs of neighbouring blocks fio's random map produces when it nears the end of a pass, must not
@@ -30,9 +33,8 @@ pub const STREAM_SLACK: u64 = 1 << 20;
 const CONFIRM: u64 = 2;
 /// Bytes a stream must span (from its first read to its front) before chunks are fetched.
 pub const MIN_STREAM: u64 = 256 << 10;
-/// A strided stream is fetched in whole chunks only if at least this share of the fetched bytes is read
-/// (request length / stride ≥ 1/4); sparser strides read directly.
-const MIN_STRIDE_USE: u64 = 4;
+/// Largest stride followed (beyond it, three reads at one stride are taken for chance).
+pub const MAX_STRIDE: u64 = 1 << 30;
 
 /// What to do with one read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +43,10 @@ pub enum Plan {
     Direct,
     /// Serve the read from read-ahead chunks, fetching those it covers and `ahead` more beyond it.
     Chunks { ahead: u64 },
+    /// Serve the read from blocks fetched along its stride: the blocks at `base + k * stride` (each as
+    /// long as this read), fetched in windows of [`RA_CHUNK`] bytes of blocks: the window holding this
+    /// read and `ahead` more beyond it.
+    Strided { base: u64, stride: u64, ahead: u64 },
 }
 
 /// The stream state of one handle.
@@ -54,6 +60,8 @@ pub struct Stream {
     front: u64,
     /// Where the stream began (its lowest read offset).
     start: u64,
+    /// The stride of a strided stream (0: sequential).
+    stride: u64,
     /// The last decision, returned again for the same read (a read retried on the slow path).
     last: Option<((u64, u64), Plan)>,
 }
@@ -67,10 +75,12 @@ impl Stream {
                 return p;
             }
         }
-        let continues = self.recent.iter().any(|&(_, e)| e == off) || self.strided(off, end);
-        // Only a stream that fetches chunks takes reads near its front (a random read close by must not
-        // grow a chance continuation into one).
-        let near_front = self.fetching() && (cached || off.abs_diff(self.front) <= STREAM_SLACK);
+        let sequential = self.recent.iter().any(|&(_, e)| e == off);
+        let stride = self.stride_of(off, end);
+        let continues = sequential || stride.is_some();
+        // Only a stream that fetches takes reads near its front (a random read close by must not grow a
+        // chance continuation into one); a strided one only reads inside the blocks it fetched.
+        let near_front = self.fetching() && (cached || self.stride == 0 && off.abs_diff(self.front) <= STREAM_SLACK);
         if continues || near_front {
             if self.run == 0 {
                 // The stream began with the read this one continues, or the first of the strided ones.
@@ -79,18 +89,28 @@ impl Stream {
                 self.start = continued.or(stride_start).unwrap_or(off).min(off);
                 self.front = 0;
             }
+            match (sequential, stride) {
+                (false, Some(s)) => self.stride = s,
+                (true, _) => self.stride = 0,
+                (false, None) => {}
+            }
             self.run += 1;
             self.front = self.front.max(end);
             self.start = self.start.min(off);
         } else {
             self.run = 0;
+            self.stride = 0;
         }
         if self.recent.len() == HISTORY {
             self.recent.remove(0);
         }
         self.recent.push((off, end));
         let plan = if self.fetching() {
-            Plan::Chunks { ahead: (self.run + 1 - CONFIRM).min(RA_AHEAD) }
+            let ahead = (self.run + 1 - CONFIRM).min(RA_AHEAD);
+            match self.stride {
+                0 => Plan::Chunks { ahead },
+                stride => Plan::Strided { base: self.start, stride, ahead },
+            }
         } else if cached {
             Plan::Chunks { ahead: 0 }
         } else {
@@ -100,11 +120,12 @@ impl Stream {
         plan
     }
 
-    /// `off..end` is the third read in a row at one positive stride, dense enough to fetch whole chunks.
-    fn strided(&self, off: u64, end: u64) -> bool {
-        let &[.., (a, _), (b, _)] = self.recent.as_slice() else { return false };
+    /// The stride, if `off..end` is the third read in a row at one positive stride, with a gap between
+    /// reads (adjacent ones are sequential).
+    fn stride_of(&self, off: u64, end: u64) -> Option<u64> {
+        let &[.., (a, _), (b, _)] = self.recent.as_slice() else { return None };
         let stride = b.wrapping_sub(a);
-        b > a && off > b && off - b == stride && stride < RA_CHUNK && (end - off) * MIN_STRIDE_USE >= stride
+        (b > a && off > b && off - b == stride && stride <= MAX_STRIDE && end - off < stride).then_some(stride)
     }
 
     /// The stream is confirmed and long enough to be served from chunks.
@@ -212,15 +233,28 @@ mod tests {
     }
 
     #[test]
-    fn dense_strides_are_a_stream_sparse_ones_read_directly() {
-        // 2 processes, 32 KiB blocks: each reads every other block (half of what chunks fetch is used).
-        let reads: Vec<(u64, u64)> = (0..5).map(|k| (k * 64 * K, 32 * K)).collect();
+    fn strides_dense_or_sparse_are_fetched_along_the_stride() {
+        // 2 processes, 32 KiB blocks: each reads every other block from its own offset.
+        let reads: Vec<(u64, u64)> = (0..6).map(|k| (32 * K + k * 64 * K, 32 * K)).collect();
         let p = plans(&reads);
-        assert_eq!(&p[..4], &[Plan::Direct; 4], "a stride is seen at the third read, chunks at 256 KiB");
-        assert_eq!(p[4], Plan::Chunks { ahead: 2 });
-        // 16 processes: a read uses 1/16 of the stride — chunks would move 16x the data.
+        assert_eq!(&p[..4], &[Plan::Direct; 4], "a stride is seen at the third read, fetched at 256 KiB");
+        assert_eq!(p[4], Plan::Strided { base: 32 * K, stride: 64 * K, ahead: 2 });
+        assert_eq!(p[5], Plan::Strided { base: 32 * K, stride: 64 * K, ahead: 3 });
+        // 16 processes: a read uses 1/16 of the stride, and only those blocks are fetched.
         let sparse: Vec<(u64, u64)> = (0..5).map(|k| (k * 512 * K, 32 * K)).collect();
-        assert!(plans(&sparse).iter().all(|p| *p == Plan::Direct));
+        let p = plans(&sparse);
+        assert_eq!(&p[..3], &[Plan::Direct; 3]);
+        assert_eq!(p[3], Plan::Strided { base: 0, stride: 512 * K, ahead: 1 });
+        // A read off the stride ends it (nothing cached), even next to the front.
+        let mut s = Stream::default();
+        for k in 0..5 {
+            s.plan(k * 64 * K, k * 64 * K + 32 * K, false);
+        }
+        assert_eq!(s.plan(5 * 64 * K + 4 * K, 5 * 64 * K + 8 * K, false), Plan::Direct);
+        assert!(!s.running());
+        // Adjacent reads are sequential, not a stride.
+        let seq: Vec<(u64, u64)> = (0..6).map(|k| (k * 64 * K, 64 * K)).collect();
+        assert!(plans(&seq).iter().all(|p| !matches!(p, Plan::Strided { .. })));
         // Backwards strides are not followed.
         let back: Vec<(u64, u64)> = (0..5).map(|k| ((10 - k) * 64 * K, 32 * K)).collect();
         assert!(plans(&back).iter().all(|p| *p == Plan::Direct));

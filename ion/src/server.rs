@@ -9,8 +9,10 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tessera_proto::error::{FsError, FsResult};
+use tessera_proto::frame::MAX_PAYLOAD;
 use tessera_proto::msg::{
-    carries_data, split_runs, DsCall, DsReply, DsRequest, Extent, IonCall, IonReply, IonStatus, MdsCall, MdsReply,
+    carries_data, check_read_extents, split_runs, DsCall, DsReply, DsRequest, Extent, IonCall, IonReply, IonStatus,
+    MdsCall, MdsReply,
 };
 use tessera_proto::requests::Senders;
 use tessera_proto::rpc::{Payload, PeerInfo, RpcPeer, Service};
@@ -44,6 +46,7 @@ impl IonService {
             DsRequest::WriteV { tag, object, extents, sync } => {
                 self.write_v(call.ds, tag, object, &extents, payload, sync).await
             }
+            DsRequest::ReadV { tag, object, extents } => self.read_v(call.ds, tag, object, &extents).await,
             DsRequest::Ping | DsRequest::Report | DsRequest::Fsync { .. } | DsRequest::Fallocate { .. } => {
                 let Some(peer) = self.servers.get(&call.ds) else {
                     let e = format!("data server {} is not in the cluster configuration", call.ds);
@@ -91,6 +94,39 @@ impl IonService {
         (Ok(DsReply::Written { len: data.len() as u32 }), Payload::Whole(Bytes::new()))
     }
 
+    /// A client's vectored read: each run is scheduled as a read of its own (merged with neighbours by
+    /// the dispatcher like any read); answered once all are read, their bytes one after the other.
+    async fn read_v(&self, ds: DsId, tag: IoTag, object: ObjectId, extents: &[Extent]) -> Answer {
+        if let Err(e) = check_read_extents(extents, MAX_PAYLOAD) {
+            return error(e);
+        }
+        let tag = &tag;
+        let runs = extents.iter().map(|e| async move {
+            let req = DsRequest::Read { tag: tag.clone(), object, offset: e.offset, len: e.len };
+            match self.dispatcher.submit(ds, req, Bytes::new(), u64::from(e.len)).await {
+                (Ok(DsReply::Data { len }), p) => {
+                    let data = gather(p).await?;
+                    if data.len() != len as usize {
+                        return Err(FsError::protocol(format!(
+                            "data server {ds} declared {len} bytes but sent {}",
+                            data.len()
+                        )));
+                    }
+                    Ok(data)
+                }
+                (Ok(other), _) => Err(FsError::protocol(format!("data server {ds} answered Read with {other:?}"))),
+                (Err(e), _) => Err(e),
+            }
+        });
+        match futures::future::try_join_all(runs).await {
+            Ok(parts) => {
+                let lens = parts.iter().map(|p| p.len() as u32).collect();
+                (Ok(DsReply::DataV { lens }), Payload::Whole(tessera_proto::frame::concat(parts)))
+            }
+            Err(e) => error(e),
+        }
+    }
+
     pub fn status(&self) -> IonStatus {
         let v = self.dispatcher.view();
         IonStatus {
@@ -106,6 +142,24 @@ impl IonService {
     }
 }
 
+/// A reply's payload as one buffer (a streamed one is gathered); an error if it ended short.
+async fn gather(p: Payload) -> FsResult<Bytes> {
+    match p {
+        Payload::Whole(p) => Ok(p),
+        Payload::Streamed { len, mut chunks } => {
+            let mut parts = Vec::new();
+            while let Some(c) = chunks.recv().await {
+                parts.push(c);
+            }
+            let data = tessera_proto::frame::concat(parts);
+            if data.len() != len {
+                return Err(FsError::io("a data server's reply ended short"));
+            }
+            Ok(data)
+        }
+    }
+}
+
 impl Service for IonService {
     type Request = IonCall;
     type Reply = IonReply;
@@ -117,19 +171,10 @@ impl Service for IonService {
 
     /// Whole replies (a streamed one is gathered), for callers of `handle`.
     async fn handle(&self, peer: Arc<PeerInfo>, call: IonCall, payload: Bytes) -> (FsResult<IonReply>, Bytes) {
-        match self.handle_streamed(peer, call, payload).await {
-            (r, Payload::Whole(p)) => (r, p),
-            (r, Payload::Streamed { len, mut chunks }) => {
-                let mut parts = Vec::new();
-                while let Some(c) = chunks.recv().await {
-                    parts.push(c);
-                }
-                let data = tessera_proto::frame::concat(parts);
-                if data.len() != len {
-                    return (Err(FsError::io("a data server's reply ended short")), Bytes::new());
-                }
-                (r, data)
-            }
+        let (r, p) = self.handle_streamed(peer, call, payload).await;
+        match gather(p).await {
+            Ok(data) => (r, data),
+            Err(e) => (Err(e), Bytes::new()),
         }
     }
 

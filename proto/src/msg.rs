@@ -572,6 +572,14 @@ pub enum DsRequest {
         offset: u64,
         len: u32,
     },
+    /// Reads several runs of one object (a strided reader's blocks): each run as a [`DsRequest::Read`]
+    /// of its own. Reply: `DataV { lens }`, what each run got (short past the object's end), with their
+    /// bytes one after the other as payload. Checked by [`check_read_extents`] before anything is read.
+    ReadV {
+        tag: IoTag,
+        object: ObjectId,
+        extents: Vec<Extent>,
+    },
     /// Writes the payload at `offset`. `sync`: fdatasync before replying.
     Write {
         tag: IoTag,
@@ -619,7 +627,8 @@ pub enum DsRequest {
     Serve(ServeCommand),
 }
 
-/// One run of a [`DsRequest::WriteV`]: the next `len` bytes of the payload go to object offset `offset`.
+/// One run of a [`DsRequest::WriteV`] (the next `len` bytes of the payload go to object offset `offset`)
+/// or of a [`DsRequest::ReadV`] (`len` bytes from `offset`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Extent {
     pub offset: u64,
@@ -630,15 +639,18 @@ pub struct Extent {
 /// objects to each data server in requests of at most this many).
 pub const MAX_REMOVE_OBJECTS: usize = 4096;
 
-/// Most runs one [`DsRequest::WriteV`] may carry.
+/// Most runs one [`DsRequest::WriteV`] or [`DsRequest::ReadV`] may carry.
 pub const MAX_EXTENTS: usize = 1024;
 
-/// Checks a vectored write's runs against its payload: at most [`MAX_EXTENTS`], none empty or ending
-/// past the largest offset, together exactly the payload.
-pub fn check_extents(extents: &[Extent], payload_len: usize) -> crate::FsResult<()> {
+/// The bytes of a vectored request's runs: at most [`MAX_EXTENTS`], none empty or ending past the
+/// largest offset.
+fn runs_total(extents: &[Extent]) -> crate::FsResult<u64> {
     use crate::FsError;
     if extents.is_empty() || extents.len() > MAX_EXTENTS {
-        return Err(FsError::invalid(format!("a vectored write carries {} runs (1 to {MAX_EXTENTS})", extents.len())));
+        return Err(FsError::invalid(format!(
+            "a vectored request carries {} runs (1 to {MAX_EXTENTS})",
+            extents.len()
+        )));
     }
     let mut total: u64 = 0;
     for e in extents {
@@ -647,6 +659,23 @@ pub fn check_extents(extents: &[Extent], payload_len: usize) -> crate::FsResult<
         }
         total += u64::from(e.len);
     }
+    Ok(total)
+}
+
+/// Checks a vectored read's runs ([`runs_total`]'s rules), together at most `max` bytes; returns their total.
+pub fn check_read_extents(extents: &[Extent], max: usize) -> crate::FsResult<u64> {
+    let total = runs_total(extents)?;
+    if total > max as u64 {
+        return Err(crate::FsError::invalid(format!("a vectored read of {total} bytes exceeds the limit of {max}")));
+    }
+    Ok(total)
+}
+
+/// Checks a vectored write's runs against its payload: at most [`MAX_EXTENTS`], none empty or ending
+/// past the largest offset, together exactly the payload.
+pub fn check_extents(extents: &[Extent], payload_len: usize) -> crate::FsResult<()> {
+    use crate::FsError;
+    let total = runs_total(extents)?;
     if total != payload_len as u64 {
         return Err(FsError::protocol(format!("runs of {total} bytes with a payload of {payload_len}")));
     }
@@ -682,6 +711,10 @@ pub enum DsReply {
     /// Payload carries `len` bytes.
     Data {
         len: u32,
+    },
+    /// A [`DsRequest::ReadV`]'s: each run's bytes, one after the other in the payload.
+    DataV {
+        lens: Vec<u32>,
     },
     Written {
         len: u32,
@@ -841,5 +874,20 @@ mod tests {
         let split: Vec<_> = split_runs(&runs(&[(10, 3), (0, 2)]), &payload).unwrap().collect();
         assert_eq!(split, [(10, payload.slice(0..3)), (0, payload.slice(3..5))]);
         assert!(split_runs(&runs(&[(0, 4)]), &payload).is_err(), "checked first");
+    }
+
+    #[test]
+    fn vectored_read_runs_are_bounded_in_count_and_bytes() {
+        let runs = |v: &[(u64, u32)]| v.iter().map(|&(offset, len)| Extent { offset, len }).collect::<Vec<_>>();
+        assert_eq!(check_read_extents(&runs(&[(0, 4096), (65536, 10)]), 1 << 20).unwrap(), 4106);
+        assert!(check_read_extents(&runs(&[(0, 4096), (65536, 10)]), 4105).is_err(), "over the byte limit");
+        assert!(check_read_extents(&[], 1 << 20).is_err(), "no runs");
+        assert!(check_read_extents(&runs(&[(5, 0)]), 1 << 20).is_err(), "empty run");
+        assert!(check_read_extents(&runs(&[(u64::MAX, 1)]), 1 << 20).is_err(), "past the largest offset");
+        let huge = vec![Extent { offset: 0, len: u32::MAX }; MAX_EXTENTS];
+        assert!(check_read_extents(&huge, usize::MAX).is_ok(), "summed in u64");
+        assert!(check_read_extents(&huge, 64 << 20).is_err());
+        let many = vec![Extent { offset: 0, len: 1 }; MAX_EXTENTS + 1];
+        assert!(check_read_extents(&many, usize::MAX).is_err(), "too many runs");
     }
 }

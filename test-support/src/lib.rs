@@ -46,5 +46,16 @@ pub async fn check_batched_writes(client: &tessera_client::Client, path: &str, s
     expect[hole as usize..(hole + hole_len) as usize].fill(0);
     let got = client.data().read(f.io_tag(), f.layout(), 0, end).await.expect("read back");
     assert!(got[..] == expect[..end as usize], "the punched range does not read as zeros");
+    // Strided reads as vectored requests: blocks across stripe boundaries and the hole, and (100-byte
+    // blocks every 1000) more runs per object than one request carries.
+    for (block, stride) in [(9_000u64, 40_000u64), (100, 1000)] {
+        let ranges: Vec<(u64, u64)> = (0..end / stride).map(|k| (k * stride + seed, block)).collect();
+        let got = client.data().read_runs(f.io_tag(), f.layout(), &ranges).await.expect("strided read");
+        assert_eq!(got.len(), ranges.len());
+        for (&(off, len), data) in ranges.iter().zip(&got) {
+            let want = &expect[off as usize..(off + len) as usize];
+            assert!(data.slice(off, off + len)[..] == want[..], "block at {off} of {len} bytes read differently");
+        }
+    }
     f.close().await.expect("close");
 }
