@@ -229,6 +229,40 @@ impl Store {
         .await
     }
 
+    /// Reads each run `(offset, len)` as [`Store::read`] would, one after the other into one buffer, in
+    /// one blocking call: returns what each run got (short at the end of the object) and their bytes.
+    pub async fn read_v(&self, id: ObjectId, runs: Vec<(u64, usize)>) -> FsResult<(Vec<u32>, Bytes)> {
+        for &(offset, len) in &runs {
+            check_range(offset, len as u64)?;
+        }
+        let inner = self.inner.clone();
+        blocking(move || {
+            let object = inner.handle(id, false)?.map(|(o, _)| o);
+            let size = match &object {
+                Some(o) => o.file.metadata()?.len().min(MAX_OBJECT_SIZE),
+                None => 0,
+            };
+            // Allocate only what the object holds (runs past its end are empty).
+            let held =
+                |&(offset, len): &(u64, usize)| len.min(size.saturating_sub(offset).try_into().unwrap_or(usize::MAX));
+            let mut buf = BytesMut::with_capacity(runs.iter().map(held).sum());
+            let mut lens = Vec::with_capacity(runs.len());
+            for run in &runs {
+                let before = buf.len();
+                if let Some(data) = inner.write_cache.read(id, run.0, run.1) {
+                    buf.extend_from_slice(&data);
+                } else if let (Some(o), n) = (&object, held(run)) {
+                    if n > 0 {
+                        pread_append(&o.file, &mut buf, run.0, n)?;
+                    }
+                }
+                lens.push((buf.len() - before) as u32);
+            }
+            Ok((lens, buf.freeze()))
+        })
+        .await
+    }
+
     /// Writes `data` at `offset`, creating the object. `sync`: the data (and a new object's directory
     /// entry) is durable before this returns.
     pub async fn write(&self, id: ObjectId, offset: u64, data: Bytes, sync: bool) -> FsResult<()> {
@@ -659,6 +693,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = Store::open(dir.path(), 3).unwrap();
         (dir, s)
+    }
+
+    #[tokio::test]
+    async fn vectored_reads_fill_one_buffer_short_past_the_end() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), 0).unwrap();
+        s.write(4, 0, Bytes::from_static(b"0123456789"), false).await.unwrap();
+        let (lens, data) = s.read_v(4, vec![(7, 2), (0, 3), (9, 5), (50, 4)]).await.unwrap();
+        assert_eq!((lens, &data[..]), (vec![2, 3, 1, 0], &b"780129"[..]));
+        let (lens, data) = s.read_v(5, vec![(0, 4)]).await.unwrap();
+        assert_eq!((lens, data.len()), (vec![0], 0), "a missing object reads as nothing");
+        assert!(s.read_v(4, vec![(u64::MAX, 2)]).await.is_err(), "past the largest offset");
     }
 
     #[tokio::test]
