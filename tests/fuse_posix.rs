@@ -568,16 +568,10 @@ fn fuse_two_mounts_mmap_append_readdir() {
     }
     // Rename and unlink on one mount are seen on the other within the attribute timeout.
     std::fs::rename(a.p("shared"), a.p("moved")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while std::fs::metadata(b.p("shared")).is_ok() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_gone(&b.p("shared"));
     assert!(std::fs::metadata(b.p("shared")).is_err() && std::fs::metadata(b.p("moved")).is_ok());
     std::fs::remove_file(a.p("moved")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while std::fs::metadata(b.p("moved")).is_ok() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_gone(&b.p("moved"));
     assert_eq!(errno_of(std::fs::metadata(b.p("moved"))), libc::ENOENT);
 
     // A shared writable mapping: written, msync'ed, unmapped, read back through the other mount.
@@ -765,6 +759,14 @@ fn fuse_mount_errors_and_crash() {
     m.path = PathBuf::new();
 }
 
+/// Waits until `p` is gone, at most 3 s (a kernel keeps an entry for the attribute timeout).
+fn wait_gone(p: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while std::fs::metadata(p).is_ok() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn cluster_alive(c: &Cluster) -> bool {
     // SAFETY: kill with signal 0 only checks that the processes exist.
     c.mds.iter().chain(c.ds.iter().flatten()).all(|p| unsafe { libc::kill(p.id() as i32, 0) } == 0)
@@ -810,10 +812,7 @@ fn fuse_async_creates_in_leased_directory() {
     std::fs::remove_file(b.p("d/f3")).unwrap();
     assert_eq!(std::fs::read(a.p("d/from_b")).unwrap(), b"b");
     // (Its kernel may keep f3's entry for the attribute timeout.)
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while std::fs::metadata(a.p("d/f3")).is_ok() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_gone(&a.p("d/f3"));
     assert_eq!(errno_of(std::fs::metadata(a.p("d/f3"))), libc::ENOENT);
     // A new leased directory: a file still open from its create, unlinked, then written and read back.
     std::fs::create_dir(a.p("e")).unwrap();

@@ -150,6 +150,27 @@ impl ReadData {
     }
 }
 
+/// One object's pieces, in order, cut into vectored requests of at most [`MAX_EXTENTS`] runs and
+/// `max_bytes` bytes (`len`: a piece's bytes; a longer piece goes alone).
+fn batches<T>(pieces: Vec<T>, len: impl Fn(&T) -> u64, max_bytes: u64) -> Vec<Vec<T>> {
+    let mut out = Vec::new();
+    let mut batch = Vec::new();
+    let mut bytes = 0u64;
+    for p in pieces {
+        let n = len(&p);
+        if !batch.is_empty() && (batch.len() >= MAX_EXTENTS || bytes + n > max_bytes) {
+            out.push(std::mem::take(&mut batch));
+            bytes = 0;
+        }
+        bytes += n;
+        batch.push(p);
+    }
+    if !batch.is_empty() {
+        out.push(batch);
+    }
+    out
+}
+
 /// A vectored read's reply payload (in the chunks it arrived in) cut into its runs of `lens` bytes, without
 /// copying; an error unless the lengths add up to exactly the payload.
 fn split_chunks(chunks: Vec<Bytes>, lens: &[u32]) -> Result<Vec<Vec<Bytes>>, String> {
@@ -386,17 +407,9 @@ impl DataPlane {
         let mut requests = Vec::new();
         for ((stripe, t), mut pieces) in groups {
             pieces.sort_by_key(|&(at, _)| at);
-            let mut batch: Vec<(u64, Bytes)> = Vec::new();
-            let mut bytes = 0u64;
-            for (at, data) in pieces {
-                if !batch.is_empty() && (batch.len() >= MAX_EXTENTS || bytes + data.len() as u64 > self.max_request) {
-                    requests.push(self.write_batch(tags[t], layout, stripe, std::mem::take(&mut batch)));
-                    bytes = 0;
-                }
-                bytes += data.len() as u64;
-                batch.push((at, data));
+            for batch in batches(pieces, |(_, data)| data.len() as u64, self.max_request) {
+                requests.push(self.write_batch(tags[t], layout, stripe, batch));
             }
-            requests.push(self.write_batch(tags[t], layout, stripe, batch));
         }
         try_join_all(requests).await?;
         Ok(stripes)
@@ -488,17 +501,9 @@ impl DataPlane {
         }
         let mut requests = Vec::new();
         for (stripe, pieces) in groups {
-            let mut batch: Vec<(usize, Piece)> = Vec::new();
-            let mut bytes = 0u64;
-            for (i, p) in pieces {
-                if !batch.is_empty() && (batch.len() >= MAX_EXTENTS || bytes + p.len > self.max_request) {
-                    requests.push(self.read_batch(tag, layout, stripe, std::mem::take(&mut batch)));
-                    bytes = 0;
-                }
-                bytes += p.len;
-                batch.push((i, p));
+            for batch in batches(pieces, |(_, p)| p.len, self.max_request) {
+                requests.push(self.read_batch(tag, layout, stripe, batch));
             }
-            requests.push(self.read_batch(tag, layout, stripe, batch));
         }
         let mut parts: Vec<Vec<(Piece, Vec<Bytes>)>> = vec![Vec::new(); runs.len()];
         for (i, p, data) in try_join_all(requests).await?.into_iter().flatten() {
@@ -619,6 +624,16 @@ pub fn effective_max_request(configured: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pieces_of_one_object_are_cut_by_count_and_bytes() {
+        let lens = |b: &Vec<Vec<u64>>| b.iter().map(Vec::len).collect::<Vec<_>>();
+        assert_eq!(batches(vec![10u64, 20, 30, 40], |&n| n, 60), [vec![10, 20, 30], vec![40]]);
+        assert_eq!(batches(vec![100u64, 5], |&n| n, 60), [vec![100], vec![5]], "a long piece goes alone");
+        let many = batches(vec![1u64; MAX_EXTENTS * 2 + 1], |&n| n, u64::MAX);
+        assert_eq!(lens(&many), [MAX_EXTENTS, MAX_EXTENTS, 1]);
+        assert!(batches(Vec::<u64>::new(), |&n| n, 60).is_empty());
+    }
 
     #[test]
     fn a_vectored_reply_splits_into_its_runs_across_chunks_without_copies() {

@@ -202,8 +202,8 @@ impl MdsClient {
         }
     }
 
-    /// Sends a lease holder's creates in `dir`; returns each one's result, the directory's attributes
-    /// and the renewed lease (`keep`), if it still holds one.
+    /// Sends a lease holder's creates and unlinks in `dir`; returns each one's result, the directory's
+    /// attributes and the renewed lease (`keep`), if it still holds one.
     pub async fn dir_batch(
         &self,
         dir: Ino,

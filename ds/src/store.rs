@@ -135,6 +135,11 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> FsResult<T> + Send + 's
     tokio::task::spawn_blocking(f).await.map_err(|e| FsError::io(format!("store task failed: {e}")))?
 }
 
+/// Of `len` bytes asked at `offset`, how many an object of `size` bytes holds.
+fn held(size: u64, offset: u64, len: usize) -> usize {
+    len.min(size.saturating_sub(offset).try_into().unwrap_or(usize::MAX))
+}
+
 impl Store {
     /// Opens (creating on first start) the store of data server `ds` in `root`.
     /// A directory formatted for another data server is refused.
@@ -217,8 +222,7 @@ impl Store {
             let Some(object) = inner.handle(id, false)?.map(|(o, _)| o) else { return Ok(Bytes::new()) };
             let file = &object.file;
             // Allocate only what the object holds: a large read of a small object stays small.
-            let size = file.metadata()?.len();
-            let len = len.min(size.saturating_sub(offset).try_into().unwrap_or(usize::MAX));
+            let len = held(file.metadata()?.len(), offset, len);
             if len == 0 {
                 return Ok(Bytes::new());
             }
@@ -243,15 +247,13 @@ impl Store {
                 None => 0,
             };
             // Allocate only what the object holds (runs past its end are empty).
-            let held =
-                |&(offset, len): &(u64, usize)| len.min(size.saturating_sub(offset).try_into().unwrap_or(usize::MAX));
-            let mut buf = BytesMut::with_capacity(runs.iter().map(held).sum());
+            let mut buf = BytesMut::with_capacity(runs.iter().map(|&(offset, len)| held(size, offset, len)).sum());
             let mut lens = Vec::with_capacity(runs.len());
             for run in &runs {
                 let before = buf.len();
                 if let Some(data) = inner.write_cache.read(id, run.0, run.1) {
                     buf.extend_from_slice(&data);
-                } else if let (Some(o), n) = (&object, held(run)) {
+                } else if let (Some(o), n) = (&object, held(size, run.0, run.1)) {
                     if n > 0 {
                         pread_append(&o.file, &mut buf, run.0, n)?;
                     }

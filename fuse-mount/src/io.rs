@@ -834,11 +834,12 @@ impl Handle {
                 .take_while(|&b| b < size)
                 .map(|b| (b, len.min(size - b)))
                 .collect();
-            let fetch = self.fetch_blocks(blocks.clone());
+            let count = blocks.len() as u64;
+            let fetch = self.fetch_blocks(blocks);
             if w > w0 {
                 tokio::spawn(fetch.clone().map(|_| ()));
             }
-            ra.windows.insert(start, Window { stride, len, count: blocks.len() as u64, fetch });
+            ra.windows.insert(start, Window { stride, len, count, fetch });
         }
     }
 

@@ -64,15 +64,17 @@ pub async fn drain_once(store: &Store, data: &dyn DataServers) -> bool {
     }
     let mut remaining = false;
     let mut done = stream::iter(removals(entries))
-        .map(|r| async move {
-            let res = data.remove(r.ds, r.objects.clone()).await;
-            (r, res)
+        .map(|mut r| async move {
+            let objects = std::mem::take(&mut r.objects);
+            let n = objects.len();
+            let res = data.remove(r.ds, objects).await;
+            (r, n, res)
         })
         .buffer_unordered(INFLIGHT);
-    while let Some((r, res)) = done.next().await {
+    while let Some((r, n, res)) = done.next().await {
         match res {
             Ok(()) => {
-                debug!(ds = r.ds, objects = r.objects.len(), "objects destroyed");
+                debug!(ds = r.ds, objects = n, "objects destroyed");
                 if let Err(err) = store.remove_destroy_entries(r.keys.iter().map(Vec::as_slice)) {
                     warn!("destroy log: {err}");
                     remaining = true;

@@ -143,7 +143,7 @@ table! {
     SetOrchestratorMode { .. }                 => false, Admins,      Nothing;
     OrchestratorStatus {}                      => true,  Clients,     Nothing;
     LeaseDir { .. }                            => false, Clients,     Nothing;
-    DirBatch { .. }                         => true,  Clients,     Nothing;
+    DirBatch { .. }                            => true,  Clients,     Nothing;
 }
 
 #[cfg(test)]
