@@ -42,6 +42,8 @@ pub struct Params {
     /// A program with no served request for this long is no longer running.
     pub job_idle: Duration,
     pub cooldown_windows: u64,
+    /// Condition 3's floor on the mean SeekTime, microseconds (see [`verdict`]).
+    pub min_seek_us: f64,
 }
 
 fn finite_or(v: f64, default: f64) -> f64 {
@@ -67,6 +69,7 @@ impl Params {
             // without being idle.
             job_idle: Duration::from_millis(o.job_idle_ms).max(window * 2),
             cooldown_windows: COOLDOWN_WINDOWS,
+            min_seek_us: finite_or(o.min_seek_ms, d.min_seek_ms).max(0.0) * 1000.0,
         }
     }
 
@@ -119,6 +122,8 @@ pub struct Verdict {
     pub local: bool,
     /// `None`: condition 3 not checked (no RD measured under dedicated service).
     pub rd_ok: Option<bool>,
+    /// The mean SeekTime reaches [`Params::min_seek_us`] (condition 3 can pass at all).
+    pub seeks: bool,
     /// Mean RD_ij over the servers that measured it, microseconds.
     pub rd_us: Option<f64>,
     /// Condition 2's `sum SL_i / sum SL_ij`.
@@ -128,7 +133,7 @@ pub struct Verdict {
 
 impl Verdict {
     pub fn eligible(&self) -> bool {
-        self.consistent && self.local && self.rd_ok != Some(false)
+        self.consistent && self.local && self.seeks && self.rd_ok != Some(false)
     }
 }
 
@@ -181,6 +186,12 @@ fn pct(sd: f64, mean: f64) -> String {
 ///    the mixed stream's gaps, which is the scale at which locality matters (condition 2).
 /// 2. ΣSL_i / ΣSL_ij ≥ ratio (ΣSL_ij = 0: infinite, passes).
 /// 3. mean RD_ij ≤ mean SeekTime_i, only over servers that measured RD under dedicated service.
+///    **decision**: before any RD is measured, a mean SeekTime below [`Params::min_seek_us`] (default
+///    2 ms) fails it too, without a dedicated slice to find out and without a cool-down: no program's
+///    reuse distance through the network is that short, so the trial slice could only hold the others.
+///    Measured on the page cache (device model `none`): SeekTime 0.02–1.6 ms, RD under dedication
+///    0.07 ms, so two fio random writers passed condition 3 and held each other for 240 ms slices
+///    (their worst write). The emulated disk's positioning time is never below its half rotation (4 ms).
 pub fn verdict(samples: &[Sample], p: &Params) -> Verdict {
     let n = samples.len();
     let sl_i: Vec<f64> = samples.iter().map(|s| s.sl_i).collect();
@@ -199,6 +210,7 @@ pub fn verdict(samples: &[Sample], p: &Params) -> Verdict {
     let seek = mean_sd(&samples.iter().map(|s| s.seek_us).collect::<Vec<_>>()).0;
     let rd_us = (!rds.is_empty()).then(|| mean_sd(&rds).0);
     let rd_ok = rd_us.map(|rd| rd <= seek);
+    let seeks = seek >= p.min_seek_us;
 
     let ok = |b: bool| if b { "ok" } else { "FAILS" };
     // A sequential program's SL_ij decays towards 0 without reaching it: huge ratios in short form.
@@ -211,9 +223,10 @@ pub fn verdict(samples: &[Sample], p: &Params) -> Verdict {
         (Some(rd), Some(b)) => {
             format!("RD {} vs SeekTime {} {} ({} of {n} servers)", fmt_us(rd), fmt_us(seek), ok(b), rds.len())
         }
+        _ if !seeks => format!("SeekTime {} below the floor {} FAILS", fmt_us(seek), fmt_us(p.min_seek_us)),
         _ => format!("RD not measured yet (SeekTime {})", fmt_us(seek)),
     };
-    let v = Verdict { consistent, local, rd_ok, rd_us, ratio, reason: String::new() };
+    let v = Verdict { consistent, local, rd_ok, seeks, rd_us, ratio, reason: String::new() };
     let head = if n == 0 {
         "not eligible: no live server reports it".to_string()
     } else if v.eligible() {
@@ -222,8 +235,10 @@ pub fn verdict(samples: &[Sample], p: &Params) -> Verdict {
         "not eligible (1: inconsistent across servers)".to_string()
     } else if !local {
         "not eligible (2: own locality not much stronger than the mixed stream's)".to_string()
-    } else {
+    } else if rd_ok == Some(false) {
         "not eligible (3: waiting costs more than seeking)".to_string()
+    } else {
+        "not eligible (3: the devices seek faster than any program returns)".to_string()
     };
     let reason = format!(
         "{head}; [1] SL_i {} sd {} / SL_ij {} sd {} (limit {:.0}%) {}; [2] ratio {ratio_text} (min {}) {}; [3] {rd_text}; {n} servers",
@@ -772,6 +787,7 @@ mod tests {
     }
 
     const GB: f64 = 1024.0 * 1024.0 * 1024.0;
+    const MB: f64 = 1024.0 * 1024.0;
 
     fn sample(ds: DsId, sl_i: f64, sl_ij: f64, rd: Option<f64>) -> Sample {
         Sample { ds, sl_i, seek_us: 8000.0, sl_ij, rd_us: rd }
@@ -844,6 +860,57 @@ mod tests {
         s[0].rd_us = Some(1000.0);
         let v = verdict(&s, &Params::default());
         assert_eq!(v.rd_us, Some(1000.0));
+    }
+
+    #[test]
+    fn condition_3_fails_without_a_trial_on_devices_that_barely_seek() {
+        // The page cache's measured SeekTime (0.2 ms) is below the 2 ms floor: not eligible, RD unmeasured.
+        let mut s = six(4.0 * GB, 0.0, None);
+        s.iter_mut().for_each(|x| x.seek_us = 200.0);
+        let v = verdict(&s, &Params::default());
+        assert_eq!((v.consistent, v.local, v.rd_ok, v.seeks), (true, true, None, false));
+        assert!(
+            !v.eligible() && v.reason.contains("(3: the devices seek") && v.reason.contains("floor"),
+            "{}",
+            v.reason
+        );
+        // Without the floor it is eligible and would get a slice to measure its RD.
+        let p = Params::from_options(&OrchestratorOptions { min_seek_ms: 0.0, ..Default::default() });
+        assert!(verdict(&s, &p).eligible());
+        // A measured RD shorter than the (low) SeekTime still does not pass below the floor.
+        s.iter_mut().for_each(|x| x.rd_us = Some(70.0));
+        let v = verdict(&s, &Params::default());
+        assert_eq!(v.rd_ok, Some(true));
+        assert!(!v.eligible(), "{}", v.reason);
+        // Non-finite or negative settings fall back to the default or to no floor.
+        let nan = Params::from_options(&OrchestratorOptions { min_seek_ms: f64::NAN, ..Default::default() });
+        assert_eq!(nan.min_seek_us, 2000.0);
+        let neg = Params::from_options(&OrchestratorOptions { min_seek_ms: -1.0, ..Default::default() });
+        assert_eq!(neg.min_seek_us, 0.0);
+    }
+
+    #[test]
+    fn a_program_on_a_fast_device_is_never_planned_nor_cooled_down() {
+        let o = Orchestrator::new(Params::default(), OrchestratorMode::IOrchestrator, (0..6).collect());
+        let t0 = Instant::now();
+        for w in 0..3u32 {
+            let now = t0 + Duration::from_millis(500 * u64::from(w));
+            for ds in 0..6 {
+                let mut r = report(ds, 4.0 * GB, &[("a", 2.0 * MB, None), ("b", 2.0 * MB, None)]);
+                r.seek_time_us = 300.0;
+                assert!(o.record(r, now));
+            }
+            let plan = o.plan_window(now);
+            assert_eq!(plan.len(), 1, "{plan:?}");
+            assert_eq!(plan[0].target, ServeTarget::All);
+        }
+        let st = o.status(t0 + Duration::from_millis(1000));
+        assert!(st.jobs.iter().all(|j| !j.eligible && !j.reason.contains("cooling")), "{:?}", st.jobs);
+        // Once the servers seek like a disk, the same programs are eligible at once (no cool-down left).
+        let now = t0 + Duration::from_millis(1500);
+        feed(&o, now, &[("a", 2.0 * MB, None), ("b", 2.0 * MB, None)]);
+        let plan = o.plan_window(now);
+        assert!(plan.iter().any(|s| s.target == ServeTarget::Job("a".into())), "{plan:?}");
     }
 
     #[test]

@@ -82,6 +82,10 @@ pub struct OrchestratorOptions {
     pub fallback_windows: u32,
     /// A job with no request for this long is no longer considered running.
     pub job_idle_ms: u64,
+    /// Condition 3's floor: while the servers' mean SeekTime is below this (milliseconds), no program is
+    /// eligible — leaving a program costs less than any reuse distance it could have through the network,
+    /// so a dedicated slice could only hold the others (flash and the page cache seek in microseconds).
+    pub min_seek_ms: f64,
 }
 
 impl Default for OrchestratorOptions {
@@ -95,6 +99,7 @@ impl Default for OrchestratorOptions {
             report_interval_ms: 100,
             fallback_windows: 2,
             job_idle_ms: 1000,
+            min_seek_ms: 2.0,
         }
     }
 }
