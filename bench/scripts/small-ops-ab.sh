@@ -11,12 +11,13 @@
 # Device model none: the data servers write to this machine's disk through its page cache.
 #
 #   bench/scripts/small-ops-ab.sh [OUT_DIR]
-#   env: BIN=target/release B_BIN=$BIN REPS=3 DS=4 FILE_SIZE=128m FIO_SECONDS=10 MDFILES=10000 SEGMENTS=2048
+# The load generators (tessera-bench mdtest and ior, through the mounts) are TOOL_BIN's for both clusters.
+#   env: BIN=target/release B_BIN=$BIN TOOL_BIN=$B_BIN REPS=3 DS=4 FILE_SIZE=128m FIO_SECONDS=10 MDFILES=10000 SEGMENTS=2048
 #        SEQ_SIZE=256m WORKLOADS="randwrite randread mdtest strided seq"
 # Writes OUT_DIR/runs.tsv (round workload cluster metric value) and OUT_DIR/summary.md (medians, B/A).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
-a_bin=${BIN:-$here/target/release}; b_bin=${B_BIN:-$a_bin}
+a_bin=${BIN:-$here/target/release}; b_bin=${B_BIN:-$a_bin}; tool=${TOOL_BIN:-$b_bin}
 out=${1:-$(mktemp -d /tmp/tessera-smallops.XXXXXX)}
 reps=${REPS:-3}; nds=${DS:-4}; fsize=${FILE_SIZE:-128m}; secs=${FIO_SECONDS:-10}; mdfiles=${MDFILES:-10000}
 segs=${SEGMENTS:-2048}; seq_size=${SEQ_SIZE:-256m}; workloads=${WORKLOADS:-randwrite randread mdtest strided seq}
@@ -74,7 +75,7 @@ run() { # ROUND WORKLOAD CLUSTER
       fio_on "$c" rand --directory=fio --rw=randread --bs=4k --size="$fsize" --time_based --runtime="$secs"
       fio_result "$r" randread "$c" "$work/fio.json" read ;;
     mdtest)
-      "$bin/tessera-bench" mdtest -a posix -d "$work/$c-1/md$r" -n "$mdfiles" -N 2 --json "$work/md.json" > "$work/md.txt" 2>&1
+      "$tool/tessera-bench" mdtest -a posix -d "$work/$c-1/md$r" -n "$mdfiles" -N 2 --json "$work/md.json" > "$work/md.txt" 2>&1
       python3 - "$r" "$c" "$work/md.json" << 'EOF' >> "$out/runs.tsv"
 import json, sys
 rnd, c, path = sys.argv[1:4]
@@ -84,9 +85,9 @@ for k in ("create", "stat", "read", "remove"):
 EOF
       ;;
     strided)
-      "$bin/tessera-bench" ior -a posix -w -k -e -t 32k -b 32k -s "$segs" -N 2 -o "$work/$c-1/strided$r" > "$work/ior-w.txt" 2>&1
+      "$tool/tessera-bench" ior -a posix -w -k -e -t 32k -b 32k -s "$segs" -N 2 -o "$work/$c-1/strided$r" > "$work/ior-w.txt" 2>&1
       drop_caches
-      "$bin/tessera-bench" ior -a posix -r -t 32k -b 32k -s "$segs" -N 2 -o "$work/$c-2/strided$r" --json "$work/ior.json" > "$work/ior-r.txt" 2>&1
+      "$tool/tessera-bench" ior -a posix -r -t 32k -b 32k -s "$segs" -N 2 -o "$work/$c-2/strided$r" --json "$work/ior.json" > "$work/ior-r.txt" 2>&1
       record "$r" strided "$c" mib_s "$(python3 -c "import json,sys; print(f\"{json.load(open(sys.argv[1]))['read_mib_s']:.1f}\")" "$work/ior.json")" ;;
     seq)
       rm -f "$work/$c-1"/seq/*
