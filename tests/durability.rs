@@ -80,3 +80,60 @@ async fn requests_wait_for_a_restarting_mds() {
     // A namespace change is not repeated blindly, but works on the new connection.
     c.mkdir("/d/after", 0o755).await.unwrap();
 }
+
+/// Fail fast, recover by itself (issue 18): with the default transport settings, a write and a read that
+/// need a killed data server return an error within seconds — not after a minute, and without each
+/// queued request waiting for a handshake timeout of its own — while the other server's files stay
+/// readable; once the server is back, the same client writes and reads again without reconnecting by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_data_server_fails_calls_fast_and_is_used_again_after_restart() {
+    use std::time::{Duration, Instant};
+    let mut cluster = Cluster::start(2);
+    let c = cluster.client().await;
+    let both = LayoutSpec { stripe_size: Some(64 << 10), stripe_count: Some(2) };
+    let f = std::sync::Arc::new(c.create("/both", 0o644, Some(both)).await.unwrap());
+    f.write_at(0, Bytes::from(pattern(1, 1 << 20))).await.unwrap();
+    f.fsync().await.unwrap();
+    // A file on data server 1 only (placement is round-robin from where the last file started).
+    let mut other = None;
+    for i in 0..4 {
+        let one = LayoutSpec { stripe_size: None, stripe_count: Some(1) };
+        let g = c.create(&format!("/one{i}"), 0o644, Some(one)).await.unwrap();
+        g.write_at(0, Bytes::from(pattern(2, 4096))).await.unwrap();
+        g.close().await.unwrap();
+        if c.get_layout(&format!("/one{i}")).await.unwrap().targets.iter().all(|t| t.ds == 1) {
+            other = Some(format!("/one{i}"));
+        }
+    }
+    let other = other.expect("no single-stripe file landed on data server 1");
+    cluster.kill9_ds(0);
+    let t = Instant::now();
+    // Many writes in flight at once, as a mount's write-behind sends them.
+    let writes: Vec<_> = (0..16u64)
+        .map(|k| {
+            let f = f.clone();
+            tokio::spawn(async move { f.write_at(k << 16, Bytes::from(pattern(3, 64 << 10))).await })
+        })
+        .collect();
+    let mut failed = 0;
+    for w in writes {
+        failed += usize::from(tokio::time::timeout(Duration::from_secs(60), w).await.unwrap().unwrap().is_err());
+    }
+    let took = t.elapsed();
+    assert!(failed >= 8, "only {failed} of 16 writes to a dead data server failed");
+    assert!(took < Duration::from_secs(12), "the writes' errors took {took:?} (default transport: about 5 s)");
+    assert!(c.read_file("/both").await.is_err(), "a read that needs the dead server succeeded");
+    assert_eq!(c.read_file(&other).await.unwrap(), pattern(2, 4096), "the live server's file");
+    cluster.start_ds(0);
+    let mut back = None;
+    for _ in 0..100 {
+        if f.write_at(0, Bytes::from(pattern(4, 1 << 20))).await.is_ok() {
+            back = Some(());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    back.expect("writes still fail 20 s after the data server came back");
+    f.fsync().await.unwrap();
+    assert_eq!(c.read_file("/both").await.unwrap(), pattern(4, 1 << 20));
+}

@@ -318,14 +318,18 @@ impl Default for ClientOptions {
 pub struct TransportOptions {
     /// Initial UDP payload size; 0 = automatic.
     pub mtu: u16,
+    /// A connection whose peer has been silent this long is dead (keep-alives run at a third of it):
+    /// what a call to a killed or unreachable server waits at most before it fails.
     pub idle_timeout_ms: u64,
+    /// How long a connection attempt (the QUIC and TLS handshake) may take.
+    pub connect_timeout_ms: u64,
     /// UDP segmentation offload (batching datagrams into one syscall).
     pub gso: bool,
 }
 
 impl Default for TransportOptions {
     fn default() -> Self {
-        TransportOptions { mtu: 0, idle_timeout_ms: 15_000, gso: true }
+        TransportOptions { mtu: 0, idle_timeout_ms: 5_000, connect_timeout_ms: 2_000, gso: true }
     }
 }
 
@@ -434,6 +438,7 @@ impl ClusterConfig {
         Tuning {
             mtu: self.transport.mtu,
             idle_timeout: Duration::from_millis(self.transport.idle_timeout_ms.max(1000)),
+            connect_timeout: Duration::from_millis(self.transport.connect_timeout_ms.max(100)),
             call_timeout: Duration::from_millis(self.client.call_timeout_ms.max(1000)),
             gso: self.transport.gso,
         }

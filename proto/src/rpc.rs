@@ -14,7 +14,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tracing::{debug, warn};
 
 /// Transport tuning shared by servers and clients.
@@ -23,6 +23,8 @@ pub struct Tuning {
     /// Initial UDP payload size; `0` = automatic (large on loopback, 1200 + discovery elsewhere).
     pub mtu: u16,
     pub idle_timeout: Duration,
+    /// Longest connection attempt (handshake included) on the client side.
+    pub connect_timeout: Duration,
     /// Per-call deadline on the client side.
     pub call_timeout: Duration,
     /// Let quinn batch datagrams with UDP segmentation offload (GSO).
@@ -31,7 +33,13 @@ pub struct Tuning {
 
 impl Default for Tuning {
     fn default() -> Self {
-        Tuning { mtu: 0, idle_timeout: Duration::from_secs(15), call_timeout: Duration::from_secs(60), gso: true }
+        Tuning {
+            mtu: 0,
+            idle_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+            call_timeout: Duration::from_secs(60),
+            gso: true,
+        }
     }
 }
 
@@ -185,7 +193,15 @@ pub struct RpcPeer {
     crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
     tuning: Tuning,
     conn: tokio::sync::Mutex<Option<quinn::Connection>>,
+    /// The last connection attempt's failure and when it ended (see [`RECONNECT_HOLDOFF`]).
+    failed: std::sync::Mutex<Option<(Instant, FsError)>>,
 }
+
+/// After a connection attempt failed, calls for this long fail at once with its error. Calls queue on
+/// the connection lock, so without it every call in flight to a dead server waited for a handshake
+/// timeout of its own, one after the other: a mount's writes to a killed data server failed after
+/// 105 s (issue 18), not after one timeout.
+pub const RECONNECT_HOLDOFF: Duration = Duration::from_secs(1);
 
 impl RpcPeer {
     /// A peer for the server of `role` at `addr`; nothing is sent until the first call.
@@ -206,6 +222,7 @@ impl RpcPeer {
             crypto: Arc::new(crypto),
             tuning,
             conn: tokio::sync::Mutex::new(None),
+            failed: std::sync::Mutex::new(None),
         })
     }
 
@@ -239,14 +256,54 @@ impl RpcPeer {
         }
     }
 
-    /// The live connection, connecting (again) if there is none.
+    /// The live connection, connecting (again) if there is none — unless the last attempt failed less
+    /// than [`RECONNECT_HOLDOFF`] ago: then its error, at once.
     pub async fn connection(&self) -> FsResult<quinn::Connection> {
         let mut guard = self.conn.lock().await;
         if let Some(c) = guard.as_ref() {
-            if c.close_reason().is_none() {
-                return Ok(c.clone());
+            match c.close_reason() {
+                None => return Ok(c.clone()),
+                // The server went silent for the idle timeout (killed, stopped, unreachable): as good as
+                // a failed attempt, so the calls queued behind this one do not each try a handshake.
+                Some(quinn::ConnectionError::TimedOut) => {
+                    *guard = None;
+                    let e = FsError::unavailable(format!(
+                        "{} {}: silent for {:?}, connection lost",
+                        self.role,
+                        self.target(),
+                        self.tuning.idle_timeout
+                    ));
+                    *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), e.clone()));
+                    return Err(e);
+                }
+                Some(_) => {}
             }
         }
+        {
+            let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, e)) = failed.as_ref().filter(|(at, _)| at.elapsed() < RECONNECT_HOLDOFF) {
+                let mut e = e.clone();
+                e.detail = format!("{} ({:.1} s ago)", e.detail, at.elapsed().as_secs_f64());
+                return Err(e);
+            }
+        }
+        let r = self.connect().await;
+        let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        match r {
+            Ok(conn) => {
+                *failed = None;
+                *guard = Some(conn.clone());
+                Ok(conn)
+            }
+            Err(e) => {
+                *failed = Some((Instant::now(), e.clone()));
+                Err(e)
+            }
+        }
+    }
+
+    /// One connection attempt, at most [`Tuning::connect_timeout`] (and the call timeout) long.
+    async fn connect(&self) -> FsResult<quinn::Connection> {
         let addr = match &self.host {
             Some(h) => {
                 let found = tokio::net::lookup_host(h.as_str())
@@ -267,14 +324,16 @@ impl RpcPeer {
             .endpoint
             .connect_with(cc, addr, &tls::server_name(self.role))
             .map_err(|e| FsError::unavailable(format!("{} {}: {e}", self.role, self.target())))?;
-        let conn = tokio::time::timeout(self.tuning.call_timeout.min(Duration::from_secs(10)), connecting)
+        let limit = self.tuning.connect_timeout.min(self.tuning.call_timeout);
+        tokio::time::timeout(limit, connecting)
             .await
             .map_err(|_| {
-                FsError::new(ErrorCode::Unavailable, format!("{} {}: connect timed out", self.role, self.target()))
+                FsError::new(
+                    ErrorCode::Unavailable,
+                    format!("{} {}: no answer to a connection attempt within {limit:?}", self.role, self.target()),
+                )
             })?
-            .map_err(|e| FsError::unavailable(format!("{} {}: {e}", self.role, self.target())))?;
-        *guard = Some(conn.clone());
-        Ok(conn)
+            .map_err(|e| FsError::unavailable(format!("{} {}: {e}", self.role, self.target())))
     }
 
     /// Sends `req` and returns the reply's header as soon as it arrives, with its payload still to be

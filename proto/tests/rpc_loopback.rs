@@ -163,3 +163,39 @@ async fn streamed_replies_arrive_whole_or_not_at_all() {
     assert!(matches!(e.code, tessera_proto::error::ErrorCode::Io | tessera_proto::error::ErrorCode::Protocol), "{e}");
     assert_eq!(peer.call::<u32, u32>(&8, Bytes::new()).await.unwrap().0, 8, "the connection still serves");
 }
+
+/// A server that never answers (its socket takes the datagrams and nobody reads them, as a dead host
+/// on a network without ICMP would): calls queued at once fail after about one connection timeout, not
+/// one timeout each in turn ([`rpc::RECONNECT_HOLDOFF`]), and after the hold-off a call tries again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_to_a_silent_server_fail_after_one_connection_timeout() {
+    use std::time::Duration;
+    let ca = TestCa::new("q");
+    let client = ca.identity(Role::Client, "c");
+    let hole = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let tuning = Tuning { connect_timeout: Duration::from_millis(700), ..Tuning::default() };
+    let peer = Arc::new(
+        RpcPeer::new(rpc::client_endpoint(false).unwrap(), &client, Role::Ds, hole.local_addr().unwrap(), tuning)
+            .unwrap(),
+    );
+    let t = Instant::now();
+    let calls: Vec<_> = (0..8u32)
+        .map(|k| {
+            let peer = peer.clone();
+            tokio::spawn(async move { peer.call::<u32, u32>(&k, Bytes::new()).await })
+        })
+        .collect();
+    for c in calls {
+        let e = c.await.unwrap().unwrap_err();
+        assert_eq!(e.code, tessera_proto::error::ErrorCode::Unavailable, "{e}");
+    }
+    let took = t.elapsed();
+    // One attempt (0.7 s) for all; eight in turn would be 5.6 s.
+    assert!(took < Duration::from_millis(2500), "8 queued calls took {took:?}");
+    tokio::time::sleep(rpc::RECONNECT_HOLDOFF).await;
+    let t = Instant::now();
+    let e = peer.call::<u32, u32>(&1, Bytes::new()).await.unwrap_err();
+    assert!(e.detail.contains("no answer to a connection attempt"), "{e}");
+    assert!(t.elapsed() >= Duration::from_millis(600), "no new attempt after the hold-off: {:?}", t.elapsed());
+    drop(hole);
+}
