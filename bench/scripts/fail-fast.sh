@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Fail fast, recover by itself (issue 18): a cluster of the MDS and DS data servers started by hand from a
+# `tessera up` directory (`tessera up` stops the whole cluster when one server exits), one FUSE mount.
+# A writer (dd, 1 MiB blocks, fsync) runs through the mount; data server 0 is killed with SIGKILL; the script
+# prints how long the writer took to get its error, what `ls` and a read of a small file on the dead server
+# did meanwhile, whether a new file can be written while the server is down, and how long after the server's
+# restart a write of 8 MiB with fsync works again through the same mount (no remount). Defaults only.
+#
+#   bench/scripts/fail-fast.sh        env: BIN=target/release DS=2 ROUNDS=1
+set -uo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${BIN:-$here/target/release}
+nds=${DS:-2}; rounds=${ROUNDS:-1}
+work=$(mktemp -d /tmp/tessera-failfast.XXXXXX)
+. "$here/bench/scripts/cluster.sh"
+dir=$work/c
+up "$dir" "$nds"; kill -INT "$up_pid"; wait "$up_pid" 2> /dev/null
+export TESSERA_CONFIG=$dir/client.toml
+"$bin/tessera-mds" --config "$dir/mds.toml" > "$work/mds.log" 2>&1 &
+up_pids+=($!)
+declare -a ds_pid
+for i in $(seq 0 $((nds - 1))); do
+  "$bin/tessera-ds" --config "$dir/ds$i.toml" --id "$i" > "$work/ds$i.log" 2>&1 &
+  ds_pid[$i]=$!; up_pids+=($!)
+done
+sleep 2
+mount_fuse "$work/m" "$work/fuse.log"
+grep -q READY "$work/fuse.log" || { echo "the mount did not start"; cat "$work/fuse.log"; exit 1; }
+now() { date +%s.%N; }
+since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$1" "$(now)"; }
+for r in $(seq "$rounds"); do
+  # A small file on every data server (one stripe each, round-robin).
+  for i in $(seq 0 $((nds - 1))); do "$bin/tessera" setstripe -c 1 "/small$r-$i" > /dev/null 2>&1; echo "small $i" > "$work/m/small$r-$i"; done
+  dead_small=$(for i in $(seq 0 $((nds - 1))); do "$bin/tessera" getstripe "/small$r-$i" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && $2 == 0 {f = 1} END {exit !f}' && echo "small$r-$i"; done | head -1)
+  ( t0=$(now); dd if=/dev/zero of="$work/m/big$r" bs=1M count=100000 conv=fsync status=none 2> "$work/dd.err"
+    echo "round $r: writer exit $? ($(head -1 "$work/dd.err"))" ) &
+  ddp=$!
+  sleep 2
+  tk=$(now); kill -9 "${ds_pid[0]}"; wait "${ds_pid[0]}" 2> /dev/null
+  ( t1=$(now); ls "$work/m" > /dev/null; echo "round $r: ls while ds 0 is down: exit $? in $(since "$t1") s"
+    if [ -n "$dead_small" ]; then t1=$(now); cat "$work/m/$dead_small" > /dev/null 2>&1
+      echo "round $r: read of a small file on ds 0: exit $? in $(since "$t1") s"; fi ) &
+  lsp=$!
+  wait $ddp
+  echo "round $r: the writer's error came $(since "$tk") s after the kill"
+  wait $lsp
+  t1=$(now); "$bin/tessera" setstripe -c 1 "/new$r" > /dev/null 2>&1
+  head -c 65536 /dev/zero | dd of="$work/m/new$r" conv=fsync status=none 2> /dev/null; rc=$?
+  on=$("$bin/tessera" getstripe "/new$r" 2> /dev/null | awk '$1 ~ /^[0-9]+$/ {print $2}')
+  echo "round $r: a new 64 KiB file (fsync) on ds $on while ds 0 is down: exit $rc in $(since "$t1") s"
+  "$bin/tessera-ds" --config "$dir/ds0.toml" --id 0 >> "$work/ds0.log" 2>&1 &
+  ds_pid[0]=$!; up_pids+=($!)
+  tr=$(now); ok=
+  for i in $(seq 200); do
+    if dd if=/dev/zero of="$work/m/after$r" bs=1M count=8 conv=fsync status=none 2> /dev/null; then ok=1; break; fi
+    sleep 0.1
+  done
+  [ -n "$ok" ] && echo "round $r: writes work again $(since "$tr") s after the restart (same mount)" \
+    || echo "round $r: writes still fail 20 s after the restart"
+  rm -f "$work/m/big$r"
+done
