@@ -18,14 +18,20 @@ up() {
   for _ in $(seq 100); do grep -q "TESSERA UP" "$1.log" && break; sleep 0.2; done
 }
 
+# cluster_files DIR DATA_SERVERS: `tessera up` started and stopped once, to write a cluster's files
+# (configurations, certificates) into DIR for editing or for starting its servers by hand.
+cluster_files() {
+  up "$1" "$2"
+  kill -INT "$up_pid"; wait "$up_pid" 2>/dev/null || true
+}
+
 # start_cluster DATA_SERVERS [NAME [KEY=VALUE...]]: a cluster in $work/NAME (default "cluster"); exports
 # TESSERA_CONFIG. KEY=VALUE pairs override settings in every node's configuration (e.g.
 # direct_writes=false): the cluster is started once to write its files, then restarted with them edited.
 start_cluster() {
   local dir=$work/${2:-cluster}
   if [ $# -gt 2 ]; then
-    up "$dir" "$1"
-    kill -INT "$up_pid"; wait "$up_pid" 2>/dev/null || true
+    cluster_files "$dir" "$1"
     for kv in "${@:3}"; do
       grep -q "^${kv%%=*} = " "$dir/mds.toml" || { echo "no setting ${kv%%=*} in $dir/mds.toml" >&2; exit 1; }
       sed -i "s|^${kv%%=*} = .*|${kv%%=*} = ${kv#*=}|" "$dir"/*.toml

@@ -14,7 +14,7 @@ nds=${DS:-2}; rounds=${ROUNDS:-1}
 work=$(mktemp -d /tmp/tessera-failfast.XXXXXX)
 . "$here/bench/scripts/cluster.sh"
 dir=$work/c
-up "$dir" "$nds"; kill -INT "$up_pid"; wait "$up_pid" 2> /dev/null
+cluster_files "$dir" "$nds"
 export TESSERA_CONFIG=$dir/client.toml
 "$bin/tessera-mds" --config "$dir/mds.toml" > "$work/mds.log" 2>&1 &
 up_pids+=($!)

@@ -22,7 +22,7 @@ work=$(mktemp -d /tmp/tessera-profile.XXXXXX)
 port=$((20000 + RANDOM % 20000))
 # The cluster's files are written once, then the MDS's metrics endpoint is switched on.
 dir=$work/cluster
-up "$dir" 4; kill -INT "$up_pid"; wait "$up_pid" 2> /dev/null || true
+cluster_files "$dir" 4
 sed -i "s|^\[metrics\]$|[metrics]\nmds_addr = \"127.0.0.1:$port\"|" "$dir/mds.toml"
 up "$dir" 4; up_pids+=("$up_pid")
 export TESSERA_CONFIG=$dir/client.toml

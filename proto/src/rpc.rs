@@ -192,9 +192,16 @@ pub struct RpcPeer {
     role: Role,
     crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
     tuning: Tuning,
-    conn: tokio::sync::Mutex<Option<quinn::Connection>>,
+    link: tokio::sync::Mutex<Link>,
+}
+
+/// The connection to a server and the last failed attempt to make one, under one lock: connecting is
+/// serialised by it.
+#[derive(Default)]
+struct Link {
+    conn: Option<quinn::Connection>,
     /// The last connection attempt's failure and when it ended (see [`RECONNECT_HOLDOFF`]).
-    failed: std::sync::Mutex<Option<(Instant, FsError)>>,
+    failed: Option<(Instant, FsError)>,
 }
 
 /// After a connection attempt failed, calls for this long fail at once with its error. Calls queue on
@@ -221,8 +228,7 @@ impl RpcPeer {
             role,
             crypto: Arc::new(crypto),
             tuning,
-            conn: tokio::sync::Mutex::new(None),
-            failed: std::sync::Mutex::new(None),
+            link: tokio::sync::Mutex::new(Link::default()),
         })
     }
 
@@ -259,47 +265,36 @@ impl RpcPeer {
     /// The live connection, connecting (again) if there is none — unless the last attempt failed less
     /// than [`RECONNECT_HOLDOFF`] ago: then its error, at once.
     pub async fn connection(&self) -> FsResult<quinn::Connection> {
-        let mut guard = self.conn.lock().await;
-        if let Some(c) = guard.as_ref() {
+        let mut link = self.link.lock().await;
+        if let Some(c) = &link.conn {
             match c.close_reason() {
                 None => return Ok(c.clone()),
                 // The server went silent for the idle timeout (killed, stopped, unreachable): as good as
                 // a failed attempt, so the calls queued behind this one do not each try a handshake.
                 Some(quinn::ConnectionError::TimedOut) => {
-                    *guard = None;
                     let e = FsError::unavailable(format!(
                         "{} {}: silent for {:?}, connection lost",
                         self.role,
                         self.target(),
                         self.tuning.idle_timeout
                     ));
-                    *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), e.clone()));
+                    *link = Link { conn: None, failed: Some((Instant::now(), e.clone())) };
                     return Err(e);
                 }
                 Some(_) => {}
             }
         }
-        {
-            let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((at, e)) = failed.as_ref().filter(|(at, _)| at.elapsed() < RECONNECT_HOLDOFF) {
-                let mut e = e.clone();
-                e.detail = format!("{} ({:.1} s ago)", e.detail, at.elapsed().as_secs_f64());
-                return Err(e);
-            }
+        if let Some((at, e)) = link.failed.as_ref().filter(|(at, _)| at.elapsed() < RECONNECT_HOLDOFF) {
+            let mut e = e.clone();
+            e.detail = format!("{} ({:.1} s ago)", e.detail, at.elapsed().as_secs_f64());
+            return Err(e);
         }
         let r = self.connect().await;
-        let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
-        match r {
-            Ok(conn) => {
-                *failed = None;
-                *guard = Some(conn.clone());
-                Ok(conn)
-            }
-            Err(e) => {
-                *failed = Some((Instant::now(), e.clone()));
-                Err(e)
-            }
-        }
+        *link = match &r {
+            Ok(conn) => Link { conn: Some(conn.clone()), failed: None },
+            Err(e) => Link { conn: None, failed: Some((Instant::now(), e.clone())) },
+        };
+        r
     }
 
     /// One connection attempt, at most [`Tuning::connect_timeout`] (and the call timeout) long.
@@ -376,7 +371,7 @@ impl RpcPeer {
 
     /// Whether a connection is up right now (made and not closed: its keep-alives are answered).
     pub async fn is_connected(&self) -> bool {
-        self.conn.lock().await.as_ref().is_some_and(|c| c.close_reason().is_none())
+        self.link.lock().await.conn.as_ref().is_some_and(|c| c.close_reason().is_none())
     }
 
     /// Sends `req` (+ raw `payload`) and returns the decoded reply and its payload.
