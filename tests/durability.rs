@@ -84,7 +84,8 @@ async fn requests_wait_for_a_restarting_mds() {
 /// Fail fast, recover by itself (issue 18): with the default transport settings, a write and a read that
 /// need a killed data server return an error within seconds — not after a minute, and without each
 /// queued request waiting for a handshake timeout of its own — while the other server's files stay
-/// readable; once the server is back, the same client writes and reads again without reconnecting by hand.
+/// readable, and new files are placed on the live server; once the server is back, the same client writes and
+/// reads again without reconnecting by hand.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_data_server_fails_calls_fast_and_is_used_again_after_restart() {
     use std::time::{Duration, Instant};
@@ -124,6 +125,25 @@ async fn a_dead_data_server_fails_calls_fast_and_is_used_again_after_restart() {
     assert!(took < Duration::from_secs(12), "the writes' errors took {took:?} (default transport: about 5 s)");
     assert!(c.read_file("/both").await.is_err(), "a read that needs the dead server succeeded");
     assert_eq!(c.read_file(&other).await.unwrap(), pattern(2, 4096), "the live server's file");
+    // Once the MDS has not heard from it for 5 s, new files are placed on the live server only, and work.
+    let mut placed = None;
+    for i in 0..60 {
+        let path = format!("/new{i}");
+        c.write_file(&path, &pattern(5, 100_000)).await.unwrap_or_else(|e| {
+            assert!(
+                t.elapsed() < Duration::from_secs(8),
+                "a new file still fails {:?} after the kill: {e}",
+                t.elapsed()
+            )
+        });
+        if c.get_layout(&path).await.unwrap().targets.iter().all(|t| t.ds == 1) {
+            placed = Some(path);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let placed = placed.expect("new files are still placed on the dead data server 15 s after its kill");
+    assert_eq!(c.read_file(&placed).await.unwrap(), pattern(5, 100_000));
     cluster.start_ds(0);
     let mut back = None;
     for _ in 0..100 {

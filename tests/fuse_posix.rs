@@ -936,3 +936,71 @@ fn fuse_fallocate_reserves_punches_and_zeroes() {
     let ro = std::fs::File::open(a.p("f")).unwrap();
     assert_eq!(errno_of(fallocate(&ro, 0, 0, 10)), libc::EBADF);
 }
+
+/// Eviction (issue 18): a mount stopped (SIGSTOP) for longer than the MDS's eviction timeout is evicted:
+/// the file it held open after unlinking it is destroyed (its objects leave the data servers); when the
+/// mount runs again, the descriptor it held fails with EIO, and new opens on the same mount work.
+#[test]
+fn fuse_a_silent_mount_is_evicted_and_its_unlinked_open_file_destroyed() {
+    if !fuse_usable("fuse_a_silent_mount_is_evicted_and_its_unlinked_open_file_destroyed") {
+        return;
+    }
+    let mut cluster = Cluster::prepared(2, Default::default());
+    cluster.edit_mds_config(|c| c.mds.eviction_timeout_s = 2);
+    cluster.boot();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let admin = rt.block_on(cluster.client());
+    let objects = || -> u64 {
+        let s = rt.block_on(admin.cluster_status()).unwrap();
+        s.iter().filter_map(|d| d.report.as_ref()).map(|r| r.objects).sum()
+    };
+    let wait_for = |what: &str, ok: &dyn Fn(u64) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let n = objects();
+            if ok(n) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: still {n} objects after 30 s");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let mut a = Mount::new(&cluster, "a");
+    let data = pattern(3, 4 << 20);
+    let mut f =
+        std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(a.p("held")).unwrap();
+    f.write_all(&data).unwrap();
+    f.sync_all().unwrap();
+    std::fs::remove_file(a.p("held")).unwrap();
+    wait_for("the held file's objects are reported", &|n| n >= 2);
+    // Held open, it outlives its name for as long as the mount lives and talks to the MDS.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(objects() >= 2, "an open unlinked file of a live mount is kept");
+    let mut buf = vec![0u8; 4096];
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.read_exact(&mut buf).unwrap();
+    assert_eq!(buf, data[..4096]);
+
+    let child = a.child.as_mut().unwrap();
+    child.signal(libc::SIGSTOP);
+    wait_for("the MDS evicts the stopped mount and destroys its unlinked file", &|n| n == 0);
+    child.signal(libc::SIGCONT);
+
+    // Its keep-alive tells it of the eviction within moments: the old descriptor then fails.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let e = loop {
+        match f.seek(SeekFrom::Start(0)).and_then(|_| f.write_all(b"late")).and_then(|_| f.sync_all()) {
+            Err(e) => break e,
+            Ok(()) => assert!(Instant::now() < deadline, "the evicted descriptor still works after 15 s"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    assert_eq!(errno_of(f.read(&mut buf)), libc::EIO);
+    drop(f);
+    // The mount itself works on.
+    std::fs::write(a.p("after"), b"new session").unwrap();
+    assert_eq!(std::fs::read(a.p("after")).unwrap(), b"new session");
+    assert!(cluster.all_alive());
+    a.unmount();
+}

@@ -25,6 +25,22 @@ cluster_files() {
   kill -INT "$up_pid"; wait "$up_pid" 2>/dev/null || true
 }
 
+# start_by_hand DIR DATA_SERVERS: a cluster's files written into DIR by `tessera up`, then its MDS and data
+# servers started one by one (`tessera up` stops the whole cluster when one server exits), logs in $work;
+# data server i's pid is ${ds_pid[i]}, the MDS's $mds_pid; exports TESSERA_CONFIG.
+start_by_hand() {
+  cluster_files "$1" "$2"
+  export TESSERA_CONFIG=$1/client.toml
+  "$bin/tessera-mds" --config "$1/mds.toml" > "$work/mds.log" 2>&1 &
+  mds_pid=$!; up_pids+=($!)
+  ds_pid=()
+  for i in $(seq 0 $(($2 - 1))); do
+    "$bin/tessera-ds" --config "$1/ds$i.toml" --id "$i" > "$work/ds$i.log" 2>&1 &
+    ds_pid[$i]=$!; up_pids+=($!)
+  done
+  sleep 2
+}
+
 # start_cluster DATA_SERVERS [NAME [KEY=VALUE...]]: a cluster in $work/NAME (default "cluster"); exports
 # TESSERA_CONFIG. KEY=VALUE pairs override settings in every node's configuration (e.g.
 # direct_writes=false): the cluster is started once to write its files, then restarted with them edited.

@@ -14,16 +14,7 @@ nds=${DS:-2}; rounds=${ROUNDS:-1}
 work=$(mktemp -d /tmp/tessera-failfast.XXXXXX)
 . "$here/bench/scripts/cluster.sh"
 dir=$work/c
-cluster_files "$dir" "$nds"
-export TESSERA_CONFIG=$dir/client.toml
-"$bin/tessera-mds" --config "$dir/mds.toml" > "$work/mds.log" 2>&1 &
-up_pids+=($!)
-declare -a ds_pid
-for i in $(seq 0 $((nds - 1))); do
-  "$bin/tessera-ds" --config "$dir/ds$i.toml" --id "$i" > "$work/ds$i.log" 2>&1 &
-  ds_pid[$i]=$!; up_pids+=($!)
-done
-sleep 2
+start_by_hand "$dir" "$nds"
 mount_fuse "$work/m" "$work/fuse.log"
 grep -q READY "$work/fuse.log" || { echo "the mount did not start"; cat "$work/fuse.log"; exit 1; }
 now() { date +%s.%N; }

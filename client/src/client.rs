@@ -31,6 +31,8 @@ struct Shared {
     data: DataPlane,
     // Kept so the endpoint outlives every peer using it.
     _endpoint: quinn::Endpoint,
+    /// Renews this client's session with the MDS while the client exists.
+    _keep_alive: crate::session::KeepAlive,
 }
 
 /// A connection to a Tessera cluster. Cheap to clone; clones share the connections.
@@ -115,7 +117,8 @@ impl Client {
             let via = fwd.as_ref().and_then(|f| f.current_name()).map(|n| format!(" through forwarding node {n}"));
             FsError::new(e.code, format!("metadata server {}{}: {}", cfg.mds.addr, via.unwrap_or_default(), e.detail))
         })?;
-        let shared = Arc::new(Shared { cfg: cfg.clone(), data, _endpoint: endpoint });
+        let _keep_alive = crate::session::spawn_keep_alive(mds.clone());
+        let shared = Arc::new(Shared { cfg: cfg.clone(), data, _endpoint: endpoint, _keep_alive });
         Ok(Client { shared, mds })
     }
 

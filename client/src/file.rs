@@ -84,6 +84,8 @@ pub struct File {
     /// End of the last `append` reservation, so concurrent appends do not overlap.
     append_end: Mutex<u64>,
     closed: AtomicBool,
+    /// The client's session at the open (see [`crate::session`]).
+    session: u64,
 }
 
 impl File {
@@ -92,7 +94,6 @@ impl File {
         let layout = layout.unwrap_or(Layout { stripe_size: 0, targets: Vec::new() });
         File {
             mds_size: AtomicU64::new(attr.size),
-            client,
             layout,
             handle,
             tag,
@@ -102,6 +103,8 @@ impl File {
             dirty: Mutex::new(BTreeSet::new()),
             append_end: Mutex::new(0),
             closed: AtomicBool::new(false),
+            session: client.mds().session().epoch(),
+            client,
             attr,
         }
     }
@@ -149,6 +152,7 @@ impl File {
             return Ok(());
         }
         self.check_data_file()?;
+        self.client.mds().session().check(self.session)?;
         let end = offset
             .checked_add(data.len() as u64)
             .ok_or_else(|| FsError::new(ErrorCode::TooBig, "write beyond the largest file offset"))?;
@@ -176,6 +180,7 @@ impl File {
             return Ok(Bytes::new());
         }
         self.check_data_file()?;
+        self.client.mds().session().check(self.session)?;
         self.client.data().read(&self.tag, &self.layout, offset, end - offset).await
     }
 
@@ -213,6 +218,7 @@ impl File {
 
     /// Makes everything written so far durable on the data servers and tells the MDS the size.
     pub async fn fsync(&self) -> FsResult<()> {
+        self.client.mds().session().check(self.session)?;
         let stripes: Vec<usize> = match self.dirty.lock() {
             Ok(mut d) => std::mem::take(&mut *d).into_iter().collect(),
             Err(_) => return Err(FsError::io("fsync state poisoned")),

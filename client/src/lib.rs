@@ -22,6 +22,8 @@ pub mod forward;
 pub mod job;
 /// Typed, ino-level wrapper over the MDS connection: one method per `MdsRequest`.
 pub mod mds_client;
+/// The client's session with the MDS: keep-alives, and handles that an eviction closed.
+pub mod session;
 
 pub use bytes::Bytes;
 pub use client::Client;

@@ -2,9 +2,10 @@
 //! reply's shape; path-level convenience lives in [`crate::client`].
 
 use crate::forward::Forwarding;
+use crate::session::Session;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_proto::error::{FsError, FsResult};
+use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::{Layout, LayoutSpec};
 use tessera_proto::msg::{
     BatchResult, DirEntry, DirLease, DirOp, DsReport, DsStatus, MdsCall, MdsReply, MdsRequest, OpenFlags,
@@ -42,6 +43,7 @@ pub struct MdsClient {
     fwd: Option<Arc<Forwarding>>,
     caller: Caller,
     origin: Arc<Origin>,
+    session: Arc<Session>,
 }
 
 fn unexpected(what: &str, r: MdsReply) -> FsError {
@@ -77,7 +79,7 @@ fn ok_of(what: &str, r: MdsReply) -> FsResult<()> {
 
 impl MdsClient {
     pub fn new(peer: Arc<RpcPeer>, caller: Caller, origin: Origin) -> MdsClient {
-        MdsClient { peer, fwd: None, caller, origin: Arc::new(origin) }
+        MdsClient { peer, fwd: None, caller, origin: Arc::new(origin), session: Arc::default() }
     }
 
     /// The same client, its calls going through `fwd`'s forwarding node.
@@ -96,7 +98,7 @@ impl MdsClient {
 
     /// The same connection with other credentials.
     pub fn with_caller(&self, caller: Caller) -> MdsClient {
-        MdsClient { peer: self.peer.clone(), fwd: self.fwd.clone(), caller, origin: self.origin.clone() }
+        MdsClient { caller, ..self.clone() }
     }
 
     /// The same connection, calling for another process: its credentials, job and process id (a mount
@@ -106,7 +108,25 @@ impl MdsClient {
             return self.with_caller(caller);
         }
         let origin = Origin { job: job.to_string(), client: self.origin.client, pid };
-        MdsClient { peer: self.peer.clone(), fwd: self.fwd.clone(), caller, origin: Arc::new(origin) }
+        MdsClient { caller, origin: Arc::new(origin), ..self.clone() }
+    }
+
+    /// This client's session with the MDS (shared by every clone).
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Renews this client's session; returns the MDS's eviction timeout. If the MDS evicted this
+    /// client meanwhile, handles opened before now fail (see [`Session`]).
+    pub async fn keep_alive(&self) -> FsResult<Duration> {
+        match self.call(MdsRequest::KeepAlive).await? {
+            MdsReply::Session { evicted, timeout_ms } => {
+                let timeout = Duration::from_millis(timeout_ms);
+                self.session.renewed(timeout, evicted);
+                Ok(timeout)
+            }
+            r => Err(unexpected("KeepAlive", r)),
+        }
     }
 
     pub fn peer(&self) -> &Arc<RpcPeer> {
@@ -119,12 +139,21 @@ impl MdsClient {
     pub async fn call(&self, req: MdsRequest) -> FsResult<MdsReply> {
         let retry = req.properties().idempotent;
         let call = MdsCall { caller: self.caller.clone(), origin: (*self.origin).clone(), req };
-        if let Some(fwd) = &self.fwd {
-            if let Some(reply) = fwd.mds_call(&call, retry).await? {
-                return Ok(reply);
+        let r = async {
+            if let Some(fwd) = &self.fwd {
+                if let Some(reply) = fwd.mds_call(&call, retry).await? {
+                    return Ok(reply);
+                }
             }
+            call.send(&self.peer).await
         }
-        call.send(&self.peer).await
+        .await;
+        match &r {
+            Ok(_) => self.session.heard(),
+            Err(e) if e.code == ErrorCode::Evicted => self.session.evicted(),
+            Err(_) => {}
+        }
+        r
     }
 
     /// Liveness and protocol check; returns the round-trip time.

@@ -254,13 +254,17 @@ impl Inner {
         self.who(k).mds(self.client.mds())
     }
 
+    /// The open handle `fh` (EIO once an eviction closed it at the MDS).
     fn handle(&self, fh: FileHandle) -> FsResult<Arc<Handle>> {
-        self.handles
+        let h = self
+            .handles
             .lock()
             .map_err(|_| FsError::io("handle table poisoned"))?
             .get(&fh.0)
             .cloned()
-            .ok_or_else(|| err(ErrorCode::Invalid, "unknown file handle"))
+            .ok_or_else(|| err(ErrorCode::Invalid, "unknown file handle"))?;
+        h.check_session()?;
+        Ok(h)
     }
 
     fn open_inode(&self, ino: Ino) -> Option<Arc<OpenInode>> {

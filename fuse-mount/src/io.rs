@@ -602,6 +602,8 @@ pub struct Handle {
     /// Size last heard from the MDS.
     pub mds_size: AtomicU64,
     ra: Mutex<ReadAhead>,
+    /// The client's session at the open: an eviction since makes this handle stale.
+    session: u64,
 }
 
 impl Handle {
@@ -611,12 +613,18 @@ impl Handle {
             mds_handle,
             tag,
             mds: client.mds().clone(),
-            client,
             writable,
             wrote: AtomicBool::new(false),
             mds_size: AtomicU64::new(size),
             ra: Mutex::new(ReadAhead::default()),
+            session: client.mds().session().epoch(),
+            client,
         }
+    }
+
+    /// Fails (EIO) once the MDS has evicted this client since the open (see `tessera_client::session`).
+    pub fn check_session(&self) -> FsResult<()> {
+        self.mds.session().check(self.session)
     }
 
     /// The size as far as this handle knows; `refresh` asks the MDS.

@@ -12,6 +12,7 @@
 //! - [`orchestrator`]: IOrchestrator's decisions: locality reports, eligibility, each window's plan.
 //! - [`driver`]: executes the plan: serve commands to every data server, slice timing, switch skew.
 //! - [`metrics`]: Prometheus `GET /metrics` (requests by type, orchestrator state).
+//! - [`session`]: client sessions and the eviction of silent clients.
 //! - [`server`]: the RPC service and the `tessera-mds` process entry point.
 
 pub mod destroy;
@@ -25,6 +26,7 @@ pub mod orchestrator;
 pub mod perm;
 pub mod placement;
 pub mod server;
+pub mod session;
 pub mod stats;
 pub mod store;
 

@@ -47,7 +47,7 @@ mod tests {
     use super::*;
 
     fn servers(n: u32) -> Vec<DsInfo> {
-        (0..n).map(|id| DsInfo { id, addr: String::new(), report: None, age: None }).collect()
+        (0..n).map(|id| DsInfo { id, addr: String::new(), report: None, age: None, silent: false }).collect()
     }
 
     #[test]

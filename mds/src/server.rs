@@ -168,8 +168,16 @@ pub async fn run(
     // The server endpoint also connects out to the data servers (quinn endpoints do both).
     let rpc_data = Arc::new(RpcDataServers::new(&cfg, &endpoint, &identity)?);
     let data: Arc<dyn DataServers> = rpc_data.clone();
-    let stats = Arc::new(StatsView::new(cfg.ds.iter().map(|d| (d.id, d.addr.clone())).collect()));
+    let stats = Arc::new(
+        StatsView::new(cfg.ds.iter().map(|d| (d.id, d.addr.clone())).collect())
+            .with_report_interval(std::time::Duration::from_millis(cfg.ds_options.report_interval_ms)),
+    );
     let ns = Arc::new(Namespace::new(store.clone(), &cfg.defaults, stats, data.clone())?);
+    if cfg.mds.eviction_timeout_s == 0 {
+        anyhow::bail!("mds.eviction_timeout_s in the config must be at least 1");
+    }
+    ns.set_eviction_timeout(std::time::Duration::from_secs(cfg.mds.eviction_timeout_s));
+    let evictor = spawn_evictor(ns.clone());
     let destroyer = crate::destroy::spawn(store.clone(), data, ns.destroy_wake());
 
     let mode: OrchestratorMode =
@@ -192,7 +200,7 @@ pub async fn run(
     let driver = crate::driver::spawn(orch.clone(), rpc_data.clone());
 
     let local = endpoint.local_addr().map_err(|e| anyhow::anyhow!("listening address: {e}"))?;
-    info!(%local, db = %data_dir.display(), data_servers = cfg.ds.len(), placement = %cfg.defaults.placement, orchestrator = %mode, window_ms = cfg.orchestrator.window_ms, "metadata server ready");
+    info!(%local, db = %data_dir.display(), data_servers = cfg.ds.len(), eviction_timeout_s = cfg.mds.eviction_timeout_s, placement = %cfg.defaults.placement, orchestrator = %mode, window_ms = cfg.orchestrator.window_ms, "metadata server ready");
     let server = tokio::spawn(rpc::serve(endpoint.clone(), Arc::new(service)));
     ready(local);
 
@@ -207,9 +215,22 @@ pub async fn run(
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), endpoint.wait_idle()).await;
     server.abort();
     destroyer.abort();
+    evictor.abort();
     store.flush().await?;
     info!("metadata flushed; bye");
     Ok(())
+}
+
+/// Evicts silent clients, looking once a second.
+fn spawn_evictor(ns: Arc<Namespace>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            ns.evict_silent().await;
+        }
+    })
 }
 
 /// Completes on SIGINT or SIGTERM.

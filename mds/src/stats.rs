@@ -19,7 +19,19 @@ pub struct DsInfo {
     pub report: Option<Arc<DsReport>>,
     /// Time since the last report.
     pub age: Option<Duration>,
+    /// Not heard from for longer than [`StatsView::silent_after`] (or never, that long after the MDS
+    /// started): presumed down, so placement leaves it out.
+    pub silent: bool,
 }
+
+/// Whether a server whose last report is `age` old (`None`: none since the MDS started `uptime` ago)
+/// counts as silent.
+pub fn is_silent(age: Option<Duration>, uptime: Duration, silent_after: Duration) -> bool {
+    age.unwrap_or(uptime) > silent_after
+}
+
+/// A data server not heard from for this long (or five report intervals, if longer) is presumed down.
+pub const SILENT_AFTER: Duration = Duration::from_secs(5);
 
 /// One report as received.
 #[derive(Clone, Debug)]
@@ -52,11 +64,24 @@ pub struct StatsView {
     configured: Vec<(DsId, String)>,
     /// Recent reports per server, oldest first; only the current generation's.
     history: RwLock<HashMap<DsId, VecDeque<Sample>>>,
+    started: Instant,
+    silent_after: Duration,
 }
 
 impl StatsView {
     pub fn new(configured: Vec<(DsId, String)>) -> StatsView {
-        StatsView { configured, history: RwLock::new(HashMap::new()) }
+        StatsView {
+            configured,
+            history: RwLock::new(HashMap::new()),
+            started: Instant::now(),
+            silent_after: SILENT_AFTER,
+        }
+    }
+
+    /// Servers reporting every `interval` are presumed down after five intervals without a report
+    /// (at least [`SILENT_AFTER`]).
+    pub fn with_report_interval(self, interval: Duration) -> StatsView {
+        StatsView { silent_after: (interval * 5).max(SILENT_AFTER), ..self }
     }
 
     pub fn ds_count(&self) -> usize {
@@ -126,11 +151,13 @@ impl StatsView {
             .iter()
             .map(|(id, addr)| {
                 let r = m.get(id).and_then(|r| r.back());
+                let age = r.map(|s| s.received.elapsed());
                 DsInfo {
                     id: *id,
                     addr: addr.clone(),
                     report: r.map(|s| s.report.clone()),
-                    age: r.map(|s| s.received.elapsed()),
+                    age,
+                    silent: is_silent(age, self.started.elapsed(), self.silent_after),
                 }
             })
             .collect()
@@ -172,6 +199,19 @@ mod tests {
         let s = v.cluster_status();
         assert_eq!(s.len(), 2);
         assert!(s[0].report_age_ms.is_some() && s[1].report.is_none());
+    }
+
+    #[test]
+    fn a_server_is_silent_after_its_reports_stop_or_if_none_came_since_start() {
+        let (sec, after) = (Duration::from_secs(1), SILENT_AFTER);
+        assert!(!is_silent(Some(sec), sec * 60, after), "reported a second ago");
+        assert!(is_silent(Some(after + sec), sec * 60, after), "reports stopped");
+        assert!(!is_silent(None, sec, after), "just started: not heard from yet");
+        assert!(is_silent(None, after + sec, after), "never heard from since start");
+        let v = StatsView::new(vec![(0, "a".into())]).with_report_interval(Duration::from_secs(3));
+        assert_eq!(v.silent_after, Duration::from_secs(15), "five report intervals");
+        v.record(DsReport { ds: 0, ..Default::default() });
+        assert!(!v.snapshot()[0].silent);
     }
 
     fn report(generation: u64, at_s: u64, read_bytes: u64, write_bytes: u64) -> DsReport {

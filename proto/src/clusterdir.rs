@@ -206,6 +206,7 @@ pub fn prepare(dir: &Path, shape: Shape, port_base: u16, defaults: Defaults) -> 
                     addr: format!("127.0.0.1:{}", ports[0]),
                     data_dir: Some(PathBuf::from("mds")),
                     metadata_commit: Default::default(),
+                    eviction_timeout_s: 30,
                 },
                 ds: (0..n_ds)
                     .map(|i| DsNode {

@@ -209,6 +209,14 @@ pub struct MdsNode {
     /// When a metadata change counts as committed (see [`MetadataCommit`]).
     #[serde(default)]
     pub metadata_commit: MetadataCommit,
+    /// A client silent for longer than this is evicted: its open handles are closed (files it unlinked
+    /// while open are destroyed) and its stale handles fail with EIO when it comes back.
+    #[serde(default = "default_eviction_timeout_s")]
+    pub eviction_timeout_s: u64,
+}
+
+fn default_eviction_timeout_s() -> u64 {
+    30
 }
 
 /// When the MDS acknowledges a metadata change.

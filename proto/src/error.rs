@@ -36,6 +36,9 @@ pub enum ErrorCode {
     Unavailable,
     Unsupported,
     TimedOut,
+    /// The MDS evicted the calling client (silent for longer than its eviction timeout): the request was
+    /// not applied, and the handles the client held are closed. EIO, as Lustre's evicted clients see.
+    Evicted,
 }
 
 impl ErrorCode {
@@ -63,6 +66,7 @@ impl ErrorCode {
             ErrorCode::Unavailable => libc::EHOSTUNREACH,
             ErrorCode::Unsupported => libc::EOPNOTSUPP,
             ErrorCode::TimedOut => libc::ETIMEDOUT,
+            ErrorCode::Evicted => libc::EIO,
         }
     }
 
@@ -119,6 +123,7 @@ impl std::fmt::Display for ErrorCode {
             ErrorCode::Unavailable => "Server unavailable",
             ErrorCode::Unsupported => "Operation not supported",
             ErrorCode::TimedOut => "Timed out",
+            ErrorCode::Evicted => "Input/output error (client evicted)",
         };
         f.write_str(s)
     }

@@ -286,6 +286,9 @@ pub enum MdsRequest {
         entries: Vec<DirOp>,
         keep: bool,
     },
+    /// Renews the calling client's session (`origin.client`); clients send it every third of the
+    /// eviction timeout while they are otherwise idle. Reply: `Session`.
+    KeepAlive,
 }
 
 /// A directory lease. While it lasts its holder is the only client that reads or changes the directory
@@ -382,6 +385,12 @@ pub enum MdsReply {
         results: Vec<BatchResult>,
         dir_attr: Attr,
         lease: Option<DirLease>,
+    },
+    /// Answers `KeepAlive`: whether the MDS evicted this client since its last `KeepAlive` (its handles
+    /// from before are closed: their files must be opened again), and the eviction timeout.
+    Session {
+        evicted: bool,
+        timeout_ms: u64,
     },
 }
 

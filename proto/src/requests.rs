@@ -146,6 +146,7 @@ table! {
     OrchestratorStatus {}                      => true,  Clients,     Nothing;
     LeaseDir { .. }                            => false, Clients,     Nothing;
     DirBatch { .. }                            => true,  Clients,     Nothing;
+    KeepAlive {}                               => true,  Clients,     Nothing;
 }
 
 #[cfg(test)]

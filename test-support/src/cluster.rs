@@ -79,6 +79,14 @@ impl Cluster {
         }
     }
 
+    /// Changes the MDS's configuration file (before it starts).
+    pub fn edit_mds_config(&self, edit: impl FnOnce(&mut ClusterConfig)) {
+        let path = &self.files.mds_config;
+        let mut cfg = ClusterConfig::load(path).expect("mds config");
+        edit(&mut cfg);
+        cfg.save(path).expect("save mds config");
+    }
+
     pub fn boot(&mut self) {
         for i in 0..self.ds.len() {
             self.start_ds(i);

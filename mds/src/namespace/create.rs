@@ -9,8 +9,8 @@ use tessera_proto::msg::MdsReply;
 use tessera_proto::{Attr, Caller, FileKind, FsError, FsResult, Ino, Timestamp, PATH_MAX};
 
 impl Namespace {
-    /// Creates `name` (or, if `exclusive` is false, finds the regular file of that name). With `open`,
-    /// a NEW file is also opened, registered under the same lock so no unlink can slip in between:
+    /// Creates `name` (or, if `exclusive` is false, finds the regular file of that name). With `open`
+    /// (the client to open it for), a NEW file is also opened, registered under the same lock so no unlink can slip in between:
     /// its handle is returned with the parent's new attributes; for an existing file it is `None` and
     /// the caller opens it normally.
     #[allow(clippy::too_many_arguments)]
@@ -24,7 +24,7 @@ impl Namespace {
         rdev: u32,
         exclusive: bool,
         spec: Option<LayoutSpec>,
-        open: bool,
+        open: Option<u64>,
     ) -> FsResult<(Inode, Option<(u64, Attr)>)> {
         validate_name(name)?;
         if matches!(kind, FileKind::Dir | FileKind::Symlink) {
@@ -53,7 +53,7 @@ impl Namespace {
         tx.add_inode(&i)?;
         let parent_attr = self.add_entry(&mut tx, parent, name, i.attr.ino, kind)?;
         self.commit(tx)?;
-        let handle = open.then(|| (self.register_open(i.attr.ino), parent_attr));
+        let handle = open.map(|client| (self.register_open(i.attr.ino, client), parent_attr));
         Ok((i, handle))
     }
 

@@ -81,7 +81,11 @@ impl Namespace {
     pub(super) fn new_layout(&self, spec: LayoutSpec, base: LayoutSpec) -> FsResult<Layout> {
         let merged = spec.over(base).over(self.defaults);
         let stripe_size = merged.stripe_size.unwrap_or(1 << 20);
-        let servers = self.stats.snapshot();
+        // Data servers not heard from lately are left out while others are up (a file gets fewer
+        // stripes, as Lustre skips inactive OSTs), so new files can be written while one is down.
+        let all = self.stats.snapshot();
+        let live: Vec<_> = all.iter().filter(|s| !s.silent).cloned().collect();
+        let servers = if live.is_empty() { all } else { live };
         let mut count = merged.stripe_count.unwrap_or(0) as usize;
         if count == 0 || count > servers.len() {
             count = servers.len();

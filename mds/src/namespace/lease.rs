@@ -78,7 +78,7 @@ impl Namespace {
         }
         // Each create used a reserved inode number (or meant to): as many come with the renewal.
         let used = entries.iter().filter(|e| matches!(e, DirOp::Create(_))).count();
-        let r = self.dir_batch_sync(dir, entries);
+        let r = self.dir_batch_sync(holder.client, dir, entries);
         let (results, dir_attr) = self.durable(r).await?;
         let lease = match self.leases.renew(dir, token, keep) {
             Renewal::Renewed => Some(self.new_lease(dir, token, used, dir_attr.clone())?),
@@ -96,7 +96,7 @@ impl Namespace {
     /// Applies each change of a batch in one transaction: creates (and opens, as asked) and unlinks; an
     /// entry that cannot be applied fails alone. A create whose name already holds its inode number was
     /// made by an earlier send of the same batch.
-    fn dir_batch_sync(&self, dir: Ino, entries: Vec<DirOp>) -> FsResult<(Vec<BatchResult>, Attr)> {
+    fn dir_batch_sync(&self, client: u64, dir: Ino, entries: Vec<DirOp>) -> FsResult<(Vec<BatchResult>, Attr)> {
         let _g = self.lock();
         let mut tx = self.store.begin();
         let mut dir_attr = tx.dir(dir)?.attr;
@@ -113,7 +113,7 @@ impl Namespace {
                     let r = self.batch_create(&mut tx, dir, base, &e, &mut used, &mut dir_attr);
                     let r = r.and_then(|layout| match (e.open, layout) {
                         (Some(_), Some(l)) => {
-                            let handle = self.register_open(e.ino);
+                            let handle = self.register_open(e.ino, client);
                             opened.push((e.ino, handle));
                             Ok(Some((handle, l)))
                         }
@@ -133,11 +133,8 @@ impl Namespace {
             results.push(BatchResult { ino, result });
         }
         if let Err(e) = self.commit(tx) {
-            let mut opens = self.opens();
             for (ino, handle) in opened {
-                if let Some(h) = opens.get_mut(&ino) {
-                    h.remove(&handle);
-                }
+                self.unregister_open(ino, handle);
             }
             return Err(e);
         }

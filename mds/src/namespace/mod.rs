@@ -38,18 +38,23 @@ use crate::dsclient::DataServers;
 use crate::lease::{Holder, Leases};
 use crate::perm;
 use crate::placement::{self, Placement};
+use crate::session::Sessions;
 use crate::stats::StatsView;
 use crate::store::{Inode, Store, Txn};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 use tessera_proto::config::Defaults;
 use tessera_proto::error::ErrorCode;
 use tessera_proto::layout::LayoutSpec;
 use tessera_proto::msg::*;
 use tessera_proto::*;
 use tokio::sync::Notify;
-use tracing::info;
+use tracing::{info, warn};
+
+/// Default of `[mds] eviction_timeout_s`.
+pub const EVICTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn err(code: ErrorCode, detail: impl Into<String>) -> FsError {
     FsError::new(code, detail)
@@ -77,6 +82,8 @@ pub struct Namespace {
     /// Open handles per inode (in memory: they do not survive a restart).
     opens: Mutex<HashMap<Ino, HashSet<u64>>>,
     next_handle: AtomicU64,
+    /// Which client holds which handle, and when each was last heard from (eviction).
+    sessions: Mutex<Sessions>,
     placement: Box<dyn Placement>,
     stats: Arc<StatsView>,
     defaults: LayoutSpec,
@@ -107,6 +114,7 @@ impl Namespace {
             mutate: Mutex::new(()),
             opens: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
+            sessions: Mutex::new(Sessions::new(EVICTION_TIMEOUT)),
             placement,
             stats,
             defaults: spec,
@@ -174,6 +182,42 @@ impl Namespace {
         self.opens.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn sessions(&self) -> MutexGuard<'_, Sessions> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Clients silent for this long are evicted (`[mds] eviction_timeout_s`).
+    pub fn set_eviction_timeout(&self, timeout: Duration) {
+        let mut s = self.sessions();
+        *s = Sessions::new(timeout);
+    }
+
+    /// Clients holding a session now.
+    pub fn session_count(&self) -> usize {
+        self.sessions().len()
+    }
+
+    /// Evicts the clients silent for longer than the eviction timeout: closes their handles (destroying
+    /// the files they had unlinked while open). Returns the number of clients evicted.
+    pub async fn evict_silent(&self) -> usize {
+        let evictions = self.sessions().expire(Instant::now());
+        for ev in &evictions {
+            warn!(
+                client = format_args!("{:016x}", ev.client),
+                silent_s = ev.silent.as_secs(),
+                handles = ev.handles.len(),
+                "evicted a silent client: its open handles are closed"
+            );
+            for &(handle, ino) in &ev.handles {
+                let r = self.close_handle(ino, handle, None, false).map(|(_, changed)| changed);
+                if let Err(e) = self.durable(r).await {
+                    warn!(ino, "closing an evicted handle: {e}");
+                }
+            }
+        }
+        evictions.len()
+    }
+
     fn is_open(&self, ino: Ino) -> bool {
         self.opens().get(&ino).is_some_and(|h| !h.is_empty())
     }
@@ -200,27 +244,40 @@ impl Namespace {
         Ok(v)
     }
 
-    /// Serves one request (everything except the data-server report, which needs the peer's role).
+    /// Serves one request (everything except the data-server report, which needs the peer's role) for a
+    /// caller without a session (client 0: the MDS's own callers and tests).
     pub async fn handle(&self, c: &Caller, req: MdsRequest) -> FsResult<MdsReply> {
+        self.serve(c, 0, req).await
+    }
+
+    /// Serves one request of `client` (handles it opens are its own, evicted with it).
+    async fn serve(&self, c: &Caller, client: u64, req: MdsRequest) -> FsResult<MdsReply> {
         use MdsRequest as Q;
         match req {
             Q::Ping => Ok(MdsReply::Pong { version: PROTOCOL_VERSION }),
+            Q::KeepAlive => {
+                let mut s = self.sessions();
+                let evicted = s.keep_alive(client, Instant::now());
+                let timeout_ms = s.timeout().as_millis().min(u64::MAX as u128) as u64;
+                Ok(MdsReply::Session { evicted, timeout_ms })
+            }
             Q::Lookup { parent, name } => self.lookup(c, parent, &name),
             Q::LookupPath { path, follow } => self.resolve(c, &path, follow).map(entry),
             Q::GetAttr { ino } => Ok(MdsReply::Attr(self.store.begin().inode(ino)?.attr)),
             Q::SetAttr { ino, set } => self.setattr(c, ino, set).await,
             Q::Create { parent, name, kind, perm, rdev, exclusive, layout } => {
-                let r = self.create_sync(c, parent, &name, kind, perm, rdev, exclusive, layout, false);
+                let r = self.create_sync(c, parent, &name, kind, perm, rdev, exclusive, layout, None);
                 self.durable(r.map(|(i, _)| entry(i))).await
             }
             Q::CreateOpen { parent, name, perm, exclusive, layout, flags } => {
-                let r = self.create_sync(c, parent, &name, FileKind::File, perm, 0, exclusive, layout, true);
+                let open = Some(client);
+                let r = self.create_sync(c, parent, &name, FileKind::File, perm, 0, exclusive, layout, open);
                 match self.durable(r).await? {
                     (i, Some((handle, parent))) => {
                         Ok(MdsReply::Opened { attr: i.attr, layout: i.layout, handle, parent: Some(parent) })
                     }
                     // It existed: an ordinary open, with its permission checks and O_TRUNC.
-                    (i, None) => self.open(c, i.attr.ino, flags).await,
+                    (i, None) => self.open(c, client, i.attr.ino, flags).await,
                 }
             }
             Q::Sync => self.store.flush().await.map(|_| MdsReply::Ok),
@@ -240,7 +297,7 @@ impl Namespace {
                 self.durable(self.rename_sync(c, parent, &name, new_parent, &new_name, flags)).await
             }
             Q::ReadDir { ino, offset, max } => self.readdir(c, ino, offset, max),
-            Q::Open { ino, flags } => self.open(c, ino, flags).await,
+            Q::Open { ino, flags } => self.open(c, client, ino, flags).await,
             Q::Close { ino, handle, size, wrote } => {
                 // A close that changed nothing (no write, no orphan removed) has nothing to make durable.
                 match self.close_sync(ino, handle, size, wrote) {
@@ -278,13 +335,25 @@ impl Namespace {
 
     /// The requests that belong to a lease holder (a client on a connection): directory leases and their
     /// batches of creates.
+    /// Every request from a client passes here, and renews its session.
     pub async fn handle_lease(&self, c: &Caller, holder: Holder, req: MdsRequest) -> FsResult<MdsReply> {
+        if !matches!(req, MdsRequest::KeepAlive) {
+            let mut s = self.sessions();
+            s.touch(holder.client, Instant::now());
+            if s.tell_evicted(holder.client) {
+                return Err(err(
+                    ErrorCode::Evicted,
+                    "this client was evicted (silent for longer than the eviction timeout): its open files were \
+                     closed and this request was not applied",
+                ));
+            }
+        }
         match req {
             MdsRequest::LeaseDir { dir } => self.lease_dir(c, holder, dir).map(MdsReply::Lease),
             MdsRequest::DirBatch { dir, token, entries, keep } => {
                 self.dir_batch(holder, dir, token, entries, keep).await
             }
-            other => self.handle(c, other).await,
+            other => self.serve(c, holder.client, other).await,
         }
     }
 }

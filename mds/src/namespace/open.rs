@@ -2,19 +2,33 @@
 
 use super::{err, Namespace};
 use crate::perm::{self, R, W};
+use crate::session::Closed;
 use crate::store::Inode;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 use tessera_proto::error::ErrorCode;
 use tessera_proto::msg::{MdsReply, OpenFlags};
 use tessera_proto::{Caller, FileKind, FsError, FsResult, Ino, Timestamp};
 
 impl Namespace {
-    /// A new open handle of `ino`. Call under the mutation lock, so an unlink sees it and keeps the
-    /// file as an orphan.
-    pub(super) fn register_open(&self, ino: Ino) -> u64 {
+    /// A new open handle of `ino` for `client`. Call under the mutation lock, so an unlink sees it and
+    /// keeps the file as an orphan.
+    pub(super) fn register_open(&self, ino: Ino, client: u64) -> u64 {
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
         self.opens().entry(ino).or_default().insert(handle);
+        self.sessions().opened(client, handle, ino, Instant::now());
         handle
+    }
+
+    /// Forgets `handle`; says whether it was open.
+    pub(super) fn unregister_open(&self, ino: Ino, handle: u64) -> bool {
+        self.sessions().closed(handle);
+        let mut opens = self.opens();
+        let had = opens.get_mut(&ino).is_some_and(|h| h.remove(&handle));
+        if opens.get(&ino).is_some_and(|h| h.is_empty()) {
+            opens.remove(&ino);
+        }
+        had
     }
 
     fn check_open(c: &Caller, i: &Inode, flags: OpenFlags) -> FsResult<()> {
@@ -37,7 +51,7 @@ impl Namespace {
         Ok(())
     }
 
-    pub(super) async fn open(&self, c: &Caller, ino: Ino, flags: OpenFlags) -> FsResult<MdsReply> {
+    pub(super) async fn open(&self, c: &Caller, client: u64, ino: Ino, flags: OpenFlags) -> FsResult<MdsReply> {
         let cur = self.store.begin().inode(ino)?;
         Self::check_open(c, &cur, flags)?;
         let truncate = flags.truncate && cur.attr.kind == FileKind::File;
@@ -59,7 +73,7 @@ impl Namespace {
                 tx.put_inode(&i)?;
                 self.commit(tx)?;
             }
-            let handle = self.register_open(ino);
+            let handle = self.register_open(ino, client);
             Ok(MdsReply::Opened { attr: i.attr, layout: i.layout, handle, parent: None })
         };
         if truncate {
@@ -69,7 +83,8 @@ impl Namespace {
         }
     }
 
-    /// Drops a handle and merges the size; also says whether anything was written to the store.
+    /// A client's close: [`Namespace::close_handle`], unless eviction closed the handle already (ESTALE:
+    /// the writes it covered may be lost).
     pub(super) fn close_sync(
         &self,
         ino: Ino,
@@ -77,15 +92,25 @@ impl Namespace {
         size: Option<u64>,
         wrote: bool,
     ) -> FsResult<(MdsReply, bool)> {
+        if self.sessions().closed(handle) == Closed::Evicted {
+            return Err(err(
+                ErrorCode::Stale,
+                format!("handle {handle} of inode {ino} was closed when this client was evicted (silent too long)"),
+            ));
+        }
+        self.close_handle(ino, handle, size, wrote)
+    }
+
+    /// Drops a handle and merges the size; also says whether anything was written to the store.
+    pub(super) fn close_handle(
+        &self,
+        ino: Ino,
+        handle: u64,
+        size: Option<u64>,
+        wrote: bool,
+    ) -> FsResult<(MdsReply, bool)> {
         let _g = self.lock();
-        let had = {
-            let mut opens = self.opens();
-            let had = opens.get_mut(&ino).is_some_and(|h| h.remove(&handle));
-            if opens.get(&ino).is_some_and(|h| h.is_empty()) {
-                opens.remove(&ino);
-            }
-            had
-        };
+        let had = self.unregister_open(ino, handle);
         let mut tx = self.store.begin();
         let Some(mut i) = tx.get_inode(ino)? else {
             return if had {

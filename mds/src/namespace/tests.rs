@@ -311,6 +311,48 @@ async fn rename_corner_cases() {
 }
 
 #[tokio::test]
+async fn a_silent_client_is_evicted_its_orphans_destroyed_and_it_is_told_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    ns.set_eviction_timeout(Duration::from_millis(300));
+    let r = root();
+    let (gone, live) = (Holder { conn: 1, client: 7 }, Holder { conn: 2, client: 8 });
+    let open = |ino| MdsRequest::Open { ino, flags: OpenFlags { read: true, write: true, truncate: false } };
+    let handle_of = |reply: MdsReply| match reply {
+        MdsReply::Opened { handle, .. } => handle,
+        o => panic!("{o:?}"),
+    };
+    let f = create(&ns, &r, ROOT_INO, "f").await.unwrap();
+    let l = layout(&ns, f.ino).await;
+    let h7 = handle_of(ns.handle_lease(&r, gone, open(f.ino)).await.unwrap());
+    let h8 = handle_of(ns.handle_lease(&r, live, open(f.ino)).await.unwrap());
+    unlink(&ns, &r, ROOT_INO, "f").await.unwrap();
+    // Client 7 falls silent; client 8 keeps its session.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    ns.handle_lease(&r, live, MdsRequest::KeepAlive).await.unwrap();
+    assert_eq!(ns.evict_silent().await, 1, "client 7 only");
+    assert_eq!(getattr(&ns, f.ino).await.nlink, 0, "client 8 still holds the orphan");
+    assert!(destroyed_objects(&ns).is_empty());
+    // Client 7 is told once (its request is not applied), then goes on; its old handle is stale.
+    assert_eq!(code(ns.handle_lease(&r, gone, MdsRequest::GetAttr { ino: ROOT_INO }).await), ErrorCode::Evicted);
+    ns.handle_lease(&r, gone, MdsRequest::GetAttr { ino: ROOT_INO }).await.unwrap();
+    let close7 = MdsRequest::Close { ino: f.ino, handle: h7, size: None, wrote: false };
+    assert_eq!(code(ns.handle_lease(&r, gone, close7).await), ErrorCode::Stale);
+    // Client 8 falls silent too: the last handle closes and the orphan is destroyed.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    ns.handle_lease(&r, gone, MdsRequest::KeepAlive).await.unwrap();
+    assert_eq!(ns.evict_silent().await, 1, "client 8; client 7 kept its new session");
+    assert_eq!(code(ns.handle(&r, MdsRequest::GetAttr { ino: f.ino }).await), ErrorCode::NotFound);
+    assert_eq!(destroyed_objects(&ns), objects(&l));
+    match ns.handle_lease(&r, live, MdsRequest::KeepAlive).await.unwrap() {
+        MdsReply::Session { evicted, timeout_ms } => assert!(evicted && timeout_ms == 300),
+        o => panic!("{o:?}"),
+    }
+    let close8 = MdsRequest::Close { ino: f.ino, handle: h8, size: None, wrote: false };
+    assert_eq!(code(ns.handle_lease(&r, live, close8).await), ErrorCode::Stale);
+}
+
+#[tokio::test]
 async fn unlink_open_file_becomes_orphan_until_last_close() {
     let dir = tempfile::tempdir().unwrap();
     let (ns, data) = open_ns(dir.path());

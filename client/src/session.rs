@@ -1,0 +1,160 @@
+//! This client's session with the MDS (see the MDS's `session` module): a keep-alive every third of
+//! the eviction timeout, and what an eviction means here. Handles opened before an eviction belong to
+//! a session the MDS has ended (it closed them, and destroyed the files they kept alive after an
+//! unlink), so their reads, writes and fsyncs fail with EIO; new opens work as before.
+
+use crate::mds_client::MdsClient;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tessera_proto::error::{ErrorCode, FsError, FsResult};
+
+/// Keep-alive period before the MDS has said its eviction timeout.
+const FIRST_PERIOD: Duration = Duration::from_secs(10);
+/// Shortest keep-alive period, however short the timeout.
+const MIN_PERIOD: Duration = Duration::from_millis(500);
+
+/// Shared by every clone of one client's [`MdsClient`].
+#[derive(Debug)]
+pub struct Session {
+    /// How many evictions this client has been told of.
+    epoch: AtomicU64,
+    base: Instant,
+    /// When the MDS last answered (milliseconds since `base`).
+    heard_ms: AtomicU64,
+    /// The MDS's eviction timeout in milliseconds (0 until a keep-alive said it).
+    timeout_ms: AtomicU64,
+}
+
+impl Default for Session {
+    fn default() -> Session {
+        Session {
+            epoch: AtomicU64::new(0),
+            base: Instant::now(),
+            heard_ms: AtomicU64::new(0),
+            timeout_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Session {
+    /// The session handles opened now belong to.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Fails (EIO) when a handle opened in session `opened_in` was closed by an eviction since, or may
+    /// have been: the MDS has not answered for longer than its eviction timeout (a client stopped or
+    /// cut off that long is evicted; handles work again if the next keep-alive says it was not).
+    pub fn check(&self, opened_in: u64) -> FsResult<()> {
+        if self.epoch() != opened_in {
+            return Err(FsError::new(
+                ErrorCode::Io,
+                "the metadata server evicted this client (silent for longer than its eviction timeout) and \
+                 closed this handle: open the file again",
+            ));
+        }
+        let timeout = self.timeout_ms.load(Ordering::Acquire);
+        let silent = self.now_ms().saturating_sub(self.heard_ms.load(Ordering::Acquire));
+        if timeout > 0 && silent > timeout {
+            return Err(FsError::new(
+                ErrorCode::Io,
+                format!(
+                    "no answer from the metadata server for {:.1} s, longer than its eviction timeout ({:.1} s): \
+                     this handle may have been closed",
+                    silent as f64 / 1e3,
+                    timeout as f64 / 1e3
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.base.elapsed().as_millis().min(u64::MAX as u128) as u64
+    }
+
+    /// The MDS answered a request.
+    pub(crate) fn heard(&self) {
+        self.heard_ms.fetch_max(self.now_ms(), Ordering::AcqRel);
+    }
+
+    /// A keep-alive's answer: the eviction timeout, and whether this client was evicted.
+    pub(crate) fn renewed(&self, timeout: Duration, evicted: bool) {
+        if evicted {
+            self.evicted();
+        }
+        self.timeout_ms.store(timeout.as_millis().clamp(1, u64::MAX as u128) as u64, Ordering::Release);
+    }
+
+    /// The MDS said it evicted this client.
+    pub(crate) fn evicted(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        tracing::warn!("the metadata server evicted this client: files opened before fail with EIO");
+    }
+}
+
+/// The keep-alive period for an eviction timeout.
+pub fn period(timeout: Duration) -> Duration {
+    (timeout / 3).max(MIN_PERIOD)
+}
+
+/// Sends keep-alives until dropped (with the client's last clone).
+pub(crate) struct KeepAlive(tokio::task::JoinHandle<()>);
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Starts sending `mds`'s keep-alives, the first at once.
+pub(crate) fn spawn_keep_alive(mds: MdsClient) -> KeepAlive {
+    KeepAlive(tokio::spawn(async move {
+        let mut every = FIRST_PERIOD;
+        loop {
+            match mds.keep_alive().await {
+                Ok(timeout) => every = period(timeout),
+                Err(e) => tracing::debug!("keep-alive: {e}"),
+            }
+            tokio::time::sleep(every).await;
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_of_an_earlier_session_fail_with_eio() {
+        let s = Session::default();
+        let opened = s.epoch();
+        assert!(s.check(opened).is_ok());
+        s.evicted();
+        let e = s.check(opened).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Io);
+        assert!(e.detail.contains("evicted"), "{e}");
+        assert!(s.check(s.epoch()).is_ok(), "opens after the eviction work");
+    }
+
+    #[test]
+    fn handles_fail_while_the_mds_has_been_silent_longer_than_the_eviction_timeout() {
+        let s = Session::default();
+        s.heard();
+        assert!(s.check(0).is_ok(), "the timeout is not known yet");
+        s.renewed(Duration::from_millis(30), false);
+        s.heard();
+        assert!(s.check(0).is_ok());
+        std::thread::sleep(Duration::from_millis(60));
+        let e = s.check(0).unwrap_err();
+        assert!(e.detail.contains("no answer from the metadata server"), "{e}");
+        s.heard();
+        assert!(s.check(0).is_ok(), "a keep-alive that says the session lives restores the handles");
+    }
+
+    #[test]
+    fn keep_alives_come_three_times_per_timeout() {
+        assert_eq!(period(Duration::from_secs(30)), Duration::from_secs(10));
+        assert_eq!(period(Duration::from_secs(1)), MIN_PERIOD);
+    }
+}
