@@ -19,7 +19,8 @@ grep -q READY "$work/fuse-a.log" || { echo "the mount did not start"; cat "$work
 apid=${fuse_pids[-1]}
 now() { date +%s.%N; }
 since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$(now)"; }
-used() { "$bin/tessera" df --json | python3 -c "import json, sys; print(sum(t['used'] for t in json.load(sys.stdin)['targets']))"; }
+# Bytes used: the data servers' reports (each reports the host file system they share: the largest one).
+used() { "$bin/tessera" df --json | python3 -c "import json, sys; print(max(s['report']['used'] for s in json.load(sys.stdin) if s['report']))"; }
 dd if=/dev/zero of="$work/a/held" bs=1M count="$size" conv=fsync status=none || { echo "write failed"; exit 1; }
 ( exec 3< "$work/a/held"; sleep 100000 ) &
 holder=$!
