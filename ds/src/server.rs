@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use tessera_proto::config::{DsOptions, OrchestratorOptions};
 use tessera_proto::frame::MAX_PAYLOAD;
 use tessera_proto::msg::{
-    carries_data, check_read_extents, split_runs, DsCall, DsReply, DsRequest, Extent, MAX_REMOVE_OBJECTS,
+    carries_data, check_read_extents, split_runs, DsCall, DsReply, DsRequest, Extent, MAX_LIST_OBJECTS,
+    MAX_REMOVE_OBJECTS,
 };
 use tessera_proto::rpc::{PeerInfo, Service};
 
@@ -326,6 +327,16 @@ impl DsService {
                 Err(e) => Err(e),
             },
             DsRequest::Report => self.reporter.build().await.map(DsReply::Report),
+            DsRequest::ListObjects { shard, after, max } => match check_privileged(role) {
+                Ok(()) => {
+                    let max = (max as usize).min(MAX_LIST_OBJECTS);
+                    self.store
+                        .list_shard(shard, after, max)
+                        .await
+                        .map(|(objects, more)| DsReply::Objects { objects, more })
+                }
+                Err(e) => Err(e),
+            },
             DsRequest::Serve(cmd) => match role {
                 Role::Mds => {
                     let (epoch, at_unix_us) = self.path.serve.apply(&cmd);
@@ -377,6 +388,39 @@ mod tests {
 
     pub(super) fn tag(job: &str) -> IoTag {
         IoTag { origin: tessera_proto::Origin { job: job.into(), client: 1, pid: 42 }, ino: 5 }
+    }
+
+    #[tokio::test]
+    async fn list_objects_pages_through_a_shard_in_id_order_for_privileged_roles_only() {
+        let (_d, s) = service();
+        // Shard 0x07: ids whose low byte is 7; one object elsewhere.
+        let ids: Vec<u64> = (0..5u64).map(|k| (k << 8) | 7).collect();
+        for (k, &id) in ids.iter().enumerate().rev() {
+            let w = DsRequest::Write { tag: tag("j"), object: id, offset: 0, sync: false };
+            s.request(Role::Client, w, Bytes::from(vec![1u8; k + 1])).await.0.unwrap();
+        }
+        let w = DsRequest::Write { tag: tag("j"), object: 8, offset: 0, sync: false };
+        s.request(Role::Client, w, Bytes::from_static(b"x")).await.0.unwrap();
+        let list = |after, max| DsRequest::ListObjects { shard: 7, after, max };
+        let page = |r: FsResult<DsReply>| match r.unwrap() {
+            DsReply::Objects { objects, more } => (objects, more),
+            o => panic!("{o:?}"),
+        };
+        let (first, more) = page(s.request(Role::Admin, list(0, 2), Bytes::new()).await.0);
+        assert_eq!(first, vec![(ids[0], 1), (ids[1], 2)]);
+        assert!(more);
+        let (rest, more) = page(s.request(Role::Mds, list(ids[1], 100), Bytes::new()).await.0);
+        assert_eq!(rest, vec![(ids[2], 3), (ids[3], 4), (ids[4], 5)]);
+        assert!(!more);
+        let (none, more) =
+            page(s.request(Role::Mds, DsRequest::ListObjects { shard: 9, after: 0, max: 10 }, Bytes::new()).await.0);
+        assert!(none.is_empty() && !more, "an empty shard");
+        // An absurd page size is capped, not allocated.
+        let (all, _) = page(s.request(Role::Admin, list(0, u32::MAX), Bytes::new()).await.0);
+        assert_eq!(all.len(), 5);
+        for role in [Role::Client, Role::Ion] {
+            assert_eq!(s.request(role, list(0, 10), Bytes::new()).await.0.unwrap_err().code, ErrorCode::Perm);
+        }
     }
 
     #[tokio::test]

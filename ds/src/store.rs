@@ -424,6 +424,26 @@ impl Store {
         blocking(move || inner.list_blocking()).await
     }
 
+    /// Up to `max` objects of shard `shard` (the low byte of their ids) with ids above `after`, in id
+    /// order, and whether the shard holds more: one directory read per page.
+    pub async fn list_shard(&self, shard: u8, after: ObjectId, max: usize) -> FsResult<(Vec<(ObjectId, u64)>, bool)> {
+        let inner = self.inner.clone();
+        blocking(move || {
+            let mut out = Vec::new();
+            let dir = inner.objects.join(format!("{shard:02x}"));
+            match std::fs::read_dir(&dir) {
+                Ok(entries) => inner.list_dir(&dir, entries, &mut out, |id| id > after)?,
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+            out.sort_unstable();
+            let more = out.len() > max;
+            out.truncate(max);
+            Ok((out, more))
+        })
+        .await
+    }
+
     /// Space of the file system holding the store, and the number of objects.
     pub async fn space(&self) -> FsResult<Space> {
         let inner = self.inner.clone();
@@ -593,31 +613,44 @@ impl Inner {
         let mut out = Vec::new();
         for shard in std::fs::read_dir(&self.objects)? {
             let shard = shard?;
-            let Some(shard_name) = shard.file_name().to_str().map(str::to_owned) else { continue };
-            if shard_name.len() != 2 || !shard.file_type()?.is_dir() {
+            if shard.file_name().len() != 2 || !shard.file_type()?.is_dir() {
                 continue;
             }
-            for ent in std::fs::read_dir(shard.path())? {
-                let ent = ent?;
-                let name = ent.file_name();
-                let Some(name) = name.to_str() else { continue };
-                if name.len() != 16 {
-                    continue;
-                }
-                let Ok(id) = u64::from_str_radix(name, 16) else { continue };
-                if format!("{:02x}", id & 0xff) != shard_name {
-                    continue;
-                }
-                match ent.metadata() {
-                    Ok(m) if m.is_file() => out.push((id, m.len())),
-                    Ok(_) => {}
-                    Err(e) if e.kind() == ErrorKind::NotFound => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
+            self.list_dir(&shard.path(), std::fs::read_dir(shard.path())?, &mut out, |_| true)?;
         }
         out.sort_unstable();
         Ok(out)
+    }
+
+    /// The objects (`(id, size)`) in shard directory `dir` whose ids pass `keep`, appended to `out`
+    /// unsorted; names that are not objects of this shard are skipped.
+    fn list_dir(
+        &self,
+        dir: &Path,
+        entries: std::fs::ReadDir,
+        out: &mut Vec<(ObjectId, u64)>,
+        keep: impl Fn(ObjectId) -> bool,
+    ) -> FsResult<()> {
+        let shard_name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        for ent in entries {
+            let ent = ent?;
+            let name = ent.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.len() != 16 {
+                continue;
+            }
+            let Ok(id) = u64::from_str_radix(name, 16) else { continue };
+            if format!("{:02x}", id & 0xff) != shard_name || !keep(id) {
+                continue;
+            }
+            match ent.metadata() {
+                Ok(m) if m.is_file() => out.push((id, m.len())),
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 }
 

@@ -57,7 +57,10 @@ impl IonService {
                     Err(e) => error(e),
                 }
             }
-            DsRequest::Truncate { .. } | DsRequest::Remove { .. } | DsRequest::Serve(_) => {
+            DsRequest::Truncate { .. }
+            | DsRequest::Remove { .. }
+            | DsRequest::Serve(_)
+            | DsRequest::ListObjects { .. } => {
                 error(FsError::perm("forwarding nodes pass on only clients' data requests"))
             }
         }

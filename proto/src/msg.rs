@@ -634,6 +634,14 @@ pub enum DsRequest {
     Report,
     /// Orchestrator: which requests to release from now on (role mds only).
     Serve(ServeCommand),
+    /// Lists objects with their sizes (`tessera fsck`; roles mds and admin): those of shard `shard`
+    /// (objects are kept in 256 shards by the low byte of their id) with ids above `after`, in id order,
+    /// at most `max` (capped at [`MAX_LIST_OBJECTS`]). Reply: `Objects`.
+    ListObjects {
+        shard: u8,
+        after: ObjectId,
+        max: u32,
+    },
 }
 
 /// One run of a [`DsRequest::WriteV`] (the next `len` bytes of the payload go to object offset `offset`)
@@ -647,6 +655,9 @@ pub struct Extent {
 /// Most objects one [`DsRequest::Remove`] may name (the MDS's destroy log sends a burst of unlinks'
 /// objects to each data server in requests of at most this many).
 pub const MAX_REMOVE_OBJECTS: usize = 4096;
+
+/// Most objects one [`DsRequest::ListObjects`] answers with.
+pub const MAX_LIST_OBJECTS: usize = 16384;
 
 /// Most runs one [`DsRequest::WriteV`] or [`DsRequest::ReadV`] may carry.
 pub const MAX_EXTENTS: usize = 1024;
@@ -733,6 +744,11 @@ pub enum DsReply {
     Switched {
         epoch: u64,
         at_unix_us: u64,
+    },
+    /// A `ListObjects`'s page: `(id, size)` in id order; `more` when the shard holds further objects.
+    Objects {
+        objects: Vec<(ObjectId, u64)>,
+        more: bool,
     },
 }
 
