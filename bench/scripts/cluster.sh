@@ -66,3 +66,12 @@ mount_fuse() {
   mounts+=("$1")
   for _ in $(seq 100); do grep -q READY "$2" && break; sleep 0.2; done
 }
+
+# need_ready NAME LOG: exits (printing LOG) unless the node or mount that writes LOG said READY.
+need_ready() {
+  grep -q READY "$2" || { echo "$1 did not start:"; cat "$2"; exit 1; }
+}
+
+# now: seconds since the epoch; since T0 [DIGITS]: seconds from T0 to now (2 decimals by default).
+now() { date +%s.%N; }
+since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.{sys.argv[3]}f}')" "$1" "$(now)" "${2:-2}"; }

@@ -15,10 +15,8 @@ work=$(mktemp -d /tmp/tessera-eviction.XXXXXX)
 . "$here/bench/scripts/cluster.sh"
 start_by_hand "$work/c" "$nds"
 mount_fuse "$work/a" "$work/fuse-a.log"
-grep -q READY "$work/fuse-a.log" || { echo "the mount did not start"; cat "$work/fuse-a.log"; exit 1; }
+need_ready "mount A" "$work/fuse-a.log"
 apid=${fuse_pids[-1]}
-now() { date +%s.%N; }
-since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$(now)"; }
 # Bytes used: the data servers' reports (each reports the host file system they share: the largest one).
 used() { "$bin/tessera" df --json | python3 -c "import json, sys; print(max(s['report']['used'] for s in json.load(sys.stdin) if s['report']))"; }
 dd if=/dev/zero of="$work/a/held" bs=1M count="$size" conv=fsync status=none || { echo "write failed"; exit 1; }
@@ -38,7 +36,7 @@ for _ in $(seq 240); do
   sleep 0.5
   freed=$(( (before - $(used)) / 1048576 ))
   if [ "$freed" -ge $(( size * 9 / 10 )) ]; then
-    echo "space back $(since "$tk") s after kill -9 of mount A: $freed MiB freed"
+    echo "space back $(since "$tk" 1) s after kill -9 of mount A: $freed MiB freed"
     break
   fi
 done

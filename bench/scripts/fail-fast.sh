@@ -17,9 +17,7 @@ work=$(mktemp -d /tmp/tessera-failfast.XXXXXX)
 dir=$work/c
 start_by_hand "$dir" "$nds"
 mount_fuse "$work/m" "$work/fuse.log"
-grep -q READY "$work/fuse.log" || { echo "the mount did not start"; cat "$work/fuse.log"; exit 1; }
-now() { date +%s.%N; }
-since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$1" "$(now)"; }
+need_ready "the mount" "$work/fuse.log"
 for r in $(seq "$rounds"); do
   # A small file on every data server (one stripe each, round-robin).
   for i in $(seq 0 $((nds - 1))); do "$bin/tessera" setstripe -c 1 "/small$r-$i" > /dev/null 2>&1; echo "small $i" > "$work/m/small$r-$i"; done

@@ -31,7 +31,7 @@ start_cluster "$nds"
 bin=$b_bin mount_fuse "$work/w" "$work/fw.log"
 bin=$a_bin mount_fuse "$work/a" "$work/fa.log"
 bin=$b_bin mount_fuse "$work/b" "$work/fb.log"
-for m in w a b; do grep -q READY "$work/f$m.log" || { echo "mount $m did not start:"; cat "$work/f$m.log"; exit 1; }; done
+for m in w a b; do need_ready "mount $m" "$work/f$m.log"; done
 
 # Bytes the data servers have served to readers since they started (all jobs).
 served() {

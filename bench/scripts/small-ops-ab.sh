@@ -33,7 +33,7 @@ for c in a b; do
   conf_of[$c]=$TESSERA_CONFIG
   mount_fuse "$work/$c-1" "$work/fuse-$c-1.log"
   mount_fuse "$work/$c-2" "$work/fuse-$c-2.log"
-  for m in 1 2; do grep -q READY "$work/fuse-$c-$m.log" || { echo "mount $c-$m did not start:"; cat "$work/fuse-$c-$m.log"; exit 1; }; done
+  for m in 1 2; do need_ready "mount $c-$m" "$work/fuse-$c-$m.log"; done
   mkdir -p "$work/$c-1/fio" "$work/$c-1/seq"
 done
 drop_caches() { sync; echo 1 > /proc/sys/vm/drop_caches; }

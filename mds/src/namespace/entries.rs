@@ -83,9 +83,10 @@ impl Namespace {
         let stripe_size = merged.stripe_size.unwrap_or(1 << 20);
         // Data servers not heard from lately are left out while others are up (a file gets fewer
         // stripes, as Lustre skips inactive OSTs), so new files can be written while one is down.
-        let all = self.stats.snapshot();
-        let live: Vec<_> = all.iter().filter(|s| !s.silent).cloned().collect();
-        let servers = if live.is_empty() { all } else { live };
+        let mut servers = self.stats.snapshot();
+        if servers.iter().any(|s| !s.silent) {
+            servers.retain(|s| !s.silent);
+        }
         let mut count = merged.stripe_count.unwrap_or(0) as usize;
         if count == 0 || count > servers.len() {
             count = servers.len();

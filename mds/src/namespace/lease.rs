@@ -134,6 +134,7 @@ impl Namespace {
         }
         if let Err(e) = self.commit(tx) {
             for (ino, handle) in opened {
+                self.sessions().closed(handle);
                 self.unregister_open(ino, handle);
             }
             return Err(e);

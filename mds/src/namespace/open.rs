@@ -20,9 +20,9 @@ impl Namespace {
         handle
     }
 
-    /// Forgets `handle`; says whether it was open.
+    /// Forgets `handle` of `ino` (its session's record is the caller's: [`Namespace::close_sync`] asks
+    /// it, eviction has dropped it already); says whether it was open.
     pub(super) fn unregister_open(&self, ino: Ino, handle: u64) -> bool {
-        self.sessions().closed(handle);
         let mut opens = self.opens();
         let had = opens.get_mut(&ino).is_some_and(|h| h.remove(&handle));
         if opens.get(&ino).is_some_and(|h| h.is_empty()) {
