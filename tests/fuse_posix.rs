@@ -986,7 +986,10 @@ fn fuse_a_silent_mount_is_evicted_and_its_unlinked_open_file_destroyed() {
     wait_for("the MDS evicts the stopped mount and destroys its unlinked file", &|n| n == 0);
     child.signal(libc::SIGCONT);
 
-    // Its keep-alive tells it of the eviction within moments: the old descriptor then fails.
+    // A new file at once works, whether the mount learns of its eviction from its keep-alive first or
+    // from the MDS refusing this create (which the client then sends again).
+    std::fs::write(a.p("after"), b"new session").unwrap();
+    // The old descriptor fails.
     let deadline = Instant::now() + Duration::from_secs(15);
     let e = loop {
         match f.seek(SeekFrom::Start(0)).and_then(|_| f.write_all(b"late")).and_then(|_| f.sync_all()) {
@@ -999,8 +1002,9 @@ fn fuse_a_silent_mount_is_evicted_and_its_unlinked_open_file_destroyed() {
     assert_eq!(errno_of(f.read(&mut buf)), libc::EIO);
     drop(f);
     // The mount itself works on.
-    std::fs::write(a.p("after"), b"new session").unwrap();
     assert_eq!(std::fs::read(a.p("after")).unwrap(), b"new session");
+    std::fs::write(a.p("later"), b"still").unwrap();
+    assert_eq!(std::fs::read(a.p("later")).unwrap(), b"still");
     assert!(cluster.all_alive());
     a.unmount();
 }

@@ -136,18 +136,26 @@ impl MdsClient {
     /// Sends any request with this client's credentials. Requests that may safely be sent twice are
     /// retried through an MDS restart (for up to [`RESTART_PATIENCE`]); namespace changes are not,
     /// since a lost reply would turn a success into EEXIST/ENOENT on the retry.
+    ///
+    /// The MDS refuses the first request of a client it evicted with [`ErrorCode::Evicted`], without
+    /// applying it: the session then fails the handles opened before, and the request is sent once
+    /// more, so a new open (or anything else not tied to an old handle) works at once.
     pub async fn call(&self, req: MdsRequest) -> FsResult<MdsReply> {
         let retry = req.properties().idempotent;
         let call = MdsCall { caller: self.caller.clone(), origin: (*self.origin).clone(), req };
-        let r = async {
+        let send = || async {
             if let Some(fwd) = &self.fwd {
                 if let Some(reply) = fwd.mds_call(&call, retry).await? {
                     return Ok(reply);
                 }
             }
             call.send(&self.peer).await
+        };
+        let mut r = send().await;
+        if matches!(&r, Err(e) if e.code == ErrorCode::Evicted) {
+            self.session.evicted();
+            r = send().await;
         }
-        .await;
         match &r {
             Ok(_) => self.session.heard(),
             Err(e) if e.code == ErrorCode::Evicted => self.session.evicted(),
