@@ -13,7 +13,7 @@ use tessera_client::file::{File, OpenOptions};
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{ErrorCode, FsError};
 use tessera_proto::layout::LayoutSpec;
-use tessera_proto::msg::{OrchestratorMode, OrchestratorStatus, SetAttrs};
+use tessera_proto::msg::{FsckReport, OrchestratorMode, OrchestratorStatus, SetAttrs};
 use tessera_proto::tls;
 use tessera_proto::types::{Attr, FileKind, Role, Timestamp};
 use tessera_proto::units::parse_size;
@@ -183,6 +183,20 @@ enum Cmd {
     },
     /// Check that the MDS and every data server answer, with round-trip times.
     Ping,
+    /// Check the namespace against itself and every data server's objects, online (admin): dangling
+    /// entries, inodes no entry names, link counts, layouts on unknown servers, orphan objects, a destroy
+    /// log that does not drain, sizes smaller than the data. Exit status as e2fsck's: 0 clean, 1 all
+    /// findings repaired, 4 findings left.
+    Fsck {
+        /// Repair what is found: orphan objects destroyed, dangling entries removed, unreachable inodes
+        /// moved to /lost+found, counts and sizes fixed (then checked again).
+        #[arg(long)]
+        repair: bool,
+        /// Print the report as JSON: {"findings": [{"kind", "what", "action", "repaired"}], "repaired": N,
+        /// "omitted", "inodes", "entries", "objects", "servers", "passes", "elapsed_ms"}.
+        #[arg(long)]
+        json: bool,
+    },
     /// Running programs as the orchestrator sees them: per-server SL/RD, eligibility, slice share.
     Jobs {
         /// Refresh every second in place until Ctrl-C.
@@ -583,18 +597,14 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         Cmd::Getstripe { path } => getstripe(&c, &path).await?,
         Cmd::Df { jobs, json } => df(&c, jobs, json).await?,
         Cmd::Ping => return ping(&c).await,
+        Cmd::Fsck { repair, json } => return fsck(&c, repair, json).await,
         Cmd::Jobs { watch } => watch_status(&c, watch, jobs_text).await?,
         Cmd::Orchestrator(OrchCmd::Status { watch }) => watch_status(&c, watch, orchestrator_text).await?,
         Cmd::Ion(cmd) => crate::ion::run(&c, cmd).await.map_err(CliError::plain)?,
-        Cmd::Orchestrator(OrchCmd::Mode { mode }) => match c.mds().set_orchestrator_mode(mode).await {
-            Ok(()) => println!("orchestrator mode: {mode} (from the next slice boundary)"),
-            Err(e) if e.code == ErrorCode::Perm => {
-                return Err(CliError::plain(format!(
-                    "{e}\n(use the admin configuration: --config DIR/admin.toml as written by `tessera up`)"
-                )))
-            }
-            Err(e) => return Err(CliError::plain(e)),
-        },
+        Cmd::Orchestrator(OrchCmd::Mode { mode }) => {
+            c.mds().set_orchestrator_mode(mode).await.map_err(admin_hint)?;
+            println!("orchestrator mode: {mode} (from the next slice boundary)");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -974,6 +984,62 @@ async fn ping(c: &Client) -> CliResult<ExitCode> {
         }
     }
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The hint an admin-only request adds to a permission error.
+fn admin_hint(e: FsError) -> CliError {
+    if e.code == ErrorCode::Perm {
+        return CliError::plain(format!(
+            "{e}\n(use the admin configuration: --config DIR/admin.toml as written by `tessera up`)"
+        ));
+    }
+    CliError::plain(e)
+}
+
+async fn fsck(c: &Client, repair: bool, json: bool) -> CliResult<ExitCode> {
+    if !json {
+        eprintln!("checking the namespace and every data server's objects{}...", if repair { " (repair)" } else { "" });
+    }
+    let r = c.mds().fsck(repair).await.map_err(admin_hint)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r).map_err(CliError::plain)?);
+    } else {
+        print!("{}", fsck_text(&r));
+    }
+    let left = r.omitted > 0 || r.findings.iter().any(|f| !f.repaired);
+    Ok(ExitCode::from(match (r.findings.is_empty() && r.omitted == 0, left) {
+        (true, _) => 0,
+        (false, false) => 1,
+        (false, true) => 4,
+    }))
+}
+
+fn fsck_text(r: &FsckReport) -> String {
+    let mut out = format!(
+        "{} inodes, {} entries, {} objects on {} data servers; {} pass{}, {:.2} s\n",
+        r.inodes,
+        r.entries,
+        r.objects,
+        r.servers,
+        r.passes,
+        if r.passes == 1 { "" } else { "es" },
+        r.elapsed_ms as f64 / 1000.0
+    );
+    if r.findings.is_empty() {
+        out.push_str("clean: no findings\n");
+        return out;
+    }
+    let w = r.findings.iter().map(|f| f.kind.len()).max().unwrap_or(4).max(4);
+    out.push_str(&format!("{:<w$}  {}\n", "KIND", "WHAT -> ACTION"));
+    for f in &r.findings {
+        let done = if f.repaired { " [repaired]" } else { "" };
+        out.push_str(&format!("{:<w$}  {} -> {}{done}\n", f.kind, f.what, f.action));
+    }
+    if r.omitted > 0 {
+        out.push_str(&format!("... and {} more findings\n", r.omitted));
+    }
+    out.push_str(&format!("{} findings, {} repaired\n", r.findings.len() as u64 + r.omitted, r.repaired));
+    out
 }
 
 /// Prints the orchestrator's status rendered by `render`; with `watch`, redraws it every second in

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::{Layout, LayoutSpec};
 use tessera_proto::msg::{
-    BatchResult, DirEntry, DirLease, DirOp, DsReport, DsStatus, MdsCall, MdsReply, MdsRequest, OpenFlags,
+    BatchResult, DirEntry, DirLease, DirOp, DsReport, DsStatus, FsckReport, MdsCall, MdsReply, MdsRequest, OpenFlags,
     OrchestratorMode, OrchestratorStatus, RenameFlags, SetAttrs, StatFs, XattrMode,
 };
 use tessera_proto::rpc::RpcPeer;
@@ -397,6 +397,15 @@ impl MdsClient {
         match self.call(MdsRequest::OrchestratorStatus).await? {
             MdsReply::Orchestrator(s) => Ok(s),
             r => Err(unexpected("OrchestratorStatus", r)),
+        }
+    }
+
+    /// Checks the namespace against itself and the data servers' objects; with `repair`, fixes what it
+    /// finds (`tessera fsck`; admin certificate, or a root caller).
+    pub async fn fsck(&self, repair: bool) -> FsResult<FsckReport> {
+        match self.call(MdsRequest::Fsck { repair }).await? {
+            MdsReply::Fsck(r) => Ok(r),
+            r => Err(unexpected("Fsck", r)),
         }
     }
 

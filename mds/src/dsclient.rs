@@ -6,7 +6,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use std::collections::HashMap;
 use tessera_proto::config::ClusterConfig;
-use tessera_proto::msg::{DsCall, DsReply, DsRequest};
+use tessera_proto::msg::{DsCall, DsReply, DsRequest, MAX_LIST_OBJECTS};
 use tessera_proto::rpc::RpcPeer;
 use tessera_proto::tls::NodeIdentity;
 use tessera_proto::{DsId, FsError, FsResult, ObjectId, Role};
@@ -16,6 +16,31 @@ pub trait DataServers: Send + Sync {
     fn truncate(&self, ds: DsId, object: ObjectId, size: u64) -> BoxFuture<'_, FsResult<()>>;
     /// Removes objects (missing ones are fine).
     fn remove(&self, ds: DsId, objects: Vec<ObjectId>) -> BoxFuture<'_, FsResult<()>>;
+    /// One page of a shard's objects with their sizes, in id order, and whether more follow
+    /// ([`DsRequest::ListObjects`]).
+    fn list_objects(&self, ds: DsId, shard: u8, after: ObjectId) -> BoxFuture<'_, FsResult<ObjectPage>>;
+}
+
+/// A page of `(object, size)` and whether the shard holds more.
+pub type ObjectPage = (Vec<(ObjectId, u64)>, bool);
+
+/// Every object of data server `ds` with its size, in shard order (fsck), a page at a time.
+pub async fn list_all_objects(data: &dyn DataServers, ds: DsId) -> FsResult<Vec<(ObjectId, u64)>> {
+    let mut out = Vec::new();
+    for shard in 0..=u8::MAX {
+        let mut after = 0;
+        loop {
+            let (page, more) = data.list_objects(ds, shard, after).await?;
+            let last = page.last().map(|&(id, _)| id);
+            out.extend(page);
+            match last {
+                // Ids only grow along a shard's pages: a page that does not would loop forever.
+                Some(last) if more && last > after => after = last,
+                _ => break,
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// One RPC peer per configured data server.
@@ -83,6 +108,16 @@ impl DataServers for RpcDataServers {
     fn remove(&self, ds: DsId, objects: Vec<ObjectId>) -> BoxFuture<'_, FsResult<()>> {
         Box::pin(self.call_ok(ds, DsRequest::Remove { objects }))
     }
+
+    fn list_objects(&self, ds: DsId, shard: u8, after: ObjectId) -> BoxFuture<'_, FsResult<ObjectPage>> {
+        Box::pin(async move {
+            let max = MAX_LIST_OBJECTS as u32;
+            match self.call(ds, DsRequest::ListObjects { shard, after, max }).await? {
+                DsReply::Objects { objects, more } => Ok((objects, more)),
+                other => Err(FsError::protocol(format!("data server {ds}: unexpected reply {other:?}"))),
+            }
+        })
+    }
 }
 
 /// Records calls in memory; a data server can be marked down. For unit tests.
@@ -92,6 +127,8 @@ pub struct MemDataServers {
     pub truncates: std::sync::Mutex<Vec<(DsId, ObjectId, u64)>>,
     pub removed: std::sync::Mutex<Vec<(DsId, ObjectId)>>,
     pub down: std::sync::Mutex<Vec<DsId>>,
+    /// The objects each server holds, with their sizes (truncate creates, remove removes).
+    pub objects: std::sync::Mutex<std::collections::BTreeMap<(DsId, ObjectId), u64>>,
 }
 
 #[cfg(test)]
@@ -110,6 +147,7 @@ impl DataServers for MemDataServers {
         Box::pin(async move {
             self.up(ds)?;
             self.truncates.lock().unwrap().push((ds, object, size));
+            self.objects.lock().unwrap().insert((ds, object), size);
             Ok(())
         })
     }
@@ -117,8 +155,28 @@ impl DataServers for MemDataServers {
     fn remove(&self, ds: DsId, objects: Vec<ObjectId>) -> BoxFuture<'_, FsResult<()>> {
         Box::pin(async move {
             self.up(ds)?;
+            let mut held = self.objects.lock().unwrap();
+            for &o in &objects {
+                held.remove(&(ds, o));
+            }
             self.removed.lock().unwrap().extend(objects.into_iter().map(|o| (ds, o)));
             Ok(())
+        })
+    }
+
+    /// Pages of two objects, so tests page too.
+    fn list_objects(&self, ds: DsId, shard: u8, after: ObjectId) -> BoxFuture<'_, FsResult<ObjectPage>> {
+        Box::pin(async move {
+            self.up(ds)?;
+            let held = self.objects.lock().unwrap();
+            let mut page: Vec<(ObjectId, u64)> = held
+                .iter()
+                .filter(|((d, o), _)| *d == ds && *o as u8 == shard && *o > after)
+                .map(|((_, o), size)| (*o, *size))
+                .collect();
+            let more = page.len() > 2;
+            page.truncate(2);
+            Ok((page, more))
         })
     }
 }

@@ -18,6 +18,7 @@
 pub mod destroy;
 pub mod driver;
 pub mod dsclient;
+pub mod fsck;
 pub mod journal;
 pub mod lease;
 pub mod metrics;

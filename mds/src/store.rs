@@ -116,6 +116,11 @@ fn orphan_key(ino: Ino) -> Vec<u8> {
     k
 }
 
+/// The inode a record of `t` belongs to (the first 8 bytes of its key), for the trees keyed by inode.
+pub fn key_ino(key: &[u8]) -> Option<Ino> {
+    key.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes)
+}
+
 pub fn db_err(e: impl std::fmt::Display) -> FsError {
     FsError::io(format!("metadata database: {e}"))
 }
@@ -637,12 +642,23 @@ impl<'a> Txn<'a> {
             per.entry(t.ds).or_default().push(t.object);
         }
         for (ds, objects) in per {
-            let id = self.store.new_id()?;
-            let v = enc(&DestroyEntry { ds, objects })?;
-            self.put(T::Destroy, &id.to_be_bytes(), v);
-            self.destroys += 1;
+            self.destroy_objects(ds, objects)?;
         }
         Ok(())
+    }
+
+    /// Puts objects of one data server into the destroy log (one entry).
+    pub fn destroy_objects(&mut self, ds: DsId, objects: Vec<ObjectId>) -> FsResult<()> {
+        let id = self.store.new_id()?;
+        let v = enc(&DestroyEntry { ds, objects })?;
+        self.put(T::Destroy, &id.to_be_bytes(), v);
+        self.destroys += 1;
+        Ok(())
+    }
+
+    /// Whether the inode is marked unlinked-while-open.
+    pub fn is_orphan(&self, ino: Ino) -> FsResult<bool> {
+        Ok(self.get(T::Meta, &orphan_key(ino))?.is_some())
     }
 
     pub fn set_orphan(&mut self, ino: Ino, orphan: bool) {

@@ -289,6 +289,11 @@ pub enum MdsRequest {
     /// Renews the calling client's session (`origin.client`); clients send it every third of the
     /// eviction timeout while they are otherwise idle. Reply: `Session`.
     KeepAlive,
+    /// Checks the namespace against itself and against every data server's objects (`tessera fsck`;
+    /// admins only), online; with `repair`, fixes what it found. Reply: `Fsck`.
+    Fsck {
+        repair: bool,
+    },
 }
 
 /// A directory lease. While it lasts its holder is the only client that reads or changes the directory
@@ -392,7 +397,41 @@ pub enum MdsReply {
         evicted: bool,
         timeout_ms: u64,
     },
+    Fsck(FsckReport),
 }
+
+/// One inconsistency `tessera fsck` found: its kind (a short stable name such as `dangling-entry` or
+/// `orphan-object`), what exactly, and what repair does (or did) about it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct FsckFinding {
+    pub kind: String,
+    pub what: String,
+    pub action: String,
+    /// Whether this run did it (`repair`).
+    pub repaired: bool,
+}
+
+/// What a `tessera fsck` run checked and found.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct FsckReport {
+    /// The findings (at most [`MAX_FSCK_FINDINGS`]; `omitted` counts the rest).
+    pub findings: Vec<FsckFinding>,
+    pub omitted: u64,
+    /// Findings repaired (`repair` only).
+    pub repaired: u64,
+    pub inodes: u64,
+    pub entries: u64,
+    /// Objects listed on the data servers.
+    pub objects: u64,
+    /// Data servers whose objects were listed.
+    pub servers: u32,
+    /// Check (and repair) passes run: repair checks again after fixing, up to three times.
+    pub passes: u32,
+    pub elapsed_ms: u64,
+}
+
+/// Most findings one [`FsckReport`] lists.
+pub const MAX_FSCK_FINDINGS: usize = 4096;
 
 // ---------------------------------------------------------------------------------------------
 // Orchestration (IOrchestrator, specs/iorchestrator.md)

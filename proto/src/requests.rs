@@ -147,6 +147,7 @@ table! {
     LeaseDir { .. }                            => false, Clients,     Nothing;
     DirBatch { .. }                            => true,  Clients,     Nothing;
     KeepAlive {}                               => true,  Clients,     Nothing;
+    Fsck { .. }                                => false, Admins,      Nothing;
 }
 
 #[cfg(test)]

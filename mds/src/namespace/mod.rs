@@ -19,11 +19,13 @@
 //! - `xattr`: extended attributes and layouts.
 //! - `lease`: directory leases and their batches of creates.
 //! - `entries`: entry helpers the mutations share.
+//! - `fsck`: `tessera fsck`'s scan, confirmation and repair (its decisions are `crate::fsck`).
 
 mod attr;
 mod create;
 mod dir;
 mod entries;
+mod fsck;
 mod lease;
 mod lookup;
 mod open;
@@ -327,6 +329,7 @@ impl Namespace {
             Q::DsReport(_) | Q::LocalityReport(_) | Q::SetOrchestratorMode { .. } | Q::OrchestratorStatus => {
                 Err(FsError::new(ErrorCode::Unsupported, "not a namespace request"))
             }
+            Q::Fsck { repair } => self.fsck(repair).await.map(MdsReply::Fsck),
             Q::LeaseDir { .. } | Q::DirBatch { .. } => {
                 Err(FsError::new(ErrorCode::Unsupported, "lease requests need the caller's connection and client"))
             }

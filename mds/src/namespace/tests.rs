@@ -1075,3 +1075,142 @@ async fn after_a_restart_directories_wait_out_the_leases_of_the_previous_run() {
 fn conn(n: u64) -> crate::lease::Holder {
     crate::lease::Holder { conn: n, client: n }
 }
+
+/// The kinds of a report's findings, sorted.
+fn fsck_kinds(r: &FsckReport) -> Vec<&str> {
+    let mut k: Vec<&str> = r.findings.iter().map(|f| f.kind.as_str()).collect();
+    k.sort_unstable();
+    k.dedup();
+    k
+}
+
+#[tokio::test]
+async fn fsck_finds_injected_corruptions_repairs_them_and_a_second_run_is_clean() {
+    use crate::store::{ino_key, xattr_key, T};
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, data) = open_ns(dir.path());
+    let r = root();
+    let d = mkdir(&ns, &r, ROOT_INO, "d").await.unwrap();
+    mkdir(&ns, &r, d.ino, "sub").await.unwrap();
+    let a = create(&ns, &r, d.ino, "a").await.unwrap();
+    let b = create(&ns, &r, d.ino, "b").await.unwrap();
+    let c = create(&ns, &r, d.ino, "c").await.unwrap();
+    let e = create(&ns, &r, ROOT_INO, "e").await.unwrap();
+    // Every file's objects exist; a's first one holds 5000 bytes the MDS never heard of.
+    for f in [&a, &c, &e] {
+        let l = layout(&ns, f.ino).await;
+        for t in &l.targets {
+            data.objects.lock().unwrap().insert((t.ds, t.object), 0);
+        }
+    }
+    let la = layout(&ns, a.ino).await;
+    data.objects.lock().unwrap().insert((la.targets[0].ds, la.targets[0].object), 5000);
+    assert_eq!(fsck_kinds(&ns.fsck(false).await.unwrap()), vec!["size"], "only a's size before the injections");
+    let clean = || async {
+        let r = ns.fsck(false).await.unwrap();
+        assert!(r.findings.is_empty(), "{:#?}", r.findings);
+    };
+    // Repairing a's size leaves a clean namespace.
+    assert_eq!(ns.fsck(true).await.unwrap().repaired, 1);
+    assert_eq!(getattr(&ns, a.ino).await.size, 5000);
+    let orphan = ns.store().new_id().unwrap();
+    data.objects.lock().unwrap().insert((1, orphan), 42); // an object no layout names
+
+    // The injections, straight into the store.
+    let mut tx = ns.store().begin();
+    tx.del(T::Inodes, &ino_key(b.ino)); // /d/b: an entry naming nothing
+    let dc = tx.dentry(d.ino, "c").unwrap().unwrap();
+    tx.del_dentry(d.ino, "c", &dc); // c: an inode no entry names
+    tx.update_inode(e.ino, |i| {
+        i.attr.nlink = 3; // wrong link count
+        i.layout.as_mut().unwrap().targets[0].ds = 99; // a stripe on a server the cluster lacks
+    })
+    .unwrap();
+    tx.destroy_objects(99, vec![12345]).unwrap(); // a destroy-log entry that can never drain
+    data.down.lock().unwrap().push(99);
+    tx.put(T::Xattrs, &xattr_key(777_777, "user.x"), b"v".to_vec()); // a record of no inode
+    tx.commit().unwrap();
+
+    let before = ns.fsck(false).await.unwrap();
+    let mut want = vec![
+        "dangling-entry",
+        "destroy-log",
+        "entry-count",
+        "link-count",
+        "orphan-object",
+        "stale-record",
+        "unknown-server",
+        "unreachable",
+    ];
+    want.sort_unstable();
+    assert_eq!(fsck_kinds(&before), want, "{:#?}", before.findings);
+    assert_eq!(before.repaired, 0);
+    assert!(before.findings.iter().any(|f| f.kind == "dangling-entry" && f.what.contains("/d/b")), "{before:#?}");
+    // Checking changed nothing.
+    assert_eq!(code(lookup(&ns, &r, ROOT_INO, "lost+found").await), ErrorCode::NotFound);
+    assert_eq!(getattr(&ns, e.ino).await.nlink, 3);
+
+    let repaired = ns.fsck(true).await.unwrap();
+    assert!(repaired.repaired >= want.len() as u64, "{repaired:#?}");
+    clean().await;
+    // What repair did.
+    let lf = lookup(&ns, &r, ROOT_INO, "lost+found").await.unwrap();
+    let moved = lookup(&ns, &r, lf.ino, &format!("#{}", c.ino)).await.unwrap();
+    assert_eq!((moved.ino, moved.nlink), (c.ino, 1));
+    assert_eq!(code(lookup(&ns, &r, d.ino, "b").await), ErrorCode::NotFound);
+    assert_eq!(getattr(&ns, d.ino).await.size, 2, "a and sub");
+    assert_eq!(getattr(&ns, e.ino).await.nlink, 1);
+    assert!(layout(&ns, e.ino).await.targets.iter().all(|t| t.ds < NDS));
+    destroy::drain_once(ns.store(), data.as_ref()).await;
+    assert!(!data.objects.lock().unwrap().contains_key(&(1, orphan)), "the orphan object was destroyed");
+    assert!(ns.store().destroy_entries().unwrap().is_empty());
+    let names: Vec<String> = readdir_all(&ns, d.ino).await.into_iter().map(|e| e.name).collect();
+    assert!(names.contains(&"a".to_string()) && !names.contains(&"b".to_string()), "{names:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsck_leaves_alone_what_changes_while_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, data) = open_ns(dir.path());
+    let ns = Arc::new(ns);
+    let r = root();
+    let d = mkdir(&ns, &r, ROOT_INO, "d").await.unwrap();
+    // Creates, hard links, renames and unlinks race with checks: no check may find anything.
+    let work = {
+        let ns = ns.clone();
+        let data = data.clone();
+        tokio::spawn(async move {
+            for n in 0..300 {
+                let f = create(&ns, &root(), d.ino, &format!("f{n}")).await.unwrap();
+                for t in layout(&ns, f.ino).await.targets {
+                    data.objects.lock().unwrap().insert((t.ds, t.object), 10);
+                }
+                let req = MdsRequest::SetAttr { ino: f.ino, set: SetAttrs { size: Some(10), ..Default::default() } };
+                ns.handle(&root(), req).await.unwrap();
+                let link = MdsRequest::Link { ino: f.ino, new_parent: ROOT_INO, new_name: format!("l{n}") };
+                ns.handle(&root(), link).await.unwrap();
+                if n % 3 == 0 {
+                    rename(&ns, d.ino, &format!("f{n}"), ROOT_INO, &format!("r{n}"), RenameFlags::default())
+                        .await
+                        .unwrap();
+                }
+                if n % 2 == 0 {
+                    unlink(&ns, &root(), ROOT_INO, &format!("l{n}")).await.unwrap();
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let mut checks = 0;
+    while !work.is_finished() {
+        let report = ns.fsck(false).await.unwrap();
+        assert!(report.findings.is_empty(), "{:#?}", report.findings);
+        checks += 1;
+        tokio::task::yield_now().await;
+    }
+    work.await.unwrap();
+    assert!(checks > 1, "the checks ran alongside the changes ({checks})");
+    destroy::drain_once(ns.store(), data.as_ref()).await;
+    let report = ns.fsck(false).await.unwrap();
+    assert!(report.findings.is_empty(), "{:#?}", report.findings);
+}

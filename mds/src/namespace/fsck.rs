@@ -1,0 +1,322 @@
+//! `tessera fsck`, online: the scan (`crate::fsck` documents what makes it trustworthy while
+//! mutations go on), the confirmation of each finding against the store under the mutation lock, and
+//! repair. Repair checks again after fixing (a removed entry can leave an inode unreachable, a moved
+//! one a count to fix), up to [`MAX_PASSES`] passes, so a second run finds nothing.
+
+use super::Namespace;
+use crate::destroy;
+use crate::dsclient::list_all_objects;
+use crate::fsck::{self, Finding, Fix, Record, Scan, LOST_FOUND};
+use crate::store::{dirseq_key, key_ino, Dentry, DestroyEntry, Inode, Txn, T};
+use std::collections::HashSet;
+use std::time::Instant;
+use tessera_proto::layout::StripeTarget;
+use tessera_proto::msg::{FsckFinding, FsckReport, MAX_FSCK_FINDINGS};
+use tessera_proto::{wire, Attr, FileKind, FsError, FsResult, Ino, Timestamp, ROOT_INO};
+use tracing::{info, warn};
+
+/// Check-and-repair passes at most.
+pub const MAX_PASSES: u32 = 3;
+/// Findings confirmed (and repaired) per hold of the mutation lock: mutations wait at most this long.
+const CHUNK: usize = 256;
+
+/// Whether a record of `tree` decodes (what the scan and the confirmation of a corrupt record ask).
+fn decodes(tree: T, key: &[u8], value: &[u8]) -> bool {
+    match tree {
+        T::Inodes => wire::decode::<Inode>(value).is_ok(),
+        T::Dentries => key.len() > 8 && std::str::from_utf8(&key[8..]).is_ok() && wire::decode::<Dentry>(value).is_ok(),
+        T::Dirseq => key.len() == 16 && std::str::from_utf8(value).is_ok(),
+        T::Destroy => key.len() == 8 && wire::decode::<DestroyEntry>(value).is_ok(),
+        _ => true,
+    }
+}
+
+fn u64_at(key: &[u8], at: usize) -> u64 {
+    key.get(at..at + 8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes).unwrap_or(0)
+}
+
+impl Namespace {
+    /// Checks the namespace against itself and the data servers' objects; with `repair`, fixes what
+    /// it finds (and checks again).
+    pub async fn fsck(&self, repair: bool) -> FsResult<FsckReport> {
+        let t0 = Instant::now();
+        let mut report = FsckReport::default();
+        let mut reported: HashSet<(&'static str, String)> = HashSet::new();
+        for pass in 1..=MAX_PASSES {
+            let scan = self.fsck_scan().await?;
+            report.passes = pass;
+            report.inodes = scan.inodes.len() as u64;
+            report.entries = scan.dentries.len() as u64;
+            report.objects = scan.objects.values().filter_map(|r| r.as_ref().ok()).map(|l| l.len() as u64).sum();
+            report.servers = scan.objects.values().filter(|r| r.is_ok()).count() as u32;
+            let found = fsck::check(&scan);
+            let (confirmed, repaired) = self.fsck_confirm(found, &scan, repair).await?;
+            report.repaired += repaired;
+            for f in confirmed {
+                if !reported.insert((f.kind, f.what.clone())) {
+                    continue;
+                }
+                if report.findings.len() < MAX_FSCK_FINDINGS {
+                    let repaired = repair && f.fix != Fix::Report;
+                    report.findings.push(FsckFinding { kind: f.kind.into(), what: f.what, action: f.action, repaired });
+                } else {
+                    report.omitted += 1;
+                }
+            }
+            if !repair || repaired == 0 {
+                break;
+            }
+        }
+        report.elapsed_ms = t0.elapsed().as_millis() as u64;
+        let found = report.findings.len() as u64 + report.omitted;
+        info!(found, repaired = report.repaired, passes = report.passes, ms = report.elapsed_ms, "fsck");
+        Ok(report)
+    }
+
+    /// Reads everything, in the order `crate::fsck` relies on: mark, inodes, entries, then the destroy
+    /// log, then the data servers' objects.
+    async fn fsck_scan(&self) -> FsResult<Scan> {
+        let (start, mark) = {
+            let _g = self.lock();
+            (Timestamp::now(), self.store.new_id()?)
+        };
+        // What can be destroyed is, so the log holds only what does not drain.
+        destroy::drain_once(&self.store, self.data.as_ref()).await;
+        let mut scan = Scan { start, mark, ..Default::default() };
+        let read = |tree: T, scan: &mut Scan| -> FsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+            let mut out = Vec::new();
+            for kv in self.store.scan_from(tree, &[], &[]) {
+                let (k, v) = kv?;
+                if decodes(tree, &k, &v) {
+                    out.push((k, v));
+                } else {
+                    scan.corrupt.push((tree, k, format!("{tree:?} record does not decode")));
+                }
+            }
+            Ok(out)
+        };
+        for (_, v) in read(T::Inodes, &mut scan)? {
+            let i: Inode = wire::decode(&v).map_err(|e| FsError::io(e.to_string()))?;
+            scan.inodes.insert(i.attr.ino, i);
+        }
+        for (k, v) in read(T::Dentries, &mut scan)? {
+            let d: Dentry = wire::decode(&v).map_err(|e| FsError::io(e.to_string()))?;
+            scan.dentries.push((u64_at(&k, 0), String::from_utf8_lossy(&k[8..]).into_owned(), d));
+        }
+        for (k, v) in read(T::Dirseq, &mut scan)? {
+            scan.dirseq.push((u64_at(&k, 0), u64_at(&k, 8), String::from_utf8_lossy(&v).into_owned()));
+        }
+        scan.orphan_markers = self.store.orphans()?.into_iter().collect();
+        for tree in [T::Xattrs, T::DirLayouts] {
+            for (key, _) in read(tree, &mut scan)? {
+                if let Some(ino) = key_ino(&key) {
+                    scan.records.push(Record { tree, key, ino });
+                }
+            }
+        }
+        for (k, v) in read(T::Destroy, &mut scan)? {
+            let e: DestroyEntry = wire::decode(&v).map_err(|e| FsError::io(e.to_string()))?;
+            scan.destroy.push((k, e));
+        }
+        scan.open = self.opens().iter().filter(|(_, h)| !h.is_empty()).map(|(i, _)| *i).collect();
+        scan.servers = self.stats.snapshot().iter().map(|s| s.id).collect();
+        let data = self.data.as_ref();
+        let listed = futures::future::join_all(scan.servers.iter().map(|&ds| list_all_objects(data, ds))).await;
+        for (&ds, r) in scan.servers.iter().zip(listed) {
+            scan.objects.insert(ds, r.map_err(|e| e.to_string()));
+        }
+        Ok(scan)
+    }
+
+    /// Keeps the findings that still hold under the mutation lock (see `crate::fsck`) and, with
+    /// `repair`, fixes them in the same hold. Returns them and the number fixed.
+    async fn fsck_confirm(&self, found: Vec<Finding>, scan: &Scan, repair: bool) -> FsResult<(Vec<Finding>, u64)> {
+        let mut confirmed = Vec::new();
+        let mut repaired = 0;
+        for chunk in found.chunks(CHUNK) {
+            let r = {
+                let _g = self.lock();
+                let mut tx = self.store.begin();
+                let mut r = Ok(());
+                for f in chunk {
+                    match self.still_holds(&tx, &f.fix, scan) {
+                        Ok(true) => {}
+                        Ok(false) => continue,
+                        Err(e) => {
+                            r = Err(e);
+                            break;
+                        }
+                    }
+                    if repair && f.fix != Fix::Report {
+                        if let Err(e) = self.apply_fix(&mut tx, &f.fix, scan) {
+                            warn!(kind = f.kind, what = %f.what, "fsck could not repair: {e}");
+                            r = Err(e);
+                            break;
+                        }
+                        repaired += 1;
+                    }
+                    confirmed.push(f.clone());
+                }
+                r.and_then(|()| self.commit(tx))
+            };
+            self.durable(r).await?;
+        }
+        Ok((confirmed, repaired))
+    }
+
+    /// The inode, if it exists and has not changed since the scan began (the ctime rule).
+    fn unchanged(tx: &Txn<'_>, ino: Ino, scan: &Scan) -> FsResult<Option<Inode>> {
+        Ok(tx.get_inode(ino)?.filter(|i| i.attr.ctime < scan.start))
+    }
+
+    fn still_holds(&self, tx: &Txn<'_>, fix: &Fix, scan: &Scan) -> FsResult<bool> {
+        Ok(match fix {
+            Fix::RemoveEntry { parent, name } => match tx.dentry(*parent, name)? {
+                None => false,
+                Some(d) => {
+                    let in_dir = tx.get_inode(*parent)?.is_some_and(|p| p.attr.kind == FileKind::Dir);
+                    !in_dir || tx.get_inode(d.ino)?.is_none()
+                }
+            },
+            Fix::EntryKind { parent, name } => match tx.dentry(*parent, name)? {
+                Some(d) => tx.get_inode(d.ino)?.is_some_and(|i| i.attr.kind != d.kind),
+                None => false,
+            },
+            Fix::AddSeq { parent, name } => match tx.dentry(*parent, name)? {
+                Some(d) => tx.get(T::Dirseq, &dirseq_key(*parent, d.seq))?.as_deref() != Some(name.as_bytes()),
+                None => false,
+            },
+            Fix::DropSeq { parent, seq } => match tx.get(T::Dirseq, &dirseq_key(*parent, *seq))? {
+                Some(name) => match (tx.get_inode(*parent)?, std::str::from_utf8(&name)) {
+                    (Some(_), Ok(name)) => tx.dentry(*parent, name)?.is_none_or(|d| d.seq != *seq),
+                    _ => true,
+                },
+                None => false,
+            },
+            Fix::LinkCount { ino, nlink } => Self::unchanged(tx, *ino, scan)?.is_some_and(|i| i.attr.nlink != *nlink),
+            Fix::EntryCount { ino, size } => Self::unchanged(tx, *ino, scan)?.is_some_and(|i| i.attr.size != *size),
+            Fix::DirParent { ino, parent } => Self::unchanged(tx, *ino, scan)?.is_some_and(|i| i.parent != *parent),
+            Fix::LostFound { ino } => *ino != ROOT_INO && Self::unchanged(tx, *ino, scan)?.is_some(),
+            Fix::Destroy { ino } => {
+                Self::unchanged(tx, *ino, scan)?.is_some_and(|i| i.attr.nlink == 0) && !self.is_open(*ino)
+            }
+            Fix::Replace { ino, stripe } => tx
+                .get_inode(*ino)?
+                .and_then(|i| i.layout)
+                .is_some_and(|l| l.targets.get(*stripe).is_some_and(|t| !scan.servers.contains(&t.ds))),
+            // The object mark (module docs of `crate::fsck`): nothing can name them now.
+            Fix::Orphans { .. } | Fix::Report => true,
+            Fix::DropDestroy { key } => tx.get(T::Destroy, key)?.is_some(),
+            Fix::Size { ino, size } => {
+                let scanned = scan.inodes.get(ino).and_then(|i| i.layout.as_ref());
+                let now = Self::unchanged(tx, *ino, scan)?;
+                now.is_some_and(|i| i.attr.size < *size && i.layout.as_ref() == scanned) && !self.is_open(*ino)
+            }
+            Fix::DropMarker { ino } => tx.is_orphan(*ino)? && tx.get_inode(*ino)?.is_none_or(|i| i.attr.nlink > 0),
+            Fix::DropRecord { tree, key, of } => match tx.get(*tree, key)? {
+                None => false,
+                Some(v) => match of {
+                    Some(ino) => tx.get_inode(*ino)?.is_none(),
+                    None => !decodes(*tree, key, &v),
+                },
+            },
+        })
+    }
+
+    fn apply_fix(&self, tx: &mut Txn<'_>, fix: &Fix, scan: &Scan) -> FsResult<()> {
+        let now = Timestamp::now();
+        match fix {
+            Fix::RemoveEntry { parent, name } => {
+                // The directory's counts are findings of their own (the check counted live entries).
+                if let Some(d) = tx.dentry(*parent, name)? {
+                    tx.del_dentry(*parent, name, &d);
+                }
+            }
+            Fix::EntryKind { parent, name } => {
+                if let Some(mut d) = tx.dentry(*parent, name)? {
+                    d.kind = tx.inode(d.ino)?.attr.kind;
+                    tx.put_dentry(*parent, name, d)?;
+                }
+            }
+            Fix::AddSeq { parent, name } => {
+                if let Some(mut d) = tx.dentry(*parent, name)? {
+                    d.seq = self.store.new_id()?;
+                    tx.put_dentry(*parent, name, d)?;
+                }
+            }
+            Fix::DropSeq { parent, seq } => tx.del(T::Dirseq, &dirseq_key(*parent, *seq)),
+            Fix::LinkCount { ino, nlink } => set(tx, *ino, now, |i| i.attr.nlink = *nlink)?,
+            Fix::EntryCount { ino, size } => set(tx, *ino, now, |i| i.attr.size = *size)?,
+            Fix::DirParent { ino, parent } => set(tx, *ino, now, |i| i.parent = *parent)?,
+            Fix::LostFound { ino } => self.move_to_lost_found(tx, *ino, now)?,
+            Fix::Destroy { ino } => {
+                let i = tx.inode(*ino)?;
+                tx.remove_inode(&i)?;
+            }
+            Fix::Replace { ino, stripe } => {
+                let mut i = tx.inode(*ino)?;
+                if let Some(l) = i.layout.as_mut() {
+                    let used: Vec<_> = l.targets.iter().map(|t| t.ds).collect();
+                    let ds = scan
+                        .servers
+                        .iter()
+                        .find(|d| !used.contains(d))
+                        .or(scan.servers.first())
+                        .copied()
+                        .ok_or_else(|| FsError::unavailable("no data server configured"))?;
+                    l.targets[*stripe] = StripeTarget { ds, object: self.store.new_id()? };
+                }
+                i.attr.ctime = now;
+                tx.put_inode(&i)?;
+            }
+            Fix::Orphans { ds, objects } => tx.destroy_objects(*ds, objects.clone())?,
+            Fix::DropDestroy { key } => tx.del(T::Destroy, key),
+            Fix::Size { ino, size } => set(tx, *ino, now, |i| i.attr.size = *size)?,
+            Fix::DropMarker { ino } => tx.set_orphan(*ino, false),
+            Fix::DropRecord { tree, key, .. } => tx.del(*tree, key),
+            Fix::Report => {}
+        }
+        Ok(())
+    }
+
+    /// Links an inode no entry names into `/lost+found` (made if missing) as `#ino`, with one link.
+    fn move_to_lost_found(&self, tx: &mut Txn<'_>, ino: Ino, now: Timestamp) -> FsResult<()> {
+        let lf = match tx.dentry(ROOT_INO, LOST_FOUND)? {
+            Some(d) if d.kind == FileKind::Dir => d.ino,
+            Some(_) => return Err(FsError::exists(format!("/{LOST_FOUND} is not a directory"))),
+            None => {
+                let lf = self.store.new_ino()?;
+                let attr = Attr::new(lf, FileKind::Dir, 0o700, 0, 0, now);
+                tx.add_inode(&Inode { attr, layout: None, target: None, parent: ROOT_INO })?;
+                self.add_entry(tx, ROOT_INO, LOST_FOUND, lf, FileKind::Dir)?;
+                lf
+            }
+        };
+        let mut i = tx.inode(ino)?;
+        let mut name = format!("#{ino}");
+        let mut n = 1;
+        while tx.dentry(lf, &name)?.is_some() {
+            name = format!("#{ino}.{n}");
+            n += 1;
+        }
+        if i.attr.kind == FileKind::Dir {
+            i.parent = lf;
+        } else {
+            i.attr.nlink = 1;
+        }
+        i.attr.ctime = now;
+        tx.put_inode(&i)?;
+        tx.set_orphan(ino, false);
+        self.add_entry(tx, lf, &name, ino, i.attr.kind)?;
+        Ok(())
+    }
+}
+
+/// Changes one inode and stamps its ctime.
+fn set(tx: &mut Txn<'_>, ino: Ino, now: Timestamp, f: impl FnOnce(&mut Inode)) -> FsResult<()> {
+    tx.update_inode(ino, |i| {
+        f(i);
+        i.attr.ctime = now;
+    })
+    .map(|_| ())
+}
