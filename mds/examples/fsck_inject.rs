@@ -84,7 +84,7 @@ fn inject(tx: &mut Txn<'_>, what: &str) -> Result<String, String> {
             "queued object 0xdead of data server 99 for destruction".to_string()
         }
         "stale-xattr" => {
-            tx.put(T::Xattrs, &xattr_key(0xbad_1d, "user.stale"), b"x".to_vec());
+            tx.put(T::Xattrs, &xattr_key(0xbad1d, "user.stale"), b"x".to_vec());
             "wrote an xattr of inode 0xbad1d, which does not exist".to_string()
         }
         other => return Err(format!("unknown injection {other}")),
