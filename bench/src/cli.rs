@@ -1,6 +1,6 @@
 //! The `tessera-bench` command line: one subcommand per benchmark, run on a multi-thread tokio runtime.
 
-use crate::{experiment, ior, mdtest, net, workloads};
+use crate::{chaos, experiment, ior, mdtest, net, workloads};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -25,6 +25,9 @@ enum Cmd {
     Workload(workloads::WorkloadArgs),
     /// The transport alone (like lnet_selftest): bulk RPCs to sink server processes, MiB/s and CPU per MiB.
     Net(net::NetArgs),
+    /// Crash soak: writers with fsync while random servers are killed (SIGKILL) and restarted; every fsync'ed
+    /// byte is read back and fsck run after each round; then a full target (ENOSPC).
+    Chaos(chaos::ChaosArgs),
     /// Reproduce a figure: starts a local cluster, runs the comparison, writes results/NAME.{csv,json,png}.
     Experiment(experiment::ExperimentArgs),
 }
@@ -40,6 +43,7 @@ pub fn main_entry() -> ExitCode {
             Cmd::Workload(a) => workloads::run(a).await,
             Cmd::Experiment(a) => experiment::run(a).await,
             Cmd::Net(a) => net::run(a).await,
+            Cmd::Chaos(a) => chaos::run(a).await,
         }
     });
     // Tasks abandoned at a barrier after another task failed must not hold up the exit.

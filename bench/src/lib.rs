@@ -1,6 +1,7 @@
 //! `tessera-bench`: IOR-like benchmarks and experiments.
 
 pub mod backend; // the I/O API tasks drive: Tessera client library or POSIX std::fs
+pub mod chaos; // `chaos`: the crash soak (kill -9 of random servers under fsync'ed writers, read back, fsck, ENOSPC)
 pub mod cli; // the `tessera-bench` command line and entry point
 pub mod experiment; // `experiment`: IOrchestrator figures on a local cluster it starts (CSV/JSON/PNG in results/)
 pub mod fwd; // `experiment fwd-*`: the forwarding thesis's experiments (schedulers, IONs, TWINS windows, two apps)

@@ -72,6 +72,15 @@ pub(crate) fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Child> {
 impl LocalCluster {
     /// Starts a fresh cluster in `dir` (anything there before is removed).
     pub async fn start(dir: &Path, o: &ClusterOptions) -> Result<LocalCluster> {
+        LocalCluster::start_edited(dir, o, |_| {}).await
+    }
+
+    /// [`LocalCluster::start`], with `edit` applied to every node's configuration after the options.
+    pub async fn start_edited(
+        dir: &Path,
+        o: &ClusterOptions,
+        edit: impl Fn(&mut ClusterConfig),
+    ) -> Result<LocalCluster> {
         if dir.exists() {
             std::fs::remove_dir_all(dir).with_context(|| format!("removing the old cluster in {}", dir.display()))?;
         }
@@ -84,6 +93,7 @@ impl LocalCluster {
         for p in &all {
             let mut c = ClusterConfig::load(p).map_err(|e| anyhow!("{e}"))?;
             edit_config(&mut c, o);
+            edit(&mut c);
             c.save(p).map_err(|e| anyhow!("{e}"))?;
         }
         let client_cfg = ClusterConfig::load(&files.client_config).map_err(|e| anyhow!("{e}"))?;
@@ -109,6 +119,42 @@ impl LocalCluster {
                 c.ready(READY_TIMEOUT).await?;
             }
         }
+        Ok(())
+    }
+
+    /// The servers' names (`mds`, `ds0`, ..., `ion0`, ...), in start order.
+    pub fn server_names(&self) -> Vec<String> {
+        self.files.start_stages().into_iter().flatten().map(|s| s.name).collect()
+    }
+
+    /// The pid of a running server.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.children.iter().find(|c| c.name() == name).map(|c| c.id())
+    }
+
+    /// Kills a server with SIGKILL and reaps it.
+    pub fn kill9(&mut self, name: &str) -> Result<()> {
+        let k = self.children.iter().position(|c| c.name() == name).ok_or_else(|| anyhow!("{name} is not running"))?;
+        let mut c = self.children.remove(k);
+        c.kill();
+        Ok(())
+    }
+
+    /// Starts a server again (after [`LocalCluster::kill9`]) and waits until it is ready.
+    pub async fn restart(&mut self, name: &str) -> Result<()> {
+        if self.pid(name).is_some() {
+            bail!("{name} is running");
+        }
+        let s = self
+            .files
+            .start_stages()
+            .into_iter()
+            .flatten()
+            .find(|s| s.name == name)
+            .ok_or_else(|| anyhow!("no server {name}"))?;
+        let mut c = spawn(&s.name, s.command(&server_binary(s.binary)?), &self.files.log_path(&s.name))?;
+        c.ready(READY_TIMEOUT).await?;
+        self.children.push(c);
         Ok(())
     }
 

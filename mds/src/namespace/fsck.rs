@@ -19,6 +19,9 @@ use tracing::{info, warn};
 pub const MAX_PASSES: u32 = 3;
 /// Findings confirmed (and repaired) per hold of the mutation lock: mutations wait at most this long.
 const CHUNK: usize = 256;
+/// Tries, and the pause between them, to reach each data server before the scan.
+const REACH_ATTEMPTS: usize = 4;
+const REACH_PAUSE: std::time::Duration = std::time::Duration::from_millis(1100);
 
 /// Whether a record of `tree` decodes (what the scan and the confirmation of a corrupt record ask).
 fn decodes(tree: T, key: &[u8], value: &[u8]) -> bool {
@@ -76,6 +79,18 @@ impl Namespace {
     /// Reads everything, in the order `crate::fsck` relies on: mark, inodes, entries, then the destroy
     /// log, then the data servers' objects.
     async fn fsck_scan(&self) -> FsResult<Scan> {
+        // A data server that has just come back may still be in this MDS's reconnect hold-off: a few
+        // seconds' patience before the destroy log is drained and the objects are listed.
+        let servers: Vec<_> = self.stats.snapshot().iter().map(|s| s.id).collect();
+        futures::future::join_all(servers.iter().map(|&ds| async move {
+            for _ in 0..REACH_ATTEMPTS {
+                if self.data.list_objects(ds, 0, u64::MAX).await.is_ok() {
+                    return;
+                }
+                tokio::time::sleep(REACH_PAUSE).await;
+            }
+        }))
+        .await;
         let (start, mark) = {
             let _g = self.lock();
             (Timestamp::now(), self.store.new_id()?)
@@ -119,7 +134,7 @@ impl Namespace {
             scan.destroy.push((k, e));
         }
         scan.open = self.opens().iter().filter(|(_, h)| !h.is_empty()).map(|(i, _)| *i).collect();
-        scan.servers = self.stats.snapshot().iter().map(|s| s.id).collect();
+        scan.servers = servers;
         let data = self.data.as_ref();
         let listed = futures::future::join_all(scan.servers.iter().map(|&ds| list_all_objects(data, ds))).await;
         for (&ds, r) in scan.servers.iter().zip(listed) {
