@@ -15,7 +15,7 @@ trap cleanup EXIT
 up() {
   env "${node_env[@]}" "$bin/tessera" up --dir "$1" --ds "$2" --port-base 0 > "$1.log" 2>&1 &
   up_pid=$!
-  for _ in $(seq 100); do grep -q "TESSERA UP" "$1.log" && break; sleep 0.2; done
+  for _ in $(seq 100); do grep -qs "TESSERA UP" "$1.log" && break; sleep 0.2; done
 }
 
 # cluster_files DIR DATA_SERVERS: `tessera up` started and stopped once, to write a cluster's files
