@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 /// How `SetAttr` sets a time.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum TimeSet {
     Now,
     At(Timestamp),
@@ -21,6 +22,7 @@ pub enum TimeSet {
 
 /// Fields to change in `SetAttr`; `None` leaves a field alone.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct SetAttrs {
     /// Permission bits (`0o7777`).
     pub perm: Option<u32>,
@@ -33,6 +35,7 @@ pub struct SetAttrs {
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct RenameFlags {
     /// Fail with EEXIST if the target exists (RENAME_NOREPLACE).
     pub noreplace: bool,
@@ -41,6 +44,7 @@ pub struct RenameFlags {
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct OpenFlags {
     pub read: bool,
     pub write: bool,
@@ -50,6 +54,7 @@ pub struct OpenFlags {
 
 /// `setxattr` flags.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum XattrMode {
     #[default]
     Any,
@@ -60,6 +65,7 @@ pub enum XattrMode {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct DirEntry {
     pub name: String,
     pub ino: Ino,
@@ -69,6 +75,7 @@ pub struct DirEntry {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct StatFs {
     pub block_size: u32,
     pub blocks: u64,
@@ -81,6 +88,7 @@ pub struct StatFs {
 
 /// What a data server tells the MDS about itself, periodically.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct DsReport {
     pub ds: DsId,
     /// When the server took this report (its clock, microseconds since the Unix epoch).
@@ -105,6 +113,7 @@ pub struct DsReport {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct JobCounters {
     pub job: String,
     pub read_ops: u64,
@@ -115,6 +124,7 @@ pub struct JobCounters {
 
 /// One data server as the MDS sees it (`tessera df`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct DsStatus {
     pub ds: DsId,
     pub addr: String,
@@ -124,6 +134,7 @@ pub struct DsStatus {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum MdsRequest {
     /// Cheap liveness + version check.
     Ping,
@@ -296,6 +307,7 @@ pub enum MdsRequest {
 /// holder answers lookups of names it does not know as absent, and creates and removes files there without
 /// waiting (creates with inode numbers reserved for it), sending the changes later in a `DirBatch`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct DirLease {
     pub dir: Ino,
     pub token: u64,
@@ -317,6 +329,7 @@ pub const LEASE_NAME_BYTES_MAX: usize = 512 << 10;
 
 /// One file a lease holder created: owner, mode and times as the holder gave them to the program.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct AsyncCreate {
     pub ino: Ino,
     pub name: String,
@@ -331,6 +344,7 @@ pub struct AsyncCreate {
 /// One change in a [`DirBatch`](MdsRequest::DirBatch). Permissions were checked at the holder, by its
 /// kernel (a mount that leaves the checks to the MDS takes no leases), as for any create or unlink there.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum DirOp {
     Create(AsyncCreate),
     /// Removes the non-directory `name` (a file created in this batch or before; an open one lives on
@@ -343,12 +357,14 @@ pub enum DirOp {
 /// What became of one [`DirOp`]: for a create, the open handle and layout when it was to be opened; for
 /// an unlink, `Ok(None)` and the inode it removed (0 when it failed).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct BatchResult {
     pub ino: Ino,
     pub result: FsResult<Option<(u64, Layout)>>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum MdsReply {
     Ok,
     Pong {
@@ -399,6 +415,7 @@ pub enum MdsReply {
 // ---------------------------------------------------------------------------------------------
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum OrchestratorMode {
     /// Vanilla: every data server serves work-conserving.
     Off,
@@ -439,6 +456,7 @@ impl std::fmt::Display for OrchestratorMode {
 
 /// One program's locality at one data server (EWMA values, spec: SL_ij and RD_ij).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct JobLocality {
     pub job: String,
     /// SL_ij: EWMA of the address gap between consecutive requests of this job here, bytes.
@@ -454,6 +472,7 @@ pub struct JobLocality {
 
 /// A data server's locality statistics.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct LocalityReport {
     pub ds: DsId,
     /// SL_i: EWMA of the address gap between consecutive requests of any job, bytes.
@@ -469,6 +488,7 @@ pub struct LocalityReport {
 
 /// Which requests a data server releases to its device.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum ServeTarget {
     /// Work-conserving: everything.
     All,
@@ -480,6 +500,7 @@ pub enum ServeTarget {
 
 /// The orchestrator's command at a slice start.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct ServeCommand {
     /// Increases with every command; older commands are ignored.
     pub epoch: u64,
@@ -493,6 +514,7 @@ pub struct ServeCommand {
 
 /// One scheduling object of the current plan.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct PlanSlice {
     /// The job, or "(others)".
     pub label: String,
@@ -504,6 +526,7 @@ pub struct PlanSlice {
 
 /// A program as the orchestrator sees it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct JobView {
     pub job: String,
     pub eligible: bool,
@@ -516,6 +539,7 @@ pub struct JobView {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct OrchestratorStatus {
     pub mode: OrchestratorMode,
     pub window_ms: u32,
@@ -532,6 +556,7 @@ pub struct OrchestratorStatus {
 
 /// Every MDS request is sent together with the caller's credentials and who issues it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct MdsCall {
     pub caller: Caller,
     pub origin: Origin,
@@ -547,6 +572,7 @@ pub type MdsResponse = FsResult<MdsReply>;
 /// Every data request names the data server it is for, so it can be routed: sent to that server
 /// directly, or through a forwarding node that passes it on. A server refuses a call naming another.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct DsCall {
     pub ds: DsId,
     pub req: DsRequest,
@@ -564,6 +590,7 @@ impl DsCall {
 
 /// Which forwarding node passed a data call on, and how many client requests it merged into it.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct Forwarded {
     /// The forwarding node's index in the cluster configuration.
     pub ion: u32,
@@ -571,6 +598,7 @@ pub struct Forwarded {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum DsRequest {
     Ping,
     /// Reads up to `len` bytes; bytes past the object's end are not returned (short read), holes read
@@ -647,6 +675,7 @@ pub enum DsRequest {
 /// One run of a [`DsRequest::WriteV`] (the next `len` bytes of the payload go to object offset `offset`)
 /// or of a [`DsRequest::ReadV`] (`len` bytes from `offset`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct Extent {
     pub offset: u64,
     pub len: u32,
@@ -722,6 +751,7 @@ pub fn carries_data(req: &DsRequest) -> bool {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum DsReply {
     Ok,
     Pong {
@@ -760,6 +790,7 @@ pub type DsResponse = FsResult<DsReply>;
 
 /// A call to a forwarding node (ION): the metadata and data calls it passes on, and its own.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum IonCall {
     /// Passed on to the MDS unchanged (not scheduled). Reply: [`IonReply::Mds`].
     Mds(MdsCall),
@@ -775,6 +806,7 @@ pub enum IonCall {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum IonReply {
     Mds(MdsReply),
     Ds(DsReply),
@@ -783,6 +815,7 @@ pub enum IonReply {
 
 /// A scheduler and its parameters (`None`: keep the current value).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct SchedulerSetting {
     pub name: String,
     pub window_us: Option<u64>,
@@ -792,6 +825,7 @@ pub struct SchedulerSetting {
 /// Request sizes in Darshan's buckets (0–100 B, 100 B–1 KiB, 1–10 KiB, 10–100 KiB, 100 KiB–1 MiB,
 /// 1–4 MiB, 4–10 MiB, 10–100 MiB, 100 MiB–1 GiB, 1 GiB and more).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct SizeHistogram {
     pub counts: [u64; SizeHistogram::BUCKETS],
 }
@@ -824,6 +858,7 @@ impl SizeHistogram {
 
 /// One job's traffic through a forwarding node.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct IonJob {
     pub job: String,
     pub requests: u64,
@@ -832,6 +867,7 @@ pub struct IonJob {
 
 /// A forwarding node's state (`tessera ion status`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct IonStatus {
     pub name: String,
     /// Its index in the configuration (TWINS's rotation k).
