@@ -1,6 +1,6 @@
 //! The `tessera-bench` command line: one subcommand per benchmark, run on a multi-thread tokio runtime.
 
-use crate::{experiment, ior, mdtest, net, workloads};
+use crate::{experiment, fuzz, ior, mdtest, net, workloads};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -8,7 +8,7 @@ use std::process::ExitCode;
 #[command(
     name = "tessera-bench",
     version,
-    about = "Tessera benchmarks: IOR-like workloads, metadata rates, paper workloads and experiments"
+    about = "Tessera benchmarks: IOR-like workloads, metadata rates, paper workloads, experiments and fuzzing"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -25,6 +25,9 @@ enum Cmd {
     Workload(workloads::WorkloadArgs),
     /// The transport alone (like lnet_selftest): bulk RPCs to sink server processes, MiB/s and CPU per MiB.
     Net(net::NetArgs),
+    /// Structured fuzzing of a running server over QUIC + mutual TLS: N mutated frames; it must stay up,
+    /// keep answering a well-behaved client and keep its memory bounded.
+    Fuzz(fuzz::FuzzArgs),
     /// Reproduce a figure: starts a local cluster, runs the comparison, writes results/NAME.{csv,json,png}.
     Experiment(experiment::ExperimentArgs),
 }
@@ -40,6 +43,7 @@ pub fn main_entry() -> ExitCode {
             Cmd::Workload(a) => workloads::run(a).await,
             Cmd::Experiment(a) => experiment::run(a).await,
             Cmd::Net(a) => net::run(a).await,
+            Cmd::Fuzz(a) => fuzz::run(a).await,
         }
     });
     // Tasks abandoned at a barrier after another task failed must not hold up the exit.

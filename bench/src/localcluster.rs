@@ -194,6 +194,11 @@ impl LocalCluster {
         }
     }
 
+    /// The process id of server `name` (`mds`, `ds0`, `ion0`...).
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.children.iter().find(|c| c.name() == name).map(|c| c.id())
+    }
+
     /// SIGTERMs every server, waits for them, SIGKILLs stragglers.
     pub async fn stop(&mut self) {
         child::stop_all_async(&mut self.children, STOP_GRACE).await;

@@ -142,7 +142,7 @@ pub trait Scheduler: Send {
 pub const NAMES: &[&str] = &["fifo", "hbrr", "to", "to-agg", "sjf", "mlf", "sw", "twins"];
 
 /// Longest window TWINS and SW accept: a request waits at most a window's length per data server for
-/// its turn, and an absurd window (an admin's `window_us` of 2^64-1 µs, found by `tessera-bench fuzz`)
+/// its turn, and an absurd window (an admin's `window_us` of 2^64-1 µs, seen while writing `tessera-bench fuzz`)
 /// would hold every request queued on the node, and its data, for good.
 pub const MAX_WINDOW_US: u64 = 10_000_000;
 
