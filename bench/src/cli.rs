@@ -25,8 +25,8 @@ enum Cmd {
     Workload(workloads::WorkloadArgs),
     /// The transport alone (like lnet_selftest): bulk RPCs to sink server processes, MiB/s and CPU per MiB.
     Net(net::NetArgs),
-    /// Structured fuzzing of a running server over QUIC + mutual TLS: N mutated frames; it must stay up,
-    /// keep answering a well-behaved client and keep its memory bounded.
+    /// Structured fuzzing of a server over QUIC + mutual TLS: N mutated frames; reports whether it stayed
+    /// up, the answers a well-behaved client got meanwhile, and its memory.
     Fuzz(fuzz::FuzzArgs),
     /// Reproduce a figure: starts a local cluster, runs the comparison, writes results/NAME.{csv,json,png}.
     Experiment(experiment::ExperimentArgs),
