@@ -1,6 +1,6 @@
 //! The `tessera-bench` command line: one subcommand per benchmark, run on a multi-thread tokio runtime.
 
-use crate::{chaos, experiment, ior, mdtest, net, workloads};
+use crate::{chaos, experiment, fuzz, ior, mdtest, net, workloads};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -8,7 +8,7 @@ use std::process::ExitCode;
 #[command(
     name = "tessera-bench",
     version,
-    about = "Tessera benchmarks: IOR-like workloads, metadata rates, paper workloads and experiments"
+    about = "Tessera benchmarks: IOR-like workloads, metadata rates, paper workloads, experiments and fuzzing"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -28,6 +28,9 @@ enum Cmd {
     /// Crash soak: writers with fsync while random servers are killed (SIGKILL) and restarted; every fsync'ed
     /// byte is read back and fsck run after each round; then a full target (ENOSPC).
     Chaos(chaos::ChaosArgs),
+    /// Structured fuzzing of a server over QUIC + mutual TLS: N mutated frames; reports whether it stayed
+    /// up, the answers a well-behaved client got meanwhile, and its memory.
+    Fuzz(fuzz::FuzzArgs),
     /// Reproduce a figure: starts a local cluster, runs the comparison, writes results/NAME.{csv,json,png}.
     Experiment(experiment::ExperimentArgs),
 }
@@ -44,6 +47,7 @@ pub fn main_entry() -> ExitCode {
             Cmd::Experiment(a) => experiment::run(a).await,
             Cmd::Net(a) => net::run(a).await,
             Cmd::Chaos(a) => chaos::run(a).await,
+            Cmd::Fuzz(a) => fuzz::run(a).await,
         }
     });
     // Tasks abandoned at a barrier after another task failed must not hold up the exit.

@@ -4,6 +4,7 @@ pub mod backend; // the I/O API tasks drive: Tessera client library or POSIX std
 pub mod chaos; // `chaos`: the crash soak (kill -9 of random servers under fsync'ed writers, read back, fsck, ENOSPC)
 pub mod cli; // the `tessera-bench` command line and entry point
 pub mod experiment; // `experiment`: IOrchestrator figures on a local cluster it starts (CSV/JSON/PNG in results/)
+pub mod fuzz; // `fuzz`: mutated frames over real QUIC + mutual TLS to a running server, which must stay up and bounded
 pub mod fwd; // `experiment fwd-*`: the forwarding thesis's experiments (schedulers, IONs, TWINS windows, two apps)
 pub mod ior; // `ior`: options, per-task offsets for each pattern, verification pattern, timed phases
 pub mod localcluster; // a local MDS + data servers as child processes, with edited configs, for experiments

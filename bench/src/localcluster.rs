@@ -127,7 +127,7 @@ impl LocalCluster {
         self.files.start_stages().into_iter().flatten().map(|s| s.name).collect()
     }
 
-    /// The pid of a running server.
+    /// The process id of server `name` (`mds`, `ds0`, `ion0`...), if it runs.
     pub fn pid(&self, name: &str) -> Option<u32> {
         self.children.iter().find(|c| c.name() == name).map(|c| c.id())
     }

@@ -28,4 +28,7 @@ pub mod store;
 pub mod trace;
 pub mod write_cache;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 pub use daemon::main_entry;

@@ -31,4 +31,7 @@ pub mod session;
 pub mod stats;
 pub mod store;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 pub use server::{main_entry, run, MdsService, Options};

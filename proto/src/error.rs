@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// A POSIX-like error: `code` says what happened (and maps to an errno), `detail` says why.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 #[error("{code}: {detail}")]
 pub struct FsError {
     pub code: ErrorCode,
@@ -13,6 +14,7 @@ pub struct FsError {
 pub type FsResult<T> = Result<T, FsError>;
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum ErrorCode {
     NotFound,
     Exists,

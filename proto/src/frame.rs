@@ -12,7 +12,8 @@ use serde::{de::DeserializeOwned, Serialize};
 pub const MAGIC: [u8; 2] = *b"TS";
 /// Largest payload of one request or response (data requests are split below this).
 pub const MAX_PAYLOAD: usize = 64 << 20;
-const PREFIX: usize = 12;
+/// Bytes of a frame before its header: magic, version, header length, payload length.
+pub const PREFIX: usize = 12;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FrameError {
@@ -55,12 +56,19 @@ pub fn encode_head<T: Serialize>(header: &T, payload_len: usize) -> Result<Vec<u
         return Err(FrameError::PayloadTooLarge(payload_len, MAX_PAYLOAD));
     }
     let mut out = Vec::with_capacity(PREFIX + h.len());
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&PROTOCOL_VERSION.to_be_bytes());
-    out.extend_from_slice(&(h.len() as u32).to_be_bytes());
-    out.extend_from_slice(&(payload_len as u32).to_be_bytes());
+    out.extend_from_slice(&prefix(h.len(), payload_len));
     out.extend_from_slice(&h);
     Ok(out)
+}
+
+/// The prefix of a frame whose header and payload have these lengths (each at most `u32::MAX`).
+pub fn prefix(header_len: usize, payload_len: usize) -> [u8; PREFIX] {
+    let mut p = [0u8; PREFIX];
+    p[..2].copy_from_slice(&MAGIC);
+    p[2..4].copy_from_slice(&PROTOCOL_VERSION.to_be_bytes());
+    p[4..8].copy_from_slice(&(header_len as u32).to_be_bytes());
+    p[8..12].copy_from_slice(&(payload_len as u32).to_be_bytes());
+    p
 }
 
 /// Sends one frame. The header is encoded before the returned future is created, so the future does

@@ -13,12 +13,14 @@ use serde::{Deserialize, Serialize};
 
 /// One stripe's home: which data server holds which object.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct StripeTarget {
     pub ds: DsId,
     pub object: ObjectId,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct Layout {
     pub stripe_size: u64,
     /// One target per stripe (the stripe count is `targets.len()`).
@@ -27,6 +29,7 @@ pub struct Layout {
 
 /// A requested layout (`setstripe`): unset fields fall back to the directory's or the cluster's default.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct LayoutSpec {
     pub stripe_size: Option<u64>,
     /// `Some(0)` or `None` with no other default means "all data servers".

@@ -15,6 +15,7 @@
 //! - [`clusterdir`]: certificates and configs of a cluster on loopback (`tessera up`, experiments, tests).
 //! - [`bufpool`]: recycled page-aligned buffers for payloads and write-behind.
 //! - [`fileio`]: positional reads into a buffer's spare capacity (data servers, benchmarks).
+//! - [`fuzz`] (feature `arbitrary`): message values from raw bytes and frame mutations, for fuzzing.
 //! - [`units`]: sizes with K/M/G/T suffixes, parsed and formatted the same everywhere.
 
 pub mod bufpool;
@@ -24,6 +25,8 @@ pub mod config;
 pub mod error;
 pub mod fileio;
 pub mod frame;
+#[cfg(any(test, feature = "arbitrary"))]
+pub mod fuzz;
 pub mod layout;
 pub mod msg;
 pub mod process;

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 /// How `SetAttr` sets a time.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum TimeSet {
     Now,
     At(Timestamp),
@@ -21,6 +22,7 @@ pub enum TimeSet {
 
 /// Fields to change in `SetAttr`; `None` leaves a field alone.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct SetAttrs {
     /// Permission bits (`0o7777`).
     pub perm: Option<u32>,
@@ -33,6 +35,7 @@ pub struct SetAttrs {
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct RenameFlags {
     /// Fail with EEXIST if the target exists (RENAME_NOREPLACE).
     pub noreplace: bool,
@@ -41,6 +44,7 @@ pub struct RenameFlags {
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct OpenFlags {
     pub read: bool,
     pub write: bool,
@@ -50,6 +54,7 @@ pub struct OpenFlags {
 
 /// `setxattr` flags.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum XattrMode {
     #[default]
     Any,
@@ -60,6 +65,7 @@ pub enum XattrMode {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct DirEntry {
     pub name: String,
     pub ino: Ino,
@@ -69,6 +75,7 @@ pub struct DirEntry {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct StatFs {
     pub block_size: u32,
     pub blocks: u64,
@@ -81,6 +88,7 @@ pub struct StatFs {
 
 /// What a data server tells the MDS about itself, periodically.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct DsReport {
     pub ds: DsId,
     /// When the server took this report (its clock, microseconds since the Unix epoch).
@@ -105,6 +113,7 @@ pub struct DsReport {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct JobCounters {
     pub job: String,
     pub read_ops: u64,
@@ -115,6 +124,7 @@ pub struct JobCounters {
 
 /// One data server as the MDS sees it (`tessera df`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct DsStatus {
     pub ds: DsId,
     pub addr: String,
@@ -124,6 +134,7 @@ pub struct DsStatus {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum MdsRequest {
     /// Cheap liveness + version check.
     Ping,
@@ -301,6 +312,7 @@ pub enum MdsRequest {
 /// holder answers lookups of names it does not know as absent, and creates and removes files there without
 /// waiting (creates with inode numbers reserved for it), sending the changes later in a `DirBatch`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct DirLease {
     pub dir: Ino,
     pub token: u64,
@@ -322,6 +334,7 @@ pub const LEASE_NAME_BYTES_MAX: usize = 512 << 10;
 
 /// One file a lease holder created: owner, mode and times as the holder gave them to the program.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct AsyncCreate {
     pub ino: Ino,
     pub name: String,
@@ -336,6 +349,7 @@ pub struct AsyncCreate {
 /// One change in a [`DirBatch`](MdsRequest::DirBatch). Permissions were checked at the holder, by its
 /// kernel (a mount that leaves the checks to the MDS takes no leases), as for any create or unlink there.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum DirOp {
     Create(AsyncCreate),
     /// Removes the non-directory `name` (a file created in this batch or before; an open one lives on
@@ -348,12 +362,14 @@ pub enum DirOp {
 /// What became of one [`DirOp`]: for a create, the open handle and layout when it was to be opened; for
 /// an unlink, `Ok(None)` and the inode it removed (0 when it failed).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct BatchResult {
     pub ino: Ino,
     pub result: FsResult<Option<(u64, Layout)>>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum MdsReply {
     Ok,
     Pong {
@@ -402,6 +418,7 @@ pub enum MdsReply {
 
 /// One inconsistency `tessera fsck` found: its kind (a short stable name such as `dangling-entry` or
 /// `orphan-object`), what exactly, and what repair does (or did) about it.
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct FsckFinding {
     pub kind: String,
@@ -412,6 +429,7 @@ pub struct FsckFinding {
 }
 
 /// What a `tessera fsck` run checked and found.
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 pub struct FsckReport {
     /// The findings (at most [`MAX_FSCK_FINDINGS`]; `omitted` counts the rest).
@@ -438,6 +456,7 @@ pub const MAX_FSCK_FINDINGS: usize = 4096;
 // ---------------------------------------------------------------------------------------------
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum OrchestratorMode {
     /// Vanilla: every data server serves work-conserving.
     Off,
@@ -478,6 +497,7 @@ impl std::fmt::Display for OrchestratorMode {
 
 /// One program's locality at one data server (EWMA values, spec: SL_ij and RD_ij).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct JobLocality {
     pub job: String,
     /// SL_ij: EWMA of the address gap between consecutive requests of this job here, bytes.
@@ -493,6 +513,7 @@ pub struct JobLocality {
 
 /// A data server's locality statistics.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct LocalityReport {
     pub ds: DsId,
     /// SL_i: EWMA of the address gap between consecutive requests of any job, bytes.
@@ -508,6 +529,7 @@ pub struct LocalityReport {
 
 /// Which requests a data server releases to its device.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum ServeTarget {
     /// Work-conserving: everything.
     All,
@@ -519,6 +541,7 @@ pub enum ServeTarget {
 
 /// The orchestrator's command at a slice start.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct ServeCommand {
     /// Increases with every command; older commands are ignored.
     pub epoch: u64,
@@ -532,6 +555,7 @@ pub struct ServeCommand {
 
 /// One scheduling object of the current plan.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct PlanSlice {
     /// The job, or "(others)".
     pub label: String,
@@ -543,6 +567,7 @@ pub struct PlanSlice {
 
 /// A program as the orchestrator sees it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct JobView {
     pub job: String,
     pub eligible: bool,
@@ -555,6 +580,7 @@ pub struct JobView {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct OrchestratorStatus {
     pub mode: OrchestratorMode,
     pub window_ms: u32,
@@ -571,6 +597,7 @@ pub struct OrchestratorStatus {
 
 /// Every MDS request is sent together with the caller's credentials and who issues it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct MdsCall {
     pub caller: Caller,
     pub origin: Origin,
@@ -586,6 +613,7 @@ pub type MdsResponse = FsResult<MdsReply>;
 /// Every data request names the data server it is for, so it can be routed: sent to that server
 /// directly, or through a forwarding node that passes it on. A server refuses a call naming another.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct DsCall {
     pub ds: DsId,
     pub req: DsRequest,
@@ -603,6 +631,7 @@ impl DsCall {
 
 /// Which forwarding node passed a data call on, and how many client requests it merged into it.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct Forwarded {
     /// The forwarding node's index in the cluster configuration.
     pub ion: u32,
@@ -610,6 +639,7 @@ pub struct Forwarded {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum DsRequest {
     Ping,
     /// Reads up to `len` bytes; bytes past the object's end are not returned (short read), holes read
@@ -686,6 +716,7 @@ pub enum DsRequest {
 /// One run of a [`DsRequest::WriteV`] (the next `len` bytes of the payload go to object offset `offset`)
 /// or of a [`DsRequest::ReadV`] (`len` bytes from `offset`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct Extent {
     pub offset: u64,
     pub len: u32,
@@ -761,6 +792,7 @@ pub fn carries_data(req: &DsRequest) -> bool {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum DsReply {
     Ok,
     Pong {
@@ -799,6 +831,7 @@ pub type DsResponse = FsResult<DsReply>;
 
 /// A call to a forwarding node (ION): the metadata and data calls it passes on, and its own.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum IonCall {
     /// Passed on to the MDS unchanged (not scheduled). Reply: [`IonReply::Mds`].
     Mds(MdsCall),
@@ -814,6 +847,7 @@ pub enum IonCall {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum IonReply {
     Mds(MdsReply),
     Ds(DsReply),
@@ -822,6 +856,7 @@ pub enum IonReply {
 
 /// A scheduler and its parameters (`None`: keep the current value).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct SchedulerSetting {
     pub name: String,
     pub window_us: Option<u64>,
@@ -831,6 +866,7 @@ pub struct SchedulerSetting {
 /// Request sizes in Darshan's buckets (0–100 B, 100 B–1 KiB, 1–10 KiB, 10–100 KiB, 100 KiB–1 MiB,
 /// 1–4 MiB, 4–10 MiB, 10–100 MiB, 100 MiB–1 GiB, 1 GiB and more).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct SizeHistogram {
     pub counts: [u64; SizeHistogram::BUCKETS],
 }
@@ -863,6 +899,7 @@ impl SizeHistogram {
 
 /// One job's traffic through a forwarding node.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct IonJob {
     pub job: String,
     pub requests: u64,
@@ -871,6 +908,7 @@ pub struct IonJob {
 
 /// A forwarding node's state (`tessera ion status`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct IonStatus {
     pub name: String,
     /// Its index in the configuration (TWINS's rotation k).

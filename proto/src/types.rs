@@ -22,6 +22,7 @@ pub const PATH_MAX: usize = 4096;
 pub const XATTR_SIZE_MAX: usize = 65536;
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum FileKind {
     File,
     Dir,
@@ -61,6 +62,7 @@ impl FileKind {
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct Timestamp {
     pub secs: i64,
     pub nanos: u32,
@@ -105,6 +107,7 @@ impl Timestamp {
 
 /// Attributes of an inode, as `stat(2)` shows them.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct Attr {
     pub ino: Ino,
     pub kind: FileKind,
@@ -139,6 +142,7 @@ impl Attr {
 
 /// Who is asking: used by the MDS for permission checks (like NFS AUTH_SYS).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct Caller {
     pub uid: u32,
     pub gid: u32,
@@ -167,6 +171,7 @@ impl Caller {
 /// and every data request carries one, so servers (and forwarding nodes, which pass it on unchanged)
 /// can tell programs apart, count per job and hold state per client.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct Origin {
     /// Job id as the scheduler knows it (e.g. `slurm-1234`, `sess-4711`), at most [`JOB_ID_MAX`] bytes.
     pub job: String,
@@ -188,6 +193,7 @@ impl Origin {
 
 /// Which program a data request belongs to and the file it is for. Every data request carries one.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct IoTag {
     pub origin: Origin,
     /// The file the object belongs to.
@@ -222,6 +228,7 @@ where
 
 /// Role of a node, carried in its certificate.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum Role {
     Mds,
     Ds,

@@ -141,8 +141,16 @@ pub trait Scheduler: Send {
 /// The schedulers' names, in the order of the thesis's comparison.
 pub const NAMES: &[&str] = &["fifo", "hbrr", "to", "to-agg", "sjf", "mlf", "sw", "twins"];
 
+/// Longest window TWINS and SW accept: a request waits at most a window's length per data server for
+/// its turn, and an absurd window (an admin's `window_us` of 2^64-1 µs, seen while writing `tessera-bench fuzz`)
+/// would hold every request queued on the node, and its data, for good.
+pub const MAX_WINDOW_US: u64 = 10_000_000;
+
 /// Builds the scheduler called `name`.
 pub fn build(name: &str, p: &Params) -> Result<Box<dyn Scheduler>, String> {
+    if matches!(name, "sw" | "twins") && p.window_us > MAX_WINDOW_US {
+        return Err(format!("a window of {} us is longer than the limit of {MAX_WINDOW_US} us", p.window_us));
+    }
     Ok(match name {
         "fifo" => Box::new(fifo::Fifo::default()),
         "hbrr" => Box::new(hbrr::Hbrr::new(p.quantum)),
@@ -384,5 +392,17 @@ pub(crate) mod tests {
                 exercise(name, seed, seed >= 3);
             }
         }
+    }
+
+    #[test]
+    fn absurd_windows_are_refused() {
+        for name in ["twins", "sw"] {
+            let p = |window_us| Params { window_us, servers: vec![0, 1], ..Params::default() };
+            assert!(build(name, &p(MAX_WINDOW_US)).is_ok());
+            assert!(build(name, &p(MAX_WINDOW_US + 1)).is_err(), "{name}");
+            assert!(build(name, &p(u64::MAX)).is_err(), "{name}");
+        }
+        let p = Params { window_us: u64::MAX, ..Params::default() };
+        assert!(build("fifo", &p).is_ok(), "schedulers without windows ignore it");
     }
 }
