@@ -167,7 +167,7 @@ fn tempdir() -> Result<PathBuf> {
 }
 
 fn identity_files(dir: &Path) -> TlsFiles {
-    TlsFiles { ca: dir.join("ca.pem"), cert: dir.join("node.pem"), key: dir.join("node.key") }
+    TlsFiles::in_dir(dir, "node")
 }
 
 /// Writes a throwaway CA and one identity per server (`DIR/sK/`) and for the client (`DIR/client/`).

@@ -183,6 +183,7 @@ pub fn prepare(dir: &Path, shape: Shape, port_base: u16, defaults: Defaults) -> 
         ca: PathBuf::from("tls/ca.pem"),
         cert: PathBuf::from(format!("tls/{name}.pem")),
         key: PathBuf::from(format!("tls/{name}.key")),
+        crl: None,
     };
     let mut rewrite = false;
     let base = match base {

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 /// Transport tuning shared by servers and clients.
 #[derive(Clone, Copy, Debug)]
@@ -328,7 +328,21 @@ impl RpcPeer {
                     format!("{} {}: no answer to a connection attempt within {limit:?}", self.role, self.target()),
                 )
             })?
-            .map_err(|e| FsError::unavailable(format!("{} {}: {e}", self.role, self.target())))
+            .map_err(|e| self.connection_err(&e))
+    }
+
+    /// A lost or refused connection in words; a certificate refused by either side says whose and why.
+    fn connection_err(&self, e: &quinn::ConnectionError) -> FsError {
+        let (role, target) = (self.role, self.target());
+        match certificate_refusal(e) {
+            Some(Refusal::OfPeer(why)) => {
+                FsError::unavailable(format!("{role} {target}: its certificate is refused: {why}"))
+            }
+            Some(Refusal::OfOurs(why)) => {
+                FsError::unavailable(format!("{role} {target} refused this node's certificate: {why}"))
+            }
+            None => FsError::unavailable(format!("{role} {target}: {e}")),
+        }
     }
 
     /// Sends `req` and returns the reply's header as soon as it arrives, with its payload still to be
@@ -354,12 +368,20 @@ impl RpcPeer {
         req: &Req,
         payload: Bytes,
     ) -> FsResult<(FsResult<Rep>, quinn::RecvStream, usize)> {
-        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| self.transport_err(e))?;
-        frame::write_frame(&mut send, req, payload).await.map_err(|e| self.frame_err(e))?;
-        let _ = send.finish();
-        let (header, len) = frame::read_head(&mut recv, MAX_PAYLOAD).await.map_err(|e| self.frame_err(e))?;
-        let resp: FsResult<Rep> = wire::decode(&header).map_err(|e| self.frame_err(FrameError::Decode(e)))?;
-        Ok((resp, recv, len))
+        let exchange = async {
+            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| self.connection_err(&e))?;
+            frame::write_frame(&mut send, req, payload).await.map_err(|e| self.frame_err(e))?;
+            let _ = send.finish();
+            let (header, len) = frame::read_head(&mut recv, MAX_PAYLOAD).await.map_err(|e| self.frame_err(e))?;
+            let resp: FsResult<Rep> = wire::decode(&header).map_err(|e| self.frame_err(FrameError::Decode(e)))?;
+            Ok((resp, recv, len))
+        };
+        // With TLS 1.3 the client's handshake ends before the server has checked its certificate: a
+        // refusal closes the connection after it was made, and shows here.
+        exchange.await.map_err(|e| match conn.close_reason() {
+            Some(reason) if certificate_refusal(&reason).is_some() => self.connection_err(&reason),
+            _ => e,
+        })
     }
 
     fn no_reply(&self) -> FsError {
@@ -454,10 +476,6 @@ impl RpcPeer {
         r.map_err(|error| TransportFailure { sent: true, error })
     }
 
-    fn transport_err(&self, e: impl std::fmt::Display) -> FsError {
-        FsError::unavailable(format!("{} {}: {e}", self.role, self.target()))
-    }
-
     fn frame_err(&self, e: FrameError) -> FsError {
         match e {
             FrameError::Io(_) | FrameError::Closed | FrameError::Truncated(_) => {
@@ -466,6 +484,60 @@ impl RpcPeer {
             _ => FsError::protocol(format!("{} {}: {e}", self.role, self.target())),
         }
     }
+}
+
+/// A TLS handshake that failed over a certificate, with the reason in words.
+enum Refusal {
+    /// This side refused the peer's certificate.
+    OfPeer(String),
+    /// The peer refused this side's certificate.
+    OfOurs(String),
+}
+
+/// QUIC carries a TLS alert as error code 0x100 + alert, with rustls's error text as the reason.
+fn certificate_refusal(e: &quinn::ConnectionError) -> Option<Refusal> {
+    let alert = |code: quinn::TransportErrorCode| {
+        let c = u64::from(code);
+        (0x100..0x200).contains(&c).then_some((c - 0x100) as u8)
+    };
+    match e {
+        quinn::ConnectionError::TransportError(t) => {
+            alert(t.code).filter(|a| is_certificate_alert(*a)).map(|a| Refusal::OfPeer(explain_tls(a, &t.reason)))
+        }
+        quinn::ConnectionError::ConnectionClosed(c) => alert(c.error_code)
+            .filter(|a| is_certificate_alert(*a))
+            .map(|a| Refusal::OfOurs(explain_tls(a, &String::from_utf8_lossy(&c.reason)))),
+        _ => None,
+    }
+}
+
+/// bad_certificate (42) to unknown_ca (48), and certificate_required (116).
+fn is_certificate_alert(alert: u8) -> bool {
+    (42..=48).contains(&alert) || alert == 116
+}
+
+/// rustls's text for a refused certificate, with times as dates: `certificate revoked`, `certificate
+/// expired at 2026-01-02 03:04:05 UTC`, `certificate not valid before ... (is a clock wrong?)`.
+fn explain_tls(alert: u8, reason: &str) -> String {
+    let reason = reason.trim_start_matches("invalid peer certificate: ");
+    let time_after = |marker: &str| {
+        let rest = &reason[reason.find(marker)? + marker.len()..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse::<i64>().ok().map(crate::types::format_utc)
+    };
+    if alert == 44 {
+        return "certificate revoked".into();
+    }
+    if let Some(t) = time_after("not valid after ") {
+        return format!("certificate expired at {t} UTC");
+    }
+    if let Some(t) = time_after("not valid before ") {
+        return format!("certificate not valid before {t} UTC (is a clock wrong?)");
+    }
+    if reason.is_empty() {
+        return format!("TLS alert {alert}");
+    }
+    reason.to_string()
 }
 
 /// A call that did not get the server's answer.
@@ -565,7 +637,12 @@ pub async fn serve<S: Service>(endpoint: quinn::Endpoint, service: Arc<S>) {
             let addr = incoming.remote_address();
             match incoming.await {
                 Ok(conn) => serve_connection(conn, service).await,
-                Err(e) => debug!(%addr, "handshake failed: {e}"),
+                // The verifier has logged who and why; this says where from.
+                Err(e) => match certificate_refusal(&e) {
+                    Some(Refusal::OfPeer(why)) => info!(%addr, "connection refused: {why}"),
+                    Some(Refusal::OfOurs(why)) => info!(%addr, "peer refused this server's certificate: {why}"),
+                    None => debug!(%addr, "handshake failed: {e}"),
+                },
             }
         });
     }
@@ -679,6 +756,26 @@ async fn serve_stream<S: Service>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn certificate_refusals_are_explained() {
+        assert_eq!(explain_tls(44, "invalid peer certificate: Revoked"), "certificate revoked");
+        let expired = "invalid peer certificate: certificate expired: verification time 1767225600 (UNIX), but \
+                       certificate is not valid after 1767139200 (86400 seconds ago)";
+        assert_eq!(explain_tls(45, expired), "certificate expired at 2025-12-31 00:00:00 UTC");
+        let future =
+            "certificate not valid yet: verification time 0 (UNIX), but certificate is not valid before 86400 \
+                      (86400 seconds in future)";
+        assert_eq!(explain_tls(45, future), "certificate not valid before 1970-01-02 00:00:00 UTC (is a clock wrong?)");
+        assert_eq!(explain_tls(48, "invalid peer certificate: UnknownIssuer"), "UnknownIssuer");
+        let closed = quinn::ConnectionError::ConnectionClosed(quinn::ConnectionClose {
+            error_code: quinn::TransportErrorCode::crypto(44),
+            frame_type: None,
+            reason: Bytes::from_static(b"invalid peer certificate: Revoked"),
+        });
+        assert!(matches!(certificate_refusal(&closed), Some(Refusal::OfOurs(r)) if r == "certificate revoked"));
+        assert!(certificate_refusal(&quinn::ConnectionError::TimedOut).is_none());
+    }
 
     #[test]
     fn udp_sockets_get_the_large_buffer_as_root() {
