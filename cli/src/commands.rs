@@ -260,10 +260,11 @@ enum CaCmd {
         #[command(flatten)]
         dir: CaDirArg,
     },
-    /// Revoke the certificates issued to NAME and write a new revocation list (DIR/ca.crl.pem). Servers
-    /// and clients reading that file refuse them at their next connection, within a second, without a
-    /// restart; connections made before stay up until they end. Copy the file to nodes that keep their
-    /// own copy.
+    /// Revoke the certificates issued to NAME and write a new revocation list (DIR/ca.crl.pem). Nodes
+    /// reading that file take it into use within a second, without a restart: a server closes the
+    /// revoked peer's connections at once, a node connected to a revoked server drops the connection at
+    /// its next call, and every new connection is refused. Copy the file to nodes that keep their own
+    /// copy.
     Revoke {
         /// Node name the certificates were issued to.
         name: String,
@@ -713,8 +714,8 @@ fn ca_cmd(ca: &CaCmd, config: Option<&Path>) -> CliResult<()> {
                 println!("revoked {} '{}' (serial {})", r.role, r.name, r.serial);
             }
             println!(
-                "revocation list number {} written to {}: nodes reading it refuse these certificates at their \
-                 next connection",
+                "revocation list number {} written to {}: nodes reading it refuse these certificates within a \
+                 second",
                 ca_dir.index.crl_number,
                 ca_dir.crl_path().display()
             );

@@ -3,12 +3,14 @@
 //! ([`RevocationClientVerifier`]) and a node checking the server it connects to
 //! ([`RevocationServerVerifier`]).
 //!
-//! The file is looked at, at most once a second, when a handshake needs it: a changed file (`tessera
-//! ca revoke` replaces it) is read, checked (a list that does not parse or is not the cluster CA's is
-//! refused, and the previous one stays in force) and used from that handshake on, with no restart.
-//! Connections made before stay up until they end (as Lustre checks at reconnection): a revoked peer
-//! is refused at its next connection. Every refusal is logged with the peer's role, name and serial
-//! and the reason (revoked, expired, not yet valid...).
+//! The file is looked at, at most once a second, by handshakes, calls and a servers' task: a changed
+//! file (`tessera ca revoke` replaces it) is read, checked (a list that does not parse or is not the
+//! cluster CA's is refused, and the previous one stays in force) and used from then on, with no
+//! restart. A revoked peer is refused at its next connection; connections it already has are closed as
+//! soon as the new list is in force — by a server at once ([`crate::rpc::serve`] waits for
+//! [`CrlWatch::subscribe`]), by a node connected to a revoked server at its next call on it. Every
+//! refusal is logged with the peer's role, name and serial and the reason (revoked, expired, not yet
+//! valid...).
 
 use crate::tls::{CertInfo, TlsError};
 use crate::types::format_utc;
@@ -19,6 +21,7 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 use tracing::{error, info, warn};
@@ -56,7 +59,6 @@ fn stamp(path: &Path) -> std::io::Result<Option<Stamp>> {
 }
 
 struct State {
-    checked: Instant,
     stamp: Option<Stamp>,
     current: Snapshot,
 }
@@ -68,6 +70,13 @@ pub struct CrlWatch {
     /// The node's own certificate: a new list is tried on it, which tells a list of another CA.
     own: CertificateDer<'static>,
     state: Mutex<State>,
+    /// When the file is due for a look, in milliseconds since `epoch` (read without the lock: calls
+    /// ask for [`CrlWatch::generation`] on their way).
+    epoch: Instant,
+    next_look_ms: AtomicU64,
+    generation: AtomicU64,
+    changed: tokio::sync::watch::Sender<u64>,
+    looking: AtomicBool,
 }
 
 impl std::fmt::Debug for CrlWatch {
@@ -96,7 +105,17 @@ impl CrlWatch {
             current = read_list(&path, &ca, &own).map_err(err)?;
             info!("revocation list {}: number {}, {} revoked", path.display(), number(&current), current.revoked.len());
         }
-        Ok(CrlWatch { path, ca, own, state: Mutex::new(State { checked: Instant::now(), stamp: st, current }) })
+        Ok(CrlWatch {
+            path,
+            ca,
+            own,
+            state: Mutex::new(State { stamp: st, current }),
+            epoch: Instant::now(),
+            next_look_ms: AtomicU64::new(RECHECK.as_millis() as u64),
+            generation: AtomicU64::new(0),
+            changed: tokio::sync::watch::channel(0).0,
+            looking: AtomicBool::new(false),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -107,22 +126,67 @@ impl CrlWatch {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The list in force, after looking at the file if it was last looked at [`RECHECK`] ago or more.
-    pub fn snapshot(&self) -> Snapshot {
-        let mut s = self.lock();
-        if s.checked.elapsed() >= RECHECK && !self.path.as_os_str().is_empty() {
-            s.checked = Instant::now();
+    /// The generation of the list in force (it changes with the list), after looking at the file if
+    /// it is due ([`RECHECK`]). Cheap when it is not: calls ask on their way.
+    pub fn generation(&self) -> u64 {
+        let now = self.epoch.elapsed().as_millis() as u64;
+        let due = self.next_look_ms.load(Ordering::Relaxed);
+        if now >= due
+            && self
+                .next_look_ms
+                .compare_exchange(due, now + RECHECK.as_millis() as u64, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let mut s = self.lock();
             self.reload(&mut s);
         }
-        s.current.clone()
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The list in force, after looking at the file if it is due.
+    pub fn snapshot(&self) -> Snapshot {
+        self.generation();
+        self.lock().current.clone()
     }
 
     /// Looks at the file now, whatever the time since the last look (tests).
     pub fn recheck(&self) -> Snapshot {
         let mut s = self.lock();
-        s.checked = Instant::now();
         self.reload(&mut s);
         s.current.clone()
+    }
+
+    /// Told the new generation whenever another list is taken into use.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Looks at the file every [`RECHECK`] from a task of the current runtime, so that a new list is
+    /// taken into use (and [`CrlWatch::subscribe`]rs told) without waiting for a handshake or a call.
+    /// Once per watch; the task ends with the watch.
+    pub fn keep_looking(self: &Arc<Self>) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        if self.path.as_os_str().is_empty() || self.looking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let watch = Arc::downgrade(self);
+        rt.spawn(async move {
+            let mut tick = tokio::time::interval(RECHECK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(w) = watch.upgrade() else { return };
+                w.generation();
+            }
+        });
+    }
+
+    /// Takes `list` into use as the next generation.
+    fn replace(&self, s: &mut State, list: Snapshot) {
+        let generation = s.current.generation + 1;
+        s.current = Snapshot { generation, ..list };
+        self.generation.store(generation, Ordering::Release);
+        self.changed.send_replace(generation);
     }
 
     fn reload(&self, s: &mut State) {
@@ -139,7 +203,7 @@ impl CrlWatch {
         s.stamp = st;
         if st.is_none() {
             warn!("revocation list {} removed: nothing is revoked any more", self.path.display());
-            s.current = Snapshot { generation: s.current.generation + 1, ..Snapshot::default() };
+            self.replace(s, Snapshot::default());
             return;
         }
         match read_list(&self.path, &self.ca, &self.own) {
@@ -150,7 +214,7 @@ impl CrlWatch {
                     number(&list),
                     list.revoked.len()
                 );
-                s.current = Snapshot { generation: s.current.generation + 1, ..list };
+                self.replace(s, list);
             }
             Err(e) => error!(
                 "revocation list {}: {e}; keeping list number {} in force",

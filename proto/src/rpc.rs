@@ -4,9 +4,10 @@
 //! at connect, answers a malformed frame with a protocol error (or resets just that stream), and keeps
 //! serving the connection's other streams.
 
+use crate::crl::CrlWatch;
 use crate::error::{ErrorCode, FsError, FsResult};
 use crate::frame::{self, FrameError, MAX_PAYLOAD};
-use crate::tls::{self, NodeIdentity};
+use crate::tls::{self, CertInfo, NodeIdentity};
 use crate::types::Role;
 use crate::wire;
 use bytes::Bytes;
@@ -191,6 +192,10 @@ pub struct RpcPeer {
     addr: std::sync::Mutex<SocketAddr>,
     role: Role,
     crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
+    /// The revocation list the server's certificate is checked against, also while connected.
+    crl: Arc<CrlWatch>,
+    /// The last connection was refused over a certificate (either side's): not worth retrying.
+    refused: std::sync::atomic::AtomicBool,
     tuning: Tuning,
     link: tokio::sync::Mutex<Link>,
 }
@@ -200,6 +205,8 @@ pub struct RpcPeer {
 #[derive(Default)]
 struct Link {
     conn: Option<quinn::Connection>,
+    /// The server's certificate on `conn`, and the revocation list's generation it was checked with.
+    server: Option<(CertInfo, u64)>,
     /// The last connection attempt's failure and when it ended (see [`RECONNECT_HOLDOFF`]).
     failed: Option<(Instant, FsError)>,
 }
@@ -227,6 +234,8 @@ impl RpcPeer {
             addr: std::sync::Mutex::new(addr),
             role,
             crypto: Arc::new(crypto),
+            crl: id.crl.clone(),
+            refused: Default::default(),
             tuning,
             link: tokio::sync::Mutex::new(Link::default()),
         })
@@ -266,6 +275,7 @@ impl RpcPeer {
     /// than [`RECONNECT_HOLDOFF`] ago: then its error, at once.
     pub async fn connection(&self) -> FsResult<quinn::Connection> {
         let mut link = self.link.lock().await;
+        self.drop_if_revoked(&mut link);
         if let Some(c) = &link.conn {
             match c.close_reason() {
                 None => return Ok(c.clone()),
@@ -278,7 +288,7 @@ impl RpcPeer {
                         self.target(),
                         self.tuning.idle_timeout
                     ));
-                    *link = Link { conn: None, failed: Some((Instant::now(), e.clone())) };
+                    *link = Link { conn: None, server: None, failed: Some((Instant::now(), e.clone())) };
                     return Err(e);
                 }
                 Some(_) => {}
@@ -289,12 +299,41 @@ impl RpcPeer {
             e.detail = format!("{} ({:.1} s ago)", e.detail, at.elapsed().as_secs_f64());
             return Err(e);
         }
+        let generation = self.crl.generation();
         let r = self.connect().await;
         *link = match &r {
-            Ok(conn) => Link { conn: Some(conn.clone()), failed: None },
-            Err(e) => Link { conn: None, failed: Some((Instant::now(), e.clone())) },
+            Ok(conn) => {
+                Link { conn: Some(conn.clone()), server: peer_certificate(conn).map(|c| (c, generation)), failed: None }
+            }
+            Err(e) => Link { conn: None, server: None, failed: Some((Instant::now(), e.clone())) },
         };
         r
+    }
+
+    /// Closes the connection if a revocation list taken into use since it was made revokes the
+    /// server's certificate (the next attempt is then refused at the handshake, saying so).
+    fn drop_if_revoked(&self, link: &mut Link) {
+        let Some((cert, checked)) = link.server.as_mut() else { return };
+        let generation = self.crl.generation();
+        if generation == *checked {
+            return;
+        }
+        *checked = generation;
+        let list = self.crl.snapshot();
+        if !list.revoked.contains(&cert.serial) {
+            return;
+        }
+        warn!(
+            "{} {}: closing the connection to {}: certificate revoked (revocation list number {})",
+            self.role,
+            self.target(),
+            cert.who(),
+            list.number.as_deref().unwrap_or("none")
+        );
+        if let Some(c) = link.conn.take() {
+            c.close(CLOSE_REVOKED.into(), b"server certificate revoked");
+        }
+        link.server = None;
     }
 
     /// One connection attempt, at most [`Tuning::connect_timeout`] (and the call timeout) long.
@@ -334,7 +373,9 @@ impl RpcPeer {
     /// A lost or refused connection in words; a certificate refused by either side says whose and why.
     fn connection_err(&self, e: &quinn::ConnectionError) -> FsError {
         let (role, target) = (self.role, self.target());
-        match certificate_refusal(e) {
+        let refusal = certificate_refusal(e);
+        self.refused.store(refusal.is_some(), std::sync::atomic::Ordering::Relaxed);
+        match refusal {
             Some(Refusal::OfPeer(why)) => {
                 FsError::unavailable(format!("{role} {target}: its certificate is refused: {why}"))
             }
@@ -431,6 +472,8 @@ impl RpcPeer {
             match self.attempt(req, payload.clone()).await {
                 Ok(reply) => return reply.map(|(r, chunks)| (r, frame::concat(chunks))),
                 Err(e) if tokio::time::Instant::now() + pause >= deadline => return Err(e),
+                // A certificate refused is refused again until someone acts (renew, restart).
+                Err(e) if self.refused.load(std::sync::atomic::Ordering::Relaxed) => return Err(e),
                 Err(e) => {
                     tracing::debug!("{} {}: {e}; retrying", self.role, self.target());
                     tokio::time::sleep(pause).await;
@@ -507,6 +550,10 @@ fn certificate_refusal(e: &quinn::ConnectionError) -> Option<Refusal> {
         quinn::ConnectionError::ConnectionClosed(c) => alert(c.error_code)
             .filter(|a| is_certificate_alert(*a))
             .map(|a| Refusal::OfOurs(explain_tls(a, &String::from_utf8_lossy(&c.reason)))),
+        // Closed by a server that took a list revoking this node's certificate into use.
+        quinn::ConnectionError::ApplicationClosed(c) if c.error_code == CLOSE_REVOKED.into() => {
+            Some(Refusal::OfOurs("certificate revoked".into()))
+        }
         _ => None,
     }
 }
@@ -629,14 +676,18 @@ impl ReplyStream {
     }
 }
 
-/// Serves `service` on `endpoint` until the endpoint is closed.
-pub async fn serve<S: Service>(endpoint: quinn::Endpoint, service: Arc<S>) {
+/// Serves `service` on `endpoint` until the endpoint is closed. `crl` is the revocation list of the
+/// identity the endpoint was made with: a peer whose certificate it revokes loses its connections as
+/// soon as the list is in force.
+pub async fn serve<S: Service>(endpoint: quinn::Endpoint, service: Arc<S>, crl: Arc<CrlWatch>) {
+    crl.keep_looking();
     while let Some(incoming) = endpoint.accept().await {
         let service = service.clone();
+        let crl = crl.clone();
         tokio::spawn(async move {
             let addr = incoming.remote_address();
             match incoming.await {
-                Ok(conn) => serve_connection(conn, service).await,
+                Ok(conn) => serve_connection(conn, service, crl).await,
                 // The verifier has logged who and why; this says where from.
                 Err(e) => match certificate_refusal(&e) {
                     Some(Refusal::OfPeer(why)) => info!(%addr, "connection refused: {why}"),
@@ -648,17 +699,24 @@ pub async fn serve<S: Service>(endpoint: quinn::Endpoint, service: Arc<S>) {
     }
 }
 
-async fn serve_connection<S: Service>(conn: quinn::Connection, service: Arc<S>) {
-    let addr = conn.remote_address();
-    let identity = conn
-        .peer_identity()
+/// What the peer's certificate says (the handshake checked it).
+fn peer_certificate(conn: &quinn::Connection) -> Option<CertInfo> {
+    conn.peer_identity()
         .and_then(|any| any.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>().ok())
-        .and_then(|chain| chain.first().and_then(tls::peer_identity));
-    let Some((role, name)) = identity else {
+        .and_then(|chain| chain.first().and_then(|c| CertInfo::parse(c)))
+}
+
+/// Application close code of a connection whose peer's certificate was revoked while it was up.
+pub const CLOSE_REVOKED: u32 = 7;
+
+async fn serve_connection<S: Service>(conn: quinn::Connection, service: Arc<S>, crl: Arc<CrlWatch>) {
+    let addr = conn.remote_address();
+    let Some(cert) = peer_certificate(&conn) else {
         warn!(%addr, "refusing peer without a Tessera role certificate");
         conn.close(1u32.into(), b"certificate carries no Tessera role");
         return;
     };
+    let (role, name) = (cert.role, cert.name.clone());
     if !service.accepts(role) {
         warn!(%addr, %role, %name, "refusing peer: role not allowed here");
         conn.close(2u32.into(), format!("role {role} is not allowed on this server").as_bytes());
@@ -667,16 +725,32 @@ async fn serve_connection<S: Service>(conn: quinn::Connection, service: Arc<S>) 
     debug!(%addr, %role, %name, "peer connected");
     let conn_id = NEXT_CONN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let peer = Arc::new(PeerInfo { role, name, addr, conn: conn_id });
+    let mut lists = crl.subscribe();
     loop {
-        match conn.accept_bi().await {
-            Ok((send, recv)) => {
-                let service = service.clone();
-                let peer = peer.clone();
-                tokio::spawn(serve_stream(service, peer, send, recv));
-            }
-            Err(e) => {
-                debug!(%addr, "connection ended: {e}");
-                return;
+        tokio::select! {
+            accepted = conn.accept_bi() => match accepted {
+                Ok((send, recv)) => {
+                    let service = service.clone();
+                    let peer = peer.clone();
+                    tokio::spawn(serve_stream(service, peer, send, recv));
+                }
+                Err(e) => {
+                    debug!(%addr, "connection ended: {e}");
+                    return;
+                }
+            },
+            Ok(()) = lists.changed() => {
+                let list = crl.snapshot();
+                if list.revoked.contains(&cert.serial) {
+                    warn!(
+                        %addr,
+                        "closing the connection of {}: certificate revoked (revocation list number {})",
+                        cert.who(),
+                        list.number.as_deref().unwrap_or("none")
+                    );
+                    conn.close(CLOSE_REVOKED.into(), b"certificate revoked");
+                    return;
+                }
             }
         }
     }

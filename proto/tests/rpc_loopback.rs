@@ -31,7 +31,7 @@ async fn setup(tuning: Tuning) -> (tempfile::TempDir, RpcPeer) {
     let client = ca.identity(Role::Client, "c");
     let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &server, &tuning).unwrap();
     let addr = ep.local_addr().unwrap();
-    tokio::spawn(rpc::serve(ep, Arc::new(Echo)));
+    tokio::spawn(rpc::serve(ep, Arc::new(Echo), server.crl.clone()));
     let peer = RpcPeer::new(rpc::client_endpoint(false).unwrap(), &client, Role::Ds, addr, tuning).unwrap();
     (ca.dir, peer)
 }
@@ -144,7 +144,7 @@ async fn streamed_replies_arrive_whole_or_not_at_all() {
     let tuning = Tuning { call_timeout: std::time::Duration::from_secs(10), ..Tuning::default() };
     let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &server, &tuning).unwrap();
     let addr = ep.local_addr().unwrap();
-    tokio::spawn(rpc::serve(ep, Arc::new(Streamer)));
+    tokio::spawn(rpc::serve(ep, Arc::new(Streamer), server.crl.clone()));
     let peer = RpcPeer::new(rpc::client_endpoint(false).unwrap(), &client, Role::Ion, addr, tuning).unwrap();
     for len in [0u32, 100 << 10, 1 << 20] {
         let (n, data) = peer.call::<u32, u32>(&len, Bytes::new()).await.unwrap();
