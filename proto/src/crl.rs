@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 /// The revocation list's file is looked at no more often than this.
 pub const RECHECK: Duration = Duration::from_secs(1);
@@ -103,7 +103,12 @@ impl CrlWatch {
         let mut current = Snapshot::default();
         if st.is_some() {
             current = read_list(&path, &ca, &own).map_err(err)?;
-            info!("revocation list {}: number {}, {} revoked", path.display(), number(&current), current.revoked.len());
+            debug!(
+                "revocation list {}: number {}, {} revoked",
+                path.display(),
+                number(&current),
+                current.revoked.len()
+            );
         }
         Ok(CrlWatch {
             path,
@@ -120,6 +125,20 @@ impl CrlWatch {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// `revocation list PATH: number N, K revoked` (or that there is none), for a server's start-up log.
+    pub fn describe(&self) -> String {
+        let s = self.lock();
+        match s.stamp {
+            Some(_) => format!(
+                "revocation list {}: number {}, {} revoked",
+                self.path.display(),
+                number(&s.current),
+                s.current.revoked.len()
+            ),
+            None => format!("no revocation list at {}: nothing revoked", self.path.display()),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -307,6 +326,12 @@ struct Cached<V: ?Sized> {
     build: Build<V>,
 }
 
+impl<V: ?Sized> std::fmt::Debug for Cached<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cached").field("crl", &self.crl).finish()
+    }
+}
+
 impl<V: ?Sized> Cached<V> {
     fn new(roots: Arc<rustls::RootCertStore>, crl: Arc<CrlWatch>, build: Build<V>) -> Result<Cached<V>, TlsError> {
         let base = build(&roots, &[]).map_err(TlsError::Config)?;
@@ -355,18 +380,41 @@ fn log_refusal(what: &str, cert: &CertificateDer<'_>, e: &Error, list: &Snapshot
     warn!("{what} {who}: {}", refusal_reason(e, info.as_ref(), list));
 }
 
+/// The handshake signature checks of both verifier traits (the same methods), which no revocation list
+/// changes: done by the verifier built without one.
+macro_rules! signatures_by_base {
+    () => {
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, Error> {
+            self.0.base.verify_tls12_signature(message, cert, dss)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, Error> {
+            self.0.base.verify_tls13_signature(message, cert, dss)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.0.base.supported_verify_schemes()
+        }
+    };
+}
+
 /// Server side: a client certificate must come from the CA, be valid now and not be revoked.
+#[derive(Debug)]
 pub struct RevocationClientVerifier(Cached<dyn ClientCertVerifier>);
 
 impl RevocationClientVerifier {
     pub fn new(roots: Arc<rustls::RootCertStore>, crl: Arc<CrlWatch>) -> Result<Self, TlsError> {
         Ok(RevocationClientVerifier(Cached::new(roots, crl, build_client)?))
-    }
-}
-
-impl std::fmt::Debug for RevocationClientVerifier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RevocationClientVerifier").field("crl", &self.0.crl).finish()
     }
 }
 
@@ -387,42 +435,17 @@ impl ClientCertVerifier for RevocationClientVerifier {
         })
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        self.0.base.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        self.0.base.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.base.supported_verify_schemes()
-    }
+    signatures_by_base!();
 }
 
 /// Client side: the server's certificate must come from the CA, name the role asked for, be valid
 /// now and not be revoked.
+#[derive(Debug)]
 pub struct RevocationServerVerifier(Cached<dyn ServerCertVerifier>);
 
 impl RevocationServerVerifier {
     pub fn new(roots: Arc<rustls::RootCertStore>, crl: Arc<CrlWatch>) -> Result<Self, TlsError> {
         Ok(RevocationServerVerifier(Cached::new(roots, crl, build_server)?))
-    }
-}
-
-impl std::fmt::Debug for RevocationServerVerifier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RevocationServerVerifier").field("crl", &self.0.crl).finish()
     }
 }
 
@@ -441,27 +464,7 @@ impl ServerCertVerifier for RevocationServerVerifier {
         })
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        self.0.base.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        self.0.base.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.base.supported_verify_schemes()
-    }
+    signatures_by_base!();
 
     fn root_hint_subjects(&self) -> Option<&[DistinguishedName]> {
         self.0.base.root_hint_subjects()

@@ -680,6 +680,7 @@ impl ReplyStream {
 /// identity the endpoint was made with: a peer whose certificate it revokes loses its connections as
 /// soon as the list is in force.
 pub async fn serve<S: Service>(endpoint: quinn::Endpoint, service: Arc<S>, crl: Arc<CrlWatch>) {
+    info!("{}", crl.describe());
     crl.keep_looking();
     while let Some(incoming) = endpoint.accept().await {
         let service = service.clone();
