@@ -196,8 +196,11 @@ impl CaDir {
         Ok(())
     }
 
-    /// Adds an issued certificate to the record (in memory; [`CaDir::save`] writes it).
+    /// Adds an issued certificate to the record, once (in memory; [`CaDir::save`] writes it).
     pub fn record(&mut self, info: &CertInfo) {
+        if self.index.cert.iter().any(|r| r.serial == info.serial) {
+            return;
+        }
         self.index.cert.push(Record {
             serial: info.serial.clone(),
             role: info.role.as_str().to_string(),
@@ -408,6 +411,12 @@ mod tests {
         let names: Vec<&str> = ca_dir.index.cert.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["mds"], "only certificates of this CA");
         assert_eq!(ca_dir.index.cert[0].serial, issued.info.serial);
+        drop(ca_dir);
+        // issue_to_dir writes the files before it opens the record: recorded once, not adopted again.
+        issue_to_dir(dir.path(), &ca, Role::Client, "c", &[]).unwrap();
+        let mut names: Vec<String> = CaDir::open(dir.path()).unwrap().index.cert.into_iter().map(|r| r.name).collect();
+        names.sort();
+        assert_eq!(names, ["c", "mds"]);
     }
 
     #[test]
