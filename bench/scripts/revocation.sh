@@ -72,7 +72,7 @@ run admin "$bin/tessera" ca revoke ds1 --dir "$tls"
 sleep 1.5
 as bob ping
 as bob get /alice.dat "$work/copy2"
-mds_says "ds 'ds1'"
+mds_says "ds 'ds1'" 6
 echo "    data server 1's own log:"
 sed 's/\x1b\[[0-9;]*m//g' "$work/ds1.log" | grep -F "certificate" | sed 's/^/    ds1.log: /' | head -3
 # New single-stripe files, one every 0.5 s: placed round-robin, those on ds1 fail (bob refuses it) until
