@@ -255,7 +255,8 @@ enum CaCmd {
         #[arg(long)]
         force: bool,
     },
-    /// List the certificates the CA issued: name, role, serial, validity, state (valid, expired, revoked).
+    /// List the certificates the CA issued: name, role, serial, validity, state (valid, not yet valid,
+    /// expired, revoked; "(replaced)" once renewed) and the revocation list's number.
     List {
         #[command(flatten)]
         dir: CaDirArg,
