@@ -76,6 +76,9 @@ init() {
   mkdir -p "$CONF/tls" "$CA_DIR"
   [ -f "$CA_DIR/ca.pem" ] || tessera ca init --dir "$CA_DIR" --name tessera-docker >/dev/null
   cp "$CA_DIR/ca.pem" "$CONF/tls/ca.pem"
+  # The revocation list next to the CA certificate, where the nodes look for it (a later `tessera ca
+  # revoke` in $CA_DIR must be copied here again).
+  if [ -f "$CA_DIR/ca.crl.pem" ]; then cp "$CA_DIR/ca.crl.pem" "$CONF/tls/ca.crl.pem"; fi
   all_ds=$(seq 0 $((N_DS - 1)) | tr '\n' ' ')
   all_ion=""
   [ "$N_ION" -eq 0 ] || all_ion=$(seq 0 $((N_ION - 1)) | tr '\n' ' ')

@@ -167,7 +167,7 @@ fn tempdir() -> Result<PathBuf> {
 }
 
 fn identity_files(dir: &Path) -> TlsFiles {
-    TlsFiles { ca: dir.join("ca.pem"), cert: dir.join("node.pem"), key: dir.join("node.key") }
+    TlsFiles::in_dir(dir, "node")
 }
 
 /// Writes a throwaway CA and one identity per server (`DIR/sK/`) and for the client (`DIR/client/`).
@@ -191,7 +191,7 @@ async fn serve(dir: &Path) -> Result<()> {
     let ep = rpc::server_endpoint("127.0.0.1:0".parse()?, &id, &Tuning::default()).map_err(|e| anyhow!("{e}"))?;
     let addr = ep.local_addr()?;
     tessera_proto::child::announce_ready(addr);
-    rpc::serve(ep, Arc::new(Sink::new())).await;
+    rpc::serve(ep, Arc::new(Sink::new()), id.crl.clone()).await;
     Ok(())
 }
 
@@ -374,7 +374,7 @@ mod tests {
         let id = NodeIdentity::load(&identity_files(&servers[0])).unwrap();
         let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &id, &Tuning::default()).unwrap();
         let addr = ep.local_addr().unwrap();
-        tokio::spawn(rpc::serve(ep, Arc::new(Sink::new())));
+        tokio::spawn(rpc::serve(ep, Arc::new(Sink::new()), id.crl.clone()));
         let peer =
             RpcPeer::new(rpc::client_endpoint(false).unwrap(), &client, Role::Ds, addr, Tuning::default()).unwrap();
         let (n, _) = peer.call::<_, u64>(&NetRequest::Put, Bytes::from(vec![1u8; 300_000])).await.unwrap();

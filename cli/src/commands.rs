@@ -10,12 +10,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use tessera_client::client::{clean_path, join_path, split_parent, Client};
 use tessera_client::file::{File, OpenOptions};
+use tessera_proto::ca::{CaDir, CertState};
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{ErrorCode, FsError};
 use tessera_proto::layout::LayoutSpec;
 use tessera_proto::msg::{FsckReport, OrchestratorMode, OrchestratorStatus, SetAttrs};
 use tessera_proto::tls;
-use tessera_proto::types::{Attr, FileKind, Role, Timestamp};
+use tessera_proto::types::{format_utc, Attr, FileKind, Role, Timestamp};
 use tessera_proto::units::parse_size;
 use tokio::io::AsyncWriteExt;
 
@@ -235,7 +236,8 @@ enum OrchCmd {
 
 #[derive(Subcommand, Debug)]
 enum CaCmd {
-    /// Create a new cluster CA (DIR/ca.pem, DIR/ca.key); refuses to overwrite an existing one.
+    /// Create a new cluster CA (DIR/ca.pem, DIR/ca.key, an empty revocation list DIR/ca.crl.pem and the
+    /// record of issued certificates DIR/issued.toml); refuses to overwrite an existing one.
     Init {
         /// Directory for the CA files.
         #[arg(long)]
@@ -243,12 +245,14 @@ enum CaCmd {
         /// Cluster name written into the CA certificate.
         #[arg(long, default_value = "tessera")]
         name: String,
+        /// Days the CA certificate is valid for (node certificates never outlive it).
+        #[arg(long, default_value_t = tls::CA_DAYS, value_parser = clap::value_parser!(u32).range(1..))]
+        days: u32,
     },
-    /// Issue a node certificate signed by the CA in DIR (writes DIR/NAME.pem and DIR/NAME.key).
+    /// Issue a node certificate signed by the CA (writes DIR/NAME.pem and DIR/NAME.key, and records it).
     Issue {
-        /// Directory holding ca.pem and ca.key.
-        #[arg(long)]
-        dir: PathBuf,
+        #[command(flatten)]
+        dir: CaDirArg,
         /// Node role: mds, ds, ion, client or admin.
         #[arg(long)]
         role: Role,
@@ -258,10 +262,67 @@ enum CaCmd {
         /// Extra host name or IP address the node is reached at (repeatable).
         #[arg(long = "san", value_name = "HOST_OR_IP")]
         sans: Vec<String>,
+        /// Days the certificate is valid for (from now; 5 minutes earlier, for clocks a little behind).
+        #[arg(long, default_value_t = tls::NODE_DAYS, value_parser = clap::value_parser!(u32).range(1..))]
+        days: u32,
         /// Overwrite an existing certificate of that name.
         #[arg(long)]
         force: bool,
     },
+    /// List the certificates the CA issued: name, role, serial, validity, state (valid, not yet valid,
+    /// expired, revoked; "(replaced)" once renewed) and the revocation list's number.
+    List {
+        #[command(flatten)]
+        dir: CaDirArg,
+    },
+    /// Revoke the certificates issued to NAME and write a new revocation list (DIR/ca.crl.pem). Nodes
+    /// reading that file take it into use within a second, without a restart: a server closes the
+    /// revoked peer's connections at once, a node connected to a revoked server drops the connection at
+    /// its next call, and every new connection is refused. Copy the file to nodes that keep their own
+    /// copy.
+    Revoke {
+        /// Node name the certificates were issued to.
+        name: String,
+        #[command(flatten)]
+        dir: CaDirArg,
+        /// Revoke only the certificate with this serial (as `tessera ca list` shows it).
+        #[arg(long)]
+        serial: Option<String>,
+    },
+    /// Issue NAME a new certificate (new key, new serial, same role and host names) into DIR/NAME.pem
+    /// and DIR/NAME.key; the node uses it from its next start. The old certificate stays valid until it
+    /// expires unless revoked (`tessera ca revoke NAME --serial OLD`).
+    Renew {
+        /// Node name whose certificate to renew.
+        name: String,
+        #[command(flatten)]
+        dir: CaDirArg,
+        /// Days the new certificate is valid for.
+        #[arg(long, default_value_t = tls::NODE_DAYS, value_parser = clap::value_parser!(u32).range(1..))]
+        days: u32,
+    },
+}
+
+/// Where the CA is.
+#[derive(Args, Debug)]
+struct CaDirArg {
+    /// Directory holding ca.pem and ca.key (default: the directory of the CA certificate named by
+    /// --config / TESSERA_CONFIG, e.g. DIR/tls of `tessera up --dir DIR`).
+    #[arg(long, value_name = "CA_DIR")]
+    dir: Option<PathBuf>,
+}
+
+impl CaDirArg {
+    fn resolve(&self, config: Option<&Path>) -> CliResult<PathBuf> {
+        if let Some(d) = &self.dir {
+            return Ok(d.clone());
+        }
+        let Some(config) = config else {
+            return Err(CliError::plain("give --dir CA_DIR (the directory holding ca.pem and ca.key) or --config"));
+        };
+        let cfg = ClusterConfig::load(config).map_err(CliError::plain)?;
+        Ok(cfg.tls.ca.parent().map(Path::to_path_buf).unwrap_or_default())
+    }
 }
 
 #[derive(Args, Debug)]
@@ -432,19 +493,7 @@ pub fn mode_string(kind: FileKind, perm: u32) -> String {
 
 /// `YYYY-MM-DD HH:MM:SS` in UTC.
 pub fn format_time(t: Timestamp) -> String {
-    let days = t.secs.div_euclid(86_400);
-    let rem = t.secs.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    t.utc()
 }
 
 fn kind_name(kind: FileKind) -> &'static str {
@@ -504,7 +553,7 @@ async fn connect(cli: &Cli) -> CliResult<Client> {
 async fn run(cli: Cli) -> CliResult<ExitCode> {
     match &cli.cmd {
         Cmd::Ca(ca) => {
-            ca_cmd(ca)?;
+            ca_cmd(ca, cli.config.as_deref())?;
             return Ok(ExitCode::SUCCESS);
         }
         Cmd::Mount { args } => return exec_mount(cli.config.as_deref(), args),
@@ -609,26 +658,101 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn ca_cmd(ca: &CaCmd) -> CliResult<()> {
+fn ca_cmd(ca: &CaCmd, config: Option<&Path>) -> CliResult<()> {
     match ca {
-        CaCmd::Init { dir, name } => {
+        CaCmd::Init { dir, name, days } => {
             let d = dir.display().to_string();
             if dir.join("ca.pem").exists() || dir.join("ca.key").exists() {
                 return Err(CliError::at(&d, "a CA already exists here (refusing to overwrite it)"));
             }
-            let ca = tls::generate_ca(name).at(&d)?;
+            let ca = tls::generate_ca_valid(name, tls::Validity::days(*days)).at(&d)?;
             tls::write_ca(dir, &ca).at(&d)?;
-            println!("CA for cluster '{name}' written to {}/ca.pem and ca.key", dir.display());
+            println!(
+                "CA for cluster '{name}' written to {d}/ca.pem and ca.key, valid until {} UTC; revocation list {d}/{}",
+                format_utc(tls::Validity::days(*days).not_after),
+                tls::CRL_FILE
+            );
         }
-        CaCmd::Issue { dir, role, name, sans, force } => {
-            let d = dir.display().to_string();
-            let ca = tls::read_ca(dir).map_err(|e| CliError::at(&d, format!("reading the CA: {e}")))?;
-            let cert = dir.join(format!("{name}.pem"));
-            if cert.exists() && !force {
-                return Err(CliError::at(cert.display().to_string(), "exists (use --force to replace it)"));
+        CaCmd::Issue { dir, role, name, sans, days, force } => {
+            let dir = dir.resolve(config)?;
+            let mut ca_dir = CaDir::open(&dir).map_err(CliError::plain)?;
+            let (files, info) =
+                ca_dir.issue(*role, name, sans, tls::Validity::days(*days), *force).map_err(CliError::plain)?;
+            println!(
+                "{role} certificate for '{name}': {} and {} (serial {}, valid until {} UTC)",
+                files.cert.display(),
+                files.key.display(),
+                info.serial,
+                format_utc(info.validity.not_after)
+            );
+        }
+        CaCmd::List { dir } => {
+            let dir = dir.resolve(config)?;
+            let ca_dir = CaDir::open(&dir).map_err(CliError::plain)?;
+            ca_dir.save().map_err(CliError::plain)?;
+            let now = tls::unix_now();
+            println!(
+                "{:<12} {:<7} {:<32} {:<19}  {:<19}  STATE",
+                "NAME", "ROLE", "SERIAL", "VALID FROM (UTC)", "VALID UNTIL (UTC)"
+            );
+            for r in &ca_dir.index.cert {
+                let replaced = if ca_dir.is_current(r) { "" } else { " (replaced)" };
+                println!(
+                    "{:<12} {:<7} {:<32} {}  {}  {}{replaced}",
+                    r.name,
+                    r.role,
+                    r.serial,
+                    format_utc(r.not_before),
+                    format_utc(r.not_after),
+                    r.state(now)
+                );
             }
-            let files = tls::issue_to_dir(dir, &ca, *role, name, sans).at(&d)?;
-            println!("{role} certificate for '{name}': {} and {}", files.cert.display(), files.key.display());
+            let revoked = ca_dir.index.cert.iter().filter(|r| r.revoked_at.is_some()).count();
+            println!(
+                "revocation list {}: number {}, {revoked} revoked",
+                ca_dir.crl_path().display(),
+                ca_dir.index.crl_number
+            );
+        }
+        CaCmd::Revoke { name, dir, serial } => {
+            let dir = dir.resolve(config)?;
+            let mut ca_dir = CaDir::open(&dir).map_err(CliError::plain)?;
+            let revoked = ca_dir.revoke(name, serial.as_deref()).map_err(CliError::plain)?;
+            if revoked.is_empty() {
+                println!("'{name}': already revoked");
+            }
+            for r in &revoked {
+                println!("revoked {} '{}' (serial {})", r.role, r.name, r.serial);
+            }
+            println!(
+                "revocation list number {} written to {}: nodes reading it refuse these certificates within a \
+                 second",
+                ca_dir.index.crl_number,
+                ca_dir.crl_path().display()
+            );
+        }
+        CaCmd::Renew { name, dir, days } => {
+            let dir = dir.resolve(config)?;
+            let d = dir.display().to_string();
+            let mut ca_dir = CaDir::open(&dir).map_err(CliError::plain)?;
+            let (old, new) = ca_dir.renew(name, tls::Validity::days(*days)).map_err(CliError::plain)?;
+            println!(
+                "{} certificate for '{name}' renewed: {d}/{name}.pem and .key (new key), serial {}, valid until {} \
+                 UTC; restart the node to use it",
+                new.role,
+                new.serial,
+                format_utc(new.validity.not_after)
+            );
+            let old_state = ca_dir.index.cert.iter().find(|r| r.serial == old.serial).map(|r| r.state(tls::unix_now()));
+            if old_state == Some(CertState::Valid) {
+                println!(
+                    "the old certificate (serial {}) stays valid until {} UTC: `tessera ca revoke {name} --serial {}` \
+                     retires it now",
+                    old.serial,
+                    format_utc(old.validity.not_after),
+                    old.serial
+                );
+            }
         }
     }
     Ok(())
@@ -1241,7 +1365,13 @@ mod tests {
         let c =
             Cli::try_parse_from(["tessera", "ca", "issue", "--dir", "d", "--role", "ds", "--name", "n", "--san", "h"])
                 .unwrap();
-        assert!(matches!(c.cmd, Cmd::Ca(CaCmd::Issue { role: Role::Ds, .. })));
+        assert!(matches!(c.cmd, Cmd::Ca(CaCmd::Issue { role: Role::Ds, days: tls::NODE_DAYS, .. })));
+        let c = Cli::try_parse_from(["tessera", "ca", "revoke", "c1", "--dir", "d"]).unwrap();
+        assert!(matches!(c.cmd, Cmd::Ca(CaCmd::Revoke { ref name, serial: None, .. }) if name == "c1"));
+        let c = Cli::try_parse_from(["tessera", "ca", "renew", "ds1", "--days", "30"]).unwrap();
+        assert!(matches!(c.cmd, Cmd::Ca(CaCmd::Renew { days: 30, dir: CaDirArg { dir: None }, .. })));
+        assert!(Cli::try_parse_from(["tessera", "ca", "renew", "ds1", "--days", "0"]).is_err());
+        assert!(Cli::try_parse_from(["tessera", "ca", "list"]).is_ok());
         assert!(Cli::try_parse_from(["tessera", "ca", "issue", "--dir", "d", "--role", "king", "--name", "n"]).is_err());
         assert!(Cli::try_parse_from(["tessera", "truncate", "-s", "1G", "/f"]).is_ok());
     }

@@ -121,7 +121,7 @@ async fn run(args: Args) -> Result<(), String> {
     .map_err(|e| e.detail)?;
     let trace = data_path.trace.clone();
     let service = Arc::new(server::DsService::new(reporter, data_path, opts.sync_writes));
-    let server = tokio::spawn(rpc::serve(endpoint.clone(), service));
+    let server = tokio::spawn(rpc::serve(endpoint.clone(), service, identity.crl.clone()));
 
     info!(ds = args.id, addr = %local, data_dir = %data_dir.display(), device = model.name(), "data server ready");
     tessera_proto::child::announce_ready(local);

@@ -629,7 +629,7 @@ mod net_tests {
         let tuning = Tuning::default();
         let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &ds_id, &tuning).unwrap();
         let addr = ep.local_addr().unwrap();
-        tokio::spawn(rpc::serve(ep, Arc::new(DsService::new(reporter, path, false))));
+        tokio::spawn(rpc::serve(ep, Arc::new(DsService::new(reporter, path, false)), ds_id.crl.clone()));
 
         let peer =
             Arc::new(RpcPeer::new(rpc::client_endpoint(false).unwrap(), &client_id, Role::Ds, addr, tuning).unwrap());

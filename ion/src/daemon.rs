@@ -113,7 +113,7 @@ async fn run(args: Args) -> Result<(), String> {
         }
         None => None,
     };
-    let server = tokio::spawn(rpc::serve(endpoint.clone(), service));
+    let server = tokio::spawn(rpc::serve(endpoint.clone(), service, identity.crl.clone()));
     info!(ion = %node.name, addr = %local, scheduler = %scheduler, "forwarding node ready");
     tessera_proto::child::announce_ready(local);
     let mut signals = Signals::new().map_err(|e| format!("SIGINT/SIGTERM handlers: {e}"))?;

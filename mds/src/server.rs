@@ -201,7 +201,7 @@ pub async fn run(
 
     let local = endpoint.local_addr().map_err(|e| anyhow::anyhow!("listening address: {e}"))?;
     info!(%local, db = %data_dir.display(), data_servers = cfg.ds.len(), eviction_timeout_s = cfg.mds.eviction_timeout_s, placement = %cfg.defaults.placement, orchestrator = %mode, window_ms = cfg.orchestrator.window_ms, "metadata server ready");
-    let server = tokio::spawn(rpc::serve(endpoint.clone(), Arc::new(service)));
+    let server = tokio::spawn(rpc::serve(endpoint.clone(), Arc::new(service), identity.crl.clone()));
     ready(local);
 
     shutdown.await;

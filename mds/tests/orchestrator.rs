@@ -111,7 +111,7 @@ async fn eligible_program_gets_dedicated_slices_on_all_servers() {
         let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &id, &Default::default()).unwrap();
         ds_cfg.push_str(&format!("[[ds]]\nid = {i}\naddr = \"{}\"\n\n", ep.local_addr().unwrap()));
         let ds = Arc::new(SwitchingDs::default());
-        tokio::spawn(rpc::serve(ep, ds.clone()));
+        tokio::spawn(rpc::serve(ep, ds.clone(), id.crl.clone()));
         servers.push(ds);
     }
     let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();

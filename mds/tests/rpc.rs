@@ -45,7 +45,7 @@ async fn start() -> Cluster {
     let ds_ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &ds_id, &Default::default()).unwrap();
     let ds_addr = ds_ep.local_addr().unwrap();
     let ds = Arc::new(RecordingDs::default());
-    tokio::spawn(rpc::serve(ds_ep, ds.clone()));
+    tokio::spawn(rpc::serve(ds_ep, ds.clone(), ds_id.crl.clone()));
     ca.issue(Role::Mds, "mds");
     let cfg = format!(
         "[mds]\naddr = \"127.0.0.1:0\"\ndata_dir = \"db\"\n\n[[ds]]\nid = 0\naddr = \"{ds_addr}\"\n\n[[ds]]\nid = 1\naddr = \"127.0.0.1:9\"\n\n[defaults]\nstripe_size = 65536\nstripe_count = 1\n\n[tls]\nca = \"ca.pem\"\ncert = \"mds.pem\"\nkey = \"mds.key\"\n"

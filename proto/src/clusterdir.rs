@@ -6,11 +6,12 @@
 //! `client.toml`, `admin.toml` (the same cluster, each with its own `[tls]`), data dirs `mds/`, `ds<i>/`,
 //! and `logs/`.
 
+use crate::ca::CaDir;
 use crate::config::{ClusterConfig, Defaults, DsNode, IonNode, MdsNode, TransportOptions};
 use crate::error::{FsError, FsResult};
 use crate::layout::LayoutSpec;
-use crate::tls::{self, TlsFiles};
-use crate::types::Role;
+use crate::tls::{self, TlsFiles, Validity};
+use crate::types::{format_utc, Role};
 use std::path::{Path, PathBuf};
 
 /// The files of a prepared cluster directory (all paths absolute).
@@ -183,6 +184,7 @@ pub fn prepare(dir: &Path, shape: Shape, port_base: u16, defaults: Defaults) -> 
         ca: PathBuf::from("tls/ca.pem"),
         cert: PathBuf::from(format!("tls/{name}.pem")),
         key: PathBuf::from(format!("tls/{name}.key")),
+        crl: None,
     };
     let mut rewrite = false;
     let base = match base {
@@ -259,13 +261,34 @@ fn ensure_certificates(tls_dir: &Path, shape: Shape) -> FsResult<()> {
     nodes.push((Role::Client, "client".into()));
     nodes.push((Role::Admin, "admin".into()));
     for (role, name) in nodes {
-        let present = tls_dir.join(format!("{name}.pem")).exists() && tls_dir.join(format!("{name}.key")).exists();
+        let files = TlsFiles::in_dir(tls_dir, &name);
+        let present = files.cert.exists() && files.key.exists();
         if !have_ca || !present {
             tls::issue_to_dir(tls_dir, &ca, role, &name, &["127.0.0.1".to_string()]).map_err(|e| tls_err(&e))?;
+        } else if expiring(&files.cert) {
+            // A cluster directory used again after a long time: its certificates would be refused.
+            let (old, new) = CaDir::open(tls_dir)
+                .and_then(|mut d| d.renew(&name, Validity::days(tls::NODE_DAYS)))
+                .map_err(|e| tls_err(&e))?;
+            tracing::info!(
+                "certificate of {name} renewed: it was valid until {} UTC, now until {} UTC",
+                format_utc(old.validity.not_after),
+                format_utc(new.validity.not_after)
+            );
         }
     }
     Ok(())
 }
+
+/// Whether the certificate in `path` has expired, is not valid yet or expires within [`RENEW_DAYS`].
+fn expiring(path: &Path) -> bool {
+    let info = std::fs::read_to_string(path).ok().and_then(|p| tls::CertInfo::from_pem(&p));
+    let now = tls::unix_now();
+    info.is_none_or(|i| now < i.validity.not_before || now + RENEW_DAYS * 86_400 > i.validity.not_after)
+}
+
+/// `tessera up` renews the certificates of a cluster directory that expire within this many days.
+const RENEW_DAYS: i64 = 30;
 
 /// Forwarding nodes on loopback: at `port_base+100+i`, or on free ports.
 fn ion_nodes(port_base: u16, n: usize) -> FsResult<Vec<IonNode>> {
@@ -345,6 +368,26 @@ fn ephemeral_ports_start() -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prepare_renews_certificates_about_to_expire() {
+        let dir = tempfile::tempdir().unwrap();
+        prepare(dir.path(), Shape::ds(1), 0, Defaults::default()).unwrap();
+        let tls_dir = dir.path().canonicalize().unwrap().join("tls");
+        let now = tls::unix_now();
+        let soon = Validity { not_before: now - 86_400, not_after: now + 86_400 };
+        CaDir::open(&tls_dir).unwrap().issue(Role::Ds, "ds0", &["127.0.0.1".into()], soon, true).unwrap();
+        let serial = |name: &str| {
+            tls::CertInfo::from_pem(&std::fs::read_to_string(tls_dir.join(format!("{name}.pem"))).unwrap()).unwrap()
+        };
+        let (ds0, mds) = (serial("ds0"), serial("mds"));
+        prepare(dir.path(), Shape::ds(1), 0, Defaults::default()).unwrap();
+        let renewed = serial("ds0");
+        assert_ne!(renewed.serial, ds0.serial);
+        assert!(renewed.validity.not_after > now + 300 * 86_400);
+        assert_eq!(renewed.sans, ds0.sans);
+        assert_eq!(serial("mds"), mds, "certificates far from their end are kept");
+    }
 
     #[test]
     fn prepare_writes_and_reuses_a_cluster() {

@@ -24,6 +24,7 @@
 //! ca = "tls/ca.pem"         # relative paths are relative to this file
 //! cert = "tls/client.pem"
 //! key = "tls/client.key"
+//! # crl = "tls/ca.crl.pem"  # revocation list; default: ca.crl.pem next to the CA certificate
 //! ```
 
 use crate::error::{FsError, FsResult};
@@ -357,6 +358,9 @@ impl ClusterConfig {
         fix(&mut cfg.tls.ca);
         fix(&mut cfg.tls.cert);
         fix(&mut cfg.tls.key);
+        if let Some(crl) = cfg.tls.crl.as_mut() {
+            fix(crl);
+        }
         if let Some(d) = cfg.mds.data_dir.as_mut() {
             fix(d);
         }

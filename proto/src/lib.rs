@@ -6,7 +6,9 @@
 //! - [`msg`]: request/response messages of the metadata and data services.
 //! - [`requests`]: the table of metadata requests: name, idempotence, senders, what each touches.
 //! - [`frame`]: length-prefixed bincode headers plus raw payloads on QUIC streams.
-//! - [`tls`]: the cluster CA, per-node certificates with roles, rustls configs.
+//! - [`tls`]: the cluster CA, per-node certificates with roles and validity, rustls configs.
+//! - [`ca`]: the CA directory: issue, renew, revoke, the record of issued certificates, the revocation list.
+//! - [`crl`]: the revocation list on the nodes, reloaded when it changes, checked in both directions.
 //! - [`rpc`]: QUIC endpoints, the RPC client (one stream per call) and the server accept loop.
 //! - [`config`]: the cluster's TOML configuration.
 //! - [`wire`]: bincode encoding with bounded decoding.
@@ -19,9 +21,11 @@
 //! - [`units`]: sizes with K/M/G/T suffixes, parsed and formatted the same everywhere.
 
 pub mod bufpool;
+pub mod ca;
 pub mod child;
 pub mod clusterdir;
 pub mod config;
+pub mod crl;
 pub mod error;
 pub mod fileio;
 pub mod frame;

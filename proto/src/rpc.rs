@@ -4,9 +4,10 @@
 //! at connect, answers a malformed frame with a protocol error (or resets just that stream), and keeps
 //! serving the connection's other streams.
 
+use crate::crl::CrlWatch;
 use crate::error::{ErrorCode, FsError, FsResult};
 use crate::frame::{self, FrameError, MAX_PAYLOAD};
-use crate::tls::{self, NodeIdentity};
+use crate::tls::{self, CertInfo, NodeIdentity};
 use crate::types::Role;
 use crate::wire;
 use bytes::Bytes;
@@ -15,7 +16,7 @@ use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 /// Transport tuning shared by servers and clients.
 #[derive(Clone, Copy, Debug)]
@@ -191,6 +192,10 @@ pub struct RpcPeer {
     addr: std::sync::Mutex<SocketAddr>,
     role: Role,
     crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
+    /// The revocation list the server's certificate is checked against, also while connected.
+    crl: Arc<CrlWatch>,
+    /// The last connection was refused over a certificate (either side's): not worth retrying.
+    refused: std::sync::atomic::AtomicBool,
     tuning: Tuning,
     link: tokio::sync::Mutex<Link>,
 }
@@ -200,6 +205,8 @@ pub struct RpcPeer {
 #[derive(Default)]
 struct Link {
     conn: Option<quinn::Connection>,
+    /// The server's certificate on `conn`, and the revocation list's generation it was checked with.
+    server: Option<(CertInfo, u64)>,
     /// The last connection attempt's failure and when it ended (see [`RECONNECT_HOLDOFF`]).
     failed: Option<(Instant, FsError)>,
 }
@@ -227,6 +234,8 @@ impl RpcPeer {
             addr: std::sync::Mutex::new(addr),
             role,
             crypto: Arc::new(crypto),
+            crl: id.crl.clone(),
+            refused: Default::default(),
             tuning,
             link: tokio::sync::Mutex::new(Link::default()),
         })
@@ -266,6 +275,7 @@ impl RpcPeer {
     /// than [`RECONNECT_HOLDOFF`] ago: then its error, at once.
     pub async fn connection(&self) -> FsResult<quinn::Connection> {
         let mut link = self.link.lock().await;
+        self.drop_if_revoked(&mut link);
         if let Some(c) = &link.conn {
             match c.close_reason() {
                 None => return Ok(c.clone()),
@@ -278,7 +288,7 @@ impl RpcPeer {
                         self.target(),
                         self.tuning.idle_timeout
                     ));
-                    *link = Link { conn: None, failed: Some((Instant::now(), e.clone())) };
+                    *link = Link { conn: None, server: None, failed: Some((Instant::now(), e.clone())) };
                     return Err(e);
                 }
                 Some(_) => {}
@@ -289,12 +299,41 @@ impl RpcPeer {
             e.detail = format!("{} ({:.1} s ago)", e.detail, at.elapsed().as_secs_f64());
             return Err(e);
         }
+        let generation = self.crl.generation();
         let r = self.connect().await;
         *link = match &r {
-            Ok(conn) => Link { conn: Some(conn.clone()), failed: None },
-            Err(e) => Link { conn: None, failed: Some((Instant::now(), e.clone())) },
+            Ok(conn) => {
+                Link { conn: Some(conn.clone()), server: peer_certificate(conn).map(|c| (c, generation)), failed: None }
+            }
+            Err(e) => Link { conn: None, server: None, failed: Some((Instant::now(), e.clone())) },
         };
         r
+    }
+
+    /// Closes the connection if a revocation list taken into use since it was made revokes the
+    /// server's certificate (the next attempt is then refused at the handshake, saying so).
+    fn drop_if_revoked(&self, link: &mut Link) {
+        let Some((cert, checked)) = link.server.as_mut() else { return };
+        let generation = self.crl.generation();
+        if generation == *checked {
+            return;
+        }
+        *checked = generation;
+        let list = self.crl.snapshot();
+        if !list.revoked.contains(&cert.serial) {
+            return;
+        }
+        warn!(
+            "{} {}: closing the connection to {}: certificate revoked (revocation list number {})",
+            self.role,
+            self.target(),
+            cert.who(),
+            list.number.as_deref().unwrap_or("none")
+        );
+        if let Some(c) = link.conn.take() {
+            c.close(CLOSE_REVOKED.into(), b"server certificate revoked");
+        }
+        link.server = None;
     }
 
     /// One connection attempt, at most [`Tuning::connect_timeout`] (and the call timeout) long.
@@ -328,7 +367,23 @@ impl RpcPeer {
                     format!("{} {}: no answer to a connection attempt within {limit:?}", self.role, self.target()),
                 )
             })?
-            .map_err(|e| FsError::unavailable(format!("{} {}: {e}", self.role, self.target())))
+            .map_err(|e| self.connection_err(&e))
+    }
+
+    /// A lost or refused connection in words; a certificate refused by either side says whose and why.
+    fn connection_err(&self, e: &quinn::ConnectionError) -> FsError {
+        let (role, target) = (self.role, self.target());
+        let refusal = certificate_refusal(e);
+        self.refused.store(refusal.is_some(), std::sync::atomic::Ordering::Relaxed);
+        match refusal {
+            Some(Refusal::OfPeer(why)) => {
+                FsError::unavailable(format!("{role} {target}: its certificate is refused: {why}"))
+            }
+            Some(Refusal::OfOurs(why)) => {
+                FsError::unavailable(format!("{role} {target} refused this node's certificate: {why}"))
+            }
+            None => FsError::unavailable(format!("{role} {target}: {e}")),
+        }
     }
 
     /// Sends `req` and returns the reply's header as soon as it arrives, with its payload still to be
@@ -354,12 +409,20 @@ impl RpcPeer {
         req: &Req,
         payload: Bytes,
     ) -> FsResult<(FsResult<Rep>, quinn::RecvStream, usize)> {
-        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| self.transport_err(e))?;
-        frame::write_frame(&mut send, req, payload).await.map_err(|e| self.frame_err(e))?;
-        let _ = send.finish();
-        let (header, len) = frame::read_head(&mut recv, MAX_PAYLOAD).await.map_err(|e| self.frame_err(e))?;
-        let resp: FsResult<Rep> = wire::decode(&header).map_err(|e| self.frame_err(FrameError::Decode(e)))?;
-        Ok((resp, recv, len))
+        let exchange = async {
+            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| self.connection_err(&e))?;
+            frame::write_frame(&mut send, req, payload).await.map_err(|e| self.frame_err(e))?;
+            let _ = send.finish();
+            let (header, len) = frame::read_head(&mut recv, MAX_PAYLOAD).await.map_err(|e| self.frame_err(e))?;
+            let resp: FsResult<Rep> = wire::decode(&header).map_err(|e| self.frame_err(FrameError::Decode(e)))?;
+            Ok((resp, recv, len))
+        };
+        // With TLS 1.3 the client's handshake ends before the server has checked its certificate: a
+        // refusal closes the connection after it was made, and shows here.
+        exchange.await.map_err(|e| match conn.close_reason() {
+            Some(reason) if certificate_refusal(&reason).is_some() => self.connection_err(&reason),
+            _ => e,
+        })
     }
 
     fn no_reply(&self) -> FsError {
@@ -409,6 +472,8 @@ impl RpcPeer {
             match self.attempt(req, payload.clone()).await {
                 Ok(reply) => return reply.map(|(r, chunks)| (r, frame::concat(chunks))),
                 Err(e) if tokio::time::Instant::now() + pause >= deadline => return Err(e),
+                // A certificate refused is refused again until someone acts (renew, restart).
+                Err(e) if self.refused.load(std::sync::atomic::Ordering::Relaxed) => return Err(e),
                 Err(e) => {
                     tracing::debug!("{} {}: {e}; retrying", self.role, self.target());
                     tokio::time::sleep(pause).await;
@@ -454,10 +519,6 @@ impl RpcPeer {
         r.map_err(|error| TransportFailure { sent: true, error })
     }
 
-    fn transport_err(&self, e: impl std::fmt::Display) -> FsError {
-        FsError::unavailable(format!("{} {}: {e}", self.role, self.target()))
-    }
-
     fn frame_err(&self, e: FrameError) -> FsError {
         match e {
             FrameError::Io(_) | FrameError::Closed | FrameError::Truncated(_) => {
@@ -466,6 +527,64 @@ impl RpcPeer {
             _ => FsError::protocol(format!("{} {}: {e}", self.role, self.target())),
         }
     }
+}
+
+/// A TLS handshake that failed over a certificate, with the reason in words.
+enum Refusal {
+    /// This side refused the peer's certificate.
+    OfPeer(String),
+    /// The peer refused this side's certificate.
+    OfOurs(String),
+}
+
+/// QUIC carries a TLS alert as error code 0x100 + alert, with rustls's error text as the reason.
+fn certificate_refusal(e: &quinn::ConnectionError) -> Option<Refusal> {
+    let alert = |code: quinn::TransportErrorCode| {
+        let c = u64::from(code);
+        (0x100..0x200).contains(&c).then_some((c - 0x100) as u8)
+    };
+    match e {
+        quinn::ConnectionError::TransportError(t) => {
+            alert(t.code).filter(|a| is_certificate_alert(*a)).map(|a| Refusal::OfPeer(explain_tls(a, &t.reason)))
+        }
+        quinn::ConnectionError::ConnectionClosed(c) => alert(c.error_code)
+            .filter(|a| is_certificate_alert(*a))
+            .map(|a| Refusal::OfOurs(explain_tls(a, &String::from_utf8_lossy(&c.reason)))),
+        // Closed by a server that took a list revoking this node's certificate into use.
+        quinn::ConnectionError::ApplicationClosed(c) if c.error_code == CLOSE_REVOKED.into() => {
+            Some(Refusal::OfOurs("certificate revoked".into()))
+        }
+        _ => None,
+    }
+}
+
+/// bad_certificate (42) to unknown_ca (48), and certificate_required (116).
+fn is_certificate_alert(alert: u8) -> bool {
+    (42..=48).contains(&alert) || alert == 116
+}
+
+/// rustls's text for a refused certificate, with times as dates: `certificate revoked`, `certificate
+/// expired at 2026-01-02 03:04:05 UTC`, `certificate not valid before ... (is a clock wrong?)`.
+fn explain_tls(alert: u8, reason: &str) -> String {
+    let reason = reason.trim_start_matches("invalid peer certificate: ");
+    let time_after = |marker: &str| {
+        let rest = &reason[reason.find(marker)? + marker.len()..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse::<i64>().ok().map(crate::types::format_utc)
+    };
+    if alert == 44 {
+        return "certificate revoked".into();
+    }
+    if let Some(t) = time_after("not valid after ") {
+        return format!("certificate expired at {t} UTC");
+    }
+    if let Some(t) = time_after("not valid before ") {
+        return format!("certificate not valid before {t} UTC (is a clock wrong?)");
+    }
+    if reason.is_empty() {
+        return format!("TLS alert {alert}");
+    }
+    reason.to_string()
 }
 
 /// A call that did not get the server's answer.
@@ -557,31 +676,48 @@ impl ReplyStream {
     }
 }
 
-/// Serves `service` on `endpoint` until the endpoint is closed.
-pub async fn serve<S: Service>(endpoint: quinn::Endpoint, service: Arc<S>) {
+/// Serves `service` on `endpoint` until the endpoint is closed. `crl` is the revocation list of the
+/// identity the endpoint was made with: a peer whose certificate it revokes loses its connections as
+/// soon as the list is in force.
+pub async fn serve<S: Service>(endpoint: quinn::Endpoint, service: Arc<S>, crl: Arc<CrlWatch>) {
+    info!("{}", crl.describe());
+    crl.keep_looking();
     while let Some(incoming) = endpoint.accept().await {
         let service = service.clone();
+        let crl = crl.clone();
         tokio::spawn(async move {
             let addr = incoming.remote_address();
             match incoming.await {
-                Ok(conn) => serve_connection(conn, service).await,
-                Err(e) => debug!(%addr, "handshake failed: {e}"),
+                Ok(conn) => serve_connection(conn, service, crl).await,
+                // The verifier has logged who and why; this says where from.
+                Err(e) => match certificate_refusal(&e) {
+                    Some(Refusal::OfPeer(why)) => info!(%addr, "connection refused: {why}"),
+                    Some(Refusal::OfOurs(why)) => info!(%addr, "peer refused this server's certificate: {why}"),
+                    None => debug!(%addr, "handshake failed: {e}"),
+                },
             }
         });
     }
 }
 
-async fn serve_connection<S: Service>(conn: quinn::Connection, service: Arc<S>) {
-    let addr = conn.remote_address();
-    let identity = conn
-        .peer_identity()
+/// What the peer's certificate says (the handshake checked it).
+fn peer_certificate(conn: &quinn::Connection) -> Option<CertInfo> {
+    conn.peer_identity()
         .and_then(|any| any.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>().ok())
-        .and_then(|chain| chain.first().and_then(tls::peer_identity));
-    let Some((role, name)) = identity else {
+        .and_then(|chain| chain.first().and_then(|c| CertInfo::parse(c)))
+}
+
+/// Application close code of a connection whose peer's certificate was revoked while it was up.
+pub const CLOSE_REVOKED: u32 = 7;
+
+async fn serve_connection<S: Service>(conn: quinn::Connection, service: Arc<S>, crl: Arc<CrlWatch>) {
+    let addr = conn.remote_address();
+    let Some(cert) = peer_certificate(&conn) else {
         warn!(%addr, "refusing peer without a Tessera role certificate");
         conn.close(1u32.into(), b"certificate carries no Tessera role");
         return;
     };
+    let (role, name) = (cert.role, cert.name.clone());
     if !service.accepts(role) {
         warn!(%addr, %role, %name, "refusing peer: role not allowed here");
         conn.close(2u32.into(), format!("role {role} is not allowed on this server").as_bytes());
@@ -590,16 +726,32 @@ async fn serve_connection<S: Service>(conn: quinn::Connection, service: Arc<S>) 
     debug!(%addr, %role, %name, "peer connected");
     let conn_id = NEXT_CONN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let peer = Arc::new(PeerInfo { role, name, addr, conn: conn_id });
+    let mut lists = crl.subscribe();
     loop {
-        match conn.accept_bi().await {
-            Ok((send, recv)) => {
-                let service = service.clone();
-                let peer = peer.clone();
-                tokio::spawn(serve_stream(service, peer, send, recv));
-            }
-            Err(e) => {
-                debug!(%addr, "connection ended: {e}");
-                return;
+        tokio::select! {
+            accepted = conn.accept_bi() => match accepted {
+                Ok((send, recv)) => {
+                    let service = service.clone();
+                    let peer = peer.clone();
+                    tokio::spawn(serve_stream(service, peer, send, recv));
+                }
+                Err(e) => {
+                    debug!(%addr, "connection ended: {e}");
+                    return;
+                }
+            },
+            Ok(()) = lists.changed() => {
+                let list = crl.snapshot();
+                if list.revoked.contains(&cert.serial) {
+                    warn!(
+                        %addr,
+                        "closing the connection of {}: certificate revoked (revocation list number {})",
+                        cert.who(),
+                        list.number.as_deref().unwrap_or("none")
+                    );
+                    conn.close(CLOSE_REVOKED.into(), b"certificate revoked");
+                    return;
+                }
             }
         }
     }
@@ -679,6 +831,26 @@ async fn serve_stream<S: Service>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn certificate_refusals_are_explained() {
+        assert_eq!(explain_tls(44, "invalid peer certificate: Revoked"), "certificate revoked");
+        let expired = "invalid peer certificate: certificate expired: verification time 1767225600 (UNIX), but \
+                       certificate is not valid after 1767139200 (86400 seconds ago)";
+        assert_eq!(explain_tls(45, expired), "certificate expired at 2025-12-31 00:00:00 UTC");
+        let future =
+            "certificate not valid yet: verification time 0 (UNIX), but certificate is not valid before 86400 \
+                      (86400 seconds in future)";
+        assert_eq!(explain_tls(45, future), "certificate not valid before 1970-01-02 00:00:00 UTC (is a clock wrong?)");
+        assert_eq!(explain_tls(48, "invalid peer certificate: UnknownIssuer"), "UnknownIssuer");
+        let closed = quinn::ConnectionError::ConnectionClosed(quinn::ConnectionClose {
+            error_code: quinn::TransportErrorCode::crypto(44),
+            frame_type: None,
+            reason: Bytes::from_static(b"invalid peer certificate: Revoked"),
+        });
+        assert!(matches!(certificate_refusal(&closed), Some(Refusal::OfOurs(r)) if r == "certificate revoked"));
+        assert!(certificate_refusal(&quinn::ConnectionError::TimedOut).is_none());
+    }
 
     #[test]
     fn udp_sockets_get_the_large_buffer_as_root() {

@@ -88,6 +88,11 @@ impl Timestamp {
         }
     }
 
+    /// `YYYY-MM-DD HH:MM:SS` in UTC (the seconds only).
+    pub fn utc(self) -> String {
+        format_utc(self.secs)
+    }
+
     pub fn from_system_time(t: SystemTime) -> Timestamp {
         match t.duration_since(UNIX_EPOCH) {
             Ok(d) => Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() },
@@ -103,6 +108,23 @@ impl Timestamp {
             }
         }
     }
+}
+
+/// `YYYY-MM-DD HH:MM:SS` in UTC for `secs` since the Unix epoch.
+pub fn format_utc(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 /// Attributes of an inode, as `stat(2)` shows them.

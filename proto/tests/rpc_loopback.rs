@@ -1,10 +1,13 @@
-//! RPC over real QUIC on loopback: correctness of payload round trips at several sizes, and (ignored,
-//! run by hand) a latency probe that prints quinn's loss and congestion counters.
+//! RPC over real QUIC on loopback: correctness of payload round trips at several sizes, connections of
+//! revoked peers, and (ignored, run by hand) a latency probe that prints quinn's loss and congestion
+//! counters.
 
 use bytes::Bytes;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+use tessera_proto::ca::CaDir;
 use tessera_proto::rpc::{self, PeerInfo, RpcPeer, Service, Tuning};
+use tessera_proto::tls::NodeIdentity;
 use tessera_proto::{FsResult, Role};
 use tessera_test_support::TestCa;
 
@@ -31,7 +34,7 @@ async fn setup(tuning: Tuning) -> (tempfile::TempDir, RpcPeer) {
     let client = ca.identity(Role::Client, "c");
     let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &server, &tuning).unwrap();
     let addr = ep.local_addr().unwrap();
-    tokio::spawn(rpc::serve(ep, Arc::new(Echo)));
+    tokio::spawn(rpc::serve(ep, Arc::new(Echo), server.crl.clone()));
     let peer = RpcPeer::new(rpc::client_endpoint(false).unwrap(), &client, Role::Ds, addr, tuning).unwrap();
     (ca.dir, peer)
 }
@@ -144,7 +147,7 @@ async fn streamed_replies_arrive_whole_or_not_at_all() {
     let tuning = Tuning { call_timeout: std::time::Duration::from_secs(10), ..Tuning::default() };
     let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &server, &tuning).unwrap();
     let addr = ep.local_addr().unwrap();
-    tokio::spawn(rpc::serve(ep, Arc::new(Streamer)));
+    tokio::spawn(rpc::serve(ep, Arc::new(Streamer), server.crl.clone()));
     let peer = RpcPeer::new(rpc::client_endpoint(false).unwrap(), &client, Role::Ion, addr, tuning).unwrap();
     for len in [0u32, 100 << 10, 1 << 20] {
         let (n, data) = peer.call::<u32, u32>(&len, Bytes::new()).await.unwrap();
@@ -169,7 +172,6 @@ async fn streamed_replies_arrive_whole_or_not_at_all() {
 /// one timeout each in turn ([`rpc::RECONNECT_HOLDOFF`]), and after the hold-off a call tries again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_to_a_silent_server_fail_after_one_connection_timeout() {
-    use std::time::Duration;
     let ca = TestCa::new("q");
     let client = ca.identity(Role::Client, "c");
     let hole = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -198,4 +200,52 @@ async fn calls_to_a_silent_server_fail_after_one_connection_timeout() {
     assert!(e.detail.contains("no answer to a connection attempt"), "{e}");
     assert!(t.elapsed() >= Duration::from_millis(600), "no new attempt after the hold-off: {:?}", t.elapsed());
     drop(hole);
+}
+
+fn serve_echo(server: &NodeIdentity) -> std::net::SocketAddr {
+    let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), server, &Tuning::default()).unwrap();
+    let addr = ep.local_addr().unwrap();
+    tokio::spawn(rpc::serve(ep, Arc::new(Echo), server.crl.clone()));
+    addr
+}
+
+fn peer(client: &NodeIdentity, addr: std::net::SocketAddr) -> RpcPeer {
+    let tuning = Tuning { call_timeout: Duration::from_secs(10), ..Tuning::default() };
+    RpcPeer::new(rpc::client_endpoint(false).unwrap(), client, Role::Ds, addr, tuning).unwrap()
+}
+
+async fn ping(p: &RpcPeer) -> FsResult<u32> {
+    p.call::<u32, u32>(&1, Bytes::from_static(b"x")).await.map(|r| r.0)
+}
+
+/// Revocation over real QUIC: connections that are up when a new revocation list is taken into use are
+/// closed — by the server for a revoked client at once, by the client for a revoked server at its next
+/// call — and the next connection is refused, saying why; other peers keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_of_revoked_peers_are_closed_and_refused_again() {
+    let ca = TestCa::new("t");
+    let (server, alice, bob) =
+        (ca.identity(Role::Ds, "ds0"), ca.identity(Role::Client, "alice"), ca.identity(Role::Client, "bob"));
+    let addr = serve_echo(&server);
+    let (a, b) = (peer(&alice, addr), peer(&bob, addr));
+    assert_eq!(ping(&a).await.unwrap(), 1);
+    assert_eq!(ping(&b).await.unwrap(), 1);
+
+    // The server closes alice's connection by itself, once it has taken the new list into use.
+    CaDir::open(ca.path()).unwrap().revoke("alice", None).unwrap();
+    let t = Instant::now();
+    while a.is_connected().await {
+        assert!(t.elapsed() < Duration::from_secs(5), "alice's connection still up {:?} after revoking", t.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let err = ping(&a).await.unwrap_err();
+    assert!(err.detail.contains("refused this node's certificate: certificate revoked"), "{err}");
+    assert_eq!(ping(&b).await.unwrap(), 1, "bob keeps his connection");
+
+    // The server revoked: bob's next call closes his connection and the new one is refused.
+    CaDir::open(ca.path()).unwrap().revoke("ds0", None).unwrap();
+    tokio::time::sleep(tessera_proto::crl::RECHECK + Duration::from_millis(200)).await;
+    let err = ping(&b).await.unwrap_err();
+    assert!(err.detail.contains("its certificate is refused: certificate revoked"), "{err}");
+    assert!(!b.is_connected().await);
 }
