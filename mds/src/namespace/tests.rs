@@ -1178,13 +1178,11 @@ async fn fsck_leaves_alone_what_changes_while_it_runs() {
     // Creates, hard links, renames and unlinks race with checks: no check may find anything.
     let work = {
         let ns = ns.clone();
-        let data = data.clone();
         tokio::spawn(async move {
             for n in 0..300 {
+                // The truncate makes the data servers create the objects (with the sizes a file of 10
+                // bytes gives them), as a client's writes would.
                 let f = create(&ns, &root(), d.ino, &format!("f{n}")).await.unwrap();
-                for t in layout(&ns, f.ino).await.targets {
-                    data.objects.lock().unwrap().insert((t.ds, t.object), 10);
-                }
                 let req = MdsRequest::SetAttr { ino: f.ino, set: SetAttrs { size: Some(10), ..Default::default() } };
                 ns.handle(&root(), req).await.unwrap();
                 let link = MdsRequest::Link { ino: f.ino, new_parent: ROOT_INO, new_name: format!("l{n}") };
