@@ -19,7 +19,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_client::proto::msg::OrchestratorMode;
 use tessera_client::{Client, ErrorCode, LayoutSpec, OpenOptions};
 use tessera_proto::units::parse_size;
 
@@ -322,19 +321,7 @@ pub async fn run(a: ChaosArgs) -> Result<()> {
         }
         None
     };
-    let o = ClusterOptions {
-        n_ds: a.ds,
-        stripe_size: 1 << 20,
-        device_model: "none".into(),
-        reservation: None,
-        disk_gb: None,
-        trace: false,
-        window_ms: 500,
-        mode: OrchestratorMode::Off,
-        n_ion: a.ion,
-        ion_dispatch_depth: None,
-        hdd_elevator: None,
-    };
+    let o = ClusterOptions::plain(a.ds, a.ion);
     let ds1_store = full.then(|| store.clone());
     let mut cluster = LocalCluster::start_edited(&base.join("cluster"), &o, |c| {
         if let (Some(s), Some(d)) = (&ds1_store, c.ds.get_mut(1)) {

@@ -22,7 +22,7 @@ use tessera_proto::error::FsResult;
 use tessera_proto::frame::{self, MAX_PAYLOAD};
 use tessera_proto::fuzz::{self, Known, Mutation, Rng};
 use tessera_proto::msg::{
-    DsCall, DsReply, DsRequest, IonCall, IonReply, MdsCall, MdsReply, MdsRequest, OrchestratorMode, SchedulerSetting,
+    DsCall, DsReply, DsRequest, IonCall, IonReply, MdsCall, MdsReply, MdsRequest, SchedulerSetting,
 };
 use tessera_proto::rpc::{self, RpcPeer, Tuning};
 use tessera_proto::tls::NodeIdentity;
@@ -205,19 +205,7 @@ pub async fn run(a: FuzzArgs) -> Result<()> {
         Some(dir) => fuzz(&a, dir, None).await,
         None => {
             let dir = std::env::temp_dir().join(format!("tessera-fuzz.{}", std::process::id()));
-            let opts = ClusterOptions {
-                n_ds: 2,
-                stripe_size: 1 << 20,
-                device_model: "none".into(),
-                reservation: None,
-                disk_gb: None,
-                trace: false,
-                window_ms: 500,
-                mode: OrchestratorMode::Off,
-                n_ion: usize::from(a.target == Target::Ion),
-                ion_dispatch_depth: None,
-                hdd_elevator: None,
-            };
+            let opts = ClusterOptions::plain(2, usize::from(a.target == Target::Ion));
             println!("fuzz: starting a local cluster in {}", dir.display());
             let mut lc = LocalCluster::start(&dir, &opts).await?;
             let pid = lc.pid(a.target.server());

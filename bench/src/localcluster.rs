@@ -33,6 +33,26 @@ pub struct ClusterOptions {
     pub hdd_elevator: Option<String>,
 }
 
+impl ClusterOptions {
+    /// A cluster with defaults only: `n_ds` data servers and `n_ion` forwarding nodes, 1 MiB stripes, no
+    /// device model, no trace, the orchestrator off (the soak and the fuzzer).
+    pub fn plain(n_ds: usize, n_ion: usize) -> ClusterOptions {
+        ClusterOptions {
+            n_ds,
+            stripe_size: 1 << 20,
+            device_model: "none".into(),
+            reservation: None,
+            disk_gb: None,
+            trace: false,
+            window_ms: 500,
+            mode: OrchestratorMode::Off,
+            n_ion,
+            ion_dispatch_depth: None,
+            hdd_elevator: None,
+        }
+    }
+}
+
 /// Running servers of a cluster directory.
 pub struct LocalCluster {
     pub files: ClusterFiles,

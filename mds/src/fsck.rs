@@ -153,6 +153,10 @@ fn finding(kind: &'static str, what: String, action: impl Into<String>, fix: Fix
     Finding { kind, what, action: action.into(), fix }
 }
 
+fn unreachable(ino: Ino, what: String) -> Finding {
+    finding("unreachable", what, format!("move it to /{LOST_FOUND}/#{ino}"), Fix::LostFound { ino })
+}
+
 /// Paths for messages, from the entries scanned (the first entry naming each directory).
 struct Names<'a> {
     up: HashMap<Ino, (Ino, &'a str)>,
@@ -289,13 +293,7 @@ pub fn check(scan: &Scan) -> Vec<Finding> {
         let n = refs.get(&ino).copied().unwrap_or(0);
         if i.attr.kind == FileKind::Dir {
             if ino != ROOT_INO && n == 0 {
-                let what = format!("directory {ino} is named by no entry");
-                out.push(finding(
-                    "unreachable",
-                    what,
-                    format!("move it to /{LOST_FOUND}/#{ino}"),
-                    Fix::LostFound { ino },
-                ));
+                out.push(unreachable(ino, format!("directory {ino} is named by no entry")));
                 continue;
             }
             let want = 2 + subdirs.get(&ino).copied().unwrap_or(0);
@@ -324,12 +322,7 @@ pub fn check(scan: &Scan) -> Vec<Finding> {
                 }
             } else {
                 let what = format!("inode {ino} ({:?}, {} links) is named by no entry", i.attr.kind, i.attr.nlink);
-                out.push(finding(
-                    "unreachable",
-                    what,
-                    format!("move it to /{LOST_FOUND}/#{ino}"),
-                    Fix::LostFound { ino },
-                ));
+                out.push(unreachable(ino, what));
             }
             continue;
         }
