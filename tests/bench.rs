@@ -65,3 +65,31 @@ fn net_moves_payloads_between_server_processes_and_reports_cpu() {
         .collect();
     assert_eq!(medians, ["write", "read"], "{out}");
 }
+
+/// The crash soak, short: three kills of random servers under fsync'ed writers, every byte read back,
+/// fsck after each round; as root (CI) also the full target on a small tmpfs.
+#[test]
+fn chaos_survives_kills_loses_nothing_and_fsck_finds_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let json = tmp.path().join("chaos.json");
+    let dir = tmp.path().join("work");
+    let (json_arg, dir_arg) = (json.to_string_lossy().into_owned(), dir.to_string_lossy().into_owned());
+    let args = ["chaos", "--kills", "3", "--round-s", "1.5", "--seed", "7", "--full-size", "64M"];
+    let out = bench(&[&args[..], &["--dir", &dir_arg, "--json", &json_arg]].concat(), None);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["kills"], 3, "{out}");
+    assert_eq!(v["rounds"], 3, "{out}");
+    assert_eq!(v["bytes_lost"], 0, "{out}");
+    assert_eq!(v["fsck_findings"], 0, "{out}");
+    assert_eq!(v["stuck_writers"], 0, "{out}");
+    assert!(v["bytes_verified"].as_u64().unwrap() > 0, "{out}");
+    assert_eq!(v["bytes_verified"], v["bytes_fsynced"], "{out}");
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        let full = &v["full_target"];
+        assert!(full["filler_error"].as_str().unwrap().contains("No space"), "{out}");
+        assert!(full["striped_write_error"].as_str().unwrap().contains("No space"), "{out}");
+        assert_eq!(full["kept_files_verified"], true, "{out}");
+        assert_eq!(full["fsck_findings"], 0, "{out}");
+    }
+}
