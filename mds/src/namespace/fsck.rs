@@ -225,7 +225,9 @@ impl Namespace {
             Fix::Size { ino, size } => {
                 let scanned = scan.inodes.get(ino).and_then(|i| i.layout.as_ref());
                 let now = Self::unchanged(tx, *ino, scan)?;
-                now.is_some_and(|i| i.attr.size < *size && i.layout.as_ref() == scanned) && !self.is_open(*ino)
+                now.is_some_and(|i| i.attr.size < *size && i.layout.as_ref() == scanned)
+                    && !self.is_open(*ino)
+                    && !self.is_truncating(*ino)
             }
             Fix::DropMarker { ino } => tx.is_orphan(*ino)? && tx.get_inode(*ino)?.is_none_or(|i| i.attr.nlink > 0),
             Fix::DropRecord { tree, key, of } => match tx.get(*tree, key)? {

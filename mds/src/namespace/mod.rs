@@ -83,6 +83,9 @@ pub struct Namespace {
     mutate: Mutex<()>,
     /// Open handles per inode (in memory: they do not survive a restart).
     opens: Mutex<HashMap<Ino, HashSet<u64>>>,
+    /// Files whose objects a setattr is truncating (before it commits the size): fsck leaves their
+    /// sizes alone meanwhile.
+    truncating: Mutex<HashMap<Ino, usize>>,
     next_handle: AtomicU64,
     /// Which client holds which handle, and when each was last heard from (eviction).
     sessions: Mutex<Sessions>,
@@ -115,6 +118,7 @@ impl Namespace {
             store,
             mutate: Mutex::new(()),
             opens: Mutex::new(HashMap::new()),
+            truncating: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             sessions: Mutex::new(Sessions::new(EVICTION_TIMEOUT)),
             placement,
@@ -218,6 +222,15 @@ impl Namespace {
             }
         }
         evictions.len()
+    }
+
+    fn truncating(&self) -> MutexGuard<'_, HashMap<Ino, usize>> {
+        self.truncating.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a setattr is changing the file's objects' sizes right now.
+    fn is_truncating(&self, ino: Ino) -> bool {
+        self.truncating().contains_key(&ino)
     }
 
     fn is_open(&self, ino: Ino) -> bool {

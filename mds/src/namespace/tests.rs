@@ -1212,3 +1212,19 @@ async fn fsck_leaves_alone_what_changes_while_it_runs() {
     let report = ns.fsck(false).await.unwrap();
     assert!(report.findings.is_empty(), "{:#?}", report.findings);
 }
+
+#[tokio::test]
+async fn fsck_leaves_the_size_of_a_file_being_truncated_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, data) = open_ns(dir.path());
+    let f = create(&ns, &root(), ROOT_INO, "f").await.unwrap();
+    let l = layout(&ns, f.ino).await;
+    // A truncate upward has extended the objects and not yet committed the size.
+    data.objects.lock().unwrap().insert((l.targets[0].ds, l.targets[0].object), 4096);
+    ns.truncating().insert(f.ino, 1);
+    let r = ns.fsck(true).await.unwrap();
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+    assert_eq!(getattr(&ns, f.ino).await.size, 0);
+    ns.truncating().clear();
+    assert_eq!(fsck_kinds(&ns.fsck(false).await.unwrap()), vec!["size"]);
+}
