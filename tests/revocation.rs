@@ -129,8 +129,21 @@ async fn revoked_client_and_data_server_are_refused_without_restarting_the_other
         .await
         .expect("the MDS connected to the revoked data server");
 
-    // The other data server keeps serving: once the MDS has not heard from data server 1 for 5 s,
-    // new files go to data server 0 alone and work.
+    // Once the MDS has cut data server 1 off (it says so when it closes its connection), every new file
+    // goes to data server 0 alone, without waiting for the 5 s silence rule.
+    wait_for_line(&mds_log, &["certificate revoked: no new files are placed on it", "ds1"], secs(5))
+        .await
+        .unwrap_or_else(|| {
+            let log = std::fs::read_to_string(&mds_log).unwrap_or_default();
+            panic!("the MDS did not cut the revoked data server off from placement:\n{log}")
+        });
+    for i in 0..4 {
+        let path = format!("/at-once{i}");
+        bob.write_file(&path, &pattern(4, 10_000)).await.unwrap();
+        let l = bob.get_layout(&path).await.unwrap();
+        assert!(l.targets.iter().all(|t| t.ds == 0), "{path} placed on the revoked server: {l:?}");
+    }
+    // The other data server keeps serving.
     let mut placed = None;
     for i in 0..80 {
         let path = format!("/new{i}");

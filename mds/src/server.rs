@@ -26,6 +26,8 @@ use tracing::{debug, info};
 
 pub struct MdsService {
     ns: Arc<Namespace>,
+    /// The data server each data-server certificate name reported as (to cut one off when revoked).
+    ds_names: std::sync::Mutex<std::collections::HashMap<String, tessera_proto::DsId>>,
     /// Answers the orchestrator's requests (without one they are unsupported).
     orch: Option<Arc<Orchestrator>>,
     counters: Arc<RequestCounters>,
@@ -33,7 +35,7 @@ pub struct MdsService {
 
 impl MdsService {
     pub fn new(ns: Arc<Namespace>) -> MdsService {
-        MdsService { ns, orch: None, counters: Arc::new(RequestCounters::default()) }
+        MdsService { ns, ds_names: Default::default(), orch: None, counters: Arc::new(RequestCounters::default()) }
     }
 
     pub fn with_orchestrator(self, orch: Arc<Orchestrator>) -> MdsService {
@@ -55,6 +57,13 @@ impl MdsService {
         r
     }
 
+    /// Remembers which data server a data-server certificate reports as.
+    fn learn_name(&self, peer: &PeerInfo, ds: tessera_proto::DsId) {
+        if peer.role == Role::Ds {
+            self.ds_names.lock().unwrap_or_else(|p| p.into_inner()).insert(peer.name.clone(), ds);
+        }
+    }
+
     async fn serve(&self, peer: &PeerInfo, props: Properties, call: MdsCall) -> FsResult<MdsReply> {
         props.senders.admit(peer.role, &call.caller).map_err(FsError::perm)?;
         call.origin.check().map_err(FsError::invalid)?;
@@ -64,10 +73,14 @@ impl MdsService {
                 if !self.ns.stats().is_configured(r.ds) {
                     debug!(ds = r.ds, peer = %peer.name, "report from an unconfigured data server");
                 }
+                self.learn_name(peer, r.ds);
                 self.ns.stats().record(*r);
                 Ok(MdsReply::Ok)
             }
             MdsRequest::LocalityReport(_) | MdsRequest::SetOrchestratorMode { .. } | MdsRequest::OrchestratorStatus => {
+                if let MdsRequest::LocalityReport(l) = &req {
+                    self.learn_name(peer, l.ds);
+                }
                 let unsupported = || FsError::new(ErrorCode::Unsupported, "orchestrator not available");
                 match &self.orch {
                     Some(o) => o.handle(req).unwrap_or_else(|_| Err(unsupported())),
@@ -90,6 +103,22 @@ impl Service for MdsService {
 
     fn accepts(&self, role: Role) -> bool {
         matches!(role, Role::Client | Role::Admin | Role::Ion | Role::Mds | Role::Ds)
+    }
+
+    /// A data server whose certificate is revoked gets no new files from now on (not only once it has
+    /// been silent for the silence period).
+    fn peer_revoked(&self, peer: &PeerInfo) {
+        if peer.role != Role::Ds {
+            return;
+        }
+        // The name it reported under; else the name `tessera up` and `tessera ca` give data server N.
+        let known = self.ds_names.lock().unwrap_or_else(|p| p.into_inner()).get(&peer.name).copied();
+        let by_name =
+            peer.name.strip_prefix("ds").and_then(|n| n.parse().ok()).filter(|&n| self.ns.stats().is_configured(n));
+        if let Some(ds) = known.or(by_name) {
+            self.ns.stats().cut(ds);
+            tracing::warn!(ds, name = %peer.name, "data server's certificate revoked: no new files are placed on it");
+        }
     }
 
     /// Metadata requests carry no payload.

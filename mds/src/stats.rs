@@ -2,7 +2,7 @@
 //! per-job reports). A short ring of reports per server is kept, not only the latest, so that rates
 //! (bytes per second per job) can be derived from two reports of one counter generation.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tessera_proto::msg::{DsReport, DsStatus};
@@ -64,6 +64,8 @@ pub struct StatsView {
     configured: Vec<(DsId, String)>,
     /// Recent reports per server, oldest first; only the current generation's.
     history: RwLock<HashMap<DsId, VecDeque<Sample>>>,
+    /// Servers cut off (their certificate revoked): silent until they report again.
+    cut_off: RwLock<HashSet<DsId>>,
     started: Instant,
     silent_after: Duration,
 }
@@ -73,6 +75,7 @@ impl StatsView {
         StatsView {
             configured,
             history: RwLock::new(HashMap::new()),
+            cut_off: RwLock::new(HashSet::new()),
             started: Instant::now(),
             silent_after: SILENT_AFTER,
         }
@@ -95,6 +98,7 @@ impl StatsView {
     /// Adds a report to its server's ring. A new counter generation (the server restarted) starts the
     /// ring anew; a report older than the newest of its generation (reordered in transit) is dropped.
     pub fn record(&self, report: DsReport) {
+        self.cut_off.write().unwrap_or_else(|p| p.into_inner()).remove(&report.ds);
         let mut m = self.history.write().unwrap_or_else(|p| p.into_inner());
         let ring = m.entry(report.ds).or_default();
         if let Some(last) = ring.back() {
@@ -144,8 +148,15 @@ impl StatsView {
         Some(Rates { ds, interval, jobs })
     }
 
+    /// Counts a server as silent at once, until it reports again (its certificate was revoked: it cannot
+    /// be reached, so new files should not wait the silence period to avoid it).
+    pub fn cut(&self, ds: DsId) {
+        self.cut_off.write().unwrap_or_else(|p| p.into_inner()).insert(ds);
+    }
+
     /// Every configured data server with its latest report.
     pub fn snapshot(&self) -> Vec<DsInfo> {
+        let cut = self.cut_off.read().unwrap_or_else(|p| p.into_inner()).clone();
         let m = self.history.read().unwrap_or_else(|p| p.into_inner());
         self.configured
             .iter()
@@ -157,7 +168,7 @@ impl StatsView {
                     addr: addr.clone(),
                     report: r.map(|s| s.report.clone()),
                     age,
-                    silent: is_silent(age, self.started.elapsed(), self.silent_after),
+                    silent: cut.contains(id) || is_silent(age, self.started.elapsed(), self.silent_after),
                 }
             })
             .collect()
@@ -212,6 +223,18 @@ mod tests {
         assert_eq!(v.silent_after, Duration::from_secs(15), "five report intervals");
         v.record(DsReport { ds: 0, ..Default::default() });
         assert!(!v.snapshot()[0].silent);
+    }
+
+    #[test]
+    fn a_server_cut_off_is_silent_at_once_until_it_reports_again() {
+        let v = StatsView::new(vec![(0, "a".into()), (1, "b".into())]);
+        v.record(DsReport { ds: 0, ..Default::default() });
+        v.record(DsReport { ds: 1, ..Default::default() });
+        v.cut(1);
+        let s = v.snapshot();
+        assert!(!s[0].silent && s[1].silent, "its last report was just now, but it is cut off");
+        v.record(DsReport { ds: 1, ..Default::default() });
+        assert!(!v.snapshot()[1].silent, "a report (say, with a renewed certificate) brings it back");
     }
 
     fn report(generation: u64, at_s: u64, read_bytes: u64, write_bytes: u64) -> DsReport {

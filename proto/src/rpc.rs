@@ -627,6 +627,9 @@ pub trait Service: Send + Sync + 'static {
         payload: Bytes,
     ) -> impl Future<Output = (FsResult<Self::Reply>, Bytes)> + Send;
 
+    /// Called when a connected peer's certificate is revoked, before its connection is closed.
+    fn peer_revoked(&self, _peer: &PeerInfo) {}
+
     /// [`Service::handle`] for services that may answer with a payload still arriving (a forwarding
     /// node passing a data server's reply on as it comes). The default answers with `handle`'s.
     fn handle_streamed(
@@ -749,6 +752,7 @@ async fn serve_connection<S: Service>(conn: quinn::Connection, service: Arc<S>, 
                         cert.who(),
                         list.number.as_deref().unwrap_or("none")
                     );
+                    service.peer_revoked(&peer);
                     conn.close(CLOSE_REVOKED.into(), b"certificate revoked");
                     return;
                 }
