@@ -7,7 +7,7 @@
 #     bob keeps working;
 #  3. `tessera ca revoke ds1`: the MDS closes ds1's connection and refuses its next one, bob's commands
 #     refuse ds1 (ping, a read of a file striped over it) and keep working with ds0, where new files go
-#     once the MDS has not heard from ds1 for 5 s;
+#     as soon as the MDS has cut ds1 off (when it closes its connection);
 #  4. the MDS and both data servers are the processes started at the beginning.
 # Every CLI command is a new process, so a new connection. Output: results/reliability/revocation.txt.
 #
@@ -75,8 +75,9 @@ as bob get /alice.dat "$work/copy2"
 mds_says "ds 'ds1'" 6
 echo "    data server 1's own log:"
 sed 's/\x1b\[[0-9;]*m//g' "$work/ds1.log" | grep -F "certificate" | sed 's/^/    ds1.log: /' | head -3
-# New single-stripe files, one every 0.5 s: placed round-robin, those on ds1 fail (bob refuses it) until
-# the MDS, which has not heard from ds1 since it closed its connection, leaves it out.
+# New single-stripe files, one every 0.5 s: placed round-robin over the servers the MDS counts as live;
+# one placed on ds1 would fail (bob refuses it). The MDS leaves ds1 out from the moment it closes ds1's
+# connection for the revocation (before that change, only after 5 s without a report).
 streak=0
 for i in $(seq 60); do
   if "$bin/tessera" --config "$dir/bob.toml" put -q -c 1 "$work/data" "/new$i" 2> "$work/put.err"; then r=written; else r="FAILED: $(tail -1 "$work/put.err")"; fi
