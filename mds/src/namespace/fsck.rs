@@ -23,15 +23,34 @@ const CHUNK: usize = 256;
 const REACH_ATTEMPTS: usize = 4;
 const REACH_PAUSE: std::time::Duration = std::time::Duration::from_millis(1100);
 
-/// Whether a record of `tree` decodes (what the scan and the confirmation of a corrupt record ask).
-fn decodes(tree: T, key: &[u8], value: &[u8]) -> bool {
-    match tree {
-        T::Inodes => wire::decode::<Inode>(value).is_ok(),
-        T::Dentries => key.len() > 8 && std::str::from_utf8(&key[8..]).is_ok() && wire::decode::<Dentry>(value).is_ok(),
-        T::Dirseq => key.len() == 16 && std::str::from_utf8(value).is_ok(),
-        T::Destroy => key.len() == 8 && wire::decode::<DestroyEntry>(value).is_ok(),
-        _ => true,
-    }
+/// A record as the scan keeps it.
+enum Decoded {
+    Inode(Inode),
+    /// `(parent, name, entry)`.
+    Dentry(Ino, String, Dentry),
+    /// `(parent, seq, name)`.
+    Dirseq(Ino, u64, String),
+    Destroy(DestroyEntry),
+    /// A record of another tree, belonging to the inode its key starts with (xattrs, directory layouts).
+    Of(Option<Ino>),
+}
+
+/// A record of `tree` decoded, or `None` when it does not decode (the scan and the confirmation of a
+/// corrupt record both ask).
+fn decode(tree: T, key: &[u8], value: &[u8]) -> Option<Decoded> {
+    Some(match tree {
+        T::Inodes => Decoded::Inode(wire::decode(value).ok()?),
+        T::Dentries => {
+            let name = std::str::from_utf8(key.get(8..).filter(|n| !n.is_empty())?).ok()?;
+            Decoded::Dentry(u64_at(key, 0), name.to_string(), wire::decode(value).ok()?)
+        }
+        T::Dirseq if key.len() == 16 => {
+            Decoded::Dirseq(u64_at(key, 0), u64_at(key, 8), std::str::from_utf8(value).ok()?.to_string())
+        }
+        T::Destroy if key.len() == 8 => Decoded::Destroy(wire::decode(value).ok()?),
+        T::Dirseq | T::Destroy => return None,
+        _ => Decoded::Of(key_ino(key)),
+    })
 }
 
 fn u64_at(key: &[u8], at: usize) -> u64 {
@@ -98,41 +117,9 @@ impl Namespace {
         // What can be destroyed is, so the log holds only what does not drain.
         destroy::drain_once(&self.store, self.data.as_ref()).await;
         let mut scan = Scan { start, mark, ..Default::default() };
-        let read = |tree: T, scan: &mut Scan| -> FsResult<Vec<(Vec<u8>, Vec<u8>)>> {
-            let mut out = Vec::new();
-            for kv in self.store.scan_from(tree, &[], &[]) {
-                let (k, v) = kv?;
-                if decodes(tree, &k, &v) {
-                    out.push((k, v));
-                } else {
-                    scan.corrupt.push((tree, k, format!("{tree:?} record does not decode")));
-                }
-            }
-            Ok(out)
-        };
-        for (_, v) in read(T::Inodes, &mut scan)? {
-            let i: Inode = wire::decode(&v).map_err(|e| FsError::io(e.to_string()))?;
-            scan.inodes.insert(i.attr.ino, i);
-        }
-        for (k, v) in read(T::Dentries, &mut scan)? {
-            let d: Dentry = wire::decode(&v).map_err(|e| FsError::io(e.to_string()))?;
-            scan.dentries.push((u64_at(&k, 0), String::from_utf8_lossy(&k[8..]).into_owned(), d));
-        }
-        for (k, v) in read(T::Dirseq, &mut scan)? {
-            scan.dirseq.push((u64_at(&k, 0), u64_at(&k, 8), String::from_utf8_lossy(&v).into_owned()));
-        }
+        self.read_trees(&mut scan, &[T::Inodes, T::Dentries, T::Dirseq])?;
         scan.orphan_markers = self.store.orphans()?.into_iter().collect();
-        for tree in [T::Xattrs, T::DirLayouts] {
-            for (key, _) in read(tree, &mut scan)? {
-                if let Some(ino) = key_ino(&key) {
-                    scan.records.push(Record { tree, key, ino });
-                }
-            }
-        }
-        for (k, v) in read(T::Destroy, &mut scan)? {
-            let e: DestroyEntry = wire::decode(&v).map_err(|e| FsError::io(e.to_string()))?;
-            scan.destroy.push((k, e));
-        }
+        self.read_trees(&mut scan, &[T::Xattrs, T::DirLayouts, T::Destroy])?;
         scan.open = self.opens().iter().filter(|(_, h)| !h.is_empty()).map(|(i, _)| *i).collect();
         scan.servers = servers;
         let data = self.data.as_ref();
@@ -141,6 +128,28 @@ impl Namespace {
             scan.objects.insert(ds, r.map_err(|e| e.to_string()));
         }
         Ok(scan)
+    }
+
+    /// Reads every record of `trees` into the scan, each decoded once; those that do not decode are
+    /// findings.
+    fn read_trees(&self, scan: &mut Scan, trees: &[T]) -> FsResult<()> {
+        for &tree in trees {
+            for kv in self.store.scan_from(tree, &[], &[]) {
+                let (key, value) = kv?;
+                match decode(tree, &key, &value) {
+                    Some(Decoded::Inode(i)) => {
+                        scan.inodes.insert(i.attr.ino, i);
+                    }
+                    Some(Decoded::Dentry(parent, name, d)) => scan.dentries.push((parent, name, d)),
+                    Some(Decoded::Dirseq(parent, seq, name)) => scan.dirseq.push((parent, seq, name)),
+                    Some(Decoded::Destroy(e)) => scan.destroy.push((key, e)),
+                    Some(Decoded::Of(Some(ino))) => scan.records.push(Record { tree, key, ino }),
+                    Some(Decoded::Of(None)) => {}
+                    None => scan.corrupt.push((tree, key, format!("{tree:?} record does not decode"))),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Keeps the findings that still hold under the mutation lock (see `crate::fsck`) and, with
@@ -152,27 +161,19 @@ impl Namespace {
             let r = {
                 let _g = self.lock();
                 let mut tx = self.store.begin();
-                let mut r = Ok(());
-                for f in chunk {
-                    match self.still_holds(&tx, &f.fix, scan) {
-                        Ok(true) => {}
-                        Ok(false) => continue,
-                        Err(e) => {
-                            r = Err(e);
-                            break;
-                        }
+                let checked = chunk.iter().try_for_each(|f| {
+                    if !self.still_holds(&tx, &f.fix, scan)? {
+                        return Ok(());
                     }
                     if repair && f.fix != Fix::Report {
-                        if let Err(e) = self.apply_fix(&mut tx, &f.fix, scan) {
-                            warn!(kind = f.kind, what = %f.what, "fsck could not repair: {e}");
-                            r = Err(e);
-                            break;
-                        }
+                        self.apply_fix(&mut tx, &f.fix, scan)
+                            .inspect_err(|e| warn!(kind = f.kind, what = %f.what, "fsck could not repair: {e}"))?;
                         repaired += 1;
                     }
                     confirmed.push(f.clone());
-                }
-                r.and_then(|()| self.commit(tx))
+                    Ok(())
+                });
+                checked.and_then(|()| self.commit(tx))
             };
             self.durable(r).await?;
         }
@@ -234,7 +235,7 @@ impl Namespace {
                 None => false,
                 Some(v) => match of {
                     Some(ino) => tx.get_inode(*ino)?.is_none(),
-                    None => !decodes(*tree, key, &v),
+                    None => decode(*tree, key, &v).is_none(),
                 },
             },
         })
