@@ -8,7 +8,7 @@
 
 use crate::ior::fill_pattern;
 use crate::localcluster::{ClusterOptions, LocalCluster};
-use crate::report::write_json;
+use crate::report::{median, write_json};
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use rand::rngs::StdRng;
@@ -279,15 +279,6 @@ impl Drop for Tmpfs {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        0.0
-    } else {
-        v[v.len() / 2]
-    }
-}
-
 pub async fn run(a: ChaosArgs) -> Result<()> {
     let t0 = Instant::now();
     let seed = a.seed.unwrap_or_else(|| rand::random::<u64>() >> 1);
@@ -483,7 +474,7 @@ async fn soak(
     }
     r.retried_errors = errors.load(Ordering::Relaxed);
     r.restart_s_max = restarts.iter().copied().fold(0.0, f64::max);
-    r.restart_s_median = median(&mut restarts);
+    r.restart_s_median = median(&restarts);
     r.elapsed_s = t0.elapsed().as_secs_f64();
     Ok(r)
 }

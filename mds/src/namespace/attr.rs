@@ -77,7 +77,7 @@ impl Namespace {
         let cur = self.store.begin().inode(ino)?;
         // Validate before touching the data servers.
         self.apply_setattr(c, &mut cur.clone(), &set, Timestamp::now())?;
-        let _busy = Truncating::start(self, ino, set.size.is_some() && cur.layout.is_some());
+        let _busy = (set.size.is_some() && cur.layout.is_some()).then(|| Truncating::start(self, ino));
         if let (Some(size), Some(l)) = (set.size, &cur.layout) {
             self.truncate_objects(l, size).await?;
         }
@@ -110,27 +110,23 @@ impl Namespace {
 /// Marks a file as having its objects truncated until dropped (after the size is committed).
 struct Truncating<'a> {
     ns: &'a Namespace,
-    ino: Option<Ino>,
+    ino: Ino,
 }
 
 impl<'a> Truncating<'a> {
-    fn start(ns: &'a Namespace, ino: Ino, truncates: bool) -> Truncating<'a> {
-        if truncates {
-            *ns.truncating().entry(ino).or_default() += 1;
-        }
-        Truncating { ns, ino: truncates.then_some(ino) }
+    fn start(ns: &'a Namespace, ino: Ino) -> Truncating<'a> {
+        *ns.truncating().entry(ino).or_default() += 1;
+        Truncating { ns, ino }
     }
 }
 
 impl Drop for Truncating<'_> {
     fn drop(&mut self) {
-        if let Some(ino) = self.ino {
-            let mut t = self.ns.truncating();
-            if let Some(n) = t.get_mut(&ino) {
-                *n -= 1;
-                if *n == 0 {
-                    t.remove(&ino);
-                }
+        let mut t = self.ns.truncating();
+        if let Some(n) = t.get_mut(&self.ino) {
+            *n -= 1;
+            if *n == 0 {
+                t.remove(&self.ino);
             }
         }
     }
