@@ -8,7 +8,7 @@ use std::process::Command;
 use tessera_client::proto::msg::{MdsReply, MdsRequest, OrchestratorMode, OrchestratorStatus, SchedulerSetting};
 use tessera_client::{Client, ClusterConfig, Defaults, ErrorCode};
 use tessera_proto::child::{self, server_binary, Child, READY_TIMEOUT, STOP_GRACE};
-use tessera_proto::clusterdir::{prepare, ClusterFiles};
+use tessera_proto::clusterdir::{prepare, ClusterFiles, Server};
 
 /// What the experiment needs from the cluster.
 #[derive(Clone, Debug, PartialEq)]
@@ -132,8 +132,7 @@ impl LocalCluster {
         for stage in self.files.start_stages() {
             let first = self.children.len();
             for s in &stage {
-                let bin = server_binary(s.binary)?;
-                self.children.push(spawn(&s.name, s.command(&bin), &self.files.log_path(&s.name))?);
+                self.children.push(self.spawn_server(s)?);
             }
             for c in self.children[first..].iter_mut() {
                 c.ready(READY_TIMEOUT).await?;
@@ -142,9 +141,19 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// Starts one server of the cluster (its log appended to).
+    fn spawn_server(&self, s: &Server) -> Result<Child> {
+        spawn(&s.name, s.command(&server_binary(s.binary)?), &self.files.log_path(&s.name))
+    }
+
+    /// Every server of the cluster, in start order.
+    fn servers(&self) -> impl Iterator<Item = Server> {
+        self.files.start_stages().into_iter().flatten()
+    }
+
     /// The servers' names (`mds`, `ds0`, ..., `ion0`, ...), in start order.
     pub fn server_names(&self) -> Vec<String> {
-        self.files.start_stages().into_iter().flatten().map(|s| s.name).collect()
+        self.servers().map(|s| s.name).collect()
     }
 
     /// The process id of server `name` (`mds`, `ds0`, `ion0`...), if it runs.
@@ -165,14 +174,8 @@ impl LocalCluster {
         if self.pid(name).is_some() {
             bail!("{name} is running");
         }
-        let s = self
-            .files
-            .start_stages()
-            .into_iter()
-            .flatten()
-            .find(|s| s.name == name)
-            .ok_or_else(|| anyhow!("no server {name}"))?;
-        let mut c = spawn(&s.name, s.command(&server_binary(s.binary)?), &self.files.log_path(&s.name))?;
+        let s = self.servers().find(|s| s.name == name).ok_or_else(|| anyhow!("no server {name}"))?;
+        let mut c = self.spawn_server(&s)?;
         c.ready(READY_TIMEOUT).await?;
         self.children.push(c);
         Ok(())
