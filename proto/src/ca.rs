@@ -189,7 +189,9 @@ impl CaDir {
             let Ok(pem) = std::fs::read(&path) else { continue };
             let Ok(der) = CertificateDer::from_pem_slice(&pem) else { continue };
             let Some(info) = CertInfo::parse(&der) else { continue };
-            if tls::issued_by(&der, &ca_der) && !self.index.cert.iter().any(|r| r.serial == info.serial) {
+            // The record first: checking the signature builds a verifier.
+            let known = self.index.cert.iter().any(|r| r.serial == info.serial);
+            if !known && tls::issued_by(&der, &ca_der) {
                 self.record(&info);
             }
         }

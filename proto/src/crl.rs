@@ -41,6 +41,13 @@ pub struct Snapshot {
     pub revoked: Arc<HashSet<String>>,
 }
 
+impl Snapshot {
+    /// The list's number for messages (`none` without a list).
+    pub fn number(&self) -> &str {
+        self.number.as_deref().unwrap_or("none")
+    }
+}
+
 /// What identifies a version of the file: a new list replaces the file (new inode) or rewrites it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Stamp {
@@ -106,7 +113,7 @@ impl CrlWatch {
             debug!(
                 "revocation list {}: number {}, {} revoked",
                 path.display(),
-                number(&current),
+                current.number(),
                 current.revoked.len()
             );
         }
@@ -134,7 +141,7 @@ impl CrlWatch {
             Some(_) => format!(
                 "revocation list {}: number {}, {} revoked",
                 self.path.display(),
-                number(&s.current),
+                s.current.number(),
                 s.current.revoked.len()
             ),
             None => format!("no revocation list at {}: nothing revoked", self.path.display()),
@@ -212,7 +219,7 @@ impl CrlWatch {
         let st = match stamp(&self.path) {
             Ok(st) => st,
             Err(e) => {
-                error!("revocation list {}: {e}; keeping list number {}", self.path.display(), number(&s.current));
+                error!("revocation list {}: {e}; keeping list number {}", self.path.display(), s.current.number());
                 return;
             }
         };
@@ -230,7 +237,7 @@ impl CrlWatch {
                 info!(
                     "revocation list {} reloaded: number {}, {} revoked",
                     self.path.display(),
-                    number(&list),
+                    list.number(),
                     list.revoked.len()
                 );
                 self.replace(s, list);
@@ -238,7 +245,7 @@ impl CrlWatch {
             Err(e) => error!(
                 "revocation list {}: {e}; keeping list number {} in force",
                 self.path.display(),
-                number(&s.current)
+                s.current.number()
             ),
         }
     }
@@ -247,10 +254,6 @@ impl CrlWatch {
     pub fn is_revoked(&self, serial: &str) -> bool {
         self.snapshot().revoked.contains(serial)
     }
-}
-
-fn number(s: &Snapshot) -> &str {
-    s.number.as_deref().unwrap_or("none")
 }
 
 /// Reads and checks a revocation list file.
@@ -361,7 +364,7 @@ pub fn refusal_reason(e: &Error, cert: Option<&CertInfo>, list: &Snapshot) -> St
     let at = |f: fn(&CertInfo) -> i64| cert.map(|c| format!(" at {} UTC", format_utc(f(c)))).unwrap_or_default();
     match e {
         Error::InvalidCertificate(CertificateError::Revoked) => {
-            format!("certificate revoked (revocation list number {})", number(list))
+            format!("certificate revoked (revocation list number {})", list.number())
         }
         Error::InvalidCertificate(CertificateError::Expired | CertificateError::ExpiredContext { .. }) => {
             format!("certificate expired{}", at(|c| c.validity.not_after))

@@ -328,7 +328,7 @@ impl RpcPeer {
             self.role,
             self.target(),
             cert.who(),
-            list.number.as_deref().unwrap_or("none")
+            list.number()
         );
         if let Some(c) = link.conn.take() {
             c.close(CLOSE_REVOKED.into(), b"server certificate revoked");
@@ -750,7 +750,7 @@ async fn serve_connection<S: Service>(conn: quinn::Connection, service: Arc<S>, 
                         %addr,
                         "closing the connection of {}: certificate revoked (revocation list number {})",
                         cert.who(),
-                        list.number.as_deref().unwrap_or("none")
+                        list.number()
                     );
                     service.peer_revoked(&peer);
                     conn.close(CLOSE_REVOKED.into(), b"certificate revoked");
