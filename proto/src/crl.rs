@@ -370,7 +370,8 @@ pub fn refusal_reason(e: &Error, cert: Option<&CertInfo>, list: &Snapshot) -> St
             format!("certificate expired{}", at(|c| c.validity.not_after))
         }
         Error::InvalidCertificate(CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. }) => {
-            format!("certificate not valid yet: valid from{} (is a clock wrong?)", at(|c| c.validity.not_before))
+            let from = cert.map(|c| format!(": valid from {} UTC", format_utc(c.validity.not_before)));
+            format!("certificate not valid yet{} (is a clock wrong?)", from.unwrap_or_default())
         }
         other => other.to_string(),
     }
