@@ -6,8 +6,8 @@
 //! matches its reply, and the server must still serve an ordinary write and read afterwards.
 //! `TESSERA_FUZZ_CASES` runs more sequences.
 
-use crate::server::{assemble, DsService, Setup};
-use crate::store::Store;
+use crate::server::tests::service;
+use crate::server::DsService;
 use bytes::Bytes;
 use std::time::Duration;
 use tessera_proto::fuzz::{self, Known};
@@ -16,6 +16,7 @@ use tessera_proto::{IoTag, Origin, Role};
 
 const STEPS: usize = 60;
 const HANG: Duration = Duration::from_secs(10);
+/// The data server [`service`] makes.
 const DS: u32 = 2;
 
 fn role(rng: &mut fuzz::Rng) -> Role {
@@ -36,13 +37,6 @@ async fn serve(s: &DsService, role: Role, call: DsCall, payload: Bytes) -> Optio
         _ => assert!(data.is_empty(), "{what}: a payload with {r:?}"),
     }
     r.ok()
-}
-
-/// A data server on a temporary store.
-fn service() -> (tempfile::TempDir, DsService) {
-    let d = tempfile::tempdir().unwrap();
-    let (reporter, path) = assemble(Store::open(d.path(), DS).unwrap(), &Setup::new(DS)).unwrap();
-    (d, DsService::new(reporter, path, false))
 }
 
 /// Runs one sequence from `seed` on `s` (where earlier sequences left their objects), then checks the

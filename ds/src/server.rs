@@ -370,7 +370,7 @@ impl Service for DsService {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tessera_proto::error::ErrorCode;
     use tessera_proto::msg::{ServeCommand, ServeTarget};
@@ -382,7 +382,8 @@ mod tests {
         (d, DsService::new(reporter, path, false))
     }
 
-    fn service() -> (tempfile::TempDir, DsService) {
+    /// A data server (id 2) on a temporary store.
+    pub(crate) fn service() -> (tempfile::TempDir, DsService) {
         service_with(Setup::new(2))
     }
 

@@ -5,16 +5,12 @@
 //! leases, namespace, orchestrator). Every request must be answered — no panic, no hang, no `EIO` — and
 //! the server must still serve an ordinary client afterwards. `TESSERA_FUZZ_CASES` runs more sequences.
 
-use crate::dsclient::MemDataServers;
-use crate::namespace::Namespace;
+use crate::namespace::tests::open_ns;
 use crate::orchestrator::{Orchestrator, Params};
 use crate::server::MdsService;
-use crate::stats::StatsView;
-use crate::store::Store;
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_proto::config::Defaults;
 use tessera_proto::error::ErrorCode;
 use tessera_proto::fuzz::{self, Known};
 use tessera_proto::msg::{MdsCall, MdsReply, MdsRequest, OrchestratorMode};
@@ -27,10 +23,7 @@ const STEPS: usize = 100;
 const HANG: Duration = Duration::from_secs(10);
 
 fn service(dir: &std::path::Path) -> MdsService {
-    let store = Arc::new(Store::open(dir, Default::default()).unwrap());
-    let stats = Arc::new(StatsView::new((0..4).map(|i| (i, format!("127.0.0.1:{}", 7410 + i))).collect()));
-    let data = Arc::new(MemDataServers::default());
-    let ns = Arc::new(Namespace::new(store, &Defaults::default(), stats, data).unwrap());
+    let ns = Arc::new(open_ns(dir).0);
     let orch = Orchestrator::new(Params::from_options(&Default::default()), OrchestratorMode::Off, vec![0, 1, 2, 3]);
     MdsService::new(ns).with_orchestrator(Arc::new(orch))
 }

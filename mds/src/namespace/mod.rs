@@ -34,7 +34,7 @@ mod rename;
 mod xattr;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use crate::dsclient::DataServers;
 use crate::lease::{Holder, Leases};

@@ -8,7 +8,8 @@ use tessera_proto::layout::Layout;
 
 const NDS: u32 = 4;
 
-fn open_ns(path: &Path) -> (Namespace, Arc<MemDataServers>) {
+/// A namespace on a temporary database with `NDS` in-memory data servers.
+pub(crate) fn open_ns(path: &Path) -> (Namespace, Arc<MemDataServers>) {
     let store = Arc::new(Store::open(path, Default::default()).unwrap());
     let data = Arc::new(MemDataServers::default());
     let stats = Arc::new(StatsView::new((0..NDS).map(|i| (i, format!("127.0.0.1:{}", 7410 + i))).collect()));
