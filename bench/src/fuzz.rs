@@ -668,16 +668,15 @@ async fn probe_loop(peer: RpcPeer, target: Target, every_ms: u64, stop: Arc<Atom
             Err(e) => failures.push(format!("{:.1} s into the probe: {e}", requests as f64 * every_ms as f64 / 1e3)),
         }
     }
-    let mut sorted = lat.clone();
-    sorted.sort_by(f64::total_cmp);
-    let p99 = sorted.get((sorted.len() * 99 / 100).min(sorted.len().saturating_sub(1))).copied().unwrap_or(0.0);
+    lat.sort_by(f64::total_cmp);
+    let p99 = lat.get((lat.len() * 99 / 100).min(lat.len().saturating_sub(1))).copied().unwrap_or(0.0);
     ProbeReport {
         requests,
         answers: lat.len() as u64,
         failures: failures.len() as u64,
         latency_ms_median: median(&lat),
         latency_ms_p99: p99,
-        latency_ms_max: sorted.last().copied().unwrap_or(0.0),
+        latency_ms_max: lat.last().copied().unwrap_or(0.0),
         first_failures: failures.into_iter().take(10).collect(),
     }
 }
