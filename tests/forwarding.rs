@@ -34,7 +34,7 @@ fn identity(cluster: &Cluster, role: Role, name: &str) -> NodeIdentity {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_go_through_their_forwarding_node_and_servers_see_the_programs() {
-    let cluster = Cluster::start_shape(Shape { ds: 2, ion: 2 }, small_stripes());
+    let cluster = Cluster::start_shape(Shape { ds: 2, ion: 2, ..Shape::default() }, small_stripes());
     let c = client_via(&cluster, "ion1", "fwd-job").await;
     let data = pattern(7, 3 << 20);
     c.write_file("/through-ion", &data).await.unwrap();
@@ -79,7 +79,7 @@ async fn clients_go_through_their_forwarding_node_and_servers_see_the_programs()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedulers_switch_at_run_time_without_losing_data() {
-    let cluster = Cluster::start_shape(Shape { ds: 2, ion: 1 }, small_stripes());
+    let cluster = Cluster::start_shape(Shape { ds: 2, ion: 1, ..Shape::default() }, small_stripes());
     let c = client_via(&cluster, "ion0", "switching").await;
     let data = pattern(3, 4 << 20);
     let f = c.create("/switched", 0o644, None).await.unwrap();
@@ -115,7 +115,7 @@ async fn schedulers_switch_at_run_time_without_losing_data() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarding_nodes_and_data_servers_check_roles() {
-    let cluster = Cluster::start_shape(Shape { ds: 1, ion: 1 }, Defaults::default());
+    let cluster = Cluster::start_shape(Shape { ds: 1, ion: 1, ..Shape::default() }, Defaults::default());
     let cfg: ClusterConfig = cluster.client_config();
     let ion_addr = rpc::resolve(&cfg.ion[0].addr).unwrap();
     let ds_addr = rpc::resolve(&cfg.ds[0].addr).unwrap();
@@ -160,7 +160,7 @@ async fn forwarding_nodes_and_data_servers_check_roles() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_whose_forwarding_node_dies_moves_on() {
-    let mut cluster = Cluster::start_shape(Shape { ds: 2, ion: 2 }, small_stripes());
+    let mut cluster = Cluster::start_shape(Shape { ds: 2, ion: 2, ..Shape::default() }, small_stripes());
     let c = client_via(&cluster, "ion0", "failover").await;
     let data = pattern(5, 1 << 20);
     c.write_file("/before", &data).await.unwrap();
@@ -190,7 +190,7 @@ fn a_mount_goes_through_its_forwarding_node() {
         println!("SKIPPED a_mount_goes_through_its_forwarding_node: /dev/fuse is missing");
         return;
     }
-    let cluster = Cluster::start_shape(Shape { ds: 2, ion: 2 }, small_stripes());
+    let cluster = Cluster::start_shape(Shape { ds: 2, ion: 2, ..Shape::default() }, small_stripes());
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();

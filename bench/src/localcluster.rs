@@ -105,7 +105,7 @@ impl LocalCluster {
             std::fs::remove_dir_all(dir).with_context(|| format!("removing the old cluster in {}", dir.display()))?;
         }
         let defaults = Defaults { stripe_size: o.stripe_size, stripe_count: 0, ..Defaults::default() };
-        let shape = tessera_proto::clusterdir::Shape { ds: o.n_ds, ion: o.n_ion };
+        let shape = tessera_proto::clusterdir::Shape { ds: o.n_ds, ion: o.n_ion, ..Default::default() };
         let files = prepare(dir, shape, 0, defaults).map_err(|e| anyhow!("preparing the cluster: {e}"))?;
         let mut all = vec![files.mds_config.clone(), files.client_config.clone(), files.admin_config.clone()];
         all.extend(files.ds_configs.iter().cloned());

@@ -78,7 +78,7 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<ExitCode> {
     if let Some(c) = opts.stripe_count {
         defaults.stripe_count = c;
     }
-    let files = prepare(&opts.dir, Shape { ds: n_ds, ion: n_ion }, opts.port_base, defaults)?;
+    let files = prepare(&opts.dir, Shape { ds: n_ds, ion: n_ion, ..Shape::default() }, opts.port_base, defaults)?;
     let cfg = ClusterConfig::load(&files.client_config)?;
 
     let mut servers: Vec<Child> = Vec::new();

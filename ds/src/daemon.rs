@@ -72,16 +72,24 @@ async fn run(args: Args) -> Result<(), String> {
     let opts = &config.ds_options;
     let model_name = args.device_model.as_deref().unwrap_or(&opts.device_model);
     let model = device::DeviceModel::parse(model_name, &opts.hdd).map_err(|e| e.detail)?;
-    let store = store::Store::open(&data_dir, args.id).map_err(|e| e.detail)?;
-    store.set_direct_writes(opts.direct_writes);
-    store.set_write_cache(opts.write_cache_mb.saturating_mul(1 << 20));
-    let store_handle = store.clone();
+    let count = node.target_count();
+    let mut stores = Vec::with_capacity(usize::from(count));
+    for k in 0..count {
+        let root = store::target_dir(&data_dir, k);
+        let store = store::Store::open_target(&root, args.id, store::DEFAULT_OPEN_FILES, node.capacity)
+            .map_err(|e| e.detail)?;
+        store.set_direct_writes(opts.direct_writes);
+        // The write cache's memory is shared out among the targets.
+        store.set_write_cache(opts.write_cache_mb.saturating_mul(1 << 20) / u64::from(count));
+        stores.push(store);
+    }
+    let store_handles = stores.clone();
     let tuning = config.tuning();
     let endpoint = rpc::server_endpoint(listen, &identity, &tuning).map_err(|e| e.detail)?;
     let local = endpoint.local_addr().map_err(|e| format!("listening address: {e}"))?;
 
     let setup = server::Setup::from_options(args.id, opts, &config.orchestrator, model);
-    let (reporter, data_path) = server::assemble(store, &setup).map_err(|e| e.detail)?;
+    let (reporter, data_path) = server::assemble(stores, &setup).map_err(|e| e.detail)?;
     let metrics = match config.metrics.ds_base_port {
         Some(base) => {
             let port = u16::try_from(u32::from(base) + args.id)
@@ -94,7 +102,7 @@ async fn run(args: Args) -> Result<(), String> {
                 serve: data_path.serve.clone(),
                 scheduler: reporter.scheduler.clone(),
                 trace: data_path.trace.clone(),
-                store: store_handle.clone(),
+                stores: store_handles.clone(),
             };
             let endpoint = tessera_metrics::Endpoint::bind(addr, m.registry()).await.map_err(|e| e.to_string())?;
             info!(addr = %endpoint.local_addr(), "metrics on http://{}/metrics", endpoint.local_addr());
@@ -123,7 +131,16 @@ async fn run(args: Args) -> Result<(), String> {
     let service = Arc::new(server::DsService::new(reporter, data_path, opts.sync_writes));
     let server = tokio::spawn(rpc::serve(endpoint.clone(), service, identity.crl.clone()));
 
-    info!(ds = args.id, addr = %local, data_dir = %data_dir.display(), device = model.name(), "data server ready");
+    let capacity = node.capacity.map(tessera_proto::units::format_size).unwrap_or_else(|| "the disk's".into());
+    info!(
+        ds = args.id,
+        addr = %local,
+        data_dir = %data_dir.display(),
+        device = model.name(),
+        targets = count,
+        capacity,
+        "data server ready"
+    );
     tessera_proto::child::announce_ready(local);
 
     wait_for_signal().await?;

@@ -55,8 +55,9 @@ async fn sequence(s: &DsService, seed: u64) {
         serve(s, role, call, Bytes::from(payload)).await;
     }
     let tag = IoTag { origin: Origin { job: "ok".into(), client: 1, pid: 1 }, ino: 1 };
-    // An object of its own (an id no generated request names), so earlier sequences cannot have touched it.
-    let object = 0x7e57_0000_0000_0000 | (seed & 0xffff_ffff);
+    // An object of its own in target 0 (an id no generated request names), so earlier sequences cannot
+    // have touched it.
+    let object = 0x7e57_0000_0000 | (seed & 0xffff_ffff);
     let write = DsRequest::Write { tag: tag.clone(), object, offset: 4096, sync: false };
     let r = serve(s, Role::Client, DsCall::new(DS, write), Bytes::from_static(b"still here")).await;
     assert_eq!(r, Some(DsReply::Written { len: 10 }), "an ordinary write after the sequence");

@@ -22,7 +22,8 @@ pub struct Metrics {
     pub serve: Arc<ServeControl>,
     pub scheduler: Scheduler,
     pub trace: Option<Arc<Trace>>,
-    pub store: Store,
+    /// The targets' stores, by index.
+    pub stores: Vec<Store>,
 }
 
 impl Metrics {
@@ -63,13 +64,35 @@ impl Metrics {
                 .sample(&[], rd / 1e6)?;
         }
         s.counter("tessera_ds_direct_write_bytes_total", "Bytes written around the page cache (O_DIRECT).")?
-            .sample(&[], self.store.direct_bytes())?;
-        let cache = self.store.write_cache_stats();
+            .sample(&[], self.stores.iter().map(Store::direct_bytes).sum::<u64>())?;
+        let caches: Vec<_> = self.stores.iter().map(Store::write_cache_stats).collect();
         s.gauge("tessera_ds_write_cache_bytes", "Recently written data kept in memory for reads.")?
-            .sample(&[], cache.bytes)?;
+            .sample(&[], caches.iter().map(|c| c.bytes).sum::<u64>())?;
         let mut f = s.counter("tessera_ds_write_cache_reads_total", "Reads looked up in the write cache.")?;
-        f.sample(&[("result", "hit")], cache.hits)?;
-        f.sample(&[("result", "miss")], cache.misses)?;
+        f.sample(&[("result", "hit")], caches.iter().map(|c| c.hits).sum::<u64>())?;
+        f.sample(&[("result", "miss")], caches.iter().map(|c| c.misses).sum::<u64>())?;
+        let names: Vec<String> = (0..self.stores.len()).map(|k| k.to_string()).collect();
+        let mut f = s.gauge("tessera_ds_target_stored_bytes", "Bytes the objects of each storage target hold.")?;
+        for (store, k) in self.stores.iter().zip(&names) {
+            f.sample(&[("target", k)], store.stored())?;
+        }
+        let mut f = s.gauge("tessera_ds_target_capacity_bytes", "Configured capacity of each storage target.")?;
+        for (store, k) in self.stores.iter().zip(&names) {
+            if let Some(cap) = store.limit() {
+                f.sample(&[("target", k)], cap)?;
+            }
+        }
+        let traffic: Vec<_> = self.stores.iter().map(Store::traffic).collect();
+        let mut f = s.counter("tessera_ds_target_ops_total", "Data requests served per storage target.")?;
+        for (t, k) in traffic.iter().zip(&names) {
+            f.sample(&[("target", k), ("op", "read")], t.read_ops)?;
+            f.sample(&[("target", k), ("op", "write")], t.write_ops)?;
+        }
+        let mut f = s.counter("tessera_ds_target_bytes_total", "Bytes served per storage target.")?;
+        for (t, k) in traffic.iter().zip(&names) {
+            f.sample(&[("target", k), ("op", "read")], t.read_bytes)?;
+            f.sample(&[("target", k), ("op", "write")], t.write_bytes)?;
+        }
         s.gauge("tessera_ds_queue_depth", "Requests waiting or in service.")?.sample(&[], self.scheduler.depth())?;
         let serve = self.serve.snapshot();
         s.gauge("tessera_ds_serve_epoch", "Epoch of the serve command in force (0 = work-conserving).")?
@@ -119,7 +142,7 @@ mod tests {
         let store = Store::open(dir.path(), 3).unwrap();
         store.write(1, 0, bytes::Bytes::from(vec![1u8; 1 << 20]), false).await.unwrap();
         store.read(1, 0, 10).await.unwrap();
-        let m = Metrics { ds: 3, counters, locality, serve: ctl, scheduler, trace: None, store };
+        let m = Metrics { ds: 3, counters, locality, serve: ctl, scheduler, trace: None, stores: vec![store] };
         // The HTTP side (status, Content-Type, 404) is tessera_metrics::endpoint's test.
         let body = render(&m.registry()).unwrap();
         for want in [

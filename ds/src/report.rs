@@ -9,38 +9,60 @@ use bytes::Bytes;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_proto::msg::{DsReport, MdsCall, MdsReply, MdsRequest};
+use tessera_proto::msg::{DsReport, MdsCall, MdsReply, MdsRequest, TargetReport};
 use tessera_proto::rpc::{self, RpcPeer, Tuning};
 use tessera_proto::tls::NodeIdentity;
-use tessera_proto::{Caller, DsId, FsResult, Origin, Role};
+use tessera_proto::{Caller, DsId, FsResult, Origin, Role, TargetIdx};
 use tracing::debug;
 
 /// What goes into a report.
 #[derive(Clone)]
 pub struct Reporter {
     pub ds: DsId,
-    pub store: Store,
+    /// The targets' stores, by index.
+    pub stores: Vec<Store>,
     pub scheduler: Scheduler,
     pub counters: Arc<Counters>,
 }
 
 impl Reporter {
     pub async fn build(&self) -> FsResult<DsReport> {
-        let space = self.store.space().await?;
+        let mut targets = Vec::with_capacity(self.stores.len());
+        for (k, store) in self.stores.iter().enumerate() {
+            let (space, t) = (store.space().await?, store.traffic());
+            targets.push(TargetReport {
+                target: k as TargetIdx,
+                capacity: space.capacity,
+                used: space.used,
+                free: space.free,
+                objects: space.objects,
+                read_ops: t.read_ops,
+                read_bytes: t.read_bytes,
+                write_ops: t.write_ops,
+                write_bytes: t.write_bytes,
+                enforced: space.enforced,
+            });
+        }
+        // Targets sharing the host file system (no capacity configured) share its space: counted once.
+        let shared = targets.iter().find(|t| !t.enforced);
+        let sum = |f: fn(&TargetReport) -> u64| {
+            targets.iter().filter(|t| t.enforced).map(f).sum::<u64>() + shared.map(f).unwrap_or(0)
+        };
         let traffic = self.counters.traffic();
         Ok(DsReport {
             ds: self.ds,
             at_unix_us: tessera_proto::types::unix_us(),
             generation: self.counters.generation(),
-            capacity: space.capacity,
-            used: space.used,
-            free: space.free,
-            objects: space.objects,
+            capacity: sum(|t| t.capacity),
+            used: sum(|t| t.used),
+            free: sum(|t| t.free),
+            objects: targets.iter().map(|t| t.objects).sum(),
             queue_depth: self.scheduler.depth(),
             jobs: self.counters.snapshot(),
             sizes: traffic.sizes,
             forwarded: traffic.forwarded,
             forwarded_client_requests: traffic.forwarded_client_requests,
+            targets,
         })
     }
 }
@@ -122,7 +144,7 @@ mod tests {
     async fn report_has_job_counters_after_io() {
         let d = tempfile::tempdir().unwrap();
         let store = Store::open(d.path(), 4).unwrap();
-        let (reporter, path) = crate::server::assemble(store, &crate::server::Setup::new(4)).unwrap();
+        let (reporter, path) = crate::server::assemble(vec![store], &crate::server::Setup::new(4)).unwrap();
         let svc = crate::server::DsService::new(reporter.clone(), path, false);
         let tag = |job: &str| tessera_proto::IoTag { origin: Origin { job: job.into(), client: 1, pid: 0 }, ino: 2 };
         for i in 0..3u64 {

@@ -23,11 +23,19 @@ use tessera_proto::rpc::{PeerInfo, Service};
 
 use tessera_proto::{DsId, FsError, FsResult, IoTag, ObjectId, Role, PROTOCOL_VERSION};
 
-/// The orchestration side of the data path: addresses, device, locality, serve state, trace.
+/// One storage target: its object store, the addresses of its objects and its device queue.
 #[derive(Clone)]
-pub struct DataPath {
+pub struct Target {
+    pub store: Store,
     pub addresses: Arc<Addresses>,
     pub device: Device,
+}
+
+/// The orchestration side of the data path: the targets, locality, serve state, trace.
+#[derive(Clone)]
+pub struct DataPath {
+    /// By index: object `o` lives in target [`tessera_proto::target_of`]`(o)`.
+    pub targets: Arc<[Target]>,
     pub locality: Arc<Locality>,
     pub serve: Arc<ServeControl>,
     pub trace: Option<Arc<Trace>>,
@@ -66,25 +74,34 @@ impl Setup {
     }
 }
 
-/// Builds the reporter (store, scheduler, counters) and the data path of `store`. Needs a runtime.
-pub fn assemble(store: Store, s: &Setup) -> FsResult<(Reporter, DataPath)> {
-    let addresses = Addresses::open(store.root(), s.reservation)?;
-    let device = Device::start(s.model)?;
+/// Builds the reporter (stores, scheduler, counters) and the data path of the targets `stores` (by
+/// index; at least one). Needs a runtime.
+pub fn assemble(stores: Vec<Store>, s: &Setup) -> FsResult<(Reporter, DataPath)> {
+    let first = stores.first().ok_or_else(|| FsError::invalid("a data server needs at least one target"))?;
+    let trace = if s.trace { Some(Trace::start(first.root())?) } else { None };
+    let targets = stores
+        .iter()
+        .map(|store| {
+            Ok(Target {
+                store: store.clone(),
+                addresses: Addresses::open(store.root(), s.reservation)?,
+                device: Device::start(s.model)?,
+            })
+        })
+        .collect::<FsResult<Vec<_>>>()?;
     let locality = Locality::new(s.ds, s.model, s.job_idle);
     let serve = ServeControl::new(locality.clone(), s.fallback);
-    let trace = if s.trace { Some(Trace::start(store.root())?) } else { None };
     let reporter = Reporter {
         ds: s.ds,
-        store,
+        stores,
         scheduler: Scheduler::start(s.queue_depth, Orchestrated::new(serve.clone())),
         counters: Arc::new(Counters::new()),
     };
-    Ok((reporter, DataPath { addresses, device, locality, serve, trace }))
+    Ok((reporter, DataPath { targets: targets.into(), locality, serve, trace }))
 }
 
 pub struct DsService {
     ds: DsId,
-    store: Store,
     scheduler: Scheduler,
     counters: Arc<Counters>,
     reporter: Reporter,
@@ -109,7 +126,6 @@ impl DsService {
     pub fn new(reporter: Reporter, path: DataPath, sync_writes: bool) -> DsService {
         DsService {
             ds: reporter.ds,
-            store: reporter.store.clone(),
             scheduler: reporter.scheduler.clone(),
             counters: reporter.counters.clone(),
             reporter,
@@ -120,6 +136,23 @@ impl DsService {
 
     pub fn data_path(&self) -> &DataPath {
         &self.path
+    }
+
+    /// The target holding `object`.
+    fn target(&self, object: ObjectId) -> FsResult<&Target> {
+        let t = tessera_proto::target_of(object);
+        self.path.targets.get(usize::from(t)).ok_or_else(|| {
+            FsError::invalid(format!(
+                "object {object:#x} is in target {t}, but data server {} serves {} target(s)",
+                self.ds,
+                self.path.targets.len()
+            ))
+        })
+    }
+
+    /// The store holding `object`.
+    fn store(&self, object: ObjectId) -> FsResult<Store> {
+        self.target(object).map(|t| t.store.clone())
     }
 
     /// Runs `work` as a device request of `tag`'s job: queued by job, then (hdd) through the head,
@@ -140,11 +173,12 @@ impl DsService {
         T: Send + 'static,
         F: std::future::Future<Output = FsResult<T>> + Send + 'static,
     {
+        let target = self.target(op.object)?;
         let addr = match op.kind {
             OpKind::Fsync => None,
             kind => {
-                let path = || self.store.object_path(op.object);
-                match self.path.addresses.address(op.object, op.offset, kind == OpKind::Write, path).await {
+                let path = || target.store.object_path(op.object);
+                match target.addresses.address(op.object, op.offset, kind == OpKind::Write, path).await {
                     Ok(a) => a,
                     Err(e) => {
                         // Addresses only feed the model and statistics: never fail the I/O for them.
@@ -159,7 +193,7 @@ impl DsService {
         }
         let job: Arc<str> = Arc::from(tag.job());
         let (device, locality, trace, j) =
-            (self.path.device.clone(), self.path.locality.clone(), self.path.trace.clone(), job.clone());
+            (target.device.clone(), self.path.locality.clone(), self.path.trace.clone(), job.clone());
         let (client, pid) = (tag.origin.client, tag.origin.pid);
         self.scheduler
             .submit_arc(job, async move {
@@ -198,7 +232,7 @@ impl DsService {
         if len as usize > MAX_PAYLOAD {
             return Err(FsError::invalid(format!("read of {len} bytes exceeds the limit of {MAX_PAYLOAD}")));
         }
-        let store = self.store.clone();
+        let store = self.store(object)?;
         let op = DeviceOp { kind: OpKind::Read, object, offset, len: len.into() };
         let data = self.device(tag, op, async move { store.read(object, offset, len as usize).await }).await?;
         self.counters.record_read(tag.job(), data.len() as u64);
@@ -210,10 +244,10 @@ impl DsService {
     pub async fn read_v(&self, tag: &IoTag, object: ObjectId, extents: &[Extent]) -> FsResult<(Vec<u32>, Bytes)> {
         check_tag(tag)?;
         let total = check_read_extents(extents, MAX_PAYLOAD)?;
-        if !matches!(self.path.device, Device::Hdd(_)) {
+        if !matches!(self.target(object)?.device, Device::Hdd(_)) {
             // No head to move between the runs: one request in the queues, one blocking read of them all
             // into one buffer (a thread hand-off per 32 KiB run cost more than the reads).
-            let store = self.store.clone();
+            let store = self.store(object)?;
             let runs: Vec<(u64, usize)> = extents.iter().map(|e| (e.offset, e.len as usize)).collect();
             let first = extents[0].offset;
             let op = DeviceOp { kind: OpKind::Read, object, offset: first, len: total };
@@ -232,7 +266,7 @@ impl DsService {
     pub async fn write(&self, tag: &IoTag, object: ObjectId, offset: u64, data: Bytes, sync: bool) -> FsResult<u32> {
         check_tag(tag)?;
         let len = u32::try_from(data.len()).map_err(|_| FsError::invalid("write payload too large"))?;
-        let store = self.store.clone();
+        let store = self.store(object)?;
         let sync = sync || self.sync_writes;
         let op = DeviceOp { kind: OpKind::Write, object, offset, len: len.into() };
         self.device(tag, op, async move { store.write(object, offset, data, sync).await }).await?;
@@ -311,11 +345,17 @@ impl DsService {
             }
             DsRequest::Fsync { tag, object } => self.fsync(&tag, object).await.map(|()| DsReply::Ok),
             DsRequest::Fallocate { tag, object, offset, len, punch } => match check_tag(&tag) {
-                Ok(()) => self.store.fallocate(object, offset, len, punch).await.map(|()| DsReply::Ok),
+                Ok(()) => match self.store(object) {
+                    Ok(store) => store.fallocate(object, offset, len, punch).await.map(|()| DsReply::Ok),
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             },
             DsRequest::Truncate { object, size } => match check_privileged(role) {
-                Ok(()) => self.store.truncate(object, size).await.map(|()| DsReply::Ok),
+                Ok(()) => match self.store(object) {
+                    Ok(store) => store.truncate(object, size).await.map(|()| DsReply::Ok),
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             },
             DsRequest::Remove { objects } => match check_privileged(role) {
@@ -323,17 +363,14 @@ impl DsService {
                     "remove of {} objects (at most {MAX_REMOVE_OBJECTS} per request)",
                     objects.len()
                 ))),
-                Ok(()) => self.store.remove(objects).await.map(|()| DsReply::Ok),
+                Ok(()) => self.remove(objects).await.map(|()| DsReply::Ok),
                 Err(e) => Err(e),
             },
             DsRequest::Report => self.reporter.build().await.map(DsReply::Report),
             DsRequest::ListObjects { shard, after, max } => match check_privileged(role) {
                 Ok(()) => {
                     let max = (max as usize).min(MAX_LIST_OBJECTS);
-                    self.store
-                        .list_shard(shard, after, max)
-                        .await
-                        .map(|(objects, more)| DsReply::Objects { objects, more })
+                    self.list_shard(shard, after, max).await.map(|(objects, more)| DsReply::Objects { objects, more })
                 }
                 Err(e) => Err(e),
             },
@@ -348,9 +385,36 @@ impl DsService {
         (r, Bytes::new())
     }
 
+    /// Removes objects from the targets holding them (all are checked before any is removed).
+    async fn remove(&self, objects: Vec<ObjectId>) -> FsResult<()> {
+        let mut by_target: Vec<Vec<ObjectId>> = vec![Vec::new(); self.path.targets.len()];
+        for o in objects {
+            self.target(o)?;
+            by_target[usize::from(tessera_proto::target_of(o))].push(o);
+        }
+        for (t, objects) in by_target.into_iter().enumerate().filter(|(_, o)| !o.is_empty()) {
+            self.path.targets[t].store.remove(objects).await?;
+        }
+        Ok(())
+    }
+
+    /// Up to `max` objects of shard `shard` with ids above `after`, over all targets in id order (a
+    /// target's ids all lie above the previous target's), and whether there are more.
+    async fn list_shard(&self, shard: u8, after: ObjectId, max: usize) -> FsResult<(Vec<(ObjectId, u64)>, bool)> {
+        let mut out = Vec::new();
+        for t in usize::from(tessera_proto::target_of(after))..self.path.targets.len() {
+            let (mut objects, more) = self.path.targets[t].store.list_shard(shard, after, max - out.len()).await?;
+            out.append(&mut objects);
+            if more || out.len() >= max {
+                return Ok((out, true));
+            }
+        }
+        Ok((out, false))
+    }
+
     async fn fsync(&self, tag: &IoTag, object: ObjectId) -> FsResult<()> {
         check_tag(tag)?;
-        let store = self.store.clone();
+        let store = self.store(object)?;
         let op = DeviceOp { kind: OpKind::Fsync, object, offset: 0, len: 0 };
         self.device(tag, op, async move { store.fsync(object).await }).await
     }
@@ -378,7 +442,7 @@ pub(crate) mod tests {
 
     fn service_with(setup: Setup) -> (tempfile::TempDir, DsService) {
         let d = tempfile::tempdir().unwrap();
-        let (reporter, path) = assemble(Store::open(d.path(), setup.ds).unwrap(), &setup).unwrap();
+        let (reporter, path) = assemble(vec![Store::open(d.path(), setup.ds).unwrap()], &setup).unwrap();
         (d, DsService::new(reporter, path, false))
     }
 
@@ -389,6 +453,43 @@ pub(crate) mod tests {
 
     pub(super) fn tag(job: &str) -> IoTag {
         IoTag { origin: tessera_proto::Origin { job: job.into(), client: 1, pid: 42 }, ino: 5 }
+    }
+
+    #[tokio::test]
+    async fn objects_go_to_the_target_their_id_names_and_unknown_targets_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let stores = (0..3)
+            .map(|k| Store::open_target(&crate::store::target_dir(d.path(), k), 2, 8, Some(1 << 20)).unwrap())
+            .collect();
+        let (reporter, path) = assemble(stores, &Setup::new(2)).unwrap();
+        let s = DsService::new(reporter, path, false);
+        let (a, b) = (tessera_proto::object_in(0, 7), tessera_proto::object_in(2, 7));
+        for (o, n) in [(a, 10usize), (b, 20)] {
+            let w = DsRequest::Write { tag: tag("j"), object: o, offset: 0, sync: false };
+            s.request(Role::Client, w, Bytes::from(vec![1u8; n])).await.0.unwrap();
+        }
+        assert!(d.path().join("target2").join("objects").join("07").join(format!("{b:016x}")).exists());
+        assert!(d.path().join("objects").join("07").join(format!("{a:016x}")).exists());
+        let r = s.reporter.build().await.unwrap();
+        let used: Vec<u64> = r.targets.iter().map(|t| t.used).collect();
+        assert_eq!(used, vec![10, 0, 20]);
+        assert_eq!((r.capacity, r.used, r.objects), (3 << 20, 30, 2));
+        // Listing walks the targets in id order; removal finds each object's target.
+        let (objects, more) = s.list_shard(7, 0, 10).await.unwrap();
+        assert_eq!((objects, more), (vec![(a, 10), (b, 20)], false));
+        let (objects, _) = s.list_shard(7, a, 10).await.unwrap();
+        assert_eq!(objects, vec![(b, 20)]);
+        s.request(Role::Mds, DsRequest::Remove { objects: vec![a, b] }, Bytes::new()).await.0.unwrap();
+        assert_eq!(s.reporter.build().await.unwrap().used, 0);
+        // A target the server does not have: refused, nothing written.
+        let w = DsRequest::Write { tag: tag("j"), object: tessera_proto::object_in(3, 1), offset: 0, sync: false };
+        let e = s.request(Role::Client, w, Bytes::from_static(b"x")).await.0.unwrap_err();
+        assert!(e.detail.contains("serves 3 target"), "{e}");
+        // A full target: ENOSPC for that target only.
+        let w = |o| DsRequest::Write { tag: tag("j"), object: o, offset: 0, sync: false };
+        let big = Bytes::from(vec![0u8; (1 << 20) + 1]);
+        assert_eq!(s.request(Role::Client, w(a), big).await.0.unwrap_err().code, ErrorCode::NoSpace);
+        s.request(Role::Client, w(b), Bytes::from(vec![0u8; 1 << 20])).await.0.unwrap();
     }
 
     #[tokio::test]
@@ -440,10 +541,10 @@ pub(crate) mod tests {
             let (r, _) = s.request(Role::Client, req, Bytes::new()).await;
             assert_eq!(r.unwrap_err().code, ErrorCode::Perm);
         }
-        assert_eq!(s.store.list().await.unwrap(), vec![(3, 5)]);
+        assert_eq!(s.store(3).unwrap().list().await.unwrap(), vec![(3, 5)]);
         let (r, _) = s.request(Role::Admin, DsRequest::Truncate { object: 3, size: 1 }, Bytes::new()).await;
         assert_eq!(r.unwrap(), DsReply::Ok);
-        assert_eq!(s.store.stat(3).await.unwrap(), (true, 1));
+        assert_eq!(s.store(3).unwrap().stat(3).await.unwrap(), (true, 1));
         let (r, _) = s.request(Role::Mds, DsRequest::Remove { objects: vec![3, 4] }, Bytes::new()).await;
         assert_eq!(r.unwrap(), DsReply::Ok);
         let too_many = DsRequest::Remove { objects: (0..MAX_REMOVE_OBJECTS as u64 + 1).collect() };
@@ -625,7 +726,7 @@ mod net_tests {
             NodeIdentity::load(&tls::issue_to_dir(&tdir, &ca, role, name, &["127.0.0.1".into()]).unwrap()).unwrap()
         };
         let (ds_id, client_id, other_ds) = (id(Role::Ds, "ds-0"), id(Role::Client, "c"), id(Role::Ds, "ds-1"));
-        let (reporter, path) = assemble(Store::open(&d.path().join("data"), 0).unwrap(), &Setup::new(0)).unwrap();
+        let (reporter, path) = assemble(vec![Store::open(&d.path().join("data"), 0).unwrap()], &Setup::new(0)).unwrap();
         // The automatic loopback MTU (64 KiB datagrams) is what production uses.
         let tuning = Tuning::default();
         let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &ds_id, &tuning).unwrap();

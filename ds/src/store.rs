@@ -40,13 +40,27 @@ const FORMAT_FILE: &str = "format";
 const FORMAT_MAGIC: &str = "tessera-ds";
 const OBJECTS_DIR: &str = "objects";
 
-/// Capacity and use of the file system holding the store.
+/// Capacity and use of the store: its configured capacity and the bytes its objects hold, or (no
+/// capacity configured) the file system holding it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Space {
     pub capacity: u64,
     pub used: u64,
     pub free: u64,
     pub objects: u64,
+    /// Bytes the objects hold (their sizes, holes included).
+    pub stored: u64,
+    /// Whether `capacity` is configured and enforced.
+    pub enforced: bool,
+}
+
+/// Requests and bytes a store served since it opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub read_ops: u64,
+    pub read_bytes: u64,
+    pub write_ops: u64,
+    pub write_bytes: u64,
 }
 
 /// A cheaply clonable handle to the store.
@@ -66,17 +80,25 @@ struct Inner {
     direct_bytes: AtomicU64,
     /// What large writes wrote, for reads.
     write_cache: WriteCache,
+    /// Configured capacity: writes that would make the objects hold more fail with ENOSPC.
+    limit: Option<u64>,
+    /// Bytes the objects hold (the sum of their sizes), counted at open and kept up to date.
+    stored: AtomicU64,
+    /// Read ops, read bytes, write ops, write bytes served.
+    traffic: [AtomicU64; 4],
 }
 
 /// An open object: its buffered handle, and an `O_DIRECT` one opened at its first large write.
 struct Object {
     file: File,
     direct: OnceLock<Option<File>>,
+    /// The object's size as the store's accounting knows it.
+    size: AtomicU64,
 }
 
 impl Object {
-    fn new(file: File) -> Object {
-        Object { file, direct: OnceLock::new() }
+    fn new(file: File, size: u64) -> Object {
+        Object { file, direct: OnceLock::new(), size: AtomicU64::new(size) }
     }
 }
 
@@ -140,6 +162,16 @@ fn held(size: u64, offset: u64, len: usize) -> usize {
     len.min(size.saturating_sub(offset).try_into().unwrap_or(usize::MAX))
 }
 
+/// The directory of target `k` of a data server whose data directory is `data_dir`: the data
+/// directory itself for target 0 (so a single-target server's layout is what it always was), else
+/// `data_dir/target<k>`.
+pub fn target_dir(data_dir: &Path, k: tessera_proto::TargetIdx) -> PathBuf {
+    match k {
+        0 => data_dir.to_path_buf(),
+        k => data_dir.join(format!("target{k}")),
+    }
+}
+
 impl Store {
     /// Opens (creating on first start) the store of data server `ds` in `root`.
     /// A directory formatted for another data server is refused.
@@ -148,6 +180,12 @@ impl Store {
     }
 
     pub fn open_with_cache(root: &Path, ds: DsId, open_files: usize) -> FsResult<Store> {
+        Self::open_target(root, ds, open_files, None)
+    }
+
+    /// Opens a store whose objects may hold at most `limit` bytes (`None`: as much as the file system
+    /// holds). The objects already there are counted against it.
+    pub fn open_target(root: &Path, ds: DsId, open_files: usize, limit: Option<u64>) -> FsResult<Store> {
         let ctx = |what: &str, e: io::Error| {
             let mut err = FsError::from(e);
             err.detail = format!("{what} {}: {}", root.display(), err.detail);
@@ -172,10 +210,14 @@ impl Store {
                 direct_writes: AtomicBool::new(true),
                 direct_bytes: AtomicU64::new(0),
                 write_cache: WriteCache::new(DEFAULT_WRITE_CACHE),
+                limit,
+                stored: AtomicU64::new(0),
+                traffic: Default::default(),
             }),
         };
-        let n = store.inner.list_blocking()?.len() as u64;
-        store.inner.object_count.store(n, Ordering::Relaxed);
+        let objects = store.inner.list_blocking()?;
+        store.inner.object_count.store(objects.len() as u64, Ordering::Relaxed);
+        store.inner.stored.store(objects.iter().map(|o| o.1).sum(), Ordering::Relaxed);
         Ok(store)
     }
 
@@ -200,6 +242,22 @@ impl Store {
 
     pub fn root(&self) -> &Path {
         &self.inner.root
+    }
+
+    /// Bytes the objects hold.
+    pub fn stored(&self) -> u64 {
+        self.inner.stored.load(Ordering::Relaxed)
+    }
+
+    /// The configured capacity, if any.
+    pub fn limit(&self) -> Option<u64> {
+        self.inner.limit
+    }
+
+    /// Requests and bytes served since the store opened.
+    pub fn traffic(&self) -> Traffic {
+        let t = |i: usize| self.inner.traffic[i].load(Ordering::Relaxed);
+        Traffic { read_ops: t(0), read_bytes: t(1), write_ops: t(2), write_bytes: t(3) }
     }
 
     /// Path of an object's file.
@@ -231,6 +289,7 @@ impl Store {
             Ok(buf.freeze())
         })
         .await
+        .inspect(|data| self.inner.count(0, 1, data.len() as u64))
     }
 
     /// Reads each run `(offset, len)` as [`Store::read`] would, one after the other into one buffer, in
@@ -263,6 +322,7 @@ impl Store {
             Ok((lens, buf.freeze()))
         })
         .await
+        .inspect(|(lens, data)| self.inner.count(0, lens.len() as u64, data.len() as u64))
     }
 
     /// Writes `data` at `offset`, creating the object. `sync`: the data (and a new object's directory
@@ -277,7 +337,9 @@ impl Store {
         let inner = self.inner.clone();
         let res = blocking(move || {
             let (object, created) = inner.handle(id, true)?.ok_or_else(|| FsError::io("object vanished on create"))?;
+            inner.grow(&object, end)?;
             let direct = inner.write_at(&object, &data, offset)?;
+            inner.count(2, 1, data.len() as u64);
             if sync {
                 object.file.sync_data()?;
                 if created {
@@ -358,6 +420,10 @@ impl Store {
         let res = blocking(move || {
             let (object, _) = inner.handle(id, true)?.ok_or_else(|| FsError::io("object vanished on create"))?;
             object.file.set_len(size)?;
+            // Truncating is never refused (a file may be extended sparsely, as on a local file system),
+            // but the new size counts.
+            let before = object.size.swap(size, Ordering::Relaxed);
+            inner.adjust(before, size);
             Ok(())
         })
         .await;
@@ -373,10 +439,12 @@ impl Store {
         let res = blocking(move || {
             for id in ids {
                 inner.bump_and_evict(id);
+                let size = std::fs::metadata(inner.path(id)).map(|m| m.len()).unwrap_or(0);
                 let res = std::fs::remove_file(inner.path(id));
                 inner.bump_and_evict(id);
                 match res {
                     Ok(()) => {
+                        inner.adjust(size, 0);
                         let _ = inner
                             .object_count
                             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(1)));
@@ -448,15 +516,70 @@ impl Store {
     pub async fn space(&self) -> FsResult<Space> {
         let inner = self.inner.clone();
         blocking(move || {
-            let mut s = statvfs(&inner.root)?;
-            s.objects = inner.object_count.load(Ordering::Relaxed);
-            Ok(s)
+            let fs = statvfs(&inner.root)?;
+            let stored = inner.stored.load(Ordering::Relaxed);
+            let objects = inner.object_count.load(Ordering::Relaxed);
+            Ok(match inner.limit {
+                Some(cap) => Space {
+                    capacity: cap,
+                    used: stored.min(cap),
+                    free: cap.saturating_sub(stored).min(fs.free),
+                    objects,
+                    stored,
+                    enforced: true,
+                },
+                None => Space { objects, stored, ..fs },
+            })
         })
         .await
     }
 }
 
 impl Inner {
+    /// Counts `ops` requests of `bytes` in traffic slot `slot` (0 reads, 2 writes).
+    fn count(&self, slot: usize, ops: u64, bytes: u64) {
+        self.traffic[slot].fetch_add(ops, Ordering::Relaxed);
+        self.traffic[slot + 1].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Accounts for a write reaching `end` of `object`: the growth is taken from the capacity, or the
+    /// write is refused with ENOSPC (nothing written, nothing counted).
+    fn grow(&self, object: &Object, end: u64) -> FsResult<()> {
+        let before = object.size.fetch_max(end, Ordering::Relaxed);
+        if end <= before {
+            return Ok(());
+        }
+        let grow = end - before;
+        let Some(limit) = self.limit else {
+            self.stored.fetch_add(grow, Ordering::Relaxed);
+            return Ok(());
+        };
+        let take = self.stored.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+            u.checked_add(grow).filter(|after| *after <= limit)
+        });
+        match take {
+            Ok(_) => Ok(()),
+            Err(stored) => {
+                // Give the size back unless a concurrent write grew it further meanwhile.
+                let _ = object.size.compare_exchange(end, before, Ordering::Relaxed, Ordering::Relaxed);
+                Err(FsError::new(
+                    ErrorCode::NoSpace,
+                    format!(
+                        "target {} is full: {stored} of {limit} bytes used, a write needs {grow} more",
+                        self.root.display()
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Accounts for an object going from `before` to `after` bytes (truncate, removal).
+    fn adjust(&self, before: u64, after: u64) {
+        let _ = self.stored.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+            Some(if after >= before { u.saturating_add(after - before) } else { u.saturating_sub(before - after) })
+        });
+    }
+
     fn shard_dir(&self, id: ObjectId) -> PathBuf {
         self.objects.join(format!("{:02x}", id & 0xff))
     }
@@ -488,7 +611,8 @@ impl Inner {
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let file = Arc::new(Object::new(file));
+        let size = file.metadata()?.len();
+        let file = Arc::new(Object::new(file, size));
         let mut c = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if c.epoch != epoch {
             // A removal ran meanwhile: use the handle for this request only.
@@ -711,7 +835,7 @@ fn statvfs(path: &Path) -> FsResult<Space> {
         capacity: blocks.saturating_mul(frsize),
         used: blocks.saturating_sub(st.f_bfree as u64).saturating_mul(frsize),
         free: (st.f_bavail as u64).saturating_mul(frsize),
-        objects: 0,
+        ..Space::default()
     })
 }
 
@@ -728,6 +852,39 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = Store::open(dir.path(), 3).unwrap();
         (dir, s)
+    }
+
+    #[tokio::test]
+    async fn a_configured_capacity_is_enforced_counted_across_restarts_and_freed_by_removal() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open_target(d.path(), 0, 8, Some(10_000)).unwrap();
+        s.write(1, 0, Bytes::from(vec![1u8; 6000]), false).await.unwrap();
+        // Overwriting inside the object takes nothing more.
+        s.write(1, 1000, Bytes::from(vec![2u8; 5000]), false).await.unwrap();
+        let e = s.write(2, 0, Bytes::from(vec![3u8; 5000]), false).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::NoSpace, "{e}");
+        assert!(e.detail.contains("full"), "{e}");
+        // Nothing of the refused write was written or counted.
+        assert_eq!(s.stat(2).await.unwrap().1, 0);
+        let sp = s.space().await.unwrap();
+        assert_eq!((sp.capacity, sp.used, sp.free, sp.enforced), (10_000, 6000, 4000, true));
+        s.write(2, 0, Bytes::from(vec![3u8; 4000]), false).await.unwrap();
+        assert_eq!(s.write(1, 6000, Bytes::from_static(b"x"), false).await.unwrap_err().code, ErrorCode::NoSpace);
+        drop(s);
+        let s = Store::open_target(d.path(), 0, 8, Some(10_000)).unwrap();
+        assert_eq!(s.space().await.unwrap().used, 10_000);
+        s.remove(vec![1]).await.unwrap();
+        assert_eq!(s.stored(), 4000);
+        s.write(5, 0, Bytes::from(vec![4u8; 6000]), false).await.unwrap();
+        s.truncate(5, 1000).await.unwrap();
+        assert_eq!(s.space().await.unwrap().used, 5000);
+        let t = s.traffic();
+        assert_eq!((t.write_ops, t.write_bytes), (1, 6000));
+        // Without a capacity the host file system's space is reported, and the objects' bytes too.
+        let (_d2, plain) = store();
+        plain.write(9, 0, Bytes::from(vec![1u8; 100]), false).await.unwrap();
+        let sp = plain.space().await.unwrap();
+        assert!(!sp.enforced && sp.capacity > 10_000 && sp.stored == 100);
     }
 
     #[tokio::test]

@@ -133,16 +133,20 @@ pub fn existing_ds_count(dir: &Path) -> FsResult<Option<usize>> {
 }
 
 /// How many servers of each kind a cluster has.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Shape {
     pub ds: usize,
     /// Forwarding nodes.
     pub ion: usize,
+    /// Storage targets per data server (0 or 1: one).
+    pub targets: crate::types::TargetIdx,
+    /// Capacity of each target (default: the host file system's).
+    pub target_capacity: Option<u64>,
 }
 
 impl Shape {
     pub fn ds(n: usize) -> Shape {
-        Shape { ds: n, ion: 0 }
+        Shape { ds: n, ..Shape::default() }
     }
 }
 
@@ -212,9 +216,13 @@ pub fn prepare(dir: &Path, shape: Shape, port_base: u16, defaults: Defaults) -> 
                 },
                 ds: (0..n_ds)
                     .map(|i| DsNode {
-                        id: i as u32,
-                        addr: format!("127.0.0.1:{}", ports[i + 1]),
-                        data_dir: Some(PathBuf::from(format!("ds{i}"))),
+                        targets: (shape.targets > 1).then_some(shape.targets),
+                        capacity: shape.target_capacity,
+                        ..DsNode::new(
+                            i as u32,
+                            format!("127.0.0.1:{}", ports[i + 1]),
+                            Some(PathBuf::from(format!("ds{i}"))),
+                        )
                     })
                     .collect(),
                 ion,
@@ -423,7 +431,7 @@ mod tests {
         assert_eq!(existing_ds_count(&dir).unwrap(), Some(3));
 
         // Forwarding nodes can be added to it: every config then lists them, each has its identity.
-        let with_ions = prepare(&dir, Shape { ds: 3, ion: 2 }, 0, Defaults::default()).unwrap();
+        let with_ions = prepare(&dir, Shape { ds: 3, ion: 2, ..Shape::default() }, 0, Defaults::default()).unwrap();
         assert_eq!(with_ions.ion_configs.len(), 2);
         let client = ClusterConfig::load(&with_ions.client_config).unwrap();
         assert_eq!(client.ion.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["ion0", "ion1"]);

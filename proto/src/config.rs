@@ -30,7 +30,7 @@
 use crate::error::{FsError, FsResult};
 use crate::rpc::Tuning;
 use crate::tls::TlsFiles;
-use crate::types::DsId;
+use crate::types::{DsId, TargetIdx};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -240,7 +240,30 @@ pub struct DsNode {
     pub addr: String,
     #[serde(default)]
     pub data_dir: Option<PathBuf>,
+    /// Storage targets this server serves (as a Lustre OSS serves OSTs), default 1: target 0 is the
+    /// data directory, target k its subdirectory `target<k>`, each its own object namespace, capacity
+    /// and device queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub targets: Option<TargetIdx>,
+    /// Capacity of each target (`capacity = "10G"`), enforced: a write that would pass it fails with
+    /// ENOSPC. Default: the host file system's capacity, shared by the targets on it.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::units::opt_size")]
+    pub capacity: Option<u64>,
 }
+
+impl DsNode {
+    pub fn new(id: DsId, addr: String, data_dir: Option<PathBuf>) -> DsNode {
+        DsNode { id, addr, data_dir, targets: None, capacity: None }
+    }
+
+    /// How many targets the server serves (at least 1).
+    pub fn target_count(&self) -> TargetIdx {
+        self.targets.unwrap_or(1).max(1)
+    }
+}
+
+/// Most targets a data server may serve.
+pub const MAX_TARGETS: TargetIdx = 256;
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -389,6 +412,9 @@ impl ClusterConfig {
         ids.sort_unstable();
         if ids.windows(2).any(|w| w[0] == w[1]) {
             return Err(FsError::invalid("duplicate data server id"));
+        }
+        if let Some(d) = self.ds.iter().find(|d| d.targets.is_some_and(|t| t == 0 || t > MAX_TARGETS)) {
+            return Err(FsError::invalid(format!("data server {}: targets must be 1 to {MAX_TARGETS}", d.id)));
         }
         let mut names: Vec<&str> = self.ion.iter().map(|i| i.name.as_str()).collect();
         names.sort_unstable();

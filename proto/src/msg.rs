@@ -110,6 +110,27 @@ pub struct DsReport {
     /// Of those, the ones forwarded by forwarding nodes, and the client requests they carried.
     pub forwarded: u64,
     pub forwarded_client_requests: u64,
+    /// Each storage target's space and traffic (the fields above are their sums), by index.
+    pub targets: Vec<TargetReport>,
+}
+
+/// One storage target's space and traffic since the server started.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct TargetReport {
+    pub target: TargetIdx,
+    /// Configured capacity, else the host file system's.
+    pub capacity: u64,
+    /// Bytes the target's objects hold (configured capacity), else the host file system's use.
+    pub used: u64,
+    pub free: u64,
+    pub objects: u64,
+    pub read_ops: u64,
+    pub read_bytes: u64,
+    pub write_ops: u64,
+    pub write_bytes: u64,
+    /// Whether `capacity` is configured (enforced) rather than the host file system's.
+    pub enforced: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]

@@ -12,6 +12,25 @@ pub type Ino = u64;
 pub type ObjectId = u64;
 /// Data server identifier (from the cluster configuration).
 pub type DsId = u32;
+/// Index of a storage target on its data server (0 = the data directory itself).
+pub type TargetIdx = u16;
+
+/// Object ids name their target: the top 16 bits are the target's index on its data server, the low
+/// 48 bits the MDS's sequence number (as a Lustre FID's sequence names its OST). Objects of a
+/// single-target server (every object made before targets existed) are in target 0.
+pub const TARGET_SHIFT: u32 = 48;
+/// Largest sequence number an object id can carry.
+pub const OBJECT_SEQ_MAX: u64 = (1 << TARGET_SHIFT) - 1;
+
+/// The target holding object `id`.
+pub fn target_of(id: ObjectId) -> TargetIdx {
+    (id >> TARGET_SHIFT) as TargetIdx
+}
+
+/// The id of object `seq` (at most [`OBJECT_SEQ_MAX`]) in target `target`.
+pub fn object_in(target: TargetIdx, seq: u64) -> ObjectId {
+    (u64::from(target) << TARGET_SHIFT) | (seq & OBJECT_SEQ_MAX)
+}
 
 pub const ROOT_INO: Ino = 1;
 /// Longest file name component, as on Linux.

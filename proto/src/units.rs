@@ -44,6 +44,31 @@ pub fn format_size(n: u64) -> String {
     format!("{n} bytes")
 }
 
+/// Serde for an optional size in a configuration file: a number of bytes or a string [`parse_size`]
+/// reads (`capacity = "10G"`); written back as a number of bytes.
+pub mod opt_size {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Bytes(u64),
+        Text(String),
+    }
+
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        v.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        match Option::<Raw>::deserialize(d)? {
+            None => Ok(None),
+            Some(Raw::Bytes(n)) => Ok(Some(n)),
+            Some(Raw::Text(t)) => super::parse_size(&t).map(Some).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
