@@ -14,9 +14,9 @@ use tessera_proto::ca::{CaDir, CertState};
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{ErrorCode, FsError};
 use tessera_proto::layout::LayoutSpec;
-use tessera_proto::msg::{FsckReport, OrchestratorMode, OrchestratorStatus, SetAttrs};
+use tessera_proto::msg::{ost_cost, FsckReport, OrchestratorMode, OrchestratorStatus, SetAttrs, TargetReport};
 use tessera_proto::tls;
-use tessera_proto::types::{format_utc, Attr, FileKind, Role, Timestamp};
+use tessera_proto::types::{format_utc, Attr, DsId, FileKind, Role, Timestamp};
 use tessera_proto::units::parse_size;
 use tokio::io::AsyncWriteExt;
 
@@ -172,15 +172,19 @@ enum Cmd {
         /// File or directory.
         path: String,
     },
-    /// Show every data server's capacity and usage (with --jobs: bytes and ops per job on each server).
+    /// Show every storage target's capacity and usage and the OST cost (max / mean utilisation); with
+    /// --jobs also bytes and ops per job on each server, with --policy the placement policy's last solve.
     Df {
         /// Also list the per-job counters each data server reports (reads/writes since it started).
         #[arg(long)]
         jobs: bool,
-        /// Print every data server's status as JSON (a list of {ds, addr, report_age_ms, report}; the
-        /// report holds capacity, used, free and the per-job counters in exact bytes).
+        /// Print JSON: {"ost_cost", "targets": [{"server", "target", "capacity", "used", "free", ...}],
+        /// "servers": [{ds, addr, report_age_ms, report}]} in exact bytes (and "placement" with --policy).
         #[arg(long)]
         json: bool,
+        /// Show the cluster's placement policy and its last solve (batch size, time taken, fallbacks).
+        #[arg(long)]
+        policy: bool,
     },
     /// Check that the MDS and every data server answer, with round-trip times.
     Ping,
@@ -342,9 +346,18 @@ struct UpArgs {
     /// Default stripe size of the new cluster (K/M/G suffixes).
     #[arg(long, value_parser = parse_size)]
     stripe_size: Option<u64>,
-    /// Default stripe count of the new cluster (0 = all data servers).
+    /// Default stripe count of the new cluster (0 = all storage targets).
     #[arg(long)]
     stripe_count: Option<u32>,
+    /// Storage targets per data server of the new cluster (as a Lustre OSS serves several OSTs).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    targets: u16,
+    /// Capacity of each target of the new cluster, enforced (K/M/G suffixes; default: the disk's).
+    #[arg(long, value_parser = parse_size)]
+    target_capacity: Option<u64>,
+    /// Placement policy of the new cluster: round-robin, lustre or balanced (Tarazu).
+    #[arg(long)]
+    placement: Option<String>,
 }
 
 /// A failed command: the path it concerns (if any) and the error.
@@ -565,6 +578,9 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
                 port_base: a.port_base,
                 stripe_size: a.stripe_size,
                 stripe_count: a.stripe_count,
+                targets: a.targets,
+                target_capacity: a.target_capacity,
+                placement: a.placement.clone(),
             };
             return Ok(up::up(opts).await?);
         }
@@ -644,7 +660,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
             }
         }
         Cmd::Getstripe { path } => getstripe(&c, &path).await?,
-        Cmd::Df { jobs, json } => df(&c, jobs, json).await?,
+        Cmd::Df { jobs, json, policy } => df(&c, jobs, json, policy).await?,
         Cmd::Ping => return ping(&c).await,
         Cmd::Fsck { repair, json } => return fsck(&c, repair, json).await,
         Cmd::Jobs { watch } => watch_status(&c, watch, jobs_text).await?,
@@ -1009,16 +1025,38 @@ async fn getstripe(c: &Client, path: &str) -> CliResult<()> {
     Ok(())
 }
 
-async fn df(c: &Client, jobs: bool, json: bool) -> CliResult<()> {
+async fn df(c: &Client, jobs: bool, json: bool, policy: bool) -> CliResult<()> {
     let mut status = c.cluster_status().await.map_err(CliError::plain)?;
     status.sort_by_key(|s| s.ds);
+    let targets: Vec<(DsId, TargetReport, Option<u64>)> =
+        status.iter().flat_map(|s| s.target_reports().into_iter().map(move |t| (s.ds, t, s.report_age_ms))).collect();
+    let utilisations: Vec<f64> = targets.iter().map(|(_, t, _)| t.utilisation()).collect();
+    let cost = ost_cost(&utilisations);
+    let placement = match policy {
+        true => Some(c.placement_status().await.map_err(CliError::plain)?),
+        false => None,
+    };
     if json {
-        println!("{}", serde_json::to_string_pretty(&status).map_err(CliError::plain)?);
+        let list: Vec<serde_json::Value> = targets
+            .iter()
+            .map(|(ds, t, age)| {
+                serde_json::json!({
+                    "server": ds, "target": t.target, "capacity": t.capacity, "used": t.used, "free": t.free,
+                    "objects": t.objects, "utilisation": t.utilisation(), "capacity_enforced": t.enforced,
+                    "report_age_ms": age,
+                })
+            })
+            .collect();
+        let mut doc = serde_json::json!({ "ost_cost": cost, "targets": list, "servers": status });
+        if let Some(p) = placement {
+            doc["placement"] = serde_json::to_value(p).map_err(CliError::plain)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&doc).map_err(CliError::plain)?);
         return Ok(());
     }
     println!(
-        "{:>4}  {:<22} {:>11} {:>11} {:>11} {:>5} {:>9}",
-        "DS", "ADDRESS", "CAPACITY", "USED", "FREE", "USE%", "REPORTED"
+        "{:>4} {:>6}  {:<22} {:>11} {:>11} {:>11} {:>5} {:>9}",
+        "DS", "TARGET", "ADDRESS", "CAPACITY", "USED", "FREE", "USE%", "REPORTED"
     );
     let (mut cap, mut used, mut free) = (0u64, 0u64, 0u64);
     for s in &status {
@@ -1026,34 +1064,78 @@ async fn df(c: &Client, jobs: bool, json: bool) -> CliResult<()> {
             Some(ms) => format!("{:.1}s ago", ms as f64 / 1000.0),
             None => "never".to_string(),
         };
-        match &s.report {
-            Some(r) => {
-                cap += r.capacity;
-                used += r.used;
-                free += r.free;
-                println!(
-                    "{:>4}  {:<22} {:>11} {:>11} {:>11} {:>5} {:>9}",
-                    s.ds,
-                    s.addr,
-                    human_bytes(r.capacity),
-                    human_bytes(r.used),
-                    human_bytes(r.free),
-                    percent(r.used, r.used + r.free),
-                    age
-                );
+        let ts = s.target_reports();
+        if ts.is_empty() {
+            println!(
+                "{:>4} {:>6}  {:<22} {:>11} {:>11} {:>11} {:>5} {:>9}",
+                s.ds, "-", s.addr, "-", "-", "-", "-", age
+            );
+        }
+        // Targets without a configured capacity share the host file system: counted once in the total.
+        let mut shared_counted = false;
+        for t in &ts {
+            if t.enforced || !shared_counted {
+                cap += t.capacity;
+                used += t.used;
+                free += t.free;
+                shared_counted |= !t.enforced;
             }
-            None => println!("{:>4}  {:<22} {:>11} {:>11} {:>11} {:>5} {:>9}", s.ds, s.addr, "-", "-", "-", "-", age),
+            println!(
+                "{:>4} {:>6}  {:<22} {:>11} {:>11} {:>11} {:>5} {:>9}",
+                s.ds,
+                t.target,
+                s.addr,
+                human_bytes(t.capacity),
+                human_bytes(t.used),
+                human_bytes(t.free),
+                percent(t.used, t.capacity),
+                age
+            );
         }
     }
     println!(
-        "{:>4}  {:<22} {:>11} {:>11} {:>11} {:>5}",
+        "{:>4} {:>6}  {:<22} {:>11} {:>11} {:>11} {:>5}",
         "",
-        format!("total ({} servers)", status.len()),
+        "",
+        format!("total ({} servers, {} targets)", status.len(), targets.len()),
         human_bytes(cap),
         human_bytes(used),
         human_bytes(free),
         percent(used, used + free)
     );
+    let (max, mean) = (
+        utilisations.iter().copied().fold(0.0f64, f64::max),
+        utilisations.iter().sum::<f64>() / utilisations.len().max(1) as f64,
+    );
+    println!(
+        "OST cost = max utilisation / mean utilisation = {cost:.3} (max {:.2}%, mean {:.2}%)",
+        max * 100.0,
+        mean * 100.0
+    );
+    if let Some(p) = placement {
+        println!();
+        println!(
+            "placement policy: {} (directories and files may set their own: tessera setstripe --policy)",
+            p.policy
+        );
+        println!(
+            "files placed: {} in {} solves, {} fell back to lustre, {} run cheaply while the MDS was loaded",
+            p.files, p.solves, p.fallbacks, p.deferred
+        );
+        println!("declared creates: {} used, {} waiting", p.declared_used, p.declared_pending);
+        match p.last {
+            Some(l) => println!(
+                "last solve: {} — {} files, {} stripes, {:.3} ms{}, {:.1} s ago",
+                l.policy,
+                l.batch,
+                l.stripes,
+                l.micros as f64 / 1000.0,
+                if l.fallback { ", fell back to lustre" } else { "" },
+                l.age_ms as f64 / 1000.0
+            ),
+            None => println!("last solve: none yet"),
+        }
+    }
     if jobs {
         println!();
         println!("{:>4}  {:<24} {:>10} {:>11} {:>10} {:>11}", "DS", "JOB", "READ OPS", "READ", "WRITE OPS", "WRITTEN");

@@ -20,6 +20,11 @@ pub struct UpOptions {
     pub port_base: u16,
     pub stripe_size: Option<u64>,
     pub stripe_count: Option<u32>,
+    /// Storage targets per data server, and each one's capacity (new clusters only).
+    pub targets: u16,
+    pub target_capacity: Option<u64>,
+    /// Placement policy (new clusters only).
+    pub placement: Option<String>,
 }
 
 /// Starts server `s` with its output going to its log.
@@ -65,9 +70,14 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<ExitCode> {
         None if existing.is_some() => ClusterConfig::load(&opts.dir.join("mds.toml"))?.ion.len(),
         None => 0,
     };
-    if existing.is_some() && (opts.stripe_size.is_some() || opts.stripe_count.is_some()) {
+    let shaping = opts.stripe_size.is_some()
+        || opts.stripe_count.is_some()
+        || opts.targets > 1
+        || opts.target_capacity.is_some()
+        || opts.placement.is_some();
+    if existing.is_some() && shaping {
         eprintln!(
-            "tessera up: reusing the cluster in {}; --stripe-size/--stripe-count are ignored",
+            "tessera up: reusing the cluster in {}; --stripe-size/--stripe-count/--targets/--target-capacity/--placement are ignored",
             opts.dir.display()
         );
     }
@@ -78,7 +88,11 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<ExitCode> {
     if let Some(c) = opts.stripe_count {
         defaults.stripe_count = c;
     }
-    let files = prepare(&opts.dir, Shape { ds: n_ds, ion: n_ion, ..Shape::default() }, opts.port_base, defaults)?;
+    if let Some(p) = &opts.placement {
+        defaults.placement = p.clone();
+    }
+    let shape = Shape { ds: n_ds, ion: n_ion, targets: opts.targets, target_capacity: opts.target_capacity };
+    let files = prepare(&opts.dir, shape, opts.port_base, defaults)?;
     let cfg = ClusterConfig::load(&files.client_config)?;
 
     let mut servers: Vec<Child> = Vec::new();

@@ -13,7 +13,8 @@ use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::{text, Layout, LayoutSpec};
 use tessera_proto::msg::{
-    DirEntry, DsStatus, IonCall, IonReply, IonStatus, OpenFlags, RenameFlags, SchedulerSetting, SetAttrs, StatFs,
+    DirEntry, DsStatus, IonCall, IonReply, IonStatus, OpenFlags, PlacementStatus, RenameFlags, SchedulerSetting,
+    SetAttrs, StatFs,
 };
 use tessera_proto::rpc::{client_endpoint, resolve, RpcPeer};
 use tessera_proto::tls::NodeIdentity;
@@ -502,6 +503,11 @@ impl Client {
     /// Every data server as the MDS sees it.
     pub async fn cluster_status(&self) -> FsResult<Vec<DsStatus>> {
         self.mds.cluster_status().await
+    }
+
+    /// The placement policy and its last solve.
+    pub async fn placement_status(&self) -> FsResult<PlacementStatus> {
+        self.mds.placement_status().await
     }
 
     /// The whole content of a file.

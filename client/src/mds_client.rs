@@ -9,7 +9,7 @@ use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::{Layout, LayoutSpec};
 use tessera_proto::msg::{
     BatchResult, DirEntry, DirLease, DirOp, DsReport, DsStatus, FsckReport, MdsCall, MdsReply, MdsRequest, OpenFlags,
-    OrchestratorMode, OrchestratorStatus, RenameFlags, SetAttrs, StatFs, XattrMode,
+    OrchestratorMode, OrchestratorStatus, PlacementStatus, RenameFlags, SetAttrs, StatFs, XattrMode,
 };
 use tessera_proto::rpc::RpcPeer;
 use tessera_proto::types::{Attr, Caller, FileKind, Ino, Origin};
@@ -389,6 +389,14 @@ impl MdsClient {
         match self.call(MdsRequest::ClusterStatus).await? {
             MdsReply::Cluster(v) => Ok(v),
             r => Err(unexpected("ClusterStatus", r)),
+        }
+    }
+
+    /// The placement policy and its last solve (`tessera df --policy`).
+    pub async fn placement_status(&self) -> FsResult<PlacementStatus> {
+        match self.call(MdsRequest::PlacementStatus).await? {
+            MdsReply::Placement(s) => Ok(s),
+            r => Err(unexpected("PlacementStatus", r)),
         }
     }
 

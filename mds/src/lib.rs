@@ -5,7 +5,8 @@
 //! - [`lease`]: directory leases, which let a client create files in a directory without waiting.
 //! - [`perm`]: POSIX permission checks from the caller's credentials.
 //! - [`namespace`]: every metadata operation with POSIX semantics.
-//! - [`placement`]: placement policies choosing data servers for new files (round-robin).
+//! - [`placement`]: placement policies choosing storage targets for new files (round-robin, lustre, balanced).
+//! - [`placer`]: the placement subsystem around them: the targets as placement sees them, declared creates, status.
 //! - [`stats`]: the latest report of each data server and its age.
 //! - [`dsclient`]: the MDS as a client of the data servers (truncate, remove, serve commands).
 //! - [`destroy`]: background worker draining the destroy log.
@@ -26,6 +27,7 @@ pub mod namespace;
 pub mod orchestrator;
 pub mod perm;
 pub mod placement;
+pub mod placer;
 pub mod server;
 pub mod session;
 pub mod stats;

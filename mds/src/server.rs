@@ -199,6 +199,7 @@ pub async fn run(
     let data: Arc<dyn DataServers> = rpc_data.clone();
     let stats = Arc::new(
         StatsView::new(cfg.ds.iter().map(|d| (d.id, d.addr.clone())).collect())
+            .with_target_counts(cfg.ds.iter().map(|d| (d.id, d.target_count())).collect())
             .with_report_interval(std::time::Duration::from_millis(cfg.ds_options.report_interval_ms)),
     );
     let ns = Arc::new(Namespace::new(store.clone(), &cfg.defaults, stats, data.clone())?);

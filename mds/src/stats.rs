@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tessera_proto::msg::{DsReport, DsStatus};
-use tessera_proto::DsId;
+use tessera_proto::{DsId, TargetIdx};
 
 /// Reports kept per data server (at the default 1 s interval: the last half minute).
 pub const HISTORY: usize = 32;
@@ -68,6 +68,8 @@ pub struct StatsView {
     cut_off: RwLock<HashSet<DsId>>,
     started: Instant,
     silent_after: Duration,
+    /// Storage targets per server (1 unless configured).
+    target_counts: HashMap<DsId, TargetIdx>,
 }
 
 impl StatsView {
@@ -78,7 +80,18 @@ impl StatsView {
             cut_off: RwLock::new(HashSet::new()),
             started: Instant::now(),
             silent_after: SILENT_AFTER,
+            target_counts: HashMap::new(),
         }
+    }
+
+    /// The number of storage targets of each server (those not named have one).
+    pub fn with_target_counts(self, counts: HashMap<DsId, TargetIdx>) -> StatsView {
+        StatsView { target_counts: counts, ..self }
+    }
+
+    /// How many storage targets server `ds` serves.
+    pub fn target_count(&self, ds: DsId) -> TargetIdx {
+        self.target_counts.get(&ds).copied().unwrap_or(1).max(1)
     }
 
     /// Servers reporting every `interval` are presumed down after five intervals without a report

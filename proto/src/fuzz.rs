@@ -533,7 +533,7 @@ pub fn mds_request(rng: &mut Rng, known: &Known) -> MdsRequest {
         24 => Q::RemoveXattr { ino: ino(rng, known), name: xattr_name(rng) },
         25 => Q::GetLayout { ino: ino(rng, known) },
         26 => Q::SetLayout { ino: ino(rng, known), spec: layout_spec(rng) },
-        27 => [Q::ClusterStatus, Q::OrchestratorStatus, Q::KeepAlive][rng.index(3)].clone(),
+        27 => [Q::ClusterStatus, Q::OrchestratorStatus, Q::KeepAlive, Q::PlacementStatus][rng.index(4)].clone(),
         28 => Q::SetOrchestratorMode { mode: [OrchestratorMode::Off, OrchestratorMode::Even][rng.index(2)] },
         29 | 30 => Q::LeaseDir { dir: ino(rng, known) },
         _ => {

@@ -114,6 +114,39 @@ pub struct DsReport {
     pub targets: Vec<TargetReport>,
 }
 
+/// `OST cost = max utilisation / mean utilisation` (Tarazu's metric; 1.0 is perfect balance, and the
+/// value when nothing is stored or no target is given).
+pub fn ost_cost(utilisations: &[f64]) -> f64 {
+    if utilisations.is_empty() {
+        return 1.0;
+    }
+    let max = utilisations.iter().copied().fold(0.0f64, f64::max);
+    let mean = utilisations.iter().sum::<f64>() / utilisations.len() as f64;
+    if mean <= 0.0 {
+        1.0
+    } else {
+        max / mean
+    }
+}
+
+impl DsStatus {
+    /// The server's targets as its report gives them (a report without per-target figures, from an older
+    /// server, as one target); none before its first report.
+    pub fn target_reports(&self) -> Vec<TargetReport> {
+        match &self.report {
+            Some(r) if r.targets.is_empty() => vec![TargetReport {
+                capacity: r.capacity,
+                used: r.used,
+                free: r.free,
+                objects: r.objects,
+                ..Default::default()
+            }],
+            Some(r) => r.targets.clone(),
+            None => Vec::new(),
+        }
+    }
+}
+
 /// One storage target's space and traffic since the server started.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
@@ -131,6 +164,17 @@ pub struct TargetReport {
     pub write_bytes: u64,
     /// Whether `capacity` is configured (enforced) rather than the host file system's.
     pub enforced: bool,
+}
+
+impl TargetReport {
+    /// used / capacity (0 for no capacity).
+    pub fn utilisation(&self) -> f64 {
+        if self.capacity == 0 {
+            0.0
+        } else {
+            self.used as f64 / self.capacity as f64
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
@@ -326,6 +370,8 @@ pub enum MdsRequest {
     Fsck {
         repair: bool,
     },
+    /// The cluster's placement policy and its last solve (`tessera df --policy`). Reply: `Placement`.
+    PlacementStatus,
 }
 
 /// A directory lease. While it lasts its holder is the only client that reads or changes the directory
@@ -435,6 +481,40 @@ pub enum MdsReply {
         timeout_ms: u64,
     },
     Fsck(FsckReport),
+    Placement(PlacementStatus),
+}
+
+/// What `tessera df --policy` shows: the cluster's placement policy and how its solves went.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct PlacementStatus {
+    /// The cluster's policy (`[defaults] placement`); directories and files may name their own.
+    pub policy: String,
+    /// Batches placed since the MDS started, and how many fell back to `lustre`.
+    pub solves: u64,
+    pub fallbacks: u64,
+    /// Files placed, and of those placed from a declaration (`tessera declare`).
+    pub files: u64,
+    pub declared_used: u64,
+    /// Declarations waiting for their create.
+    pub declared_pending: u64,
+    /// Solves run as cheap ones because the MDS was loaded.
+    pub deferred: u64,
+    pub last: Option<SolveInfo>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct SolveInfo {
+    pub policy: String,
+    /// Files (or composite-layout extents) in the batch, and their stripes.
+    pub batch: u32,
+    pub stripes: u32,
+    pub micros: u64,
+    /// Fell back to `lustre` (the flow could not meet the demand).
+    pub fallback: bool,
+    /// How long ago, in milliseconds.
+    pub age_ms: u64,
 }
 
 /// One inconsistency `tessera fsck` found: its kind (a short stable name such as `dangling-entry` or

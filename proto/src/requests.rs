@@ -148,6 +148,7 @@ table! {
     DirBatch { .. }                            => true,  Clients,     Nothing;
     KeepAlive {}                               => true,  Clients,     Nothing;
     Fsck { .. }                                => false, Admins,      Nothing;
+    PlacementStatus {}                         => true,  Clients,     Nothing;
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 
 use super::{entry, err, validate_name, Namespace};
 use crate::perm::{self, W, X};
-use crate::store::Inode;
+use super::entries::POLICY_XATTR;
+use crate::store::{xattr_key, Inode, T};
 use tessera_proto::error::ErrorCode;
 use tessera_proto::layout::LayoutSpec;
 use tessera_proto::msg::MdsReply;
@@ -33,6 +34,13 @@ impl Namespace {
         if let Some(s) = &spec {
             s.validate()?;
         }
+        // Placed before taking the lock; its error matters only if the file is new.
+        let placed = match kind {
+            FileKind::File => Some(self.place_new_files(parent, &[name], spec).and_then(|mut l| {
+                l.pop().ok_or_else(|| FsError::io("placement returned no layout"))
+            })),
+            _ => None,
+        };
         let _g = self.lock();
         let mut tx = self.store.begin();
         let p = tx.dir(parent)?;
@@ -46,9 +54,8 @@ impl Namespace {
         perm::check(c, &p.attr, W)?;
         let rdev = if matches!(kind, FileKind::CharDev | FileKind::BlockDev) { rdev } else { 0 };
         let mut i = self.new_inode(c, &p, kind, perm, rdev)?;
-        if kind == FileKind::File {
-            let base = tx.dir_layout(parent)?.unwrap_or_default();
-            i.layout = Some(self.new_layout(spec.unwrap_or_default(), base)?);
+        if let Some(placed) = placed {
+            i.layout = Some(placed?);
         }
         tx.add_inode(&i)?;
         let parent_attr = self.add_entry(&mut tx, parent, name, i.attr.ino, kind)?;
@@ -63,9 +70,12 @@ impl Namespace {
         let p = self.parent_for_new(&tx, c, parent, name)?;
         let i = self.new_inode(c, &p, FileKind::Dir, perm, 0)?;
         tx.add_inode(&i)?;
-        // Subdirectories inherit the default layout (as Lustre does).
+        // Subdirectories inherit the default layout and placement policy (as Lustre does).
         if let Some(spec) = tx.dir_layout(parent)? {
             tx.set_dir_layout(i.attr.ino, Some(spec))?;
+        }
+        if let Some(policy) = self.policy_of(&tx, parent)? {
+            tx.put(T::Xattrs, &xattr_key(i.attr.ino, POLICY_XATTR), policy.into_bytes());
         }
         self.add_entry(&mut tx, parent, name, i.attr.ino, FileKind::Dir)?;
         self.commit(tx)?;

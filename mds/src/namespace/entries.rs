@@ -3,9 +3,14 @@
 
 use super::{validate_name, Namespace};
 use crate::perm::{self, W, X};
-use crate::store::{Dentry, Inode, Txn};
+use crate::placement::CreateRequest;
+use crate::placer::Slot;
+use crate::store::{xattr_key, Dentry, Inode, Txn, T};
 use tessera_proto::layout::{Layout, LayoutSpec, StripeTarget};
-use tessera_proto::{Attr, Caller, FileKind, FsError, FsResult, Ino, Timestamp};
+use tessera_proto::{object_in, Attr, Caller, FileKind, FsError, FsResult, Ino, Timestamp};
+
+/// The extended attribute naming a directory's (or a file's) placement policy (`tessera setstripe --policy`).
+pub const POLICY_XATTR: &str = "tessera.placement";
 
 impl Namespace {
     /// Adds `name → ino` to `parent` with a fresh readdir position; parent size/nlink/times follow.
@@ -77,26 +82,68 @@ impl Namespace {
         Ok(Inode { attr, layout: None, target: None, parent: parent.attr.ino })
     }
 
-    /// A fresh layout: `spec` over `base` over the cluster defaults, placed by the policy.
-    pub(super) fn new_layout(&self, spec: LayoutSpec, base: LayoutSpec) -> FsResult<Layout> {
+    /// The stripe size and count (0: all targets) of `spec` over `base` over the cluster defaults.
+    pub(super) fn merged_spec(&self, spec: LayoutSpec, base: LayoutSpec) -> (u64, usize) {
         let merged = spec.over(base).over(self.defaults);
-        let stripe_size = merged.stripe_size.unwrap_or(1 << 20);
-        // Data servers not heard from lately are left out while others are up (a file gets fewer
-        // stripes, as Lustre skips inactive OSTs), so new files can be written while one is down.
-        let mut servers = self.stats.snapshot();
-        if servers.iter().any(|s| !s.silent) {
-            servers.retain(|s| !s.silent);
-        }
-        let mut count = merged.stripe_count.unwrap_or(0) as usize;
-        if count == 0 || count > servers.len() {
-            count = servers.len();
-        }
-        let ds = self.placement.place(count, &servers)?;
-        let targets =
-            ds.into_iter().map(|ds| Ok(StripeTarget { ds, object: self.store.new_id()? })).collect::<FsResult<_>>()?;
+        (merged.stripe_size.unwrap_or(1 << 20), merged.stripe_count.unwrap_or(0) as usize)
+    }
+
+    /// A fresh layout: `spec` over `base` over the cluster defaults, placed by `policy` (`None`: the
+    /// cluster's). Targets of data servers not heard from lately are left out while others are up (a
+    /// file gets fewer stripes, as Lustre skips inactive OSTs).
+    pub(super) fn new_layout(&self, spec: LayoutSpec, base: LayoutSpec, policy: Option<&str>) -> FsResult<Layout> {
+        let (stripe_size, stripe_count) = self.merged_spec(spec, base);
+        let req = CreateRequest { stripe_count, stripe_size, expected_size: 0, exclude: Vec::new() };
+        let slots = self.placer.place(policy, &[req])?.pop().unwrap_or_default();
+        self.layout_on(stripe_size, &slots)
+    }
+
+    /// A layout of fresh objects on `slots` (object ids name their target).
+    pub(super) fn layout_on(&self, stripe_size: u64, slots: &[Slot]) -> FsResult<Layout> {
+        let targets = slots
+            .iter()
+            .map(|&(ds, t)| Ok(StripeTarget { ds, object: object_in(t, self.store.new_id()?) }))
+            .collect::<FsResult<_>>()?;
         let l = Layout { stripe_size, targets };
         l.validate()?;
         Ok(l)
+    }
+
+    /// The placement policy `ino` names for itself or its new files (`tessera.placement`), if any.
+    pub(super) fn policy_of(&self, tx: &Txn<'_>, ino: Ino) -> FsResult<Option<String>> {
+        Ok(tx
+            .get(T::Xattrs, &xattr_key(ino, POLICY_XATTR))?
+            .and_then(|v| String::from_utf8(v).ok())
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty()))
+    }
+
+    /// Layouts for the new files `names` in `dir` (`spec`: the layout asked for, if any), placed as one
+    /// batch outside the namespace lock: a declared file gets its declared targets, the others are
+    /// solved together with the directory's policy.
+    pub(super) fn place_new_files(&self, dir: Ino, names: &[&str], spec: Option<LayoutSpec>) -> FsResult<Vec<Layout>> {
+        let rd = self.store.begin();
+        let base = rd.dir_layout(dir)?.unwrap_or_default();
+        let policy = self.policy_of(&rd, dir)?;
+        let (stripe_size, stripe_count) = self.merged_spec(spec.unwrap_or_default(), base);
+        let mut out: Vec<Option<Layout>> = Vec::with_capacity(names.len());
+        let mut undeclared = Vec::new();
+        for (k, name) in names.iter().enumerate() {
+            // A declaration holds unless the create asks for a layout of its own.
+            match self.placer.take_declared(dir, name).filter(|_| spec.is_none()) {
+                Some((slots, _)) => out.push(Some(self.layout_on(stripe_size, &slots)?)),
+                None => {
+                    out.push(None);
+                    undeclared.push(k);
+                }
+            }
+        }
+        let req = CreateRequest { stripe_count, stripe_size, expected_size: 0, exclude: Vec::new() };
+        let placed = self.placer.place(policy.as_deref(), &vec![req; undeclared.len()])?;
+        for (k, slots) in undeclared.into_iter().zip(placed) {
+            out[k] = Some(self.layout_on(stripe_size, &slots)?);
+        }
+        Ok(out.into_iter().flatten().collect())
     }
 
     /// Parent for a new entry: a directory the caller may write and search, without `name` (EEXIST).

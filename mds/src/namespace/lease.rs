@@ -97,6 +97,17 @@ impl Namespace {
     /// entry that cannot be applied fails alone. A create whose name already holds its inode number was
     /// made by an earlier send of the same batch.
     fn dir_batch_sync(&self, client: u64, dir: Ino, entries: Vec<DirOp>) -> FsResult<(Vec<BatchResult>, Attr)> {
+        // The batch's new files are placed together, before taking the lock; if that fails (say, a full
+        // cluster), each create is placed alone and fails alone.
+        let names: Vec<&str> =
+            entries.iter().filter_map(|e| if let DirOp::Create(c) = e { Some(c.name.as_str()) } else { None }).collect();
+        let mut placed: std::collections::VecDeque<Layout> = match self.place_new_files(dir, &names, None) {
+            Ok(l) => l.into(),
+            Err(e) => {
+                tracing::debug!(dir, "placing a batch of {} creates: {e}", names.len());
+                Default::default()
+            }
+        };
         let _g = self.lock();
         let mut tx = self.store.begin();
         let mut dir_attr = tx.dir(dir)?.attr;
@@ -110,7 +121,8 @@ impl Namespace {
         for e in entries {
             let (ino, result) = match e {
                 DirOp::Create(e) => {
-                    let r = self.batch_create(&mut tx, dir, base, &e, &mut used, &mut dir_attr);
+                    let pre = placed.pop_front();
+                    let r = self.batch_create(&mut tx, dir, base, pre, &e, &mut used, &mut dir_attr);
                     let r = r.and_then(|layout| match (e.open, layout) {
                         (Some(_), Some(l)) => {
                             let handle = self.register_open(e.ino, client);
@@ -145,11 +157,13 @@ impl Namespace {
     }
 
     /// One create of a batch: the new file's layout (or the existing one's, when resent).
+    #[allow(clippy::too_many_arguments)]
     fn batch_create(
         &self,
         tx: &mut Txn<'_>,
         dir: Ino,
         base: LayoutSpec,
+        placed: Option<Layout>,
         e: &AsyncCreate,
         used: &mut Vec<Ino>,
         dir_attr: &mut Attr,
@@ -170,7 +184,10 @@ impl Namespace {
             return Err(FsError::invalid(format!("inode {} was not reserved for this directory", e.ino)));
         }
         let attr = Attr::new(e.ino, FileKind::File, e.perm, e.uid, e.gid, e.time);
-        let layout = self.new_layout(LayoutSpec::default(), base)?;
+        let layout = match placed {
+            Some(l) => l,
+            None => self.new_layout(LayoutSpec::default(), base, self.policy_of(tx, dir)?.as_deref())?,
+        };
         tx.add_inode(&Inode { attr, layout: Some(layout.clone()), target: None, parent: dir })?;
         *dir_attr = self.add_entry(tx, dir, &e.name, e.ino, FileKind::File)?;
         used.push(e.ino);

@@ -39,7 +39,7 @@ pub(crate) mod tests;
 use crate::dsclient::DataServers;
 use crate::lease::{Holder, Leases};
 use crate::perm;
-use crate::placement::{self, Placement};
+use crate::placer::Placer;
 use crate::session::Sessions;
 use crate::stats::StatsView;
 use crate::store::{Inode, Store, Txn};
@@ -89,7 +89,7 @@ pub struct Namespace {
     next_handle: AtomicU64,
     /// Which client holds which handle, and when each was last heard from (eviction).
     sessions: Mutex<Sessions>,
-    placement: Box<dyn Placement>,
+    placer: Arc<Placer>,
     stats: Arc<StatsView>,
     defaults: LayoutSpec,
     data: Arc<dyn DataServers>,
@@ -109,7 +109,7 @@ impl Namespace {
         stats: Arc<StatsView>,
         data: Arc<dyn DataServers>,
     ) -> FsResult<Namespace> {
-        let placement = placement::by_name(&defaults.placement)?;
+        let placer = Arc::new(Placer::new(stats.clone(), &defaults.placement, Duration::from_secs(1))?);
         let spec = LayoutSpec { stripe_size: Some(defaults.stripe_size), stripe_count: Some(defaults.stripe_count) };
         spec.validate()?;
         let boot_ino = store.new_ino()?;
@@ -121,7 +121,7 @@ impl Namespace {
             truncating: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             sessions: Mutex::new(Sessions::new(EVICTION_TIMEOUT)),
-            placement,
+            placer,
             stats,
             defaults: spec,
             data,
@@ -338,6 +338,7 @@ impl Namespace {
             Q::GetLayout { ino } => self.get_layout(ino),
             Q::SetLayout { ino, spec } => self.durable(self.set_layout_sync(c, ino, spec)).await,
             Q::ClusterStatus => Ok(MdsReply::Cluster(self.stats.cluster_status())),
+            Q::PlacementStatus => Ok(MdsReply::Placement(self.placer.status())),
             // The server's dispatch (`crate::server`) hands these to the stats view and the orchestrator.
             Q::DsReport(_) | Q::LocalityReport(_) | Q::SetOrchestratorMode { .. } | Q::OrchestratorStatus => {
                 Err(FsError::new(ErrorCode::Unsupported, "not a namespace request"))

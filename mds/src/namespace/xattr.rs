@@ -1,5 +1,6 @@
 //! Extended attributes, and layouts (the `tessera.layout` attribute and the layout requests).
 
+use super::entries::POLICY_XATTR;
 use super::{err, Namespace};
 use crate::perm::{self, R, W};
 use crate::store::{xattr_key, xattr_prefix, Inode, Txn, T};
@@ -13,6 +14,8 @@ enum XattrNs {
     Trusted,
     Security,
     Layout,
+    /// `tessera.placement`: the policy placing a directory's new files, or re-placing an empty file.
+    Placement,
 }
 
 fn xattr_ns(name: &str) -> FsResult<XattrNs> {
@@ -24,6 +27,8 @@ fn xattr_ns(name: &str) -> FsResult<XattrNs> {
     }
     if name == text::XATTR_NAME {
         Ok(XattrNs::Layout)
+    } else if name == POLICY_XATTR {
+        Ok(XattrNs::Placement)
     } else if name.starts_with("user.") {
         Ok(XattrNs::User)
     } else if name.starts_with("trusted.") {
@@ -58,7 +63,8 @@ impl Namespace {
                 if i.attr.size > 0 {
                     return Err(err(ErrorCode::Busy, format!("inode {} already has data", i.attr.ino)));
                 }
-                let new = self.new_layout(spec.unwrap_or_default(), LayoutSpec::default())?;
+                let policy = self.policy_of(tx, i.attr.ino)?;
+                let new = self.new_layout(spec.unwrap_or_default(), LayoutSpec::default(), policy.as_deref())?;
                 if let Some(old) = i.layout.replace(new) {
                     tx.queue_destroy(&old)?;
                 }
@@ -96,7 +102,7 @@ impl Namespace {
                 };
             }
             XattrNs::Trusted if c.uid != 0 => return Err(FsError::perm("trusted.* attributes need root")),
-            XattrNs::User => {
+            XattrNs::User | XattrNs::Placement => {
                 if !matches!(i.attr.kind, FileKind::File | FileKind::Dir) {
                     return Err(nodata());
                 }
@@ -110,6 +116,12 @@ impl Namespace {
     /// Permission to change attribute `name` of `i`.
     fn check_xattr_write(c: &Caller, i: &Inode, ns: &XattrNs) -> FsResult<()> {
         match ns {
+            XattrNs::Placement => {
+                if !matches!(i.attr.kind, FileKind::File | FileKind::Dir) {
+                    return Err(FsError::invalid("only files and directories have a placement policy"));
+                }
+                perm::check(c, &i.attr, W)
+            }
             XattrNs::Trusted | XattrNs::Security if c.uid != 0 => {
                 Err(FsError::perm("trusted.* and security.* attributes need root"))
             }
@@ -146,6 +158,14 @@ impl Namespace {
             return Ok(MdsReply::Ok);
         }
         Self::check_xattr_write(c, &i, &ns)?;
+        let value = match ns {
+            // Stored under its canonical name; an unknown one is refused.
+            XattrNs::Placement => {
+                let text = std::str::from_utf8(value).map_err(|_| FsError::invalid("policy name is not UTF-8"))?;
+                crate::placer::canonical(text.trim_matches(|c: char| c == '\0' || c.is_whitespace()))?.as_bytes()
+            }
+            _ => value,
+        };
         let key = xattr_key(ino, name);
         let exists = tx.get(T::Xattrs, &key)?.is_some();
         match mode {
@@ -155,6 +175,14 @@ impl Namespace {
         }
         tx.put(T::Xattrs, &key, value.to_vec());
         i.attr.ctime = Timestamp::now();
+        if let (XattrNs::Placement, FileKind::File, 0) = (&ns, i.attr.kind, i.attr.size) {
+            // An empty file is placed anew by its policy, keeping its stripe size and count.
+            let spec = i.layout.as_ref().map(|l| LayoutSpec {
+                stripe_size: Some(l.stripe_size),
+                stripe_count: Some(l.targets.len() as u32),
+            });
+            self.apply_layout(&mut tx, c, &mut i, spec)?;
+        }
         tx.put_inode(&i)?;
         self.commit(tx)?;
         Ok(MdsReply::Ok)

@@ -1,0 +1,371 @@
+//! The placement subsystem around the policies of [`crate::placement`]: the storage targets as placement
+//! sees them (each data server's latest report plus the space the MDS allocated since and has not seen
+//! reported), the policy a create uses (the file's or directory's own, else the cluster's), declared creates
+//! (solved together as one batch, kept until the create arrives), the predictor of a job's file sizes, and
+//! what `tessera df --policy` shows.
+//!
+//! Spec: `../shared/specs/placement.md`. Placement runs outside the namespace lock: the callers place first
+//! and then take the lock to create; an id allocated for a create that then fails is simply never written.
+
+use crate::placement::{self, CreateRequest, Placement, TargetInfo};
+use crate::stats::StatsView;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tessera_proto::error::ErrorCode;
+use tessera_proto::msg::{PlacementStatus, SolveInfo};
+use tessera_proto::{DsId, FsError, FsResult, Ino, TargetIdx};
+
+/// The policies, in the order `by_name` knows them; one instance each (round-robin and lustre keep state).
+pub const POLICIES: [&str; 3] = ["round-robin", "lustre", "balanced"];
+
+/// Declarations not used within this long are dropped (the job did not create the file).
+pub const DECLARED_TTL: Duration = Duration::from_secs(600);
+/// Most declarations kept at once (a declaration beyond it is refused).
+pub const MAX_DECLARED: usize = 100_000;
+/// Most files one declaration may name.
+pub const MAX_DECLARE_BATCH: usize = 10_000;
+/// Jobs (and files per job) the predictor remembers.
+const PREDICTOR_JOBS: usize = 1024;
+const PREDICTOR_FILES: usize = 4096;
+
+/// Where one stripe goes: a data server and one of its targets.
+pub type Slot = (DsId, TargetIdx);
+
+/// The canonical name of a policy (aliases accepted), or an error naming the known ones.
+pub fn canonical(name: &str) -> FsResult<&'static str> {
+    let p = placement::by_name(name)?;
+    POLICIES.iter().copied().find(|n| *n == p.name()).ok_or_else(|| FsError::invalid(format!("policy '{name}'")))
+}
+
+struct Declared {
+    slots: Vec<Slot>,
+    expected: u64,
+    at: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    /// Bytes allocated per target and when, until the reports can have seen them.
+    pending: HashMap<Slot, VecDeque<(Instant, u64)>>,
+    declared: HashMap<(Ino, String), Declared>,
+    /// Per job: the sizes of the files (by name) of its previous runs; per inode the job and name it
+    /// was created as, to learn its size.
+    predictor: HashMap<String, HashMap<String, u64>>,
+    created_by: HashMap<Ino, (String, String)>,
+    solves: u64,
+    fallbacks: u64,
+    files: u64,
+    declared_used: u64,
+    deferred: u64,
+    last: Option<(SolveInfo, Instant)>,
+}
+
+pub struct Placer {
+    stats: Arc<StatsView>,
+    /// The cluster's policy.
+    default: &'static str,
+    policies: Vec<Box<dyn Placement>>,
+    started: Instant,
+    /// How long allocated space counts before the reports are trusted to hold it.
+    pending_ttl: Duration,
+    state: Mutex<State>,
+}
+
+impl Placer {
+    pub fn new(stats: Arc<StatsView>, default: &str, report_interval: Duration) -> FsResult<Placer> {
+        let default = canonical(default)?;
+        let policies = POLICIES.iter().map(|n| placement::by_name(n)).collect::<FsResult<Vec<_>>>()?;
+        Ok(Placer {
+            stats,
+            default,
+            policies,
+            started: Instant::now(),
+            pending_ttl: (report_interval * 3).max(Duration::from_secs(3)),
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn default_policy(&self) -> &'static str {
+        self.default
+    }
+
+    fn policy(&self, name: &str) -> &dyn Placement {
+        let i = POLICIES.iter().position(|n| *n == name).unwrap_or(0);
+        self.policies[i].as_ref()
+    }
+
+    /// Every configured target as placement sees it, and its slot. Targets of servers presumed down
+    /// are unusable while some server is up; capacities not reported yet count as the largest reported
+    /// one (1 TiB when none is), so a cluster places files before its first reports.
+    pub fn view(&self) -> (Vec<TargetInfo>, Vec<Slot>) {
+        let servers = self.stats.snapshot();
+        let any_up = servers.iter().any(|s| !s.silent);
+        let known_cap = servers
+            .iter()
+            .filter_map(|s| s.report.as_ref())
+            .flat_map(|r| r.targets.iter().map(|t| t.capacity).chain(r.targets.is_empty().then_some(r.capacity)))
+            .max()
+            .unwrap_or(1 << 40);
+        let now = Instant::now();
+        let mut st = self.state();
+        let ttl = self.pending_ttl;
+        let (mut infos, mut slots) = (Vec::new(), Vec::new());
+        for s in &servers {
+            let load = s.report.as_ref().map(|r| (f64::from(r.queue_depth) / 32.0).min(1.0)).unwrap_or(0.0);
+            for t in 0..self.stats.target_count(s.id) {
+                let reported = s.report.as_ref().and_then(|r| match r.targets.get(usize::from(t)) {
+                    Some(tr) => Some((tr.capacity, tr.used)),
+                    None if t == 0 && r.targets.is_empty() => Some((r.capacity, r.used)),
+                    None => None,
+                });
+                let (capacity, used) = reported.unwrap_or((known_cap, 0));
+                let pending = match st.pending.get_mut(&(s.id, t)) {
+                    Some(q) => {
+                        while q.front().is_some_and(|(at, _)| now.duration_since(*at) > ttl) {
+                            q.pop_front();
+                        }
+                        q.iter().map(|(_, b)| *b).sum::<u64>()
+                    }
+                    None => 0,
+                };
+                infos.push(TargetInfo {
+                    server: s.id,
+                    target: t,
+                    capacity,
+                    used: used.saturating_add(pending),
+                    server_load: load,
+                    usable: !(s.silent && any_up),
+                });
+                slots.push((s.id, t));
+            }
+        }
+        (infos, slots)
+    }
+
+    /// Places `batch` with policy `name` (`None`: the cluster's), as one batch; counts the expected
+    /// bytes of each stripe (one stripe's worth when unknown) as allocated.
+    pub fn place(&self, name: Option<&str>, batch: &[CreateRequest]) -> FsResult<Vec<Vec<Slot>>> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let name = match name {
+            Some(n) => canonical(n)?,
+            None => self.default,
+        };
+        let (targets, slots) = self.view();
+        if targets.is_empty() {
+            return Err(FsError::new(ErrorCode::NoSpace, "no data servers configured"));
+        }
+        let policy = self.policy(name);
+        policy.set_now(self.started.elapsed());
+        let t0 = Instant::now();
+        let placed = policy.place_batch(&targets, batch)?;
+        let elapsed = t0.elapsed();
+        let solve = policy.last_solve();
+        let now = Instant::now();
+        let mut st = self.state();
+        st.solves += 1;
+        st.files += batch.len() as u64;
+        let fallback = solve.as_ref().is_some_and(|s| s.fallback);
+        st.fallbacks += u64::from(fallback);
+        let info = SolveInfo {
+            policy: name.to_string(),
+            batch: batch.len() as u32,
+            stripes: placed.iter().map(Vec::len).sum::<usize>() as u32,
+            micros: solve.map(|s| s.elapsed).unwrap_or(elapsed).as_micros() as u64,
+            fallback,
+            age_ms: 0,
+        };
+        st.last = Some((info, now));
+        let mut out = Vec::with_capacity(placed.len());
+        for (req, chosen) in batch.iter().zip(placed) {
+            let share = match req.expected_size {
+                0 => req.stripe_size,
+                e => e.div_ceil(chosen.len().max(1) as u64),
+            };
+            let mut file = Vec::with_capacity(chosen.len());
+            for i in chosen {
+                let slot = *slots.get(i).ok_or_else(|| FsError::io(format!("placement chose target {i} of {}", slots.len())))?;
+                st.pending.entry(slot).or_default().push_back((now, share));
+                file.push(slot);
+            }
+            out.push(file);
+        }
+        Ok(out)
+    }
+
+    /// Declares files a job will create: solved together as one batch now, kept until each create
+    /// arrives (or [`DECLARED_TTL`]). Returns how many were declared.
+    pub fn declare(&self, name: Option<&str>, files: Vec<(Ino, String, CreateRequest)>) -> FsResult<usize> {
+        if files.len() > MAX_DECLARE_BATCH {
+            return Err(FsError::invalid(format!("{} files in one declaration (at most {MAX_DECLARE_BATCH})", files.len())));
+        }
+        {
+            let mut st = self.state();
+            let now = Instant::now();
+            st.declared.retain(|_, d| now.duration_since(d.at) < DECLARED_TTL);
+            if st.declared.len() + files.len() > MAX_DECLARED {
+                return Err(FsError::new(ErrorCode::NoSpace, format!("over {MAX_DECLARED} declared creates pending")));
+            }
+        }
+        let reqs: Vec<CreateRequest> = files.iter().map(|f| f.2.clone()).collect();
+        let placed = self.place(name, &reqs)?;
+        let mut st = self.state();
+        let now = Instant::now();
+        let n = files.len();
+        for ((parent, fname, req), slots) in files.into_iter().zip(placed) {
+            st.declared.insert((parent, fname), Declared { slots, expected: req.expected_size, at: now });
+        }
+        Ok(n)
+    }
+
+    /// The declared placement of `parent/name`, if any (used once), and its expected size.
+    pub fn take_declared(&self, parent: Ino, name: &str) -> Option<(Vec<Slot>, u64)> {
+        let mut st = self.state();
+        let d = st.declared.remove(&(parent, name.to_string()))?;
+        if d.at.elapsed() >= DECLARED_TTL {
+            return None;
+        }
+        st.declared_used += 1;
+        Some((d.slots, d.expected))
+    }
+
+    /// The predictor: the size `job`'s previous run gave a file of this name (0: unknown).
+    pub fn predict(&self, job: &str, name: &str) -> u64 {
+        self.state().predictor.get(job).and_then(|m| m.get(name)).copied().unwrap_or(0)
+    }
+
+    /// Notes that `job` created `name` as inode `ino` (its size is learnt by [`Placer::observe_size`]).
+    pub fn created(&self, job: &str, ino: Ino, name: &str) {
+        if job.is_empty() {
+            return;
+        }
+        let mut st = self.state();
+        if st.created_by.len() >= PREDICTOR_JOBS * 16 {
+            st.created_by.clear();
+        }
+        st.created_by.insert(ino, (job.to_string(), name.to_string()));
+    }
+
+    /// Learns the size of a file a job created, for the job's next run.
+    pub fn observe_size(&self, ino: Ino, size: u64) {
+        let mut st = self.state();
+        let Some((job, name)) = st.created_by.get(&ino).cloned() else { return };
+        if !st.predictor.contains_key(&job) && st.predictor.len() >= PREDICTOR_JOBS {
+            st.predictor.clear();
+        }
+        let files = st.predictor.entry(job).or_default();
+        if !files.contains_key(&name) && files.len() >= PREDICTOR_FILES {
+            return;
+        }
+        files.insert(name, size);
+    }
+
+    /// Counts a solve run cheaply because the MDS was loaded.
+    pub fn count_deferred(&self) {
+        self.state().deferred += 1;
+    }
+
+    pub fn status(&self) -> PlacementStatus {
+        let st = self.state();
+        PlacementStatus {
+            policy: self.default.to_string(),
+            solves: st.solves,
+            fallbacks: st.fallbacks,
+            files: st.files,
+            declared_used: st.declared_used,
+            declared_pending: st.declared.len() as u64,
+            deferred: st.deferred,
+            last: st.last.as_ref().map(|(i, at)| SolveInfo { age_ms: at.elapsed().as_millis() as u64, ..i.clone() }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_proto::msg::{DsReport, TargetReport};
+
+    fn view(servers: u32, targets: TargetIdx) -> Arc<StatsView> {
+        let v = StatsView::new((0..servers).map(|i| (i, String::new())).collect())
+            .with_target_counts((0..servers).map(|i| (i, targets)).collect());
+        Arc::new(v)
+    }
+
+    fn report(ds: DsId, used: &[u64], cap: u64) -> DsReport {
+        let targets = used
+            .iter()
+            .enumerate()
+            .map(|(k, &u)| TargetReport {
+                target: k as TargetIdx,
+                capacity: cap,
+                used: u,
+                free: cap - u,
+                enforced: true,
+                ..Default::default()
+            })
+            .collect();
+        DsReport { ds, targets, ..Default::default() }
+    }
+
+    fn req(count: usize, expected: u64) -> CreateRequest {
+        CreateRequest { stripe_count: count, stripe_size: 1 << 20, expected_size: expected, exclude: vec![] }
+    }
+
+    #[test]
+    fn the_view_lists_every_target_with_reports_and_pending_allocations() {
+        let stats = view(2, 3);
+        stats.record(report(0, &[10, 20, 30], 1000));
+        let p = Placer::new(stats.clone(), "round-robin", Duration::from_secs(1)).unwrap();
+        let (t, slots) = p.view();
+        assert_eq!(slots, vec![(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]);
+        assert_eq!(t[1].used, 20);
+        assert_eq!(t[4].capacity, 1000, "a server not reported yet counts as the largest reported");
+        // A placement's expected bytes count at once, spread over its stripes.
+        let placed = p.place(Some("balanced"), &[req(2, 200)]).unwrap();
+        let (t, _) = p.view();
+        let total: u64 = t.iter().map(|t| t.used).sum();
+        assert_eq!(total, 60 + 200);
+        assert_eq!(placed[0].len(), 2);
+        assert_eq!(p.status().last.unwrap().policy, "balanced");
+    }
+
+    #[test]
+    fn declarations_are_solved_as_one_batch_and_used_once() {
+        let stats = view(7, 5);
+        for ds in 0..7 {
+            stats.record(report(ds, &[0; 5], 1 << 30));
+        }
+        let p = Placer::new(stats, "balanced", Duration::from_secs(1)).unwrap();
+        let files = (0..35).map(|k| (1, format!("f{k}"), req(1, 10 << 20))).collect();
+        assert_eq!(p.declare(None, files).unwrap(), 35);
+        let mut used = std::collections::HashSet::new();
+        for k in 0..35 {
+            let (slots, expected) = p.take_declared(1, &format!("f{k}")).unwrap();
+            assert_eq!(expected, 10 << 20);
+            used.insert(slots[0]);
+        }
+        assert_eq!(used.len(), 35, "one batch of 35 equal files on 35 empty targets: one each");
+        assert!(p.take_declared(1, "f0").is_none(), "used once");
+        let s = p.status();
+        assert_eq!((s.solves, s.files, s.declared_used, s.declared_pending), (1, 35, 35, 0));
+        assert!(p.declare(None, (0..MAX_DECLARE_BATCH + 1).map(|k| (1, k.to_string(), req(1, 1))).collect()).is_err());
+    }
+
+    #[test]
+    fn the_predictor_remembers_a_jobs_file_sizes() {
+        let p = Placer::new(view(1, 1), "round-robin", Duration::from_secs(1)).unwrap();
+        assert_eq!(p.predict("ior", "f0"), 0);
+        p.created("ior", 42, "f0");
+        p.observe_size(42, 5000);
+        p.observe_size(43, 7000);
+        assert_eq!(p.predict("ior", "f0"), 5000);
+        assert_eq!(p.predict("other", "f0"), 0);
+        assert!(canonical("tarazu").is_ok() && canonical("nope").is_err());
+    }
+}
