@@ -5,7 +5,7 @@
 //! - [`lease`]: directory leases, which let a client create files in a directory without waiting.
 //! - [`perm`]: POSIX permission checks from the caller's credentials.
 //! - [`namespace`]: every metadata operation with POSIX semantics.
-//! - [`placement`]: placement policies choosing data servers for new files (round-robin).
+//! - [`placement`]: placement policies choosing storage targets for new files (round-robin, lustre, balanced).
 //! - [`stats`]: the latest report of each data server and its age.
 //! - [`dsclient`]: the MDS as a client of the data servers (truncate, remove, serve commands).
 //! - [`destroy`]: background worker draining the destroy log.

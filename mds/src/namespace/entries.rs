@@ -3,9 +3,10 @@
 
 use super::{validate_name, Namespace};
 use crate::perm::{self, W, X};
+use crate::placement::{CreateRequest, TargetInfo};
 use crate::store::{Dentry, Inode, Txn};
 use tessera_proto::layout::{Layout, LayoutSpec, StripeTarget};
-use tessera_proto::{Attr, Caller, FileKind, FsError, FsResult, Ino, Timestamp};
+use tessera_proto::{Attr, Caller, DsId, FileKind, FsError, FsResult, Ino, Timestamp};
 
 impl Namespace {
     /// Adds `name → ino` to `parent` with a fresh readdir position; parent size/nlink/times follow.
@@ -91,7 +92,20 @@ impl Namespace {
         if count == 0 || count > servers.len() {
             count = servers.len();
         }
-        let ds = self.placement.place(count, &servers)?;
+        // One target per data server until the lead's target plumbing lands; a server that has not
+        // reported yet counts as having room.
+        let targets: Vec<TargetInfo> = servers
+            .iter()
+            .map(|s| {
+                let (capacity, used) = match &s.report {
+                    Some(r) if r.capacity > 0 => (r.capacity, r.capacity.saturating_sub(r.free)),
+                    _ => (u64::MAX, 0),
+                };
+                TargetInfo { server: s.id, target: 0, capacity, used, server_load: 0.0, usable: true }
+            })
+            .collect();
+        let req = CreateRequest { stripe_count: count, stripe_size, expected_size: 0, exclude: Vec::new() };
+        let ds: Vec<DsId> = self.placement.place(&targets, &req)?.into_iter().map(|i| targets[i].server).collect();
         let targets =
             ds.into_iter().map(|ds| Ok(StripeTarget { ds, object: self.store.new_id()? })).collect::<FsResult<_>>()?;
         let l = Layout { stripe_size, targets };
