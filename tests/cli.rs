@@ -102,7 +102,10 @@ fn up_cli_roundtrip_stop_and_restart() {
     // (every server's next report has its share).
     loop {
         let json: serde_json::Value = serde_json::from_str(&tessera(&u.config, &["df", "--json"])).unwrap();
-        let servers = json.as_array().expect("df --json: a list of data servers");
+        let servers = json["servers"].as_array().expect("df --json: servers, a list of data servers");
+        let targets = json["targets"].as_array().expect("df --json: targets");
+        assert!(targets.len() >= servers.len() && json["ost_cost"].as_f64().is_some_and(|c| c >= 1.0), "{json}");
+        assert!(targets.iter().all(|t| t["capacity"].as_u64() >= t["used"].as_u64() && t["server"].is_u64()), "{json}");
         assert!(servers.len() >= 2 && servers.iter().all(|s| s["report"]["capacity"].as_u64().is_some()), "{json}");
         let written: u64 = servers
             .iter()

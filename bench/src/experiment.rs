@@ -41,6 +41,8 @@ pub enum ExperimentName {
     FwdTwinsWindow,
     /// Forwarding thesis: two applications of half the processes each, small strided reads.
     FwdTwoApps,
+    /// Tarazu: OST cost and bandwidth of round-robin, lustre and balanced placement, 7 servers × 5 targets.
+    PlacementTarazu,
 }
 
 impl ExperimentName {
@@ -55,6 +57,7 @@ impl ExperimentName {
             ExperimentName::FwdIons => "fwd-ions",
             ExperimentName::FwdTwinsWindow => "fwd-twins-window",
             ExperimentName::FwdTwoApps => "fwd-two-apps",
+            ExperimentName::PlacementTarazu => crate::tarazu::NAME,
         }
     }
 }
@@ -426,6 +429,9 @@ pub async fn run(a: ExperimentArgs) -> Result<()> {
     }
     if let Some(e) = fwd {
         return crate::fwd::run(e, &a).await;
+    }
+    if a.name == ExperimentName::PlacementTarazu {
+        return crate::tarazu::run(&a).await;
     }
     let s = Settings::of(&a)?;
     std::fs::create_dir_all(&s.out).with_context(|| format!("creating {}", s.out.display()))?;

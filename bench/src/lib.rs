@@ -12,6 +12,7 @@ pub mod mdtest; // `mdtest`: create/stat/remove rates
 pub mod net; // `net`: the QUIC + TLS transport alone against sink servers, like lnet_selftest
 pub mod plots; // PNG figures with plotters (grouped bars, lines, LBA scatter, histograms)
 pub mod report; // IOR/mdtest-style text, summary statistics, JSON results
+pub mod tarazu; // `experiment placement-tarazu`: OST cost and bandwidth of the placement policies on 7 servers × 5 targets
 pub mod trace; // lba-trace.csv parsing: LBA over time and reuse distances per program
 pub mod workloads; // `workload`: the IOrchestrator paper's five benchmarks as access plans, and their runner
 

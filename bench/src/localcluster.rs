@@ -53,6 +53,26 @@ impl ClusterOptions {
     }
 }
 
+/// A cluster directory written and not started yet.
+pub struct PreparedCluster(LocalCluster);
+
+impl PreparedCluster {
+    pub fn files(&self) -> &ClusterFiles {
+        &self.0.files
+    }
+
+    /// Starts the servers.
+    pub async fn boot(self) -> Result<LocalCluster> {
+        let mut lc = self.0;
+        let res = lc.launch().await;
+        if let Err(e) = res {
+            lc.stop().await;
+            return Err(e);
+        }
+        Ok(lc)
+    }
+}
+
 /// Running servers of a cluster directory.
 pub struct LocalCluster {
     pub files: ClusterFiles,
@@ -101,6 +121,16 @@ impl LocalCluster {
         o: &ClusterOptions,
         edit: impl Fn(&mut ClusterConfig),
     ) -> Result<LocalCluster> {
+        LocalCluster::prepare_edited(dir, o, edit)?.boot().await
+    }
+
+    /// Writes a fresh cluster's certificates and configurations (with `edit` applied after the options)
+    /// into `dir` without starting it, so that its data directories can be seeded first.
+    pub fn prepare_edited(
+        dir: &Path,
+        o: &ClusterOptions,
+        edit: impl Fn(&mut ClusterConfig),
+    ) -> Result<PreparedCluster> {
         if dir.exists() {
             std::fs::remove_dir_all(dir).with_context(|| format!("removing the old cluster in {}", dir.display()))?;
         }
@@ -118,13 +148,7 @@ impl LocalCluster {
         }
         let client_cfg = ClusterConfig::load(&files.client_config).map_err(|e| anyhow!("{e}"))?;
         let admin_cfg = ClusterConfig::load(&files.admin_config).map_err(|e| anyhow!("{e}"))?;
-        let mut lc = LocalCluster { files, client_cfg, admin_cfg, children: Vec::new(), admin: None };
-        let res = lc.launch().await;
-        if let Err(e) = res {
-            lc.stop().await;
-            return Err(e);
-        }
-        Ok(lc)
+        Ok(PreparedCluster(LocalCluster { files, client_cfg, admin_cfg, children: Vec::new(), admin: None }))
     }
 
     /// Starts the servers stage by stage ([`ClusterFiles::start_stages`]).

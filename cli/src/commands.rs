@@ -14,7 +14,9 @@ use tessera_proto::ca::{CaDir, CertState};
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{ErrorCode, FsError};
 use tessera_proto::layout::LayoutSpec;
-use tessera_proto::msg::{ost_cost, FsckReport, OrchestratorMode, OrchestratorStatus, SetAttrs, TargetReport};
+use tessera_proto::msg::{
+    ost_cost, FsckReport, OrchestratorMode, OrchestratorStatus, SetAttrs, TargetReport, XattrMode,
+};
 use tessera_proto::tls;
 use tessera_proto::types::{format_utc, Attr, DsId, FileKind, Role, Timestamp};
 use tessera_proto::units::parse_size;
@@ -161,11 +163,30 @@ enum Cmd {
         /// Stripe size (K/M/G suffixes; multiple of 4 KiB).
         #[arg(short = 'S', long = "stripe-size", value_parser = parse_size)]
         stripe_size: Option<u64>,
-        /// Number of data servers to stripe over (0 = all).
+        /// Number of storage targets to stripe over (0 = all).
         #[arg(short = 'c', long = "stripe-count")]
         stripe_count: Option<u32>,
+        /// Placement policy for the directory's new files (or to place an empty file anew):
+        /// round-robin, lustre or balanced (stored as the `tessera.placement` attribute).
+        #[arg(long)]
+        policy: Option<String>,
         /// File (created empty if missing) or directory.
         path: String,
+    },
+    /// Declare files a job will create, so the placement policy places them together as one batch now
+    /// (Tarazu's pre-declared creates); each create then uses its declared targets.
+    Declare {
+        /// Expected size of each file (K/M/G suffixes).
+        #[arg(short = 's', long = "size", value_parser = parse_size, default_value = "0")]
+        size: u64,
+        /// Stripe count of each (default: the directory's).
+        #[arg(short = 'c', long = "stripe-count")]
+        stripe_count: Option<u32>,
+        /// Also read files from FILE: one per line, `PATH [SIZE [COUNT]]`.
+        #[arg(long)]
+        list: Option<PathBuf>,
+        /// Files to declare.
+        paths: Vec<String>,
     },
     /// Show a file's stripe layout (or a directory's default).
     Getstripe {
@@ -645,21 +666,48 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         }
         Cmd::Get { quiet, path, local } => get(&c, &path, &local, quiet).await?,
         Cmd::Cat { path } => cat(&c, &path).await?,
-        Cmd::Setstripe { stripe_size, stripe_count, path } => {
-            if stripe_size.is_none() && stripe_count.is_none() {
-                return Err(CliError::plain("setstripe needs -S SIZE and/or -c COUNT"));
+        Cmd::Setstripe { stripe_size, stripe_count, policy, path } => {
+            if stripe_size.is_none() && stripe_count.is_none() && policy.is_none() {
+                return Err(CliError::plain("setstripe needs -S SIZE, -c COUNT and/or --policy NAME"));
             }
             let spec = LayoutSpec { stripe_size, stripe_count };
+            let shaped = stripe_size.is_some() || stripe_count.is_some();
             match c.lstat(&path).await {
-                Ok(_) => c.set_layout(&path, spec).await.at(&path)?,
+                Ok(_) if shaped => c.set_layout(&path, spec).await.at(&path)?,
+                Ok(_) => {}
                 Err(e) if e.code == ErrorCode::NotFound => {
-                    let f = c.create(&path, 0o644, Some(spec)).await.at(&path)?;
+                    let f = c.create(&path, 0o644, shaped.then_some(spec)).await.at(&path)?;
                     f.close().await.at(&path)?;
                 }
                 Err(e) => return Err(CliError::at(&path, e)),
             }
+            if let Some(p) = policy {
+                let attr = c.lstat(&path).await.at(&path)?;
+                c.mds().setxattr(attr.ino, "tessera.placement", p.into_bytes(), XattrMode::Any).await.at(&path)?;
+            }
         }
         Cmd::Getstripe { path } => getstripe(&c, &path).await?,
+        Cmd::Declare { size, stripe_count, list, paths } => {
+            let mut files: Vec<(String, u64, Option<u32>)> =
+                paths.into_iter().map(|p| (p, size, stripe_count)).collect();
+            if let Some(l) = list {
+                let text =
+                    std::fs::read_to_string(&l).map_err(|e| CliError::at(l.display().to_string(), e.to_string()))?;
+                for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+                    let bad = |what: &str| CliError::plain(format!("{}:{}: {what}", l.display(), n + 1));
+                    let mut w = line.split_whitespace();
+                    let path = w.next().ok_or_else(|| bad("no path"))?.to_string();
+                    let sz = w.next().map(parse_size).transpose().map_err(|e| bad(&e))?.unwrap_or(size);
+                    let count = w.next().map(|c| c.parse::<u32>()).transpose().map_err(|_| bad("bad stripe count"))?;
+                    files.push((path, sz, count.or(stripe_count)));
+                }
+            }
+            if files.is_empty() {
+                return Err(CliError::plain("declare needs PATH... or --list FILE"));
+            }
+            let n = c.declare(&files).await.map_err(CliError::plain)?;
+            println!("declared {n} files");
+        }
         Cmd::Df { jobs, json, policy } => df(&c, jobs, json, policy).await?,
         Cmd::Ping => return ping(&c).await,
         Cmd::Fsck { repair, json } => return fsck(&c, repair, json).await,
@@ -1018,9 +1066,9 @@ async fn getstripe(c: &Client, path: &str) -> CliResult<()> {
     println!("{path}");
     println!("stripe_size:  {} ({})", l.stripe_size, human_bytes(l.stripe_size));
     println!("stripe_count: {}", l.targets.len());
-    println!("{:>6} {:>6} {:>20}", "stripe", "ds", "object");
+    println!("{:>6} {:>6} {:>6} {:>20}", "stripe", "ds", "target", "object");
     for (i, t) in l.targets.iter().enumerate() {
-        println!("{i:>6} {:>6} {:>20}", t.ds, t.object);
+        println!("{i:>6} {:>6} {:>6} {:>20}", t.ds, tessera_proto::target_of(t.object), t.object);
     }
     Ok(())
 }

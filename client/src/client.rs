@@ -13,8 +13,8 @@ use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::{text, Layout, LayoutSpec};
 use tessera_proto::msg::{
-    DirEntry, DsStatus, IonCall, IonReply, IonStatus, OpenFlags, PlacementStatus, RenameFlags, SchedulerSetting,
-    SetAttrs, StatFs,
+    DeclaredFile, DirEntry, DsStatus, IonCall, IonReply, IonStatus, OpenFlags, PlacementStatus, RenameFlags,
+    SchedulerSetting, SetAttrs, StatFs, MAX_DECLARE,
 };
 use tessera_proto::rpc::{client_endpoint, resolve, RpcPeer};
 use tessera_proto::tls::NodeIdentity;
@@ -503,6 +503,32 @@ impl Client {
     /// Every data server as the MDS sees it.
     pub async fn cluster_status(&self) -> FsResult<Vec<DsStatus>> {
         self.mds.cluster_status().await
+    }
+
+    /// Declares the files a job will create, `(path, expected size, stripe count)` (count `None`: the
+    /// directory's default): the MDS places them together as one batch now and uses that placement when
+    /// each create arrives (`tessera declare`). Sent in requests of at most [`MAX_DECLARE`] files; returns
+    /// how many were declared.
+    pub async fn declare(&self, files: &[(String, u64, Option<u32>)]) -> FsResult<u32> {
+        let mut parents: std::collections::HashMap<String, Ino> = Default::default();
+        let mut list = Vec::with_capacity(files.len());
+        for (path, expected_size, stripe_count) in files {
+            let (parent, name) = split_parent(path)?;
+            let ino = match parents.get(&parent) {
+                Some(ino) => *ino,
+                None => {
+                    let (ino, _) = self.parent_of(path).await?;
+                    parents.insert(parent, ino);
+                    ino
+                }
+            };
+            list.push(DeclaredFile { parent: ino, name, expected_size: *expected_size, stripe_count: *stripe_count });
+        }
+        let mut count = 0;
+        for chunk in list.chunks(MAX_DECLARE) {
+            count += self.mds.declare(chunk.to_vec()).await?;
+        }
+        Ok(count)
     }
 
     /// The placement policy and its last solve.

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::{Layout, LayoutSpec};
 use tessera_proto::msg::{
-    BatchResult, DirEntry, DirLease, DirOp, DsReport, DsStatus, FsckReport, MdsCall, MdsReply, MdsRequest, OpenFlags,
-    OrchestratorMode, OrchestratorStatus, PlacementStatus, RenameFlags, SetAttrs, StatFs, XattrMode,
+    BatchResult, DeclaredFile, DirEntry, DirLease, DirOp, DsReport, DsStatus, FsckReport, MdsCall, MdsReply,
+    MdsRequest, OpenFlags, OrchestratorMode, OrchestratorStatus, PlacementStatus, RenameFlags, SetAttrs, StatFs,
+    XattrMode,
 };
 use tessera_proto::rpc::RpcPeer;
 use tessera_proto::types::{Attr, Caller, FileKind, Ino, Origin};
@@ -389,6 +390,14 @@ impl MdsClient {
         match self.call(MdsRequest::ClusterStatus).await? {
             MdsReply::Cluster(v) => Ok(v),
             r => Err(unexpected("ClusterStatus", r)),
+        }
+    }
+
+    /// Declares files a job will create (placed together now, used when each create arrives).
+    pub async fn declare(&self, files: Vec<DeclaredFile>) -> FsResult<u32> {
+        match self.call(MdsRequest::Declare { files }).await? {
+            MdsReply::Declared { count } => Ok(count),
+            r => Err(unexpected("Declare", r)),
         }
     }
 

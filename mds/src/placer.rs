@@ -190,7 +190,9 @@ impl Placer {
             };
             let mut file = Vec::with_capacity(chosen.len());
             for i in chosen {
-                let slot = *slots.get(i).ok_or_else(|| FsError::io(format!("placement chose target {i} of {}", slots.len())))?;
+                let slot = *slots
+                    .get(i)
+                    .ok_or_else(|| FsError::io(format!("placement chose target {i} of {}", slots.len())))?;
                 st.pending.entry(slot).or_default().push_back((now, share));
                 file.push(slot);
             }
@@ -203,7 +205,10 @@ impl Placer {
     /// arrives (or [`DECLARED_TTL`]). Returns how many were declared.
     pub fn declare(&self, name: Option<&str>, files: Vec<(Ino, String, CreateRequest)>) -> FsResult<usize> {
         if files.len() > MAX_DECLARE_BATCH {
-            return Err(FsError::invalid(format!("{} files in one declaration (at most {MAX_DECLARE_BATCH})", files.len())));
+            return Err(FsError::invalid(format!(
+                "{} files in one declaration (at most {MAX_DECLARE_BATCH})",
+                files.len()
+            )));
         }
         {
             let mut st = self.state();

@@ -372,6 +372,26 @@ pub enum MdsRequest {
     },
     /// The cluster's placement policy and its last solve (`tessera df --policy`). Reply: `Placement`.
     PlacementStatus,
+    /// Files a job will create (`tessera declare`): placed together as one batch now, used when each
+    /// create arrives. At most [`MAX_DECLARE`] per request. Reply: `Declared`.
+    Declare {
+        files: Vec<DeclaredFile>,
+    },
+}
+
+/// Most files one `Declare` names.
+pub const MAX_DECLARE: usize = 10_000;
+
+/// One file a job will create.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct DeclaredFile {
+    pub parent: Ino,
+    pub name: String,
+    /// Bytes it is expected to hold.
+    pub expected_size: u64,
+    /// `None`: the directory's or the cluster's default.
+    pub stripe_count: Option<u32>,
 }
 
 /// A directory lease. While it lasts its holder is the only client that reads or changes the directory
@@ -482,6 +502,10 @@ pub enum MdsReply {
     },
     Fsck(FsckReport),
     Placement(PlacementStatus),
+    /// How many files a `Declare` placed.
+    Declared {
+        count: u32,
+    },
 }
 
 /// What `tessera df --policy` shows: the cluster's placement policy and how its solves went.

@@ -149,6 +149,7 @@ table! {
     KeepAlive {}                               => true,  Clients,     Nothing;
     Fsck { .. }                                => false, Admins,      Nothing;
     PlacementStatus {}                         => true,  Clients,     Nothing;
+    Declare { .. }                             => false, Clients,     Any;
 }
 
 #[cfg(test)]

@@ -1,12 +1,13 @@
 //! Creating entries: files (and special files), directories, symlinks, hard links.
 
+use super::entries::POLICY_XATTR;
 use super::{entry, err, validate_name, Namespace};
 use crate::perm::{self, W, X};
-use super::entries::POLICY_XATTR;
+use crate::placement::CreateRequest;
 use crate::store::{xattr_key, Inode, T};
 use tessera_proto::error::ErrorCode;
 use tessera_proto::layout::LayoutSpec;
-use tessera_proto::msg::MdsReply;
+use tessera_proto::msg::{DeclaredFile, MdsReply, MAX_DECLARE};
 use tessera_proto::{Attr, Caller, FileKind, FsError, FsResult, Ino, Timestamp, PATH_MAX};
 
 impl Namespace {
@@ -36,9 +37,10 @@ impl Namespace {
         }
         // Placed before taking the lock; its error matters only if the file is new.
         let placed = match kind {
-            FileKind::File => Some(self.place_new_files(parent, &[name], spec).and_then(|mut l| {
-                l.pop().ok_or_else(|| FsError::io("placement returned no layout"))
-            })),
+            FileKind::File => Some(
+                self.place_new_files(parent, &[name], spec)
+                    .and_then(|mut l| l.pop().ok_or_else(|| FsError::io("placement returned no layout"))),
+            ),
             _ => None,
         };
         let _g = self.lock();
@@ -62,6 +64,32 @@ impl Namespace {
         self.commit(tx)?;
         let handle = open.map(|client| (self.register_open(i.attr.ino, client), parent_attr));
         Ok((i, handle))
+    }
+
+    /// Declared creates (`tessera declare`): each in a directory the caller may create in, placed as
+    /// one batch per placement policy; kept by the placer until the create arrives.
+    pub(super) fn declare(&self, c: &Caller, files: Vec<DeclaredFile>) -> FsResult<MdsReply> {
+        if files.len() > MAX_DECLARE {
+            return Err(FsError::invalid(format!("{} files in one declaration (at most {MAX_DECLARE})", files.len())));
+        }
+        let rd = self.store.begin();
+        let mut by_policy: std::collections::BTreeMap<Option<String>, Vec<(Ino, String, CreateRequest)>> =
+            Default::default();
+        for f in files {
+            validate_name(&f.name)?;
+            let p = rd.dir(f.parent)?;
+            perm::check(c, &p.attr, W | X)?;
+            let base = rd.dir_layout(f.parent)?.unwrap_or_default();
+            let spec = LayoutSpec { stripe_size: None, stripe_count: f.stripe_count };
+            let (stripe_size, stripe_count) = self.merged_spec(spec, base);
+            let req = CreateRequest { stripe_count, stripe_size, expected_size: f.expected_size, exclude: Vec::new() };
+            by_policy.entry(self.policy_of(&rd, f.parent)?).or_default().push((f.parent, f.name, req));
+        }
+        let mut count = 0;
+        for (policy, files) in by_policy {
+            count += self.placer.declare(policy.as_deref(), files)?;
+        }
+        Ok(MdsReply::Declared { count: count as u32 })
     }
 
     pub(super) fn mkdir_sync(&self, c: &Caller, parent: Ino, name: &str, perm: u32) -> FsResult<MdsReply> {

@@ -99,8 +99,10 @@ impl Namespace {
     fn dir_batch_sync(&self, client: u64, dir: Ino, entries: Vec<DirOp>) -> FsResult<(Vec<BatchResult>, Attr)> {
         // The batch's new files are placed together, before taking the lock; if that fails (say, a full
         // cluster), each create is placed alone and fails alone.
-        let names: Vec<&str> =
-            entries.iter().filter_map(|e| if let DirOp::Create(c) = e { Some(c.name.as_str()) } else { None }).collect();
+        let names: Vec<&str> = entries
+            .iter()
+            .filter_map(|e| if let DirOp::Create(c) = e { Some(c.name.as_str()) } else { None })
+            .collect();
         let mut placed: std::collections::VecDeque<Layout> = match self.place_new_files(dir, &names, None) {
             Ok(l) => l.into(),
             Err(e) => {

@@ -339,6 +339,7 @@ impl Namespace {
             Q::SetLayout { ino, spec } => self.durable(self.set_layout_sync(c, ino, spec)).await,
             Q::ClusterStatus => Ok(MdsReply::Cluster(self.stats.cluster_status())),
             Q::PlacementStatus => Ok(MdsReply::Placement(self.placer.status())),
+            Q::Declare { files } => self.declare(c, files),
             // The server's dispatch (`crate::server`) hands these to the stats view and the orchestrator.
             Q::DsReport(_) | Q::LocalityReport(_) | Q::SetOrchestratorMode { .. } | Q::OrchestratorStatus => {
                 Err(FsError::new(ErrorCode::Unsupported, "not a namespace request"))

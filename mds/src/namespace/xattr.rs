@@ -177,10 +177,10 @@ impl Namespace {
         i.attr.ctime = Timestamp::now();
         if let (XattrNs::Placement, FileKind::File, 0) = (&ns, i.attr.kind, i.attr.size) {
             // An empty file is placed anew by its policy, keeping its stripe size and count.
-            let spec = i.layout.as_ref().map(|l| LayoutSpec {
-                stripe_size: Some(l.stripe_size),
-                stripe_count: Some(l.targets.len() as u32),
-            });
+            let spec = i
+                .layout
+                .as_ref()
+                .map(|l| LayoutSpec { stripe_size: Some(l.stripe_size), stripe_count: Some(l.targets.len() as u32) });
             self.apply_layout(&mut tx, c, &mut i, spec)?;
         }
         tx.put_inode(&i)?;
