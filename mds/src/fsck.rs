@@ -404,7 +404,8 @@ pub fn check(scan: &Scan) -> Vec<Finding> {
             }
             Ok(list) => {
                 for &(o, size) in list {
-                    if o <= scan.mark && !named.contains(&(ds, o)) {
+                    // The mark is a sequence number; an object id also names its target (top bits).
+                    if (o & tessera_proto::OBJECT_SEQ_MAX) <= scan.mark && !named.contains(&(ds, o)) {
                         let what = format!("object {o:#x} ({size} bytes) on data server {ds} is in no layout");
                         out.push(finding("orphan-object", what, "destroy it", Fix::Orphans { ds, objects: vec![o] }));
                     }
@@ -566,10 +567,19 @@ mod tests {
     #[test]
     fn objects_no_layout_names_are_orphans_unless_above_the_mark_or_queued_for_destruction() {
         let mut s = clean();
-        s.objects.insert(1, Ok(vec![(30, 100), (40, 7), (2000, 7), (41, 1)]));
+        // Object 40 of target 2 is below the mark too: the mark compares sequence numbers.
+        let in_t2 = tessera_proto::object_in(2, 40);
+        let above_in_t2 = tessera_proto::object_in(2, 2000);
+        s.objects.insert(1, Ok(vec![(30, 100), (40, 7), (2000, 7), (41, 1), (in_t2, 3), (above_in_t2, 3)]));
         s.destroy.push((1001u64.to_be_bytes().to_vec(), DestroyEntry { ds: 1, objects: vec![41] }));
         let k = kinds(&s);
-        assert_eq!(k, vec![("orphan-object", Fix::Orphans { ds: 1, objects: vec![40] })]);
+        assert_eq!(
+            k,
+            vec![
+                ("orphan-object", Fix::Orphans { ds: 1, objects: vec![40] }),
+                ("orphan-object", Fix::Orphans { ds: 1, objects: vec![in_t2] })
+            ]
+        );
     }
 
     #[test]

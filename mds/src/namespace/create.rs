@@ -57,7 +57,8 @@ impl Namespace {
         let rdev = if matches!(kind, FileKind::CharDev | FileKind::BlockDev) { rdev } else { 0 };
         let mut i = self.new_inode(c, &p, kind, perm, rdev)?;
         if let Some(placed) = placed {
-            i.layout = Some(placed?);
+            let p = placed?;
+            i.layout = Some(self.layout_on(p.stripe_size, &p.slots)?);
         }
         tx.add_inode(&i)?;
         let parent_attr = self.add_entry(&mut tx, parent, name, i.attr.ino, kind)?;

@@ -9,6 +9,13 @@ use crate::store::{xattr_key, Dentry, Inode, Txn, T};
 use tessera_proto::layout::{Layout, LayoutSpec, StripeTarget};
 use tessera_proto::{object_in, Attr, Caller, FileKind, FsError, FsResult, Ino, Timestamp};
 
+/// A new file's placement, made before the namespace lock is taken.
+#[derive(Clone, Debug)]
+pub(super) struct Placed {
+    pub stripe_size: u64,
+    pub slots: Vec<Slot>,
+}
+
 /// The extended attribute naming a directory's (or a file's) placement policy (`tessera setstripe --policy`).
 pub const POLICY_XATTR: &str = "tessera.placement";
 
@@ -118,32 +125,34 @@ impl Namespace {
             .filter(|v| !v.is_empty()))
     }
 
-    /// Layouts for the new files `names` in `dir` (`spec`: the layout asked for, if any), placed as one
-    /// batch outside the namespace lock: a declared file gets its declared targets, the others are
-    /// solved together with the directory's policy.
-    pub(super) fn place_new_files(&self, dir: Ino, names: &[&str], spec: Option<LayoutSpec>) -> FsResult<Vec<Layout>> {
+    /// Where the new files `names` in `dir` go (`spec`: the layout asked for, if any): placed as one batch
+    /// outside the namespace lock, a declared file on its declared targets, the others solved together
+    /// with the directory's policy. Their object ids are allocated later, under the lock, by
+    /// [`Namespace::layout_on`] (fsck's object mark relies on ids being allocated there).
+    pub(super) fn place_new_files(&self, dir: Ino, names: &[&str], spec: Option<LayoutSpec>) -> FsResult<Vec<Placed>> {
         let rd = self.store.begin();
         let base = rd.dir_layout(dir)?.unwrap_or_default();
         let policy = self.policy_of(&rd, dir)?;
         let (stripe_size, stripe_count) = self.merged_spec(spec.unwrap_or_default(), base);
-        let mut out: Vec<Option<Layout>> = Vec::with_capacity(names.len());
+        let mut out: Vec<Placed> = Vec::with_capacity(names.len());
         let mut undeclared = Vec::new();
         for (k, name) in names.iter().enumerate() {
             // A declaration holds unless the create asks for a layout of its own.
-            match self.placer.take_declared(dir, name).filter(|_| spec.is_none()) {
-                Some((slots, _)) => out.push(Some(self.layout_on(stripe_size, &slots)?)),
+            let slots = match self.placer.take_declared(dir, name).filter(|_| spec.is_none()) {
+                Some((slots, _)) => slots,
                 None => {
-                    out.push(None);
                     undeclared.push(k);
+                    Vec::new()
                 }
-            }
+            };
+            out.push(Placed { stripe_size, slots });
         }
         let req = CreateRequest { stripe_count, stripe_size, expected_size: 0, exclude: Vec::new() };
         let placed = self.placer.place(policy.as_deref(), &vec![req; undeclared.len()])?;
         for (k, slots) in undeclared.into_iter().zip(placed) {
-            out[k] = Some(self.layout_on(stripe_size, &slots)?);
+            out[k].slots = slots;
         }
-        Ok(out.into_iter().flatten().collect())
+        Ok(out)
     }
 
     /// Parent for a new entry: a directory the caller may write and search, without `name` (EEXIST).

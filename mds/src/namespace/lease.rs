@@ -1,5 +1,6 @@
 //! Directory leases: granting one, and applying a holder's batch of creates and unlinks.
 
+use super::entries::Placed;
 use super::{err, validate_name, Namespace};
 use crate::lease::{Holder, Renewal, LEASE_TIME, RESERVED_INOS};
 use crate::perm::{self, W, X};
@@ -103,7 +104,7 @@ impl Namespace {
             .iter()
             .filter_map(|e| if let DirOp::Create(c) = e { Some(c.name.as_str()) } else { None })
             .collect();
-        let mut placed: std::collections::VecDeque<Layout> = match self.place_new_files(dir, &names, None) {
+        let mut placed: std::collections::VecDeque<Placed> = match self.place_new_files(dir, &names, None) {
             Ok(l) => l.into(),
             Err(e) => {
                 tracing::debug!(dir, "placing a batch of {} creates: {e}", names.len());
@@ -165,7 +166,7 @@ impl Namespace {
         tx: &mut Txn<'_>,
         dir: Ino,
         base: LayoutSpec,
-        placed: Option<Layout>,
+        placed: Option<Placed>,
         e: &AsyncCreate,
         used: &mut Vec<Ino>,
         dir_attr: &mut Attr,
@@ -187,7 +188,7 @@ impl Namespace {
         }
         let attr = Attr::new(e.ino, FileKind::File, e.perm, e.uid, e.gid, e.time);
         let layout = match placed {
-            Some(l) => l,
+            Some(p) => self.layout_on(p.stripe_size, &p.slots)?,
             None => self.new_layout(LayoutSpec::default(), base, self.policy_of(tx, dir)?.as_deref())?,
         };
         tx.add_inode(&Inode { attr, layout: Some(layout.clone()), target: None, parent: dir })?;
