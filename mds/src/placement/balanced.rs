@@ -27,6 +27,7 @@
 //! notion of the zero-cost bipartite structure, which is what makes this exact solve take a millisecond.
 
 use super::{check_choice, resolve, rr_order, CreateRequest, Lustre, Placement, SolveStats, TargetInfo};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tessera_proto::FsResult;
@@ -39,6 +40,9 @@ pub struct Balanced {
     /// Weight of the server load (0..=1) against utilisation (0..=1) in a unit's cost.
     load_weight: f64,
     last: Mutex<Option<SolveStats>>,
+    /// Rotates the tie-break among equal costs by the stripes placed so far, so that creates of unknown size
+    /// on equally filled targets spread as round-robin does instead of all taking the first targets.
+    rotation: AtomicUsize,
 }
 
 impl Default for Balanced {
@@ -49,7 +53,7 @@ impl Default for Balanced {
 
 impl Balanced {
     pub fn new(fallback: Lustre, load_weight: f64) -> Balanced {
-        Balanced { fallback, load_weight: load_weight.max(0.0), last: Mutex::new(None) }
+        Balanced { fallback, load_weight: load_weight.max(0.0), last: Mutex::new(None), rotation: AtomicUsize::new(0) }
     }
 
     fn record(&self, s: SolveStats) {
@@ -64,8 +68,10 @@ impl Placement for Balanced {
 
     fn place_batch(&self, targets: &[TargetInfo], batch: &[CreateRequest]) -> FsResult<Vec<Vec<usize>>> {
         let started = Instant::now();
-        let (problem, resolved) = Problem::build(targets, batch, self.load_weight)?;
-        let stripes = problem.counts.iter().sum();
+        let rotation = self.rotation.load(Ordering::Relaxed);
+        let (problem, resolved) = Problem::build(targets, batch, self.load_weight, rotation)?;
+        let stripes: usize = problem.counts.iter().sum();
+        self.rotation.store(rotation.wrapping_add(stripes), Ordering::Relaxed);
         let (out, fallback) = match solve(&problem) {
             Some(sol) => {
                 for (req, (chosen, &(count, share))) in batch.iter().zip(sol.assign.iter().zip(&resolved)) {
@@ -108,7 +114,7 @@ pub(crate) struct Problem {
     pub base: Vec<f64>,
     pub step: Vec<f64>,
     pub load: Vec<i64>,
-    /// Tie-break among equal costs: position in the server-interleaved round-robin list.
+    /// Tie-break among equal costs: position in the server-interleaved round-robin list, rotated.
     pub rank: Vec<usize>,
 }
 
@@ -118,6 +124,7 @@ impl Problem {
         targets: &[TargetInfo],
         batch: &[CreateRequest],
         load_weight: f64,
+        rotation: usize,
     ) -> FsResult<(Problem, Vec<(usize, u64)>)> {
         let nt = targets.len();
         let resolved = batch.iter().map(|r| resolve(targets, r)).collect::<FsResult<Vec<_>>>()?;
@@ -133,7 +140,7 @@ impl Problem {
         let total = |t: &TargetInfo| t.capacity.max(1) as f64;
         let mut rank = vec![0; nt];
         for (pos, t) in rr_order(targets).into_iter().enumerate() {
-            rank[t] = pos;
+            rank[t] = (pos + nt - rotation % nt.max(1)) % nt;
         }
         let p = Problem {
             counts: resolved.iter().map(|&(c, _)| c).collect(),
@@ -457,7 +464,7 @@ mod tests {
         let (mut solved, mut infeasible) = (0, 0);
         for _ in 0..400 {
             let (t, batch) = random_instance(&mut rng, 6, 8);
-            let Ok((p, _)) = Problem::build(&t, &batch, 1.0) else { continue };
+            let Ok((p, _)) = Problem::build(&t, &batch, 1.0, 0) else { continue };
             let mine = solve(&p);
             match (&mine, reference(&p)) {
                 (Some(s), Some(c)) => {
@@ -478,7 +485,7 @@ mod tests {
         let mut solved = 0;
         for _ in 0..200 {
             let (t, batch) = random_instance(&mut rng, 3, 3);
-            let Ok((p, _)) = Problem::build(&t, &batch, 1.0) else { continue };
+            let Ok((p, _)) = Problem::build(&t, &batch, 1.0, 0) else { continue };
             let mine = solve(&p);
             assert_eq!(mine.as_ref().map(|s| p.cost_of(&s.load)), brute(&p), "{p:?}");
             solved += mine.is_some() as usize;
@@ -515,6 +522,20 @@ mod tests {
         let mut s: Vec<u32> = o.iter().map(|&i| t[i].server).collect();
         s.dedup();
         assert_eq!(s.len(), 3, "{o:?}");
+    }
+
+    /// Creates of unknown size on equally filled targets spread like round-robin (rotating tie-break).
+    #[test]
+    fn unknown_size_creates_rotate() {
+        let t = cluster(7, 5, 10 << 30);
+        let b = Balanced::default();
+        let mut n = [0u32; 35];
+        for _ in 0..35 {
+            for i in b.place(&t, &req(8, 0)).unwrap() {
+                n[i] += 1;
+            }
+        }
+        assert!(n.iter().all(|&k| k == 8), "{n:?}");
     }
 
     #[test]
@@ -560,7 +581,7 @@ mod tests {
         for (i, x) in t.iter_mut().enumerate() {
             x.used = (i as u64 * 7 % 11) << 29;
         }
-        let (p, _) = Problem::build(&t, &vec![req(8, 128 << 20); 1000], 1.0).unwrap();
+        let (p, _) = Problem::build(&t, &vec![req(8, 128 << 20); 1000], 1.0, 0).unwrap();
         let s = solve(&p).unwrap();
         check_solution(&p, &s);
         // Per target utilisation after the batch is level where the fill allows.
