@@ -137,8 +137,11 @@ impl Namespace {
         let mut out: Vec<Placed> = Vec::with_capacity(names.len());
         let mut undeclared = Vec::new();
         for (k, name) in names.iter().enumerate() {
-            // A declaration holds unless the create asks for a layout of its own.
-            let slots = match self.placer.take_declared(dir, name).filter(|_| spec.is_none()) {
+            // A declaration holds unless the create asks for another stripe count than declared.
+            let declared = self.placer.take_declared(dir, name).filter(|(slots, _)| {
+                spec.and_then(|s| s.stripe_count).is_none_or(|c| c == 0 || c as usize == slots.len())
+            });
+            let slots = match declared {
                 Some((slots, _)) => slots,
                 None => {
                     undeclared.push(k);
