@@ -32,6 +32,9 @@ pub const NAME: &str = "placement-tarazu";
 const SERVERS: usize = 7;
 const TARGETS: u16 = 5;
 const POLICIES: [&str; 3] = ["round-robin", "lustre", "balanced"];
+/// Stripe size: Lustre's 1 MiB scaled like the capacities would make it tiny; 256 KiB keeps requests
+/// realistic while a file still spans several stripe rows.
+const STRIPE: u64 = 256 << 10;
 /// The paper's target: 10 GB; its workloads' sizes are fractions of 35 of them.
 const PAPER_TARGET_GB: f64 = 10.0;
 
@@ -73,7 +76,9 @@ struct Workload {
 /// The spec's workloads, with the paper's data volume expressed as a fraction of its 350 GB.
 fn workloads(target_capacity: u64) -> Vec<Workload> {
     let scale = |paper_gb: f64| (paper_gb / (PAPER_TARGET_GB * 35.0) * 35.0 * target_capacity as f64) as u64;
-    let per = |total: u64, n: usize| (total / n as u64) / 4096 * 4096;
+    // IOR's blocks are whole rows of stripes (the stripe size times the count): every object of a file the
+    // same size, as the paper's 1 MiB transfers over 1 MiB stripes are.
+    let per = |total: u64, n: usize| (total / n as u64) / (STRIPE * 8) * (STRIPE * 8);
     let ior =
         |gb: f64| Job { name: "ior", files: 16, file_size: per(scale(gb), 16), count: 8, shared_tasks: 0, hacc: false };
     // HACC-I/O: 16 processes, ~38 bytes per particle in 9 variables; as much data as IOR 32 GB.
@@ -287,7 +292,7 @@ async fn one_run(
 ) -> Result<RunOutcome> {
     let mut o = ClusterOptions::plain(SERVERS, 0);
     o.device_model = device.as_str().into();
-    o.stripe_size = 256 << 10;
+    o.stripe_size = STRIPE;
     let policy_name = policy.to_string();
     let prepared = LocalCluster::prepare_edited(dir, &o, |c| {
         c.defaults.placement = policy_name.clone();

@@ -59,6 +59,8 @@ struct State {
     declared_used: u64,
     deferred: u64,
     last: Option<(SolveInfo, Instant)>,
+    /// Which of a file's targets holds its first stripe (balanced).
+    rotation: usize,
 }
 
 pub struct Placer {
@@ -183,7 +185,15 @@ impl Placer {
         };
         st.last = Some((info, now));
         let mut out = Vec::with_capacity(placed.len());
-        for (req, chosen) in batch.iter().zip(placed) {
+        for (req, mut chosen) in batch.iter().zip(placed) {
+            if name == "balanced" && !chosen.is_empty() {
+                // The flow gives each file a set of targets; which of them holds stripe 0 (the largest
+                // object of a file that is not a whole number of stripe rows) rotates from file to file,
+                // or the lowest-ranked target would hold every file's first stripe.
+                let k = st.rotation % chosen.len();
+                chosen.rotate_left(k);
+                st.rotation = st.rotation.wrapping_add(1);
+            }
             let share = match req.expected_size {
                 0 => req.stripe_size,
                 e => e.div_ceil(chosen.len().max(1) as u64),
