@@ -125,7 +125,8 @@ pub struct ExperimentArgs {
     /// Seconds each configuration runs (default 15; --quick 2.5).
     #[arg(long)]
     pub seconds: Option<f64>,
-    /// Size of each program's file (default 1g; --quick 128m).
+    /// Size of each program's file (default 1g; --quick 128m). placement-tarazu: the capacity of each
+    /// storage target, the paper's 10 GB scaled (default 128m; --quick 32m).
     #[arg(long, value_parser = parse_size)]
     pub file_size: Option<u64>,
     /// Capacity of the emulated disk in GB: the seek curve spans it, so it sets what a distance between

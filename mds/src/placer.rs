@@ -29,6 +29,69 @@ pub const MAX_DECLARE_BATCH: usize = 10_000;
 const PREDICTOR_JOBS: usize = 1024;
 const PREDICTOR_FILES: usize = 4096;
 
+/// The metadata server counts as loaded, and runs `balanced` solves as `lustre` ones, at this share of
+/// the machine's CPU time (over the last second) or of its memory (Tarazu: CPU ≥ 70% or memory ≥ 50%).
+pub const LOADED_CPU: f64 = 0.70;
+pub const LOADED_MEMORY: f64 = 0.50;
+
+/// Whether a metadata server using `cpu` of the machine's CPU time and `memory` of its memory (both
+/// 0..=1) should put off expensive solves.
+pub fn is_loaded(cpu: f64, memory: f64) -> bool {
+    cpu >= LOADED_CPU || memory >= LOADED_MEMORY
+}
+
+/// This process's share of the machine's CPU since the previous sample, and of its memory, from procfs
+/// (`None` where procfs is missing).
+#[derive(Default)]
+struct LoadProbe {
+    last: Option<(Instant, f64)>,
+    cpu: f64,
+    memory: f64,
+}
+
+impl LoadProbe {
+    /// Samples at most once a second; returns the latest (cpu, memory) shares.
+    fn sample(&mut self, now: Instant) -> (f64, f64) {
+        if self.last.is_some_and(|(at, _)| now.duration_since(at) < Duration::from_secs(1)) {
+            return (self.cpu, self.memory);
+        }
+        if let Some(busy) = process_cpu_seconds() {
+            if let Some((at, before)) = self.last {
+                let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+                let wall = now.duration_since(at).as_secs_f64();
+                self.cpu = ((busy - before) / (wall * cores)).clamp(0.0, 1.0);
+            }
+            self.last = Some((now, busy));
+        }
+        self.memory = memory_share().unwrap_or(0.0);
+        (self.cpu, self.memory)
+    }
+}
+
+/// User plus system CPU seconds of this process (`/proc/self/stat` fields 14 and 15).
+fn process_cpu_seconds() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name may hold spaces: fields are counted after its closing parenthesis.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let (utime, stime): (f64, f64) = (fields.get(11)?.parse().ok()?, fields.get(12)?.parse().ok()?);
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (ticks > 0).then(|| (utime + stime) / ticks as f64)
+}
+
+/// This process's resident memory over the machine's (`/proc/self/statm`, `/proc/meminfo`).
+fn memory_share() -> Option<f64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: f64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as f64;
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let total_kib: f64 =
+        meminfo.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    (total_kib > 0.0).then(|| pages * page / (total_kib * 1024.0))
+}
+
 /// Where one stripe goes: a data server and one of its targets.
 pub type Slot = (DsId, TargetIdx);
 
@@ -72,6 +135,7 @@ pub struct Placer {
     /// How long allocated space counts before the reports are trusted to hold it.
     pending_ttl: Duration,
     state: Mutex<State>,
+    probe: Mutex<LoadProbe>,
 }
 
 impl Placer {
@@ -85,6 +149,7 @@ impl Placer {
             started: Instant::now(),
             pending_ttl: (report_interval * 3).max(Duration::from_secs(3)),
             state: Mutex::new(State::default()),
+            probe: Mutex::new(LoadProbe::default()),
         })
     }
 
@@ -163,6 +228,15 @@ impl Placer {
         if targets.is_empty() {
             return Err(FsError::new(ErrorCode::NoSpace, "no data servers configured"));
         }
+        // Expensive solves are put off while the MDS is loaded: the batch is placed the cheap way.
+        let (cpu, memory) = self.probe.lock().unwrap_or_else(|p| p.into_inner()).sample(Instant::now());
+        let name = if name == "balanced" && is_loaded(cpu, memory) {
+            tracing::debug!(cpu, memory, "MDS loaded: a balanced solve of {} files runs as lustre", batch.len());
+            self.state().deferred += 1;
+            "lustre"
+        } else {
+            name
+        };
         let policy = self.policy(name);
         policy.set_now(self.started.elapsed());
         let t0 = Instant::now();
@@ -281,11 +355,6 @@ impl Placer {
         files.insert(name, size);
     }
 
-    /// Counts a solve run cheaply because the MDS was loaded.
-    pub fn count_deferred(&self) {
-        self.state().deferred += 1;
-    }
-
     pub fn status(&self) -> PlacementStatus {
         let st = self.state();
         PlacementStatus {
@@ -370,6 +439,28 @@ mod tests {
         let s = p.status();
         assert_eq!((s.solves, s.files, s.declared_used, s.declared_pending), (1, 35, 35, 0));
         assert!(p.declare(None, (0..MAX_DECLARE_BATCH + 1).map(|k| (1, k.to_string(), req(1, 1))).collect()).is_err());
+    }
+
+    #[test]
+    fn solves_are_put_off_at_the_papers_thresholds_and_the_probe_reads_this_process() {
+        assert!(!is_loaded(0.69, 0.49));
+        assert!(is_loaded(0.70, 0.0), "CPU at 70%");
+        assert!(is_loaded(0.0, 0.50), "memory at 50%");
+        assert!(process_cpu_seconds().is_some_and(|s| s >= 0.0));
+        assert!(memory_share().is_some_and(|m| m > 0.0 && m < LOADED_MEMORY));
+        let mut p = LoadProbe::default();
+        let t0 = Instant::now();
+        let first = p.sample(t0);
+        assert_eq!(first.0, 0.0, "one sample gives no CPU share yet");
+        // Burn CPU for a second and a bit: this process's share of the machine is then above zero.
+        let end = t0 + Duration::from_millis(1100);
+        let mut x = 0u64;
+        while Instant::now() < end {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        assert!(x != 1);
+        let (cpu, _) = p.sample(Instant::now());
+        assert!(cpu > 0.05 && cpu <= 1.0, "cpu share {cpu}");
     }
 
     #[test]
