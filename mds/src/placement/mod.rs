@@ -103,19 +103,8 @@ pub fn by_name(name: &str) -> FsResult<Box<dyn Placement>> {
     }
 }
 
-/// `OST cost = max utilisation / mean utilisation` (1.0 is perfect; 1.0 when all are zero or none given).
-pub fn ost_cost(utilisations: &[f64]) -> f64 {
-    if utilisations.is_empty() {
-        return 1.0;
-    }
-    let max = utilisations.iter().copied().fold(0.0f64, f64::max);
-    let mean = utilisations.iter().sum::<f64>() / utilisations.len() as f64;
-    if mean <= 0.0 {
-        1.0
-    } else {
-        max / mean
-    }
-}
+/// `OST cost = max utilisation / mean utilisation` (the one the CLI prints too).
+pub use tessera_proto::msg::ost_cost;
 
 pub(crate) fn no_space(detail: impl Into<String>) -> FsError {
     FsError::new(ErrorCode::NoSpace, detail)
