@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod namespace;
 pub mod orchestrator;
 pub mod perm;
+pub mod persched;
 pub mod placement;
 pub mod server;
 pub mod session;
