@@ -148,6 +148,10 @@ table! {
     DirBatch { .. }                            => true,  Clients,     Nothing;
     KeepAlive {}                               => true,  Clients,     Nothing;
     Fsck { .. }                                => false, Admins,      Nothing;
+    PeriodicRegister { .. }                    => true,  Clients,     Nothing;
+    PeriodicPoll { .. }                        => true,  Clients,     Nothing;
+    PeriodicLeave {}                           => true,  Clients,     Nothing;
+    PeriodicStatus {}                          => true,  Clients,     Nothing;
 }
 
 #[cfg(test)]
