@@ -13,6 +13,10 @@ use tessera_proto::msg::{PeriodicGrant, PeriodicInterval, PeriodicJob, PeriodicP
 pub const MAX_JOBS: usize = 64;
 /// Longest compute phase accepted, ms (one day).
 pub const MAX_COMPUTE_MS: u64 = 86_400_000;
+/// Most instances the largest pattern PERSCHED tries may hold (`Σ_k K' T_min / (w_k + time_io_k)`): bounds the
+/// planner's time and memory whatever jobs declare (a 1 ms job beside a 1 day job would otherwise ask for
+/// hundreds of millions). The paper's set 5 needs about 22 000.
+pub const MAX_PATTERN_INSTANCES: f64 = 50_000.0;
 
 /// The platform of the live system, bytes and bytes per second.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -132,6 +136,23 @@ impl Registry {
         let known = self.jobs.get(job).map(|e| e.profile);
         if known.is_none() && self.jobs.len() >= MAX_JOBS {
             return Err(format!("at most {MAX_JOBS} periodic jobs"));
+        }
+        let pf = self.platform();
+        let cycles: Vec<f64> = self
+            .jobs
+            .iter()
+            .filter(|(j, _)| j.as_str() != job)
+            .map(|(_, e)| e.profile.app())
+            .chain([p.app()])
+            .map(|a| a.w + pf.time_io(&a))
+            .collect();
+        let t_min = cycles.iter().copied().fold(0.0, f64::max);
+        let instances: f64 = cycles.iter().map(|c| Params::default().k_prime * t_min / c).sum();
+        if instances > MAX_PATTERN_INSTANCES {
+            return Err(format!(
+                "this profile beside the other periodic jobs would need patterns of {instances:.0} instances \
+                 (at most {MAX_PATTERN_INSTANCES:.0}): their periods differ too much"
+            ));
         }
         let e = self.jobs.entry(job.to_string()).or_insert(Entry {
             profile: p,
@@ -417,6 +438,11 @@ mod tests {
         assert!(r.register("a", prof(1, 0, 1), 0).is_err());
         assert!(r.register("a", prof(1, MAX_COMPUTE_MS + 1, 1), 0).is_err());
         assert!(r.register("a", prof(1, 1, 0), 0).is_err());
+        // Periods too far apart for one pattern: refused, the registry unchanged.
+        r.register("slow", prof(1, MAX_COMPUTE_MS, 1_000), 0).unwrap();
+        let e = r.register("fast", prof(1, 1, 1_000), 0).unwrap_err();
+        assert!(e.contains("differ too much"), "{e}");
+        assert!(r.leave("slow", 0));
         for i in 0..MAX_JOBS {
             r.register(&format!("j{i}"), prof(1, 1_000, 1_000), 0).unwrap();
         }
