@@ -52,12 +52,13 @@ impl Platform {
 
     /// Eq. 5: `UB = (1/N) Σ β ρ`, SysEff with every application at its congestion-free efficiency.
     pub fn upper_bound(&self, apps: &[App]) -> f64 {
-        apps.iter().map(|a| a.beta * self.rho(a)).sum::<f64>() / self.nodes
+        apps.iter().fold(0.0, |s, a| s + a.beta * self.rho(a)) / self.nodes
     }
 
     /// SysEff of given efficiencies: `(1/N) Σ β ρ̃`.
     pub fn syseff(&self, apps: &[App], rho_tilde: &[f64]) -> f64 {
-        apps.iter().zip(rho_tilde).map(|(a, r)| a.beta * r).sum::<f64>() / self.nodes
+        // fold from +0.0: `Sum` of no f64 is -0.0, which would print as "-0" for an empty set.
+        apps.iter().zip(rho_tilde).fold(0.0, |s, (a, r)| s + a.beta * r) / self.nodes
     }
 
     /// Dilation of given efficiencies: `max ρ / ρ̃` (infinite when some application never progresses).
