@@ -1,6 +1,6 @@
 //! The `tessera-bench` command line: one subcommand per benchmark, run on a multi-thread tokio runtime.
 
-use crate::{chaos, experiment, fuzz, ior, mdtest, net, workloads};
+use crate::{chaos, experiment, fuzz, ior, mdtest, net, persched, workloads};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -33,6 +33,8 @@ enum Cmd {
     Fuzz(fuzz::FuzzArgs),
     /// Reproduce a figure: starts a local cluster, runs the comparison, writes results/NAME.{csv,json,png}.
     Experiment(experiment::ExperimentArgs),
+    /// Periodic I/O scheduling (PerSched): `sim` reproduces the paper's Table 4 from the model.
+    Persched(persched::PerschedArgs),
 }
 
 /// Parses the command line, runs the benchmark on a multi-thread tokio runtime, maps errors to exit code 1.
@@ -48,6 +50,7 @@ pub fn main_entry() -> ExitCode {
             Cmd::Net(a) => net::run(a).await,
             Cmd::Chaos(a) => chaos::run(a).await,
             Cmd::Fuzz(a) => fuzz::run(a).await,
+            Cmd::Persched(a) => persched::run(a).await,
         }
     });
     // Tasks abandoned at a barrier after another task failed must not hold up the exit.

@@ -10,6 +10,7 @@ pub mod ior; // `ior`: options, per-task offsets for each pattern, verification 
 pub mod localcluster; // a local MDS + data servers as child processes, with edited configs, for experiments
 pub mod mdtest; // `mdtest`: create/stat/remove rates
 pub mod net; // `net`: the QUIC + TLS transport alone against sink servers, like lnet_selftest
+pub mod persched; // `persched sim`: the PerSched paper's Table 4 from the model (planner in tessera-mds)
 pub mod plots; // PNG figures with plotters (grouped bars, lines, LBA scatter, histograms)
 pub mod report; // IOR/mdtest-style text, summary statistics, JSON results
 pub mod tarazu; // `experiment placement-tarazu`: OST cost and bandwidth of the placement policies on 7 servers × 5 targets

@@ -228,7 +228,13 @@ enum Cmd {
         /// Refresh every second in place until Ctrl-C.
         #[arg(long)]
         watch: bool,
+        /// PerSched instead: per periodic job planned ρ̃, measured ρ̃ and dilation; SysEff and SysEff/UB.
+        #[arg(long)]
+        periodic: bool,
     },
+    /// Per-job settings: `job periodic` registers a periodic profile for PerSched.
+    #[command(subcommand)]
+    Job(JobCmd),
     /// IOrchestrator: its status, or switch its mode at run time.
     #[command(subcommand)]
     Orchestrator(OrchCmd),
@@ -711,7 +717,11 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         Cmd::Df { jobs, json, policy } => df(&c, jobs, json, policy).await?,
         Cmd::Ping => return ping(&c).await,
         Cmd::Fsck { repair, json } => return fsck(&c, repair, json).await,
-        Cmd::Jobs { watch } => watch_status(&c, watch, jobs_text).await?,
+        Cmd::Jobs { periodic: true, .. } => print!("{}", periodic_text(&c).await?),
+        Cmd::Jobs { watch, .. } => watch_status(&c, watch, jobs_text).await?,
+        Cmd::Job(JobCmd::Periodic { job, nodes, compute, volume }) => {
+            periodic_register(c, job, nodes, compute, volume).await?
+        }
         Cmd::Orchestrator(OrchCmd::Status { watch }) => watch_status(&c, watch, orchestrator_text).await?,
         Cmd::Ion(cmd) => crate::ion::run(&c, cmd).await.map_err(CliError::plain)?,
         Cmd::Orchestrator(OrchCmd::Mode { mode }) => {
@@ -1298,6 +1308,75 @@ fn fsck_text(r: &FsckReport) -> String {
 
 /// Prints the orchestrator's status rendered by `render`; with `watch`, redraws it every second in
 /// place (like `top`) until Ctrl-C.
+/// `tessera job ...`.
+#[derive(Subcommand, Debug)]
+enum JobCmd {
+    /// PerSched: registers job J as periodic (β nodes; compute SECONDS, then write BYTES; repeat). The MDS
+    /// recomputes the pattern; the job's clients follow it while they poll (the reservation lapses after
+    /// the lease when none does).
+    Periodic {
+        #[arg(long)]
+        job: String,
+        /// β: nodes the job runs on.
+        #[arg(long)]
+        nodes: u32,
+        /// w: compute phase, seconds.
+        #[arg(long)]
+        compute: f64,
+        /// vol: bytes transferred per instance (suffixes like 4G allowed).
+        #[arg(long, value_parser = parse_size)]
+        volume: u64,
+    },
+}
+
+async fn periodic_register(c: Client, job: String, nodes: u32, compute: f64, volume: u64) -> CliResult<()> {
+    if !(compute.is_finite() && compute > 0.0) {
+        return Err(CliError::plain(FsError::invalid("--compute must be a positive number of seconds")));
+    }
+    let profile = tessera_proto::msg::PeriodicProfile { nodes, compute_ms: (compute * 1e3).round() as u64, volume };
+    let c = c.with_job(job.clone());
+    let g = c.mds().periodic_register(profile).await.map_err(CliError::plain)?.unwrap_or_default();
+    println!(
+        "job {job}: period {:.3} s, {} interval(s), lease {} ms",
+        g.period_ms as f64 / 1e3,
+        g.intervals.len(),
+        g.lease_ms
+    );
+    for i in &g.intervals {
+        println!(
+            "  [{:.3}, {:.3}) s at {}/s",
+            i.start_ms as f64 / 1e3,
+            i.end_ms as f64 / 1e3,
+            tessera_proto::units::format_size(i.bytes_per_sec)
+        );
+    }
+    Ok(())
+}
+
+async fn periodic_text(c: &Client) -> CliResult<String> {
+    let r = c.mds().periodic_status().await.map_err(CliError::plain)?;
+    let mut out = format!(
+        "{:<24} {:>5} {:>10} {:>12} {:>10} {:>10} {:>9}\n",
+        "JOB", "NODES", "COMPUTE_S", "VOLUME", "PLANNED", "MEASURED", "DILATION"
+    );
+    for j in &r.jobs {
+        let m = j.measured_rho.map_or("-".to_string(), |m| format!("{m:.4}"));
+        out += &format!(
+            "{:<24} {:>5} {:>10.3} {:>12} {:>10.4} {:>10} {:>9.3}\n",
+            j.job,
+            j.profile.nodes,
+            j.profile.compute_ms as f64 / 1e3,
+            j.profile.volume,
+            j.planned_rho,
+            m,
+            j.dilation
+        );
+    }
+    let ratio = if r.upper_bound > 0.0 { r.syseff / r.upper_bound } else { 0.0 };
+    out += &format!("period {:.3} s, SysEff {:.4}, SysEff/UB {:.4}\n", r.period_ms as f64 / 1e3, r.syseff, ratio);
+    Ok(out)
+}
+
 async fn watch_status(c: &Client, watch: bool, render: fn(&OrchestratorStatus) -> String) -> CliResult<()> {
     if !watch {
         let st = c.mds().orchestrator_status().await.map_err(CliError::plain)?;
@@ -1450,9 +1529,15 @@ mod tests {
         assert!(matches!(c.cmd, Cmd::Orchestrator(OrchCmd::Mode { mode: OrchestratorMode::Even })));
         assert!(Cli::try_parse_from(["tessera", "orchestrator", "mode", "fast"]).is_err());
         let c = Cli::try_parse_from(["tessera", "jobs", "--watch"]).unwrap();
-        assert!(matches!(c.cmd, Cmd::Jobs { watch: true }));
+        assert!(matches!(c.cmd, Cmd::Jobs { watch: true, .. }));
         let c = Cli::try_parse_from(["tessera", "orchestrator", "status"]).unwrap();
         assert!(matches!(c.cmd, Cmd::Orchestrator(OrchCmd::Status { watch: false })));
+        let c = Cli::try_parse_from(["tessera", "jobs", "--periodic"]).unwrap();
+        assert!(matches!(c.cmd, Cmd::Jobs { periodic: true, watch: false }));
+        let args = ["tessera", "job", "periodic", "--job", "J", "--nodes", "4", "--compute", "2.5", "--volume", "2G"];
+        let c = Cli::try_parse_from(args).unwrap();
+        let Cmd::Job(JobCmd::Periodic { job, nodes, compute, volume }) = c.cmd else { panic!("{:?}", c.cmd) };
+        assert_eq!((job.as_str(), nodes, compute, volume), ("J", 4, 2.5, 2 << 30));
     }
 
     #[test]

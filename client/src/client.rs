@@ -34,6 +34,8 @@ struct Shared {
     _endpoint: quinn::Endpoint,
     /// Renews this client's session with the MDS while the client exists.
     _keep_alive: crate::session::KeepAlive,
+    /// PerSched: the job's grant; inactive (no delay at all) unless the job registered or follows one.
+    periodic: Arc<crate::periodic::Periodic>,
 }
 
 /// A connection to a Tessera cluster. Cheap to clone; clones share the connections.
@@ -119,7 +121,8 @@ impl Client {
             FsError::new(e.code, format!("metadata server {}{}: {}", cfg.mds.addr, via.unwrap_or_default(), e.detail))
         })?;
         let _keep_alive = crate::session::spawn_keep_alive(mds.clone());
-        let shared = Arc::new(Shared { cfg: cfg.clone(), data, _endpoint: endpoint, _keep_alive });
+        let periodic = Arc::default();
+        let shared = Arc::new(Shared { cfg: cfg.clone(), data, _endpoint: endpoint, _keep_alive, periodic });
         Ok(Client { shared, mds })
     }
 
@@ -162,6 +165,30 @@ impl Client {
     /// The data servers' connections.
     pub fn data(&self) -> &DataPlane {
         &self.shared.data
+    }
+
+    /// PerSched state of this client (the job's grant, if it follows a pattern).
+    pub fn periodic(&self) -> &Arc<crate::periodic::Periodic> {
+        &self.shared.periodic
+    }
+
+    /// PerSched: registers this job's periodic profile (β nodes, compute, volume per instance) and from now
+    /// on delays this client's reads and writes into the job's intervals, paced to the granted bandwidth.
+    pub async fn periodic_register(
+        &self,
+        profile: tessera_proto::msg::PeriodicProfile,
+    ) -> FsResult<tessera_proto::msg::PeriodicGrant> {
+        self.shared.periodic.register(&self.mds, profile).await
+    }
+
+    /// PerSched: follows the pattern of this job registered elsewhere (e.g. `tessera job periodic`).
+    pub fn periodic_follow(&self) {
+        self.shared.periodic.follow(self.mds.clone());
+    }
+
+    /// PerSched: this job stops being periodic.
+    pub async fn periodic_leave(&self) -> FsResult<()> {
+        self.shared.periodic.leave(&self.mds).await
     }
 
     /// MDS round-trip time.

@@ -156,7 +156,13 @@ impl File {
         let end = offset
             .checked_add(data.len() as u64)
             .ok_or_else(|| FsError::new(ErrorCode::TooBig, "write beyond the largest file offset"))?;
+        // PerSched: a job with a pattern waits for its interval and is paced; others pass (one atomic load).
+        let paced = if self.client.periodic().active() { self.client.periodic().wait_slot().await } else { None };
+        let (len, t0) = (data.len() as u64, std::time::Instant::now());
         let stripes = self.client.data().write(&self.tag, &self.layout, offset, data).await?;
+        if let Some(bw) = paced {
+            crate::periodic::Periodic::pace(len, bw, t0).await;
+        }
         if let Ok(mut d) = self.dirty.lock() {
             d.extend(stripes);
         }
@@ -181,7 +187,13 @@ impl File {
         }
         self.check_data_file()?;
         self.client.mds().session().check(self.session)?;
-        self.client.data().read(&self.tag, &self.layout, offset, end - offset).await
+        let paced = if self.client.periodic().active() { self.client.periodic().wait_slot().await } else { None };
+        let t0 = std::time::Instant::now();
+        let out = self.client.data().read(&self.tag, &self.layout, offset, end - offset).await?;
+        if let Some(bw) = paced {
+            crate::periodic::Periodic::pace(out.len() as u64, bw, t0).await;
+        }
+        Ok(out)
     }
 
     /// Appends at the current known size; returns the offset written at.

@@ -22,6 +22,8 @@ pub mod forward;
 pub mod job;
 /// Typed, ino-level wrapper over the MDS connection: one method per `MdsRequest`.
 pub mod mds_client;
+/// PerSched: the job's grant (intervals modulo T), its poll, and the gate its reads and writes pass.
+pub mod periodic;
 /// The client's session with the MDS: keep-alives, and handles that an eviction closed.
 pub mod session;
 

@@ -9,8 +9,8 @@ use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::{Layout, LayoutSpec};
 use tessera_proto::msg::{
     BatchResult, DeclaredFile, DirEntry, DirLease, DirOp, DsReport, DsStatus, FsckReport, MdsCall, MdsReply,
-    MdsRequest, OpenFlags, OrchestratorMode, OrchestratorStatus, PlacementStatus, RenameFlags, SetAttrs, StatFs,
-    XattrMode,
+    MdsRequest, OpenFlags, OrchestratorMode, OrchestratorStatus, PeriodicGrant, PeriodicProfile, PeriodicReport,
+    PlacementStatus, RenameFlags, SetAttrs, StatFs, XattrMode,
 };
 use tessera_proto::rpc::RpcPeer;
 use tessera_proto::types::{Attr, Caller, FileKind, Ino, Origin};
@@ -406,6 +406,37 @@ impl MdsClient {
         match self.call(MdsRequest::PlacementStatus).await? {
             MdsReply::Placement(s) => Ok(s),
             r => Err(unexpected("PlacementStatus", r)),
+        }
+    }
+
+    /// PerSched: registers this job's periodic profile; its grant in the recomputed pattern.
+    pub async fn periodic_register(&self, profile: PeriodicProfile) -> FsResult<Option<PeriodicGrant>> {
+        match self.call(MdsRequest::PeriodicRegister { profile }).await? {
+            MdsReply::Periodic(g) => Ok(g),
+            r => Err(unexpected("PeriodicRegister", r)),
+        }
+    }
+
+    /// PerSched: renews this job's reservation and fetches its grant (`None`: not registered).
+    pub async fn periodic_poll(&self, done: u64) -> FsResult<Option<PeriodicGrant>> {
+        match self.call(MdsRequest::PeriodicPoll { done }).await? {
+            MdsReply::Periodic(g) => Ok(g),
+            r => Err(unexpected("PeriodicPoll", r)),
+        }
+    }
+
+    pub async fn periodic_leave(&self) -> FsResult<()> {
+        match self.call(MdsRequest::PeriodicLeave).await? {
+            MdsReply::Ok => Ok(()),
+            r => Err(unexpected("PeriodicLeave", r)),
+        }
+    }
+
+    /// PerSched: every periodic job's planned and measured efficiency (`tessera jobs --periodic`).
+    pub async fn periodic_status(&self) -> FsResult<PeriodicReport> {
+        match self.call(MdsRequest::PeriodicStatus).await? {
+            MdsReply::PeriodicStatus(s) => Ok(s),
+            r => Err(unexpected("PeriodicStatus", r)),
         }
     }
 

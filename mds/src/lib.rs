@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod namespace;
 pub mod orchestrator;
 pub mod perm;
+pub mod persched;
 pub mod placement;
 pub mod placer;
 pub mod server;

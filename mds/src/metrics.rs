@@ -69,6 +69,41 @@ pub fn registry(orch: Arc<Orchestrator>, counters: &RequestCounters) -> Registry
     registry
 }
 
+/// PerSched's families (specs/periodic.md): per periodic job planned and measured ρ̃ and dilation; the
+/// system's SysEff, its upper bound and the period.
+pub fn add_persched(registry: &mut Registry, p: Arc<std::sync::Mutex<crate::persched::live::Registry>>) {
+    registry.register_collector(collector(move |s| {
+        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        let st = p.lock().unwrap_or_else(|e| e.into_inner()).status(now_ms as u64);
+        persched(s, &st)
+    }));
+}
+
+fn persched(s: &mut Scrape, st: &crate::persched::live::Status) -> fmt::Result {
+    s.gauge("tessera_persched_period_seconds", "Period T of the current pattern (0: none).")?
+        .sample(&[], st.period_ms as f64 / 1e3)?;
+    s.gauge("tessera_persched_syseff", "SysEff of the periodic jobs (measured where reported, else planned).")?
+        .sample(&[], st.syseff)?;
+    s.gauge("tessera_persched_upper_bound", "Upper bound of SysEff: every job at its congestion-free efficiency.")?
+        .sample(&[], st.upper_bound)?;
+    let mut f = s.gauge("tessera_persched_job_planned_rho", "A periodic job's efficiency in the pattern.")?;
+    for j in &st.jobs {
+        f.sample(&[("job", &j.job)], j.planned_rho)?;
+    }
+    let mut f =
+        s.gauge("tessera_persched_job_measured_rho", "A periodic job's efficiency from its own instance count.")?;
+    for j in &st.jobs {
+        if let Some(m) = j.measured_rho {
+            f.sample(&[("job", &j.job)], m)?;
+        }
+    }
+    let mut f = s.gauge("tessera_persched_job_dilation", "rho over the job's measured (else planned) efficiency.")?;
+    for j in &st.jobs {
+        f.sample(&[("job", &j.job)], j.dilation)?;
+    }
+    Ok(())
+}
+
 /// The orchestrator's families.
 fn orchestrator(s: &mut Scrape, orch: &Orchestrator) -> fmt::Result {
     let st = orch.status(Instant::now());
@@ -151,6 +186,23 @@ mod tests {
     use tessera_metrics::render;
     use tessera_proto::msg::MdsRequest;
     use tessera_proto::msg::{JobLocality, LocalityReport};
+
+    #[test]
+    fn renders_persched_state() {
+        use crate::persched::live::{LiveConfig, Profile, Registry as Live};
+        let mut live = Live::new(LiveConfig { nodes: 8, node_bw: 10e6, total_bw: 30e6, lease_ms: 5_000 });
+        live.register("p\"1", Profile { nodes: 4, compute_ms: 2_000, volume: 60_000_000 }, 0).unwrap();
+        let mut reg = Registry::default();
+        add_persched(&mut reg, Arc::new(std::sync::Mutex::new(live)));
+        let body = render(&reg).unwrap();
+        for line in [
+            "tessera_persched_period_seconds 4",
+            "tessera_persched_job_planned_rho{job=\"p\\\"1\"} 0.5",
+            "tessera_persched_upper_bound 0.25",
+        ] {
+            assert!(body.contains(line), "{line} missing in\n{body}");
+        }
+    }
 
     #[test]
     fn renders_requests_and_orchestrator_state() {

@@ -31,11 +31,55 @@ pub struct MdsService {
     /// Answers the orchestrator's requests (without one they are unsupported).
     orch: Option<Arc<Orchestrator>>,
     counters: Arc<RequestCounters>,
+    /// PerSched's registry of periodic jobs and their pattern.
+    persched: Arc<std::sync::Mutex<crate::persched::live::Registry>>,
 }
 
 impl MdsService {
     pub fn new(ns: Arc<Namespace>) -> MdsService {
-        MdsService { ns, ds_names: Default::default(), orch: None, counters: Arc::new(RequestCounters::default()) }
+        let persched = crate::persched::live::Registry::new(crate::persched::live::LiveConfig::from_options(
+            &tessera_proto::config::PerschedOptions::default(),
+        ));
+        MdsService {
+            ns,
+            ds_names: Default::default(),
+            orch: None,
+            counters: Arc::new(RequestCounters::default()),
+            persched: Arc::new(std::sync::Mutex::new(persched)),
+        }
+    }
+
+    /// PerSched's platform from `[persched]`.
+    pub fn with_persched(self, o: &tessera_proto::config::PerschedOptions) -> MdsService {
+        let r = crate::persched::live::Registry::new(crate::persched::live::LiveConfig::from_options(o));
+        MdsService { persched: Arc::new(std::sync::Mutex::new(r)), ..self }
+    }
+
+    /// PerSched's registry (for the metrics endpoint).
+    pub fn persched(&self) -> Arc<std::sync::Mutex<crate::persched::live::Registry>> {
+        self.persched.clone()
+    }
+
+    /// PerSched's requests for the calling job (specs/periodic.md): expired reservations go first.
+    fn periodic(&self, job: &str, req: MdsRequest) -> FsResult<MdsReply> {
+        let now_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let mut r = self.persched.lock().unwrap_or_else(|p| p.into_inner());
+        for gone in r.expire(now_ms) {
+            info!(job = %gone, "periodic job stopped polling: reservation dropped");
+        }
+        match req {
+            MdsRequest::PeriodicRegister { profile } => r
+                .register(job, profile.into(), now_ms)
+                .map(|g| MdsReply::Periodic(Some(g.into())))
+                .map_err(FsError::invalid),
+            MdsRequest::PeriodicPoll { done } => Ok(MdsReply::Periodic(r.poll(job, done, now_ms).map(Into::into))),
+            MdsRequest::PeriodicLeave => {
+                r.leave(job, now_ms);
+                Ok(MdsReply::Ok)
+            }
+            _ => Ok(MdsReply::PeriodicStatus(r.status(now_ms).into())),
+        }
     }
 
     pub fn with_orchestrator(self, orch: Arc<Orchestrator>) -> MdsService {
@@ -87,6 +131,10 @@ impl MdsService {
                     None => Err(unsupported()),
                 }
             }
+            MdsRequest::PeriodicRegister { .. }
+            | MdsRequest::PeriodicPoll { .. }
+            | MdsRequest::PeriodicLeave
+            | MdsRequest::PeriodicStatus => self.periodic(&origin.job, req),
             req => {
                 // A lease is held by one client on one connection (many share one through a forwarding node).
                 let holder = Holder { conn: peer.conn, client: origin.client };
@@ -217,10 +265,11 @@ pub async fn run(
         mode,
         cfg.ds.iter().map(|d| d.id).collect(),
     ));
-    let service = MdsService::new(ns).with_orchestrator(orch.clone());
+    let service = MdsService::new(ns).with_orchestrator(orch.clone()).with_persched(&cfg.persched);
     let metrics = match &cfg.metrics.mds_addr {
         Some(addr) => {
-            let registry = crate::metrics::registry(orch.clone(), &service.counters());
+            let mut registry = crate::metrics::registry(orch.clone(), &service.counters());
+            crate::metrics::add_persched(&mut registry, service.persched());
             let endpoint = tessera_metrics::Endpoint::bind(addr.as_str(), registry).await?;
             info!("metrics at http://{}/metrics", endpoint.local_addr());
             Some(endpoint)

@@ -234,6 +234,7 @@ pub fn prepare(dir: &Path, shape: Shape, port_base: u16, defaults: Defaults) -> 
                 orchestrator: Default::default(),
                 ion_options: Default::default(),
                 metrics: Default::default(),
+                persched: Default::default(),
             }
         }
     };

@@ -62,6 +62,28 @@ pub struct ClusterConfig {
     pub ion_options: IonOptions,
     #[serde(default)]
     pub metrics: MetricsOptions,
+    #[serde(default)]
+    pub persched: PerschedOptions,
+}
+
+/// PerSched's platform (specs/periodic.md): N, b and B of the model, and the reservation lease.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PerschedOptions {
+    /// N: client nodes SysEff is normalised by (and the largest β a job may declare).
+    pub nodes: u32,
+    /// b: bandwidth of one client node, bytes/s.
+    pub node_bandwidth: u64,
+    /// B: the file system's total bandwidth, bytes/s.
+    pub total_bandwidth: u64,
+    /// A periodic job that has not polled for this long loses its reservation.
+    pub lease_ms: u64,
+}
+
+impl Default for PerschedOptions {
+    fn default() -> Self {
+        PerschedOptions { nodes: 64, node_bandwidth: 100 << 20, total_bandwidth: 1 << 30, lease_ms: 10_000 }
+    }
 }
 
 /// IOrchestrator settings (specs/iorchestrator.md); the mode can be switched at run time.

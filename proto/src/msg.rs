@@ -377,6 +377,20 @@ pub enum MdsRequest {
     Declare {
         files: Vec<DeclaredFile>,
     },
+    /// PerSched (specs/periodic.md): the calling job (`origin.job`) declares its periodic profile; the MDS
+    /// recomputes the pattern. Reply: `Periodic` with the job's grant.
+    PeriodicRegister {
+        profile: PeriodicProfile,
+    },
+    /// Renews the calling job's reservation, tells how many instances it finished since it registered,
+    /// and fetches its current grant (`Periodic(None)`: not registered, e.g. expired).
+    PeriodicPoll {
+        done: u64,
+    },
+    /// The calling job stops being periodic; the pattern is recomputed for the others. Reply: `Ok`.
+    PeriodicLeave,
+    /// Every periodic job's planned and measured efficiency (`tessera jobs --periodic`).
+    PeriodicStatus,
 }
 
 /// Most files one `Declare` names.
@@ -506,6 +520,8 @@ pub enum MdsReply {
     Declared {
         count: u32,
     },
+    Periodic(Option<PeriodicGrant>),
+    PeriodicStatus(PeriodicReport),
 }
 
 /// What `tessera df --policy` shows: the cluster's placement policy and how its solves went.
@@ -1065,6 +1081,55 @@ pub struct IonStatus {
     /// Median time between consecutive arrivals over the recent ones, microseconds.
     pub median_interarrival_us: Option<u64>,
     pub jobs: Vec<IonJob>,
+}
+
+/// A periodic job's profile (PerSched, specs/periodic.md): β nodes, w of compute, then `volume` bytes.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct PeriodicProfile {
+    pub nodes: u32,
+    pub compute_ms: u64,
+    pub volume: u64,
+}
+
+/// During `[start_ms, end_ms)` modulo the period the job may transfer at `bytes_per_sec` in total.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct PeriodicInterval {
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub bytes_per_sec: u64,
+}
+
+/// A job's reservation in the current pattern, whose time 0 is `origin_ms` (Unix ms).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct PeriodicGrant {
+    pub epoch: u64,
+    pub origin_ms: u64,
+    pub period_ms: u64,
+    pub intervals: Vec<PeriodicInterval>,
+    /// Poll again within this long or lose the reservation.
+    pub lease_ms: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct PeriodicJob {
+    pub job: String,
+    pub profile: PeriodicProfile,
+    pub planned_rho: f64,
+    pub measured_rho: Option<f64>,
+    pub dilation: f64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct PeriodicReport {
+    pub jobs: Vec<PeriodicJob>,
+    pub period_ms: u64,
+    pub syseff: f64,
+    pub upper_bound: f64,
 }
 
 #[cfg(test)]

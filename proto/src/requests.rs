@@ -150,6 +150,10 @@ table! {
     Fsck { .. }                                => false, Admins,      Nothing;
     PlacementStatus {}                         => true,  Clients,     Nothing;
     Declare { .. }                             => false, Clients,     Any;
+    PeriodicRegister { .. }                    => true,  Clients,     Nothing;
+    PeriodicPoll { .. }                        => true,  Clients,     Nothing;
+    PeriodicLeave {}                           => true,  Clients,     Nothing;
+    PeriodicStatus {}                          => true,  Clients,     Nothing;
 }
 
 #[cfg(test)]

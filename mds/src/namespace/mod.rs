@@ -341,9 +341,14 @@ impl Namespace {
             Q::PlacementStatus => Ok(MdsReply::Placement(self.placer.status())),
             Q::Declare { files } => self.declare(c, files),
             // The server's dispatch (`crate::server`) hands these to the stats view and the orchestrator.
-            Q::DsReport(_) | Q::LocalityReport(_) | Q::SetOrchestratorMode { .. } | Q::OrchestratorStatus => {
-                Err(FsError::new(ErrorCode::Unsupported, "not a namespace request"))
-            }
+            Q::DsReport(_)
+            | Q::LocalityReport(_)
+            | Q::SetOrchestratorMode { .. }
+            | Q::OrchestratorStatus
+            | Q::PeriodicRegister { .. }
+            | Q::PeriodicPoll { .. }
+            | Q::PeriodicLeave
+            | Q::PeriodicStatus => Err(FsError::new(ErrorCode::Unsupported, "not a namespace request")),
             Q::Fsck { repair } => self.fsck(repair).await.map(MdsReply::Fsck),
             Q::LeaseDir { .. } | Q::DirBatch { .. } => {
                 Err(FsError::new(ErrorCode::Unsupported, "lease requests need the caller's connection and client"))

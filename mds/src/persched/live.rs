@@ -1,0 +1,477 @@
+//! Spec: specs/periodic.md "In the file system" — the MDS's registry of periodic jobs. Pure (times are
+//! passed in, milliseconds since the Unix epoch): a job registers its profile (β, w, vol), the pattern is
+//! recomputed with [`super::persched`] when a periodic job arrives or leaves, each job is handed its
+//! intervals (start, end, bandwidth, modulo T, from a common origin), and a job that stops polling loses
+//! its reservation after the lease.
+
+use super::{persched, App, Params, Platform};
+use std::collections::BTreeMap;
+use tessera_proto::config::PerschedOptions;
+use tessera_proto::msg::{PeriodicGrant, PeriodicInterval, PeriodicJob, PeriodicProfile, PeriodicReport};
+
+/// Periodic jobs one MDS plans for at most (the planner's cost grows with K²).
+pub const MAX_JOBS: usize = 64;
+/// Longest compute phase accepted, ms (one day).
+pub const MAX_COMPUTE_MS: u64 = 86_400_000;
+/// Most instances the largest pattern PERSCHED tries may hold (`Σ_k K' T_min / (w_k + time_io_k)`): bounds the
+/// planner's time and memory whatever jobs declare (a 1 ms job beside a 1 day job would otherwise ask for
+/// hundreds of millions). The paper's set 5 needs about 22 000.
+pub const MAX_PATTERN_INSTANCES: f64 = 50_000.0;
+
+/// The platform of the live system, bytes and bytes per second.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LiveConfig {
+    /// N: the nodes SysEff is normalised by.
+    pub nodes: u32,
+    /// b: bandwidth of one client node, bytes/s.
+    pub node_bw: f64,
+    /// B: the file system's total bandwidth, bytes/s.
+    pub total_bw: f64,
+    /// A job that has not polled for this long loses its reservation, ms.
+    pub lease_ms: u64,
+}
+
+/// What a job declares: β nodes, compute w, then a transfer of `volume` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Profile {
+    pub nodes: u32,
+    pub compute_ms: u64,
+    pub volume: u64,
+}
+
+/// One job's reservation: during `[start_ms, end_ms)` modulo `period_ms` (counted from `origin_ms`) the job
+/// may transfer at `bytes_per_sec` in total.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Grant {
+    /// Changes whenever the pattern is recomputed.
+    pub epoch: u64,
+    pub origin_ms: u64,
+    pub period_ms: u64,
+    pub intervals: Vec<(u64, u64, u64)>,
+    /// Poll again within this long or lose the reservation.
+    pub lease_ms: u64,
+}
+
+/// One job's line of `tessera jobs --periodic`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobStatus {
+    pub job: String,
+    pub profile: Profile,
+    /// ρ̃ of the pattern.
+    pub planned_rho: f64,
+    /// ρ̃ from the job's own count of finished instances since it registered (`None`: none reported).
+    pub measured_rho: Option<f64>,
+    /// ρ / measured ρ̃ (or / planned ρ̃ while nothing is measured).
+    pub dilation: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Status {
+    pub jobs: Vec<JobStatus>,
+    pub period_ms: u64,
+    pub syseff: f64,
+    pub upper_bound: f64,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    profile: Profile,
+    registered_ms: u64,
+    last_seen_ms: u64,
+    done: u64,
+}
+
+/// The registry and its current pattern.
+#[derive(Debug)]
+pub struct Registry {
+    cfg: LiveConfig,
+    jobs: BTreeMap<String, Entry>,
+    epoch: u64,
+    origin_ms: u64,
+    period_ms: u64,
+    grants: BTreeMap<String, Vec<(u64, u64, u64)>>,
+    planned: BTreeMap<String, f64>,
+}
+
+impl Profile {
+    pub fn check(&self, cfg: &LiveConfig) -> Result<(), String> {
+        if self.nodes == 0 || self.nodes > cfg.nodes {
+            return Err(format!("nodes must be 1..={} (the platform's N)", cfg.nodes));
+        }
+        if self.compute_ms == 0 || self.compute_ms > MAX_COMPUTE_MS {
+            return Err(format!("compute must be 1 ms..={MAX_COMPUTE_MS} ms"));
+        }
+        if self.volume == 0 {
+            return Err("volume must be at least one byte".into());
+        }
+        Ok(())
+    }
+
+    fn app(&self) -> App {
+        App { beta: f64::from(self.nodes), w: self.compute_ms as f64 / 1e3, vol: self.volume as f64 }
+    }
+}
+
+impl Registry {
+    pub fn new(cfg: LiveConfig) -> Registry {
+        Registry {
+            cfg,
+            jobs: BTreeMap::new(),
+            epoch: 0,
+            origin_ms: 0,
+            period_ms: 0,
+            grants: BTreeMap::new(),
+            planned: BTreeMap::new(),
+        }
+    }
+
+    fn platform(&self) -> Platform {
+        Platform { nodes: f64::from(self.cfg.nodes.max(1)), b: self.cfg.node_bw, big_b: self.cfg.total_bw }
+    }
+
+    /// Registers (or updates) `job`'s profile; the pattern is recomputed when the set of periodic jobs or a
+    /// profile changes.
+    pub fn register(&mut self, job: &str, p: Profile, now_ms: u64) -> Result<Grant, String> {
+        p.check(&self.cfg)?;
+        let known = self.jobs.get(job).map(|e| e.profile);
+        if known.is_none() && self.jobs.len() >= MAX_JOBS {
+            return Err(format!("at most {MAX_JOBS} periodic jobs"));
+        }
+        let pf = self.platform();
+        let cycles: Vec<f64> = self
+            .jobs
+            .iter()
+            .filter(|(j, _)| j.as_str() != job)
+            .map(|(_, e)| e.profile.app())
+            .chain([p.app()])
+            .map(|a| a.w + pf.time_io(&a))
+            .collect();
+        let t_min = cycles.iter().copied().fold(0.0, f64::max);
+        let instances: f64 = cycles.iter().map(|c| Params::default().k_prime * t_min / c).sum();
+        if instances > MAX_PATTERN_INSTANCES {
+            return Err(format!(
+                "this profile beside the other periodic jobs would need patterns of {instances:.0} instances \
+                 (at most {MAX_PATTERN_INSTANCES:.0}): their periods differ too much"
+            ));
+        }
+        let e = self.jobs.entry(job.to_string()).or_insert(Entry {
+            profile: p,
+            registered_ms: now_ms,
+            last_seen_ms: now_ms,
+            done: 0,
+        });
+        e.last_seen_ms = now_ms;
+        if known != Some(p) {
+            e.profile = p;
+            e.registered_ms = now_ms;
+            e.done = 0;
+            self.recompute(now_ms);
+        }
+        Ok(self.grant(job).unwrap_or_else(|| self.empty_grant()))
+    }
+
+    /// The job leaves; the pattern is recomputed for the others.
+    pub fn leave(&mut self, job: &str, now_ms: u64) -> bool {
+        let gone = self.jobs.remove(job).is_some();
+        if gone {
+            self.recompute(now_ms);
+        }
+        gone
+    }
+
+    /// Renews `job`'s lease, records how many instances it finished since it registered, and returns its
+    /// current grant (`None`: not registered, e.g. expired — it must register again).
+    pub fn poll(&mut self, job: &str, done: u64, now_ms: u64) -> Option<Grant> {
+        let e = self.jobs.get_mut(job)?;
+        e.last_seen_ms = now_ms;
+        e.done = done;
+        self.grant(job)
+    }
+
+    /// Drops the jobs silent for longer than the lease (they stopped following or died) and recomputes
+    /// the pattern if any went. Returns their names.
+    pub fn expire(&mut self, now_ms: u64) -> Vec<String> {
+        let lease = self.cfg.lease_ms;
+        let gone: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|(_, e)| now_ms.saturating_sub(e.last_seen_ms) > lease)
+            .map(|(j, _)| j.clone())
+            .collect();
+        for j in &gone {
+            self.jobs.remove(j);
+        }
+        if !gone.is_empty() {
+            self.recompute(now_ms);
+        }
+        gone
+    }
+
+    fn empty_grant(&self) -> Grant {
+        Grant {
+            epoch: self.epoch,
+            origin_ms: self.origin_ms,
+            period_ms: 0,
+            intervals: Vec::new(),
+            lease_ms: self.cfg.lease_ms,
+        }
+    }
+
+    pub fn grant(&self, job: &str) -> Option<Grant> {
+        let iv = self.grants.get(job)?;
+        Some(Grant {
+            epoch: self.epoch,
+            origin_ms: self.origin_ms,
+            period_ms: self.period_ms,
+            intervals: iv.clone(),
+            lease_ms: self.cfg.lease_ms,
+        })
+    }
+
+    /// **decision**: the new pattern starts at `now` (its origin) for every job at once; jobs pick it up
+    /// at their next poll. Intervals are rounded outwards to whole milliseconds and their bandwidth up to
+    /// whole bytes per second — sub-millisecond precision is beyond what the client's pacing can keep.
+    fn recompute(&mut self, now_ms: u64) {
+        self.epoch += 1;
+        self.origin_ms = now_ms;
+        self.grants.clear();
+        self.planned.clear();
+        self.period_ms = 0;
+        let names: Vec<String> = self.jobs.keys().cloned().collect();
+        let apps: Vec<App> = self.jobs.values().map(|e| e.profile.app()).collect();
+        let Some(plan) = persched(&self.platform(), &apps, Params::default()) else { return };
+        let pat = &plan.pattern;
+        self.period_ms = (pat.period() * 1e3).ceil() as u64;
+        for (k, name) in names.iter().enumerate() {
+            let mut iv: Vec<(u64, u64, u64)> = pat
+                .instances(k)
+                .iter()
+                .flat_map(|i| &i.pieces)
+                .map(|pc| ((pc.start * 1e3).floor() as u64, (pc.end * 1e3).ceil() as u64, pc.bw.ceil() as u64))
+                .collect();
+            iv.sort_unstable();
+            self.grants.insert(name.clone(), iv);
+            self.planned.insert(name.clone(), pat.rho_tilde(k));
+        }
+    }
+
+    pub fn status(&self, now_ms: u64) -> Status {
+        let p = self.platform();
+        let apps: Vec<App> = self.jobs.values().map(|e| e.profile.app()).collect();
+        let mut jobs = Vec::new();
+        let mut eff = Vec::new();
+        for ((name, e), a) in self.jobs.iter().zip(&apps) {
+            let planned = self.planned.get(name).copied().unwrap_or(0.0);
+            let age = now_ms.saturating_sub(e.registered_ms) as f64 / 1e3;
+            let measured = (e.done > 0 && age > 0.0).then(|| (e.done as f64 * a.w / age).min(1.0));
+            let r = measured.unwrap_or(planned);
+            eff.push(r);
+            jobs.push(JobStatus {
+                job: name.clone(),
+                profile: e.profile,
+                planned_rho: planned,
+                measured_rho: measured,
+                dilation: if r > 0.0 { p.rho(a) / r } else { f64::INFINITY },
+            });
+        }
+        Status { jobs, period_ms: self.period_ms, syseff: p.syseff(&apps, &eff), upper_bound: p.upper_bound(&apps) }
+    }
+}
+
+/// Client side: given a grant and the current time, when may the job transfer and at what rate? Returns
+/// `(wait_ms, bytes_per_sec, until_ms)`: wait this long, then send at this rate for at most `until_ms`.
+/// An empty grant (no pattern) never delays.
+pub fn next_slot(g: &Grant, now_ms: u64) -> Option<(u64, u64, u64)> {
+    if g.period_ms == 0 || g.intervals.is_empty() {
+        return None;
+    }
+    let pos = now_ms.saturating_sub(g.origin_ms) % g.period_ms;
+    // Inside an interval: go now.
+    for &(s, e, bw) in &g.intervals {
+        if s <= pos && pos < e {
+            return Some((0, bw, e - pos));
+        }
+    }
+    // Otherwise the next interval to start, wrapping past T.
+    let next = g
+        .intervals
+        .iter()
+        .map(|&(s, e, bw)| (if s > pos { s - pos } else { s + g.period_ms - pos }, bw, e - s))
+        .min_by_key(|x| x.0)?;
+    Some(next)
+}
+
+impl LiveConfig {
+    pub fn from_options(o: &PerschedOptions) -> LiveConfig {
+        LiveConfig {
+            nodes: o.nodes.max(1),
+            node_bw: o.node_bandwidth.max(1) as f64,
+            total_bw: o.total_bandwidth.max(1) as f64,
+            lease_ms: o.lease_ms.max(100),
+        }
+    }
+}
+
+impl From<PeriodicProfile> for Profile {
+    fn from(p: PeriodicProfile) -> Profile {
+        Profile { nodes: p.nodes, compute_ms: p.compute_ms, volume: p.volume }
+    }
+}
+
+impl From<Grant> for PeriodicGrant {
+    fn from(g: Grant) -> PeriodicGrant {
+        PeriodicGrant {
+            epoch: g.epoch,
+            origin_ms: g.origin_ms,
+            period_ms: g.period_ms,
+            intervals: g
+                .intervals
+                .into_iter()
+                .map(|(s, e, bw)| PeriodicInterval { start_ms: s, end_ms: e, bytes_per_sec: bw })
+                .collect(),
+            lease_ms: g.lease_ms,
+        }
+    }
+}
+
+impl From<Status> for PeriodicReport {
+    fn from(s: Status) -> PeriodicReport {
+        PeriodicReport {
+            jobs: s
+                .jobs
+                .into_iter()
+                .map(|j| PeriodicJob {
+                    job: j.job,
+                    profile: PeriodicProfile {
+                        nodes: j.profile.nodes,
+                        compute_ms: j.profile.compute_ms,
+                        volume: j.profile.volume,
+                    },
+                    planned_rho: j.planned_rho,
+                    measured_rho: j.measured_rho,
+                    dilation: j.dilation,
+                })
+                .collect(),
+            period_ms: s.period_ms,
+            syseff: s.syseff,
+            upper_bound: s.upper_bound,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> LiveConfig {
+        LiveConfig { nodes: 8, node_bw: 10e6, total_bw: 30e6, lease_ms: 5_000 }
+    }
+
+    fn prof(nodes: u32, compute_ms: u64, volume: u64) -> Profile {
+        Profile { nodes, compute_ms, volume }
+    }
+
+    #[test]
+    fn arrival_and_departure_recompute_the_pattern() {
+        let mut r = Registry::new(cfg());
+        let g1 = r.register("a", prof(4, 2_000, 60_000_000), 1_000).unwrap();
+        assert_eq!(g1.epoch, 1);
+        assert!(!g1.intervals.is_empty());
+        // Alone: 4 nodes × 10 MB/s = 40 > B = 30 MB/s: 2 s of transfer at 30 MB/s.
+        assert_eq!(g1.period_ms, 4_000);
+        assert_eq!(g1.intervals.iter().map(|i| i.2).max(), Some(30_000_000));
+        let g2 = r.register("b", prof(4, 2_000, 60_000_000), 2_000).unwrap();
+        assert_eq!(g2.epoch, 2);
+        assert_eq!(r.poll("a", 0, 2_100).unwrap().epoch, 2);
+        // Re-registering the same profile changes nothing.
+        assert_eq!(r.register("b", prof(4, 2_000, 60_000_000), 2_200).unwrap().epoch, 2);
+        assert!(r.leave("b", 3_000));
+        assert_eq!(r.poll("a", 0, 3_100).unwrap().epoch, 3);
+        assert!(r.poll("b", 0, 3_100).is_none());
+    }
+
+    #[test]
+    fn intervals_never_exceed_the_total_bandwidth() {
+        let mut r = Registry::new(cfg());
+        for (j, n) in [("a", 2), ("b", 3), ("c", 3)] {
+            r.register(j, prof(n, 1_500, 20_000_000), 0).unwrap();
+        }
+        let gs: Vec<Grant> = ["a", "b", "c"].iter().map(|j| r.grant(j).unwrap()).collect();
+        let t = gs[0].period_ms;
+        let bounds: Vec<u64> = gs.iter().flat_map(|g| g.intervals.iter()).flat_map(|&(s, e, _)| [s, e]).collect();
+        let mut checked = 0;
+        for ms in 0..t {
+            // Rounding outwards to whole ms may overlap neighbours within 1 ms of a boundary.
+            if bounds.iter().any(|&b| b.abs_diff(ms) <= 1) {
+                continue;
+            }
+            checked += 1;
+            let used: u64 = gs
+                .iter()
+                .flat_map(|g| g.intervals.iter())
+                .filter(|&&(s, e, _)| s <= ms && ms < e)
+                .map(|&(_, _, bw)| bw)
+                .sum();
+            // Each bandwidth is rounded up by less than a byte/s.
+            assert!(used <= 30_000_000 + 3, "{used} B/s at {ms} ms");
+        }
+        assert!(checked > 0);
+    }
+
+    #[test]
+    fn a_silent_job_loses_its_reservation() {
+        let mut r = Registry::new(cfg());
+        r.register("a", prof(4, 2_000, 60_000_000), 0).unwrap();
+        r.register("b", prof(4, 2_000, 60_000_000), 0).unwrap();
+        r.poll("a", 1, 4_000);
+        assert!(r.expire(5_000).is_empty());
+        assert_eq!(r.expire(5_001), vec!["b".to_string()]);
+        assert!(r.grant("b").is_none());
+        assert_eq!(r.grant("a").unwrap().epoch, 3);
+    }
+
+    #[test]
+    fn bad_profiles_are_refused_and_the_registry_is_bounded() {
+        let mut r = Registry::new(cfg());
+        assert!(r.register("a", prof(0, 1, 1), 0).is_err());
+        assert!(r.register("a", prof(9, 1, 1), 0).is_err());
+        assert!(r.register("a", prof(1, 0, 1), 0).is_err());
+        assert!(r.register("a", prof(1, MAX_COMPUTE_MS + 1, 1), 0).is_err());
+        assert!(r.register("a", prof(1, 1, 0), 0).is_err());
+        // Periods too far apart for one pattern: refused, the registry unchanged.
+        r.register("slow", prof(1, MAX_COMPUTE_MS, 1_000), 0).unwrap();
+        let e = r.register("fast", prof(1, 1, 1_000), 0).unwrap_err();
+        assert!(e.contains("differ too much"), "{e}");
+        assert!(r.leave("slow", 0));
+        for i in 0..MAX_JOBS {
+            r.register(&format!("j{i}"), prof(1, 1_000, 1_000), 0).unwrap();
+        }
+        assert!(r.register("one-more", prof(1, 1_000, 1_000), 0).is_err());
+    }
+
+    #[test]
+    fn status_reports_planned_and_measured_efficiency() {
+        let mut r = Registry::new(cfg());
+        r.register("a", prof(4, 2_000, 60_000_000), 0).unwrap();
+        let s = r.status(0);
+        assert!((s.jobs[0].planned_rho - 0.5).abs() < 1e-9);
+        assert_eq!(s.jobs[0].measured_rho, None);
+        assert!((s.syseff / s.upper_bound - 1.0).abs() < 1e-9);
+        r.poll("a", 4, 20_000);
+        let s = r.status(20_000);
+        // 4 instances × 2 s in 20 s: 0.4; ρ = 0.5: dilation 1.25.
+        assert!((s.jobs[0].measured_rho.unwrap() - 0.4).abs() < 1e-9);
+        assert!((s.jobs[0].dilation - 1.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn next_slot_waits_for_the_interval_and_never_delays_without_a_pattern() {
+        let g =
+            Grant { epoch: 1, origin_ms: 1_000, period_ms: 10_000, intervals: vec![(2_000, 4_000, 5)], lease_ms: 1 };
+        assert_eq!(next_slot(&g, 1_000), Some((2_000, 5, 2_000)));
+        assert_eq!(next_slot(&g, 3_500), Some((0, 5, 1_500)));
+        assert_eq!(next_slot(&g, 5_500), Some((7_500, 5, 2_000)));
+        let none = Grant { period_ms: 0, intervals: vec![], ..g };
+        assert_eq!(next_slot(&none, 5_500), None);
+    }
+}
