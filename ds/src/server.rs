@@ -201,7 +201,7 @@ impl DsService {
         let store = self.store.clone();
         let op = DeviceOp { kind: OpKind::Read, object, offset, len: len.into() };
         let data = self.device(tag, op, async move { store.read(object, offset, len as usize).await }).await?;
-        self.counters.record_read(tag.job(), data.len() as u64);
+        self.counters.record_read(tag, object, offset, data.len() as u64);
         Ok(data)
     }
 
@@ -218,8 +218,10 @@ impl DsService {
             let first = extents[0].offset;
             let op = DeviceOp { kind: OpKind::Read, object, offset: first, len: total };
             let work = async move { store.read_v(object, runs).await };
-            let (lens, data) = self.device_runs(tag, op, extents.to_vec(), work).await?;
-            self.counters.record_read(tag.job(), data.len() as u64);
+            let (lens, data): (Vec<u32>, Bytes) = self.device_runs(tag, op, extents.to_vec(), work).await?;
+            for (e, got) in extents.iter().zip(&lens) {
+                self.counters.record_read(tag, object, e.offset, u64::from(*got));
+            }
             return Ok((lens, data));
         }
         // The emulated disk seeks to each run: one modelled request per run.
@@ -236,7 +238,7 @@ impl DsService {
         let sync = sync || self.sync_writes;
         let op = DeviceOp { kind: OpKind::Write, object, offset, len: len.into() };
         self.device(tag, op, async move { store.write(object, offset, data, sync).await }).await?;
-        self.counters.record_write(tag.job(), len.into());
+        self.counters.record_write(tag, object, offset, len.into());
         Ok(len)
     }
 

@@ -3,6 +3,7 @@
 //! SIGINT/SIGTERM.
 
 use crate::dsclient::{DataServers, RpcDataServers};
+use crate::jobs::{Jobs, MetaEvent};
 use crate::lease::Holder;
 use crate::metrics::RequestCounters;
 use crate::namespace::Namespace;
@@ -31,11 +32,23 @@ pub struct MdsService {
     /// Answers the orchestrator's requests (without one they are unsupported).
     orch: Option<Arc<Orchestrator>>,
     counters: Arc<RequestCounters>,
+    /// The job registry and per-job counters.
+    jobs: Arc<Jobs>,
 }
 
 impl MdsService {
     pub fn new(ns: Arc<Namespace>) -> MdsService {
-        MdsService { ns, ds_names: Default::default(), orch: None, counters: Arc::new(RequestCounters::default()) }
+        let jobs = Jobs::open(ns.store(), JOB_WINDOW).unwrap_or_else(|e| {
+            tracing::warn!("job registry not readable, starting an empty one in memory: {e}");
+            Jobs::in_memory(JOB_WINDOW)
+        });
+        let counters = Arc::new(RequestCounters::default());
+        MdsService { ns, ds_names: Default::default(), orch: None, counters, jobs: Arc::new(jobs) }
+    }
+
+    /// The job registry.
+    pub fn jobs(&self) -> Arc<Jobs> {
+        self.jobs.clone()
     }
 
     pub fn with_orchestrator(self, orch: Arc<Orchestrator>) -> MdsService {
@@ -87,11 +100,28 @@ impl MdsService {
                     None => Err(unsupported()),
                 }
             }
+            MdsRequest::DsJobReport(r) => {
+                self.jobs.on_detail(&r);
+                Ok(MdsReply::Ok)
+            }
+            MdsRequest::JobStats { job } => Ok(MdsReply::Jobs(self.jobs.info(job.as_deref(), self.ns.store()))),
             req => {
+                let event = MetaEvent::of(&req).map(|ev| match ev {
+                    // The inode an unlink removes, for the job's files.
+                    MetaEvent::Unlink { parent, name, .. } => {
+                        let ino = self.ns.store().begin().dentry(parent, &name).ok().flatten().map(|d| d.ino);
+                        MetaEvent::Unlink { parent, name, ino }
+                    }
+                    ev => ev,
+                });
                 // A lease is held by one client on one connection (many share one through a forwarding node).
                 let holder = Holder { conn: peer.conn, client: origin.client };
                 let _admitted = self.ns.leases().admit(holder, &req).await;
-                self.ns.handle_lease(&caller, holder, req).await
+                let r = self.ns.handle_lease(&caller, holder, req).await;
+                if let Some(ev) = event {
+                    self.jobs.on_metadata(&origin, caller.uid, ev, &r);
+                }
+                r
             }
         }
     }
@@ -130,6 +160,9 @@ impl Service for MdsService {
         (self.dispatch(&peer, req).await, Bytes::new())
     }
 }
+
+/// Window length of the per-job time series (Δt).
+pub const JOB_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What the `tessera-mds` command line sets.
 #[derive(Parser, Debug, Clone)]
@@ -217,6 +250,8 @@ pub async fn run(
         cfg.ds.iter().map(|d| d.id).collect(),
     ));
     let service = MdsService::new(ns).with_orchestrator(orch.clone());
+    let jobs = service.jobs();
+    let job_flusher = crate::jobs::spawn_flusher(jobs.clone());
     let metrics = match &cfg.metrics.mds_addr {
         Some(addr) => {
             let registry = crate::metrics::registry(orch.clone(), &service.counters());
@@ -245,6 +280,10 @@ pub async fn run(
     server.abort();
     destroyer.abort();
     evictor.abort();
+    job_flusher.abort();
+    if let Err(e) = jobs.flush() {
+        tracing::warn!("writing the job registry: {e}");
+    }
     store.flush().await?;
     info!("metadata flushed; bye");
     Ok(())

@@ -148,6 +148,8 @@ table! {
     DirBatch { .. }                            => true,  Clients,     Nothing;
     KeepAlive {}                               => true,  Clients,     Nothing;
     Fsck { .. }                                => false, Admins,      Nothing;
+    DsJobReport { .. }                         => false, DataServers, Nothing;
+    JobStats { .. }                            => true,  Clients,     Nothing;
 }
 
 #[cfg(test)]

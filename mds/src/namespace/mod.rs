@@ -339,9 +339,12 @@ impl Namespace {
             Q::SetLayout { ino, spec } => self.durable(self.set_layout_sync(c, ino, spec)).await,
             Q::ClusterStatus => Ok(MdsReply::Cluster(self.stats.cluster_status())),
             // The server's dispatch (`crate::server`) hands these to the stats view and the orchestrator.
-            Q::DsReport(_) | Q::LocalityReport(_) | Q::SetOrchestratorMode { .. } | Q::OrchestratorStatus => {
-                Err(FsError::new(ErrorCode::Unsupported, "not a namespace request"))
-            }
+            Q::DsReport(_)
+            | Q::LocalityReport(_)
+            | Q::SetOrchestratorMode { .. }
+            | Q::OrchestratorStatus
+            | Q::DsJobReport(_)
+            | Q::JobStats { .. } => Err(FsError::new(ErrorCode::Unsupported, "not a namespace request")),
             Q::Fsck { repair } => self.fsck(repair).await.map(MdsReply::Fsck),
             Q::LeaseDir { .. } | Q::DirBatch { .. } => {
                 Err(FsError::new(ErrorCode::Unsupported, "lease requests need the caller's connection and client"))
