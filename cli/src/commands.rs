@@ -210,6 +210,32 @@ enum Cmd {
     /// Forwarding nodes (IONs): their status, or switch their request scheduler at run time.
     #[command(subcommand)]
     Ion(crate::ion::IonCmd),
+    /// Per-job counters per node, like Lustre's job_stats: the MDS's metadata operations and each data
+    /// server's requests, bytes and request sizes.
+    Jobstats {
+        /// Only this job.
+        #[arg(long)]
+        job: Option<String>,
+        /// Refresh every second in place until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
+        /// Print JSON (the registry's records) instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A job's I/O characterisation (volume, rates, intensity, burstiness, request sizes, task-local vs
+    /// shared files and their spatial pattern, parallelism) from the per-job counters.
+    Report {
+        /// The job id.
+        job: String,
+        /// Also write the report as JSON to FILE ("-": print JSON instead of the text page).
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        /// Write the report's files into DIR: JOB.json and the PNG plots JOB-bandwidth.png (bandwidth over
+        /// time), JOB-sizes.png (request-size CDF) and JOB-files.png (per-file access map).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Mount the file system with FUSE: runs `tessera-fuse` (installed next to `tessera`) with these arguments.
     Mount {
         /// MOUNTPOINT [--daemon] [--allow-other] [-o OPTS] (see `tessera-fuse --help`).
@@ -650,6 +676,8 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         Cmd::Jobs { watch } => watch_status(&c, watch, jobs_text).await?,
         Cmd::Orchestrator(OrchCmd::Status { watch }) => watch_status(&c, watch, orchestrator_text).await?,
         Cmd::Ion(cmd) => crate::ion::run(&c, cmd).await.map_err(CliError::plain)?,
+        Cmd::Jobstats { job, watch, json } => crate::jobreport::jobstats(&c, job.as_deref(), watch, json).await?,
+        Cmd::Report { job, json, out } => crate::jobreport::report(&c, &job, json.as_deref(), out.as_deref()).await?,
         Cmd::Orchestrator(OrchCmd::Mode { mode }) => {
             c.mds().set_orchestrator_mode(mode).await.map_err(admin_hint)?;
             println!("orchestrator mode: {mode} (from the next slice boundary)");

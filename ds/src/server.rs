@@ -232,13 +232,19 @@ impl DsService {
     }
 
     pub async fn write(&self, tag: &IoTag, object: ObjectId, offset: u64, data: Bytes, sync: bool) -> FsResult<u32> {
+        let len = self.write_run(tag, object, offset, data, sync).await?;
+        self.counters.record_write(tag, object, offset, len.into());
+        Ok(len)
+    }
+
+    /// A write, not counted yet (a vectored write counts its runs in their order once all are done).
+    async fn write_run(&self, tag: &IoTag, object: ObjectId, offset: u64, data: Bytes, sync: bool) -> FsResult<u32> {
         check_tag(tag)?;
         let len = u32::try_from(data.len()).map_err(|_| FsError::invalid("write payload too large"))?;
         let store = self.store.clone();
         let sync = sync || self.sync_writes;
         let op = DeviceOp { kind: OpKind::Write, object, offset, len: len.into() };
         self.device(tag, op, async move { store.write(object, offset, data, sync).await }).await?;
-        self.counters.record_write(tag, object, offset, len.into());
         Ok(len)
     }
 
@@ -254,8 +260,11 @@ impl DsService {
     ) -> FsResult<u32> {
         check_tag(tag)?;
         let len = u32::try_from(data.len()).map_err(|_| FsError::invalid("write payload too large"))?;
-        let runs = split_runs(extents, &data)?.map(|(offset, run)| self.write(tag, object, offset, run, sync));
+        let runs = split_runs(extents, &data)?.map(|(offset, run)| self.write_run(tag, object, offset, run, sync));
         futures::future::try_join_all(runs).await?;
+        for e in extents {
+            self.counters.record_write(tag, object, e.offset, e.len.into());
+        }
         Ok(len)
     }
 

@@ -474,6 +474,58 @@ impl Jobs {
     }
 }
 
+impl Jobs {
+    /// The per-job families of the MDS's metrics (label `job`; data counters also by `ds`), for the jobs
+    /// active within `idle`: idle jobs leave the metrics, not the registry.
+    pub fn scrape(&self, s: &mut tessera_metrics::Scrape, idle: Duration) -> std::fmt::Result {
+        let since = unix_us().saturating_sub(idle.as_micros() as u64);
+        type Row = (String, MetaCounters, Vec<(DsId, JobDetail)>);
+        let jobs: Vec<Row> = {
+            let m = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            let mut v: Vec<_> = m
+                .values()
+                .filter(|l| l.rec.last_us >= since)
+                .map(|l| {
+                    let nodes = l.rec.nodes.iter().map(|(ds, (_, _, d))| (*ds, d.clone())).collect();
+                    (l.rec.job.clone(), l.rec.meta.clone(), nodes)
+                })
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        };
+        let mut f = s.counter("tessera_job_metadata_ops_total", "Metadata operations of a job at the MDS, by op.")?;
+        for (job, m, _) in &jobs {
+            for (op, n) in [
+                ("open", m.opens),
+                ("close", m.closes),
+                ("create", m.creates),
+                ("unlink", m.unlinks),
+                ("readdir", m.readdirs),
+                ("inode_update", m.inode_updates),
+                ("other", m.other),
+            ] {
+                f.sample(&[("job", job), ("op", op)], n)?;
+            }
+        }
+        type Field = fn(&JobDetail) -> u64;
+        let data: [(&str, &str, Field); 4] = [
+            ("tessera_job_read_bytes_total", "Bytes a job read, by data server.", |d| d.read_bytes),
+            ("tessera_job_write_bytes_total", "Bytes a job wrote, by data server.", |d| d.write_bytes),
+            ("tessera_job_read_requests_total", "Read requests of a job, by data server.", |d| d.read_ops),
+            ("tessera_job_write_requests_total", "Write requests of a job, by data server.", |d| d.write_ops),
+        ];
+        for (name, help, get) in data {
+            let mut f = s.counter(name, help)?;
+            for (job, _, nodes) in &jobs {
+                for (ds, d) in nodes {
+                    f.sample(&[("job", job), ("ds", &ds.to_string())], get(d))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Jobs listed when all are asked for (the most recently active).
 pub const MAX_SUMMARIES: usize = 256;
 
@@ -686,6 +738,30 @@ mod tests {
         assert_eq!(i.nodes.len(), 2);
         assert_eq!(i.files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(), ["inode 5", "inode 6"]);
         assert!(j.info(None, &store)[0].nodes.iter().all(|(_, d)| d.streams.is_empty()), "summaries");
+    }
+
+    #[test]
+    fn metrics_have_a_job_label_and_idle_jobs_leave_them() {
+        let j = Jobs::in_memory(Duration::from_secs(1));
+        j.on_metadata(&origin("now", 1, 1), 0, MetaEvent::Readdir, &Ok(MdsReply::Ok));
+        j.on_detail(&DsJobReport {
+            ds: 3,
+            at_unix_us: unix_us(),
+            generation: 1,
+            jobs: vec![detail("now", &[(5, 1, 4000)])],
+        });
+        j.on_detail(&DsJobReport { ds: 3, at_unix_us: 1, generation: 1, jobs: vec![detail("old", &[(5, 1, 4000)])] });
+        let mut reg = tessera_metrics::prometheus_client::registry::Registry::default();
+        let jobs = std::sync::Arc::new(j);
+        let j2 = jobs.clone();
+        reg.register_collector(tessera_metrics::collector(move |s| j2.scrape(s, Duration::from_secs(300))));
+        let text = tessera_metrics::render(&reg).unwrap();
+        assert!(text.contains("tessera_job_metadata_ops_total{job=\"now\",op=\"readdir\"} 1"), "{text}");
+        assert!(text.contains("tessera_job_write_bytes_total{job=\"now\",ds=\"3\"} 4000"), "{text}");
+        assert!(!text.contains("\"old\""), "idle: not in the metrics");
+        let d = tempfile::tempdir().unwrap();
+        let store = Store::open(d.path(), Default::default()).unwrap();
+        assert_eq!(jobs.info(Some("old"), &store).len(), 1, "still in the registry");
     }
 
     #[test]

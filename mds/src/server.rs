@@ -161,6 +161,9 @@ impl Service for MdsService {
     }
 }
 
+/// Jobs idle for longer leave the metrics (not the registry).
+pub const METRICS_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// Window length of the per-job time series (Δt).
 pub const JOB_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -254,7 +257,9 @@ pub async fn run(
     let job_flusher = crate::jobs::spawn_flusher(jobs.clone());
     let metrics = match &cfg.metrics.mds_addr {
         Some(addr) => {
-            let registry = crate::metrics::registry(orch.clone(), &service.counters());
+            let mut registry = crate::metrics::registry(orch.clone(), &service.counters());
+            let j = jobs.clone();
+            registry.register_collector(tessera_metrics::collector(move |s| j.scrape(s, METRICS_IDLE)));
             let endpoint = tessera_metrics::Endpoint::bind(addr.as_str(), registry).await?;
             info!("metrics at http://{}/metrics", endpoint.local_addr());
             Some(endpoint)

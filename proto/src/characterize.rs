@@ -308,8 +308,13 @@ pub fn classify(requests: &[(u64, u64)]) -> Spatial {
     t.class()
 }
 
+/// Requests held back and released in offset order (requests of one process that were in flight
+/// together may be served out of their issue order).
+pub const REORDER: usize = 16;
+
 /// The spatial class kept online, in constant space (a data server keeps one per stream): flags over
 /// all steps between request starts, and the last [`2 × MAX_PERIOD`](MAX_PERIOD) steps for the period.
+/// Requests pass a window of [`REORDER`] sorted by offset first.
 #[derive(Clone, Debug, Default)]
 pub struct SpatialTracker {
     n: u64,
@@ -321,10 +326,20 @@ pub struct SpatialTracker {
     /// Smallest period (≥ 2) consistent with every step seen; None: none up to MAX_PERIOD.
     period: Option<usize>,
     recent: std::collections::VecDeque<i128>,
+    pending: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u64)>>,
 }
 
 impl SpatialTracker {
     pub fn push(&mut self, offset: u64, len: u64) {
+        self.pending.push(std::cmp::Reverse((offset, len)));
+        if self.pending.len() > REORDER {
+            if let Some(std::cmp::Reverse((o, l))) = self.pending.pop() {
+                self.feed(o, l);
+            }
+        }
+    }
+
+    fn feed(&mut self, offset: u64, len: u64) {
         self.n += 1;
         let Some((lo, ll)) = self.last.replace((offset, len)) else {
             (self.all_contiguous, self.all_same_step, self.all_forward, self.period) = (true, true, true, Some(2));
@@ -354,10 +369,17 @@ impl SpatialTracker {
 
     /// Requests seen.
     pub fn count(&self) -> u64 {
-        self.n
+        self.n + self.pending.len() as u64
     }
 
     pub fn class(&self) -> Spatial {
+        if !self.pending.is_empty() {
+            let mut t = self.clone();
+            while let Some(std::cmp::Reverse((o, l))) = t.pending.pop() {
+                t.feed(o, l);
+            }
+            return t.class();
+        }
         if self.n <= 1 || self.all_contiguous {
             return Spatial::Contiguous;
         }
@@ -555,6 +577,103 @@ pub fn report(i: &JobInputs) -> JobReport {
     }
 }
 
+/// Most windows a job's series is filled out to (longer idle spans are not filled).
+const MAX_FILLED: u64 = 1 << 20;
+
+/// What `tessera report` computes a job's criteria from: the MDS's [`JobInfo`](crate::msg::JobInfo)
+/// (registry, counters summed over data servers, series with the windows without I/O filled in, files
+/// with their processes and spatial classes from the data servers' per-stream counters).
+pub fn inputs_from_info(info: &crate::msg::JobInfo, c: u64, small_bytes: u64) -> JobInputs {
+    let dt_us = info.dt_us.max(1);
+    let mut total = crate::msg::JobDetail::default();
+    for (_, d) in &info.nodes {
+        total.add(d);
+    }
+    // The windows from the job's first activity to its last, those without I/O as zeros.
+    let first = info.first_unix_us.min(info.series.first().map_or(u64::MAX, |p| p.start_unix_us));
+    let last = info.last_unix_us.max(info.series.last().map_or(0, |p| p.start_unix_us));
+    let (start, end) = (first / dt_us, last / dt_us);
+    let mut series;
+    let duration_s;
+    if first <= last && end - start < MAX_FILLED {
+        series = vec![Window::default(); (end - start + 1) as usize];
+        for p in &info.series {
+            let i = (p.start_unix_us / dt_us).saturating_sub(start) as usize;
+            if let Some(w) = series.get_mut(i) {
+                w.add(&p.window);
+            }
+        }
+        duration_s = series.len() as f64 * dt_us as f64 / 1e6;
+    } else {
+        series = info.series.iter().map(|p| p.window.clone()).collect();
+        duration_s = last.saturating_sub(first) as f64 / 1e6;
+    }
+    // Files: the processes touching each and the most general spatial class of their streams.
+    /// Per file: its processes, the merged class, bytes read and written.
+    type FileAcc = (BTreeSet<(u64, u32)>, Option<Spatial>, u64, u64);
+    let mut per_file: BTreeMap<u64, FileAcc> = BTreeMap::new();
+    for s in &total.streams {
+        let e = per_file.entry(s.ino).or_default();
+        e.0.insert((s.client, s.pid));
+        e.1 = Some(e.1.map_or(s.spatial, |c| c.merge(s.spatial)));
+        if s.write {
+            e.3 += s.bytes;
+        } else {
+            e.2 += s.bytes;
+        }
+    }
+    let p = info.processes.len() as u32;
+    let mut files: Vec<FileReport> = info
+        .files
+        .iter()
+        .map(|f| (f.ino, f.path.clone()))
+        .chain(per_file.keys().filter(|i| !info.files.iter().any(|f| f.ino == **i)).map(|i| (*i, format!("inode {i}"))))
+        .filter_map(|(ino, path)| {
+            let (procs, spatial, rb, wb) = per_file.get(&ino)?.clone();
+            let (access, af) = file_access(procs.len(), p.max(procs.len() as u32));
+            let spatial = spatial.unwrap_or_default();
+            Some(FileReport {
+                path,
+                processes: procs.len() as u32,
+                access,
+                access_fraction: af,
+                spatial: spatial.name().to_string(),
+                stride_bytes: spatial.stride(),
+                read_bytes: rb,
+                write_bytes: wb,
+                concurrency_max: None,
+            })
+        })
+        .collect();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let count = |f: fn(&crate::msg::JobFile) -> bool| info.files.iter().filter(|x| f(x)).count() as u64;
+    JobInputs {
+        job: info.job.clone(),
+        duration_s,
+        dt_s: dt_us as f64 / 1e6,
+        c,
+        small_bytes,
+        series,
+        volume: Volume {
+            read_bytes: total.read_bytes,
+            write_bytes: total.write_bytes,
+            read_ops: total.read_ops,
+            write_ops: total.write_ops,
+        },
+        read_sizes: total.read_sizes.clone(),
+        write_sizes: total.write_sizes.clone(),
+        read_small: total.read_small,
+        write_small: total.write_small,
+        processes: p,
+        files,
+        files_created: info.meta.creates.max(count(|f| f.created)),
+        files_opened: info.meta.opens,
+        files_closed: info.meta.closes,
+        files_removed: info.meta.unlinks,
+        spatial_source: "counters".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -701,6 +820,16 @@ mod tests {
         // Backwards steps with a period are not sequential: random.
         let back: Vec<(u64, u64)> = (0..40).map(|i| (if i % 2 == 0 { 1000 } else { 0 }, 10)).collect();
         assert_eq!(classify(&back), Spatial::Random);
+        // Requests served a little out of their order keep their class.
+        let mut shuffled: Vec<(u64, u64)> = (0..64).map(|k| ((k * 2 + 1) * xfer, xfer)).collect();
+        for c in shuffled.chunks_mut(8) {
+            c.reverse();
+        }
+        assert_eq!(classify(&shuffled), Spatial::Strided(2 * xfer));
+        let mut t = SpatialTracker::default();
+        t.push(xfer, xfer);
+        t.push(0, xfer);
+        assert_eq!((t.class(), t.count()), (Spatial::Contiguous, 2));
         // A pattern broken after a long run: random.
         let mut broken = contiguous.clone();
         broken.push((7, 1));
@@ -777,6 +906,55 @@ mod tests {
             assert!(v.contains(&format!("\"{k}\"")), "{k} missing");
         }
         assert!(v.contains("\"shared\""));
+    }
+
+    #[test]
+    fn inputs_from_the_mds_view_of_a_strided_shared_file() {
+        use crate::msg::{JobDetail, JobFile, JobInfo, SeriesPoint, StreamCounters};
+        let stream = |pid, object, ops| StreamCounters {
+            ino: 7,
+            client: 1,
+            pid,
+            object,
+            write: true,
+            ops,
+            bytes: ops * 32768,
+            spatial: Spatial::Strided(65536),
+        };
+        let d = |pid| JobDetail {
+            job: "j".into(),
+            write_ops: 16,
+            write_bytes: 16 * 32768,
+            write_small: 0,
+            streams: vec![stream(pid, 1, 8), stream(pid, 2, 8)],
+            ..Default::default()
+        };
+        let s = 1_000_000;
+        let w = |b| Window { write_bytes: b, write_ops: 1, ..Default::default() };
+        let info = JobInfo {
+            job: "j".into(),
+            first_unix_us: 10 * s,
+            last_unix_us: 19 * s + 5,
+            processes: vec![(1, 1), (1, 2)],
+            nodes: vec![(0, d(1)), (1, d(2))],
+            files: vec![JobFile { ino: 7, path: "/shared".into(), created: true, opened: true, removed: false }],
+            dt_us: s,
+            series: vec![
+                SeriesPoint { start_unix_us: 10 * s, window: w(2 << 20) },
+                SeriesPoint { start_unix_us: 15 * s, window: w(2 << 20) },
+            ],
+            ..Default::default()
+        };
+        let i = inputs_from_info(&info, C_DEFAULT, SMALL_DEFAULT);
+        assert_eq!((i.series.len(), i.duration_s, i.processes), (10, 10.0, 2));
+        assert_eq!(i.volume.write_ops, 32);
+        assert_eq!(i.files.len(), 1);
+        let f = &i.files[0];
+        assert_eq!((f.path.as_str(), f.processes, f.access), ("/shared", 2, Access::Shared));
+        assert_eq!((f.spatial.as_str(), f.stride_bytes), ("strided", Some(65536)));
+        let r = report(&i);
+        assert!(close(r.intensity, 0.2), "{}", r.intensity);
+        assert_eq!(i.files_created, 1);
     }
 
     /// The field names a serde serializer sees (proto has no JSON crate): a tiny key collector.
