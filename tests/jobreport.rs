@@ -36,7 +36,11 @@ fn two_tagged_ior_jobs_get_their_own_reports() {
         run("tessera-bench", &a, &cfg);
     };
     ior("fpp", &["-F", "-b", "1m", "-o", "/fpp/f"]);
+    // The strided job is traced too.
+    let started = run("tessera", &["trace", "start", "strided"], &cfg);
+    assert!(started.contains("started on 2 data servers"), "{started}");
     ior("strided", &["--pattern", "strided", "-b", "256k", "-s", "4", "-o", "/strided/f"]);
+    run("tessera", &["trace", "stop", "strided"], &cfg);
 
     let fpp = report(&cfg, "fpp", 2 << 20);
     assert_eq!(fpp["job"], "fpp");
@@ -63,6 +67,13 @@ fn two_tagged_ior_jobs_get_their_own_reports() {
     assert_eq!(f["spatial"], "strided", "{f}");
     assert_eq!(f["stride_bytes"], 2 * 32768, "stride = P × transfer size: {f}");
     assert_eq!(f["path"], "/strided/f");
+    assert_eq!(st["spatial_source"], "trace", "the traced job's classes come from its trace");
+    assert!(f["concurrency_max"].as_f64().unwrap() > 0.0, "{f}");
+    assert_eq!(fpp["spatial_source"], "counters");
+    let csv = run("tessera", &["trace", "export", "strided"], &cfg);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "job,client,pid,file,offset,size,op,t_start_us,t_end_us,ds,object,object_offset");
+    assert!(lines.len() > 64 && lines[1].starts_with("strided,") && lines[1].contains(",/strided/f,"), "{csv}");
     assert!(st["requests_written"].as_u64().unwrap() >= 64, "32 KiB requests: {st}");
     assert!(st["bandwidth_max_mib_s"].as_f64().unwrap() > 0.0);
 

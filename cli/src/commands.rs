@@ -236,6 +236,19 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
+    /// A job's request trace at the data servers (bounded; off by default): `start`, `stop`, or `export`
+    /// as CSV (job,client,pid,file,offset,size,op,t_start_us,t_end_us,ds,object,object_offset).
+    /// `tessera report` uses a trace, where there is one, for the spatial classes.
+    Trace {
+        /// start, stop or export.
+        #[arg(value_parser = ["start", "stop", "export"])]
+        action: String,
+        /// The job id.
+        job: String,
+        /// export: write the CSV to FILE instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Mount the file system with FUSE: runs `tessera-fuse` (installed next to `tessera`) with these arguments.
     Mount {
         /// MOUNTPOINT [--daemon] [--allow-other] [-o OPTS] (see `tessera-fuse --help`).
@@ -678,6 +691,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         Cmd::Ion(cmd) => crate::ion::run(&c, cmd).await.map_err(CliError::plain)?,
         Cmd::Jobstats { job, watch, json } => crate::jobreport::jobstats(&c, job.as_deref(), watch, json).await?,
         Cmd::Report { job, json, out } => crate::jobreport::report(&c, &job, json.as_deref(), out.as_deref()).await?,
+        Cmd::Trace { action, job, out } => crate::jobreport::trace(&c, &action, &job, out.as_deref()).await?,
         Cmd::Orchestrator(OrchCmd::Mode { mode }) => {
             c.mds().set_orchestrator_mode(mode).await.map_err(admin_hint)?;
             println!("orchestrator mode: {mode} (from the next slice boundary)");

@@ -2,13 +2,19 @@
 //! (the job's I/O criteria, `tessera_proto::characterize`, as a text page, JSON and PNG plots).
 
 use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use tessera_client::client::Client;
+use tessera_client::mds_client::LayoutReply;
 use tessera_proto::characterize::{self, JobReport, C_DEFAULT, SMALL_DEFAULT};
+use tessera_proto::layout::Layout;
+use tessera_proto::msg::{DsReply, DsRequest, TraceRecord, MAX_TRACE_PAGE};
 use tessera_proto::msg::{JobDetail, JobInfo, SizeHistogram};
 use tessera_proto::types::format_utc;
 use tessera_proto::units::format_size;
+use tessera_proto::DsId;
 
 fn utc(us: u64) -> String {
     if us == 0 {
@@ -91,11 +97,156 @@ pub async fn jobstats(c: &Client, job: Option<&str>, watch: bool, json: bool) ->
     Ok(())
 }
 
-/// The report of `job` from the MDS's registry and counters.
+/// The report of `job` from the MDS's registry and counters, and its trace where the data servers
+/// kept one (spatial classes in file offsets, same-file concurrency).
 pub async fn compute(c: &Client, job: &str) -> Result<JobReport> {
     let mut jobs = c.mds().job_stats(Some(job)).await?;
     let Some(info) = jobs.pop() else { bail!("no job '{job}' in the registry") };
-    Ok(characterize::report(&characterize::inputs_from_info(&info, C_DEFAULT, SMALL_DEFAULT)))
+    let mut inputs = characterize::inputs_from_info(&info, C_DEFAULT, SMALL_DEFAULT);
+    let trace = traced_requests(c, &fetch_trace(c, job, None).await?).await;
+    if !trace.is_empty() {
+        let traced = characterize::trace_files(&trace, inputs.processes, info.dt_us);
+        let inos: HashMap<String, u64> = info.files.iter().map(|f| (f.path.clone(), f.ino)).collect();
+        characterize::apply_trace(&mut inputs.files, &traced, |p| {
+            inos.get(p).copied().or_else(|| p.strip_prefix("inode ").and_then(|i| i.parse().ok()))
+        });
+        inputs.spatial_source = "trace".into();
+    }
+    Ok(characterize::report(&inputs))
+}
+
+/// Every data server's trace of `job` (switched on or off first with `set`), all its records.
+pub async fn fetch_trace(c: &Client, job: &str, set: Option<bool>) -> Result<Vec<(DsId, TraceRecord)>> {
+    let mut out = Vec::new();
+    for ds in c.data().ids() {
+        let mut after = 0;
+        let mut set = set;
+        loop {
+            let req = DsRequest::JobTrace { job: job.to_string(), set: set.take(), after, max: MAX_TRACE_PAGE as u32 };
+            let (reply, _) =
+                c.data().route().call(ds, req, Bytes::new()).await.with_context(|| format!("data server {ds}"))?;
+            let DsReply::JobTrace { next, records, .. } = reply else { bail!("data server {ds}: unexpected reply") };
+            let done = records.is_empty();
+            out.extend(records.into_iter().map(|r| (ds, r)));
+            if done || next <= after {
+                break;
+            }
+            after = next;
+        }
+    }
+    Ok(out)
+}
+
+/// A traced request's offset in its file, from the file's layout (`None`: layout unknown, e.g. removed).
+fn file_offset(layout: &Layout, ds: DsId, r: &TraceRecord) -> Option<u64> {
+    let k = layout.targets.iter().position(|t| t.ds == ds && t.object == r.object)? as u64;
+    let (s, n) = (layout.stripe_size.max(1), layout.targets.len() as u64);
+    Some((r.offset / s) * s * n + k * s + r.offset % s)
+}
+
+async fn layouts(c: &Client, records: &[(DsId, TraceRecord)]) -> HashMap<u64, Option<Layout>> {
+    let mut m = HashMap::new();
+    for (_, r) in records {
+        if let std::collections::hash_map::Entry::Vacant(e) = m.entry(r.ino) {
+            let l = match c.mds().get_layout(r.ino).await {
+                Ok(LayoutReply::File(l)) => Some(l),
+                _ => None,
+            };
+            e.insert(l);
+        }
+    }
+    m
+}
+
+/// The trace as requests in file offsets (object offsets when the layout is gone; each object its own
+/// stream then, as the data servers' counters see it).
+async fn traced_requests(c: &Client, records: &[(DsId, TraceRecord)]) -> Vec<characterize::TracedRequest> {
+    let layouts = layouts(c, records).await;
+    records
+        .iter()
+        .map(|(ds, r)| {
+            let off = layouts.get(&r.ino).and_then(|l| l.as_ref()).and_then(|l| file_offset(l, *ds, r));
+            characterize::TracedRequest {
+                ino: r.ino,
+                // Without the layout, one stream per object: the object in the client's place.
+                client: if off.is_some() { r.client } else { r.client ^ r.object.rotate_left(32) },
+                pid: r.pid,
+                offset: off.unwrap_or(r.offset),
+                len: r.len,
+                write: r.write,
+                start_us: r.start_us,
+            }
+        })
+        .collect()
+}
+
+/// `tessera trace start|stop|export JOB`.
+pub async fn trace(c: &Client, action: &str, job: &str, out: Option<&Path>) -> Result<()> {
+    match action {
+        "start" | "stop" => {
+            let on = action == "start";
+            fetch_trace(c, job, Some(on)).await?;
+            let n = c.data().ids().len();
+            println!("trace of job {job} {} on {n} data servers", if on { "started" } else { "stopped" });
+        }
+        "export" => {
+            let records = fetch_trace(c, job, None).await?;
+            let layouts = layouts(c, &records).await;
+            let paths: HashMap<u64, String> = c
+                .mds()
+                .job_stats(Some(job))
+                .await
+                .ok()
+                .and_then(|mut v| v.pop())
+                .map(|i| i.files.into_iter().map(|f| (f.ino, f.path)).collect())
+                .unwrap_or_default();
+            let mut rows: Vec<(u64, String)> = Vec::with_capacity(records.len());
+            for (ds, r) in &records {
+                let path = paths.get(&r.ino).cloned().unwrap_or_else(|| format!("inode {}", r.ino));
+                let off = layouts.get(&r.ino).and_then(|l| l.as_ref()).and_then(|l| file_offset(l, *ds, r));
+                let row = format!(
+                    "{},{},{},{},{},{},{},{},{},{},{},{}",
+                    csv(job),
+                    r.client,
+                    r.pid,
+                    csv(&path),
+                    off.map_or(String::new(), |o| o.to_string()),
+                    r.len,
+                    if r.write { "write" } else { "read" },
+                    r.start_us,
+                    r.end_us,
+                    ds,
+                    r.object,
+                    r.offset
+                );
+                rows.push((r.start_us, row));
+            }
+            rows.sort();
+            let mut text =
+                String::from("job,client,pid,file,offset,size,op,t_start_us,t_end_us,ds,object,object_offset\n");
+            for (_, r) in rows {
+                text.push_str(&r);
+                text.push('\n');
+            }
+            match out {
+                Some(p) => {
+                    std::fs::write(p, text).with_context(|| p.display().to_string())?;
+                    println!("{} records of job {job} written to {}", records.len(), p.display());
+                }
+                None => print!("{text}"),
+            }
+        }
+        other => bail!("unknown trace action '{other}' (start, stop, export)"),
+    }
+    Ok(())
+}
+
+fn csv(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
 }
 
 fn mib(b: u64) -> String {

@@ -5,6 +5,7 @@
 use crate::address::Addresses;
 use crate::counters::Counters;
 use crate::device::{Device, DeviceModel, DeviceOp, OpKind};
+use crate::jobtrace::JobTraces;
 use crate::locality::Locality;
 use crate::report::Reporter;
 use crate::scheduler::{Orchestrated, Scheduler, ServeControl};
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use tessera_proto::config::{DsOptions, OrchestratorOptions};
 use tessera_proto::frame::MAX_PAYLOAD;
 use tessera_proto::msg::{
-    carries_data, check_read_extents, split_runs, DsCall, DsReply, DsRequest, Extent, MAX_LIST_OBJECTS,
+    carries_data, check_read_extents, split_runs, DsCall, DsReply, DsRequest, Extent, TraceRecord, MAX_LIST_OBJECTS,
     MAX_REMOVE_OBJECTS,
 };
 use tessera_proto::rpc::{PeerInfo, Service};
@@ -31,6 +32,8 @@ pub struct DataPath {
     pub locality: Arc<Locality>,
     pub serve: Arc<ServeControl>,
     pub trace: Option<Arc<Trace>>,
+    /// Per-job traces (`tessera trace`).
+    pub job_traces: Arc<JobTraces>,
 }
 
 /// How to assemble a data server's parts.
@@ -79,7 +82,8 @@ pub fn assemble(store: Store, s: &Setup) -> FsResult<(Reporter, DataPath)> {
         scheduler: Scheduler::start(s.queue_depth, Orchestrated::new(serve.clone())),
         counters: Arc::new(Counters::new()),
     };
-    Ok((reporter, DataPath { addresses, device, locality, serve, trace }))
+    let job_traces = Arc::default();
+    Ok((reporter, DataPath { addresses, device, locality, serve, trace, job_traces }))
 }
 
 pub struct DsService {
@@ -161,6 +165,8 @@ impl DsService {
         let (device, locality, trace, j) =
             (self.path.device.clone(), self.path.locality.clone(), self.path.trace.clone(), job.clone());
         let (client, pid) = (tag.origin.client, tag.origin.pid);
+        let job_trace = self.path.job_traces.is_on(tag.job()).then(|| (self.path.job_traces.clone(), tag.ino));
+        let queued = tessera_proto::types::unix_us();
         self.scheduler
             .submit_arc(job, async move {
                 let grant = match (&device, addr) {
@@ -172,6 +178,24 @@ impl DsService {
                 let real = t0.elapsed();
                 if let Some(g) = grant {
                     g.finish(real).await;
+                }
+                if let (Some((traces, ino)), Ok(_), OpKind::Read | OpKind::Write) = (&job_trace, &r, op.kind) {
+                    let end_us = tessera_proto::types::unix_us();
+                    let one = [Extent { offset: op.offset, len: op.len.min(u64::from(u32::MAX)) as u32 }];
+                    for e in if runs.is_empty() { &one[..] } else { &runs[..] } {
+                        let rec = TraceRecord {
+                            client,
+                            pid,
+                            ino: *ino,
+                            object: op.object,
+                            offset: e.offset,
+                            len: e.len.into(),
+                            write: op.kind == OpKind::Write,
+                            start_us: queued,
+                            end_us,
+                        };
+                        traces.record(&j, rec);
+                    }
                 }
                 if let (Some(a), Ok(_)) = (addr, &r) {
                     // The object's base address, then each run's (the whole request if it has none).
@@ -348,6 +372,7 @@ impl DsService {
                 }
                 Err(e) => Err(e),
             },
+            DsRequest::JobTrace { job, set, after, max } => self.path.job_traces.request(&job, set, after, max),
             DsRequest::Serve(cmd) => match role {
                 Role::Mds => {
                     let (epoch, at_unix_us) = self.path.serve.apply(&cmd);

@@ -577,6 +577,72 @@ pub fn report(i: &JobInputs) -> JobReport {
     }
 }
 
+/// One request of a trace, its offset in the file.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct TracedRequest {
+    pub ino: u64,
+    pub client: u64,
+    pub pid: u32,
+    pub offset: u64,
+    pub len: u64,
+    pub write: bool,
+    pub start_us: u64,
+}
+
+/// What a trace tells of one file: its processes, the most general spatial class of its processes'
+/// reads and writes (each in start order), and the largest same-file concurrency A(f, t) over windows
+/// of `dt_us` among `p` processes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TracedFile {
+    pub processes: u32,
+    pub spatial: Spatial,
+    pub concurrency_max: f64,
+}
+
+/// Files of a trace (classification 2.7 on file offsets, 3.4).
+pub fn trace_files(reqs: &[TracedRequest], p: u32, dt_us: u64) -> BTreeMap<u64, TracedFile> {
+    /// (ino, client, pid, write) → (start, offset, len) of its requests.
+    type Streams = BTreeMap<(u64, u64, u32, bool), Vec<(u64, u64, u64)>>;
+    /// ino → processes, merged class, concurrency.
+    type Files = BTreeMap<u64, (BTreeSet<(u64, u32)>, Option<Spatial>, f64)>;
+    let mut streams: Streams = BTreeMap::new();
+    let mut windows: BTreeMap<(u64, u64), BTreeSet<(u64, u32)>> = BTreeMap::new();
+    for r in reqs {
+        streams.entry((r.ino, r.client, r.pid, r.write)).or_default().push((r.start_us, r.offset, r.len));
+        windows.entry((r.ino, r.start_us / dt_us.max(1))).or_default().insert((r.client, r.pid));
+    }
+    let mut out: Files = BTreeMap::new();
+    for ((ino, client, pid, _), mut v) in streams {
+        v.sort();
+        let class = classify(&v.iter().map(|&(_, o, l)| (o, l)).collect::<Vec<_>>());
+        let e = out.entry(ino).or_default();
+        e.0.insert((client, pid));
+        e.1 = Some(e.1.map_or(class, |c| c.merge(class)));
+    }
+    for ((ino, _), procs) in windows {
+        let a = if p == 0 { 0.0 } else { procs.len() as f64 / f64::from(p) };
+        if let Some(e) = out.get_mut(&ino) {
+            e.2 = e.2.max(a);
+        }
+    }
+    out.into_iter()
+        .map(|(ino, (procs, s, c))| {
+            (ino, TracedFile { processes: procs.len() as u32, spatial: s.unwrap_or_default(), concurrency_max: c })
+        })
+        .collect()
+}
+
+/// Uses a trace's classes for the files it saw (spatial class, stride, concurrency).
+pub fn apply_trace(files: &mut [FileReport], traced: &BTreeMap<u64, TracedFile>, ino_of: impl Fn(&str) -> Option<u64>) {
+    for f in files {
+        if let Some(t) = ino_of(&f.path).and_then(|i| traced.get(&i)) {
+            f.spatial = t.spatial.name().to_string();
+            f.stride_bytes = t.spatial.stride();
+            f.concurrency_max = Some(t.concurrency_max);
+        }
+    }
+}
+
 /// Most windows a job's series is filled out to (longer idle spans are not filled).
 const MAX_FILLED: u64 = 1 << 20;
 
@@ -955,6 +1021,46 @@ mod tests {
         let r = report(&i);
         assert!(close(r.intensity, 0.2), "{}", r.intensity);
         assert_eq!(i.files_created, 1);
+    }
+
+    #[test]
+    fn files_from_a_trace_in_file_offsets() {
+        let xfer = 32768;
+        let mut reqs = Vec::new();
+        // A shared strided file written by two processes at once, and a file of one process.
+        for k in 0..16u64 {
+            for r in 0..2u32 {
+                let offset = (k * 2 + u64::from(r)) * xfer;
+                reqs.push(TracedRequest {
+                    ino: 5,
+                    client: 1,
+                    pid: r,
+                    offset,
+                    len: xfer,
+                    write: true,
+                    start_us: k * 1000,
+                });
+            }
+            let offset = k * xfer;
+            reqs.push(TracedRequest { ino: 6, client: 1, pid: 2, offset, len: xfer, write: false, start_us: k * 10 });
+        }
+        let t = trace_files(&reqs, 4, 1_000_000);
+        assert_eq!(t[&5], TracedFile { processes: 2, spatial: Spatial::Strided(2 * xfer), concurrency_max: 0.5 });
+        assert_eq!(t[&6], TracedFile { processes: 1, spatial: Spatial::Contiguous, concurrency_max: 0.25 });
+        let mut files = vec![FileReport {
+            path: "/s".into(),
+            processes: 2,
+            access: Access::Shared,
+            access_fraction: 0.5,
+            spatial: "random".into(),
+            stride_bytes: None,
+            read_bytes: 0,
+            write_bytes: 0,
+            concurrency_max: None,
+        }];
+        apply_trace(&mut files, &t, |p| (p == "/s").then_some(5));
+        assert_eq!((files[0].spatial.as_str(), files[0].stride_bytes), ("strided", Some(65536)));
+        assert_eq!(files[0].concurrency_max, Some(0.5));
     }
 
     /// The field names a serde serializer sees (proto has no JSON crate): a tiny key collector.

@@ -719,6 +719,16 @@ pub enum DsRequest {
         after: ObjectId,
         max: u32,
     },
+    /// A job's request trace here (`tessera trace start|stop|export`): `set` switches it on or off
+    /// (kept in a bounded ring of [`MAX_TRACE_RECORDS`] per job, at most [`MAX_TRACED_JOBS`] jobs);
+    /// then the records numbered from `after` on, at most `max` (capped at [`MAX_TRACE_PAGE`]).
+    /// Reply: `JobTrace`.
+    JobTrace {
+        job: String,
+        set: Option<bool>,
+        after: u64,
+        max: u32,
+    },
 }
 
 /// One run of a [`DsRequest::WriteV`] (the next `len` bytes of the payload go to object offset `offset`)
@@ -828,6 +838,14 @@ pub enum DsReply {
     Objects {
         objects: Vec<(ObjectId, u64)>,
         more: bool,
+    },
+    /// A job's trace records numbered `first..next`; `dropped`: older records no longer kept.
+    JobTrace {
+        on: bool,
+        first: u64,
+        next: u64,
+        dropped: u64,
+        records: Vec<TraceRecord>,
     },
 }
 
@@ -1080,6 +1098,30 @@ pub struct JobInfo {
     /// Window length of `series`, microseconds (grows as a long job's series is coarsened).
     pub dt_us: u64,
     pub series: Vec<SeriesPoint>,
+}
+
+/// Records a data server keeps per traced job (the oldest go first).
+pub const MAX_TRACE_RECORDS: usize = 1 << 16;
+/// Jobs a data server traces at once.
+pub const MAX_TRACED_JOBS: usize = 16;
+/// Records in one `JobTrace` reply.
+pub const MAX_TRACE_PAGE: usize = 8192;
+
+/// One traced request at a data server: who, which file and object, where, how much, when (its clock,
+/// microseconds since the Unix epoch; start = when it was queued, end = when it was served).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct TraceRecord {
+    pub client: u64,
+    pub pid: u32,
+    pub ino: Ino,
+    pub object: ObjectId,
+    /// Offset in the object.
+    pub offset: u64,
+    pub len: u64,
+    pub write: bool,
+    pub start_us: u64,
+    pub end_us: u64,
 }
 
 #[cfg(test)]
