@@ -60,6 +60,8 @@ struct FileRec {
 
 struct Live {
     rec: Record,
+    /// Index of `rec.processes`.
+    procs: HashMap<(u64, u32), u32>,
     dt_us: u64,
     series: VecDeque<SeriesPoint>,
     dirty: bool,
@@ -68,7 +70,12 @@ struct Live {
 impl Live {
     fn new(job: &str, dt_us: u64) -> Live {
         let rec = Record { job: job.to_string(), ..Default::default() };
-        Live { rec, dt_us, series: VecDeque::new(), dirty: true }
+        Live { rec, procs: HashMap::new(), dt_us, series: VecDeque::new(), dirty: true }
+    }
+
+    fn loaded(rec: Record, dt_us: u64) -> Live {
+        let procs = rec.processes.iter().enumerate().map(|(i, p)| (*p, i as u32)).collect();
+        Live { rec, procs, dt_us, series: VecDeque::new(), dirty: false }
     }
 
     fn touch(&mut self, now: u64) {
@@ -80,12 +87,13 @@ impl Live {
     }
 
     fn process(&mut self, client: u64, pid: u32) -> Option<u32> {
-        if let Some(i) = self.rec.processes.iter().position(|p| *p == (client, pid)) {
-            return Some(i as u32);
+        if let Some(i) = self.procs.get(&(client, pid)) {
+            return Some(*i);
         }
         if self.rec.processes.len() >= MAX_PROCESSES {
             return None;
         }
+        self.procs.insert((client, pid), self.rec.processes.len() as u32);
         self.rec.processes.push((client, pid));
         if self.rec.clients.len() < MAX_CLIENTS {
             self.rec.clients.insert(client);
@@ -256,7 +264,7 @@ impl Jobs {
             match wire::decode::<Record>(&v) {
                 Ok(rec) => {
                     let job = rec.job.clone();
-                    live.insert(job, Live { rec, dt_us, series: VecDeque::new(), dirty: false });
+                    live.insert(job, Live::loaded(rec, dt_us));
                 }
                 Err(e) => tracing::warn!("skipping a corrupt job record: {e}"),
             }
