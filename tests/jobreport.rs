@@ -85,6 +85,16 @@ fn two_tagged_ior_jobs_get_their_own_reports() {
         assert!(std::fs::metadata(out.join(f)).map(|m| m.len() > 0).unwrap_or(false), "{f} missing: {text}");
     }
 
+    // Coarser windows and another threshold.
+    let coarse: Value = serde_json::from_str(&run(
+        "tessera",
+        &["report", "fpp", "--dt", "2", "--threshold", "64m", "--json", "-"],
+        &cfg,
+    ))
+    .unwrap();
+    assert_eq!((coarse["dt_s"].as_f64(), coarse["threshold_bytes"].as_u64()), (Some(2.0), Some(64 << 20)));
+    assert_eq!(coarse["intensity"], 0.0, "no process moved more than 64 MiB in a window: {coarse}");
+
     // jobstats: both jobs, the MDS's counters and the data servers'.
     let text = run("tessera", &["jobstats"], &cfg);
     assert!(text.contains("job_id: fpp") && text.contains("job_id: strided"), "{text}");

@@ -235,6 +235,12 @@ enum Cmd {
         /// time), JOB-sizes.png (request-size CDF) and JOB-files.png (per-file access map).
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
+        /// Window length Δt in seconds (a multiple of the MDS's 1 s windows; default: theirs).
+        #[arg(long, value_name = "SECONDS")]
+        dt: Option<f64>,
+        /// Threshold c: a process does I/O in a window when it moves more than this (default 1M).
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        threshold: Option<u64>,
     },
     /// A job's request trace at the data servers (bounded; off by default): `start`, `stop`, or `export`
     /// as CSV (job,client,pid,file,offset,size,op,t_start_us,t_end_us,ds,object,object_offset).
@@ -690,7 +696,9 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         Cmd::Orchestrator(OrchCmd::Status { watch }) => watch_status(&c, watch, orchestrator_text).await?,
         Cmd::Ion(cmd) => crate::ion::run(&c, cmd).await.map_err(CliError::plain)?,
         Cmd::Jobstats { job, watch, json } => crate::jobreport::jobstats(&c, job.as_deref(), watch, json).await?,
-        Cmd::Report { job, json, out } => crate::jobreport::report(&c, &job, json.as_deref(), out.as_deref()).await?,
+        Cmd::Report { job, json, out, dt, threshold } => {
+            crate::jobreport::report(&c, &job, json.as_deref(), out.as_deref(), dt, threshold).await?
+        }
         Cmd::Trace { action, job, out } => crate::jobreport::trace(&c, &action, &job, out.as_deref()).await?,
         Cmd::Orchestrator(OrchCmd::Mode { mode }) => {
             c.mds().set_orchestrator_mode(mode).await.map_err(admin_hint)?;

@@ -99,10 +99,16 @@ pub async fn jobstats(c: &Client, job: Option<&str>, watch: bool, json: bool) ->
 
 /// The report of `job` from the MDS's registry and counters, and its trace where the data servers
 /// kept one (spatial classes in file offsets, same-file concurrency).
-pub async fn compute(c: &Client, job: &str) -> Result<JobReport> {
+/// `dt_s`: windows of this length (a multiple of the series' own, which is rounded to); `c`: the threshold.
+pub async fn compute(c: &Client, job: &str, dt_s: Option<f64>, threshold: Option<u64>) -> Result<JobReport> {
     let mut jobs = c.mds().job_stats(Some(job)).await?;
     let Some(info) = jobs.pop() else { bail!("no job '{job}' in the registry") };
-    let mut inputs = characterize::inputs_from_info(&info, C_DEFAULT, SMALL_DEFAULT);
+    let mut inputs = characterize::inputs_from_info(&info, threshold.unwrap_or(C_DEFAULT), SMALL_DEFAULT);
+    if let Some(dt) = dt_s {
+        let factor = (dt / inputs.dt_s).round().max(1.0) as usize;
+        inputs.series = characterize::coarsen(&inputs.series, factor);
+        inputs.dt_s *= factor as f64;
+    }
     let trace = traced_requests(c, &fetch_trace(c, job, None).await?).await;
     if !trace.is_empty() {
         let traced = characterize::trace_files(&trace, inputs.processes, info.dt_us);
@@ -343,8 +349,15 @@ pub fn report_text(r: &JobReport) -> String {
 }
 
 /// `tessera report JOB [--json FILE] [--out DIR]`.
-pub async fn report(c: &Client, job: &str, json: Option<&Path>, out: Option<&Path>) -> Result<()> {
-    let r = compute(c, job).await?;
+pub async fn report(
+    c: &Client,
+    job: &str,
+    json: Option<&Path>,
+    out: Option<&Path>,
+    dt_s: Option<f64>,
+    threshold: Option<u64>,
+) -> Result<()> {
+    let r = compute(c, job, dt_s, threshold).await?;
     match json {
         Some(p) if p == Path::new("-") => println!("{}", serde_json::to_string_pretty(&r)?),
         Some(p) => {
