@@ -241,6 +241,51 @@ enum Cmd {
     /// Forwarding nodes (IONs): their status, or switch their request scheduler at run time.
     #[command(subcommand)]
     Ion(crate::ion::IonCmd),
+    /// Per-job counters per node, like Lustre's job_stats: the MDS's metadata operations and each data
+    /// server's requests, bytes and request sizes.
+    Jobstats {
+        /// Only this job.
+        #[arg(long)]
+        job: Option<String>,
+        /// Refresh every second in place until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
+        /// Print JSON (the registry's records) instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A job's I/O characterisation (volume, rates, intensity, burstiness, request sizes, task-local vs
+    /// shared files and their spatial pattern, parallelism) from the per-job counters.
+    Report {
+        /// The job id.
+        job: String,
+        /// Also write the report as JSON to FILE ("-": print JSON instead of the text page).
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        /// Write the report's files into DIR: JOB.json and the PNG plots JOB-bandwidth.png (bandwidth over
+        /// time), JOB-sizes.png (request-size CDF) and JOB-files.png (per-file access map).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Window length Δt in seconds (a multiple of the MDS's 1 s windows; default: theirs).
+        #[arg(long, value_name = "SECONDS")]
+        dt: Option<f64>,
+        /// Threshold c: a process does I/O in a window when it moves more than this (default 1M).
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        threshold: Option<u64>,
+    },
+    /// A job's request trace at the data servers (bounded; off by default): `start`, `stop`, or `export`
+    /// as CSV (job,client,pid,file,offset,size,op,t_start_us,t_end_us,ds,object,object_offset).
+    /// `tessera report` uses a trace, where there is one, for the spatial classes.
+    Trace {
+        /// start, stop or export.
+        #[arg(value_parser = ["start", "stop", "export"])]
+        action: String,
+        /// The job id.
+        job: String,
+        /// export: write the CSV to FILE instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Mount the file system with FUSE: runs `tessera-fuse` (installed next to `tessera`) with these arguments.
     Mount {
         /// MOUNTPOINT [--daemon] [--allow-other] [-o OPTS] (see `tessera-fuse --help`).
@@ -724,6 +769,11 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         }
         Cmd::Orchestrator(OrchCmd::Status { watch }) => watch_status(&c, watch, orchestrator_text).await?,
         Cmd::Ion(cmd) => crate::ion::run(&c, cmd).await.map_err(CliError::plain)?,
+        Cmd::Jobstats { job, watch, json } => crate::jobreport::jobstats(&c, job.as_deref(), watch, json).await?,
+        Cmd::Report { job, json, out, dt, threshold } => {
+            crate::jobreport::report(&c, &job, json.as_deref(), out.as_deref(), dt, threshold).await?
+        }
+        Cmd::Trace { action, job, out } => crate::jobreport::trace(&c, &action, &job, out.as_deref()).await?,
         Cmd::Orchestrator(OrchCmd::Mode { mode }) => {
             c.mds().set_orchestrator_mode(mode).await.map_err(admin_hint)?;
             println!("orchestrator mode: {mode} (from the next slice boundary)");

@@ -4,6 +4,10 @@
 pub mod commands;
 /// `tessera ion status|scheduler`: forwarding nodes' state and scheduler switch.
 pub mod ion;
+/// `tessera report --out`: the report's PNG plots.
+pub mod jobplots;
+/// `tessera jobstats` and `tessera report`: per-job counters and I/O characterisation.
+pub mod jobreport;
 /// Progress bars for long transfers.
 pub mod progress;
 /// `tessera up`: a whole cluster on loopback as child processes, until Ctrl-C.

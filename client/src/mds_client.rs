@@ -448,6 +448,14 @@ impl MdsClient {
         }
     }
 
+    /// The job registry with its counters: one job (with its files and time series) or all (summaries).
+    pub async fn job_stats(&self, job: Option<&str>) -> FsResult<Vec<tessera_proto::msg::JobInfo>> {
+        match self.call(MdsRequest::JobStats { job: job.map(str::to_string) }).await? {
+            MdsReply::Jobs(v) => Ok(v),
+            r => Err(unexpected("JobStats", r)),
+        }
+    }
+
     /// Checks the namespace against itself and the data servers' objects; with `repair`, fixes what it
     /// finds (`tessera fsck`; admin certificate, or a root caller).
     pub async fn fsck(&self, repair: bool) -> FsResult<FsckReport> {

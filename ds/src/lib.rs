@@ -10,6 +10,7 @@
 //! - [`locality`]: the locality monitor (SL_i, SL_ij, RD_ij EWMAs, SeekTime_i).
 //! - [`counters`]: per-job read/write operation and byte counters.
 //! - [`report`]: the data server's report and the tasks sending it and the locality report to the MDS.
+//! - [`jobtrace`]: per-job bounded request traces (`tessera trace start|stop|export`).
 //! - [`trace`]: optional CSV trace of every served request (time, job, address, length, op).
 //! - [`metrics`]: the data server's Prometheus metrics (served by `tessera_metrics`).
 //! - [`server`]: the RPC service: role and request checks, dispatch to store, scheduler and serve control.
@@ -19,6 +20,7 @@ pub mod address;
 pub mod counters;
 pub mod daemon;
 pub mod device;
+pub mod jobtrace;
 pub mod locality;
 pub mod metrics;
 pub mod report;

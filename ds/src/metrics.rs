@@ -132,7 +132,8 @@ mod tests {
         let ctl = ServeControl::new(locality.clone(), Duration::from_secs(5));
         let scheduler = Scheduler::start(2, Orchestrated::new(ctl.clone()));
         let counters = Arc::new(Counters::new());
-        counters.record_read("job\"1", 4096);
+        let origin = tessera_proto::Origin { job: "job\"1".into(), client: 1, pid: 1 };
+        counters.record_read(&tessera_proto::IoTag { origin, ino: 2 }, 1, 0, 4096);
         locality.on_arrival("job\"1");
         locality.on_served("job\"1", 0, 4096, Duration::from_micros(10));
         locality.on_served("job\"1", 1 << 20, 4096, Duration::from_micros(10));

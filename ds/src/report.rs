@@ -1,5 +1,5 @@
-//! The data server's report (space, load, per-job counters) and the tasks sending it and the
-//! locality report to the MDS.
+//! The data server's report (space, load, per-job counters) and the tasks sending it (with the per-job
+//! detail of the jobs that changed) and the locality report to the MDS.
 
 use crate::counters::Counters;
 use crate::locality::Locality;
@@ -9,7 +9,7 @@ use bytes::Bytes;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_proto::msg::{DsReport, MdsCall, MdsReply, MdsRequest, TargetReport};
+use tessera_proto::msg::{DsJobReport, DsReport, MdsCall, MdsReply, MdsRequest, TargetReport};
 use tessera_proto::rpc::{self, RpcPeer, Tuning};
 use tessera_proto::tls::NodeIdentity;
 use tessera_proto::{Caller, DsId, FsResult, Origin, Role, TargetIdx};
@@ -76,18 +76,31 @@ pub fn spawn_report_task(
     tuning: Tuning,
     interval: Duration,
 ) -> FsResult<tokio::task::JoinHandle<()>> {
-    spawn_sender("report", identity, mds_addr, tuning, interval, move || {
+    let counters = reporter.counters.clone();
+    let undelivered = move |req: &MdsRequest| {
+        if let MdsRequest::DsJobReport(r) = req {
+            counters.mark_changed(r.jobs.iter().map(|j| j.job.as_str()));
+        }
+    };
+    let make = move || {
         let reporter = reporter.clone();
         async move {
+            let mut out = Vec::new();
             match reporter.build().await {
-                Ok(r) => Some(MdsRequest::DsReport(Box::new(r))),
-                Err(e) => {
-                    debug!("building report: {e}");
-                    None
+                Ok(r) => {
+                    let jobs = reporter.counters.take_changed();
+                    if !jobs.is_empty() {
+                        let (ds, at_unix_us, generation) = (r.ds, r.at_unix_us, r.generation);
+                        out.push(MdsRequest::DsJobReport(Box::new(DsJobReport { ds, at_unix_us, generation, jobs })));
+                    }
+                    out.insert(0, MdsRequest::DsReport(Box::new(r)));
                 }
+                Err(e) => debug!("building report: {e}"),
             }
+            out
         }
-    })
+    };
+    spawn_sender("report", identity, mds_addr, tuning, interval, make, undelivered)
 }
 
 /// Sends the locality report to the MDS every `interval` (`orchestrator.report_interval_ms`).
@@ -98,25 +111,36 @@ pub fn spawn_locality_task(
     tuning: Tuning,
     interval: Duration,
 ) -> FsResult<tokio::task::JoinHandle<()>> {
-    spawn_sender("locality report", identity, mds_addr, tuning, interval, move || {
-        let report = locality.report(true);
-        async move { Some(MdsRequest::LocalityReport(report)) }
-    })
+    spawn_sender(
+        "locality report",
+        identity,
+        mds_addr,
+        tuning,
+        interval,
+        move || {
+            let report = locality.report(true);
+            async move { vec![MdsRequest::LocalityReport(report)] }
+        },
+        |_| {},
+    )
 }
 
-/// Every `interval` (at least 10 ms), builds a request with `make` and sends it to the MDS as root. A
-/// request older than the next one is useless: no call waits longer than an interval (at least 1 s).
-fn spawn_sender<F, Fut>(
+/// Every `interval` (at least 10 ms), builds requests with `make` and sends them to the MDS as root
+/// (`undelivered` is told of those that failed). A request older than the next one is useless: no call
+/// waits longer than an interval (at least 1 s).
+fn spawn_sender<F, Fut, U>(
     what: &'static str,
     identity: &NodeIdentity,
     mds_addr: SocketAddr,
     tuning: Tuning,
     interval: Duration,
     mut make: F,
+    undelivered: U,
 ) -> FsResult<tokio::task::JoinHandle<()>>
 where
     F: FnMut() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Option<MdsRequest>> + Send,
+    Fut: std::future::Future<Output = Vec<MdsRequest>> + Send,
+    U: Fn(&MdsRequest) + Send + 'static,
 {
     let endpoint = rpc::client_endpoint(mds_addr.is_ipv6())?;
     let interval = interval.max(Duration::from_millis(10));
@@ -127,10 +151,12 @@ where
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let Some(req) = make().await else { continue };
-            let call = MdsCall { caller: Caller::root(), origin: Origin::default(), req };
-            if let Err(e) = peer.call::<_, MdsReply>(&call, Bytes::new()).await {
-                debug!(mds = %mds_addr, "{what} not delivered: {e}");
+            for req in make().await {
+                let call = MdsCall { caller: Caller::root(), origin: Origin::default(), req };
+                if let Err(e) = peer.call::<_, MdsReply>(&call, Bytes::new()).await {
+                    debug!(mds = %mds_addr, "{what} not delivered: {e}");
+                    undelivered(&call.req);
+                }
             }
         }
     }))

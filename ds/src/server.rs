@@ -5,6 +5,7 @@
 use crate::address::Addresses;
 use crate::counters::Counters;
 use crate::device::{Device, DeviceModel, DeviceOp, OpKind};
+use crate::jobtrace::JobTraces;
 use crate::locality::Locality;
 use crate::report::Reporter;
 use crate::scheduler::{Orchestrated, Scheduler, ServeControl};
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use tessera_proto::config::{DsOptions, OrchestratorOptions};
 use tessera_proto::frame::MAX_PAYLOAD;
 use tessera_proto::msg::{
-    carries_data, check_read_extents, split_runs, DsCall, DsReply, DsRequest, Extent, MAX_LIST_OBJECTS,
+    carries_data, check_read_extents, split_runs, DsCall, DsReply, DsRequest, Extent, TraceRecord, MAX_LIST_OBJECTS,
     MAX_REMOVE_OBJECTS,
 };
 use tessera_proto::rpc::{PeerInfo, Service};
@@ -39,6 +40,8 @@ pub struct DataPath {
     pub locality: Arc<Locality>,
     pub serve: Arc<ServeControl>,
     pub trace: Option<Arc<Trace>>,
+    /// Per-job traces (`tessera trace`).
+    pub job_traces: Arc<JobTraces>,
 }
 
 /// How to assemble a data server's parts.
@@ -97,7 +100,8 @@ pub fn assemble(stores: Vec<Store>, s: &Setup) -> FsResult<(Reporter, DataPath)>
         scheduler: Scheduler::start(s.queue_depth, Orchestrated::new(serve.clone())),
         counters: Arc::new(Counters::new()),
     };
-    Ok((reporter, DataPath { targets: targets.into(), locality, serve, trace }))
+    let job_traces = Arc::default();
+    Ok((reporter, DataPath { targets: targets.into(), locality, serve, trace, job_traces }))
 }
 
 pub struct DsService {
@@ -195,6 +199,8 @@ impl DsService {
         let (device, locality, trace, j) =
             (target.device.clone(), self.path.locality.clone(), self.path.trace.clone(), job.clone());
         let (client, pid) = (tag.origin.client, tag.origin.pid);
+        let job_trace = self.path.job_traces.is_on(tag.job()).then(|| (self.path.job_traces.clone(), tag.ino));
+        let queued = tessera_proto::types::unix_us();
         self.scheduler
             .submit_arc(job, async move {
                 let grant = match (&device, addr) {
@@ -206,6 +212,24 @@ impl DsService {
                 let real = t0.elapsed();
                 if let Some(g) = grant {
                     g.finish(real).await;
+                }
+                if let (Some((traces, ino)), Ok(_), OpKind::Read | OpKind::Write) = (&job_trace, &r, op.kind) {
+                    let end_us = tessera_proto::types::unix_us();
+                    let one = [Extent { offset: op.offset, len: op.len.min(u64::from(u32::MAX)) as u32 }];
+                    for e in if runs.is_empty() { &one[..] } else { &runs[..] } {
+                        let rec = TraceRecord {
+                            client,
+                            pid,
+                            ino: *ino,
+                            object: op.object,
+                            offset: e.offset,
+                            len: e.len.into(),
+                            write: op.kind == OpKind::Write,
+                            start_us: queued,
+                            end_us,
+                        };
+                        traces.record(&j, rec);
+                    }
                 }
                 if let (Some(a), Ok(_)) = (addr, &r) {
                     // The object's base address, then each run's (the whole request if it has none).
@@ -235,7 +259,7 @@ impl DsService {
         let store = self.store(object)?;
         let op = DeviceOp { kind: OpKind::Read, object, offset, len: len.into() };
         let data = self.device(tag, op, async move { store.read(object, offset, len as usize).await }).await?;
-        self.counters.record_read(tag.job(), data.len() as u64);
+        self.counters.record_read(tag, object, offset, data.len() as u64);
         Ok(data)
     }
 
@@ -252,8 +276,10 @@ impl DsService {
             let first = extents[0].offset;
             let op = DeviceOp { kind: OpKind::Read, object, offset: first, len: total };
             let work = async move { store.read_v(object, runs).await };
-            let (lens, data) = self.device_runs(tag, op, extents.to_vec(), work).await?;
-            self.counters.record_read(tag.job(), data.len() as u64);
+            let (lens, data): (Vec<u32>, Bytes) = self.device_runs(tag, op, extents.to_vec(), work).await?;
+            for (e, got) in extents.iter().zip(&lens) {
+                self.counters.record_read(tag, object, e.offset, u64::from(*got));
+            }
             return Ok((lens, data));
         }
         // The emulated disk seeks to each run: one modelled request per run.
@@ -264,13 +290,19 @@ impl DsService {
     }
 
     pub async fn write(&self, tag: &IoTag, object: ObjectId, offset: u64, data: Bytes, sync: bool) -> FsResult<u32> {
+        let len = self.write_run(tag, object, offset, data, sync).await?;
+        self.counters.record_write(tag, object, offset, len.into());
+        Ok(len)
+    }
+
+    /// A write, not counted yet (a vectored write counts its runs in their order once all are done).
+    async fn write_run(&self, tag: &IoTag, object: ObjectId, offset: u64, data: Bytes, sync: bool) -> FsResult<u32> {
         check_tag(tag)?;
         let len = u32::try_from(data.len()).map_err(|_| FsError::invalid("write payload too large"))?;
         let store = self.store(object)?;
         let sync = sync || self.sync_writes;
         let op = DeviceOp { kind: OpKind::Write, object, offset, len: len.into() };
         self.device(tag, op, async move { store.write(object, offset, data, sync).await }).await?;
-        self.counters.record_write(tag.job(), len.into());
         Ok(len)
     }
 
@@ -286,8 +318,11 @@ impl DsService {
     ) -> FsResult<u32> {
         check_tag(tag)?;
         let len = u32::try_from(data.len()).map_err(|_| FsError::invalid("write payload too large"))?;
-        let runs = split_runs(extents, &data)?.map(|(offset, run)| self.write(tag, object, offset, run, sync));
+        let runs = split_runs(extents, &data)?.map(|(offset, run)| self.write_run(tag, object, offset, run, sync));
         futures::future::try_join_all(runs).await?;
+        for e in extents {
+            self.counters.record_write(tag, object, e.offset, e.len.into());
+        }
         Ok(len)
     }
 
@@ -374,6 +409,7 @@ impl DsService {
                 }
                 Err(e) => Err(e),
             },
+            DsRequest::JobTrace { job, set, after, max } => self.path.job_traces.request(&job, set, after, max),
             DsRequest::Serve(cmd) => match role {
                 Role::Mds => {
                     let (epoch, at_unix_us) = self.path.serve.apply(&cmd);

@@ -47,7 +47,11 @@ impl IonService {
                 self.write_v(call.ds, tag, object, &extents, payload, sync).await
             }
             DsRequest::ReadV { tag, object, extents } => self.read_v(call.ds, tag, object, &extents).await,
-            DsRequest::Ping | DsRequest::Report | DsRequest::Fsync { .. } | DsRequest::Fallocate { .. } => {
+            DsRequest::Ping
+            | DsRequest::Report
+            | DsRequest::Fsync { .. }
+            | DsRequest::Fallocate { .. }
+            | DsRequest::JobTrace { .. } => {
                 let Some(peer) = self.servers.get(&call.ds) else {
                     let e = format!("data server {} is not in the cluster configuration", call.ds);
                     return error(FsError::invalid(e));

@@ -14,12 +14,14 @@
 //! - [`driver`]: executes the plan: serve commands to every data server, slice timing, switch skew.
 //! - [`metrics`]: Prometheus `GET /metrics` (requests by type, orchestrator state).
 //! - [`session`]: client sessions and the eviction of silent clients.
+//! - [`jobs`]: the job registry (sled tree `jobs`), per-job metadata counters, data counters and time series.
 //! - [`server`]: the RPC service and the `tessera-mds` process entry point.
 
 pub mod destroy;
 pub mod driver;
 pub mod dsclient;
 pub mod fsck;
+pub mod jobs;
 pub mod journal;
 pub mod lease;
 pub mod metrics;

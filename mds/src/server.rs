@@ -3,6 +3,7 @@
 //! SIGINT/SIGTERM.
 
 use crate::dsclient::{DataServers, RpcDataServers};
+use crate::jobs::{Jobs, MetaEvent};
 use crate::lease::Holder;
 use crate::metrics::RequestCounters;
 use crate::namespace::Namespace;
@@ -33,6 +34,8 @@ pub struct MdsService {
     counters: Arc<RequestCounters>,
     /// PerSched's registry of periodic jobs and their pattern.
     persched: Arc<std::sync::Mutex<crate::persched::live::Registry>>,
+    /// The job registry and per-job counters.
+    jobs: Arc<Jobs>,
 }
 
 impl MdsService {
@@ -40,7 +43,12 @@ impl MdsService {
         let persched = crate::persched::live::Registry::new(crate::persched::live::LiveConfig::from_options(
             &tessera_proto::config::PerschedOptions::default(),
         ));
+        let jobs = Jobs::open(ns.store(), JOB_WINDOW).unwrap_or_else(|e| {
+            tracing::warn!("job registry not readable, starting an empty one in memory: {e}");
+            Jobs::in_memory(JOB_WINDOW)
+        });
         MdsService {
+            jobs: Arc::new(jobs),
             ns,
             ds_names: Default::default(),
             orch: None,
@@ -80,6 +88,11 @@ impl MdsService {
             }
             _ => Ok(MdsReply::PeriodicStatus(r.status(now_ms).into())),
         }
+    }
+
+    /// The job registry.
+    pub fn jobs(&self) -> Arc<Jobs> {
+        self.jobs.clone()
     }
 
     pub fn with_orchestrator(self, orch: Arc<Orchestrator>) -> MdsService {
@@ -135,11 +148,28 @@ impl MdsService {
             | MdsRequest::PeriodicPoll { .. }
             | MdsRequest::PeriodicLeave
             | MdsRequest::PeriodicStatus => self.periodic(&origin.job, req),
+            MdsRequest::DsJobReport(r) => {
+                self.jobs.on_detail(&r);
+                Ok(MdsReply::Ok)
+            }
+            MdsRequest::JobStats { job } => Ok(MdsReply::Jobs(self.jobs.info(job.as_deref(), self.ns.store()))),
             req => {
+                let event = MetaEvent::of(&req).map(|ev| match ev {
+                    // The inode an unlink removes, for the job's files.
+                    MetaEvent::Unlink { parent, name, .. } => {
+                        let ino = self.ns.store().begin().dentry(parent, &name).ok().flatten().map(|d| d.ino);
+                        MetaEvent::Unlink { parent, name, ino }
+                    }
+                    ev => ev,
+                });
                 // A lease is held by one client on one connection (many share one through a forwarding node).
                 let holder = Holder { conn: peer.conn, client: origin.client };
                 let _admitted = self.ns.leases().admit(holder, &req).await;
-                self.ns.handle_lease(&caller, holder, req).await
+                let r = self.ns.handle_lease(&caller, holder, req).await;
+                if let Some(ev) = event {
+                    self.jobs.on_metadata(&origin, caller.uid, ev, &r);
+                }
+                r
             }
         }
     }
@@ -178,6 +208,12 @@ impl Service for MdsService {
         (self.dispatch(&peer, req).await, Bytes::new())
     }
 }
+
+/// Jobs idle for longer leave the metrics (not the registry).
+pub const METRICS_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Window length of the per-job time series (Δt).
+pub const JOB_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What the `tessera-mds` command line sets.
 #[derive(Parser, Debug, Clone)]
@@ -266,10 +302,14 @@ pub async fn run(
         cfg.ds.iter().map(|d| d.id).collect(),
     ));
     let service = MdsService::new(ns).with_orchestrator(orch.clone()).with_persched(&cfg.persched);
+    let jobs = service.jobs();
+    let job_flusher = crate::jobs::spawn_flusher(jobs.clone());
     let metrics = match &cfg.metrics.mds_addr {
         Some(addr) => {
             let mut registry = crate::metrics::registry(orch.clone(), &service.counters());
             crate::metrics::add_persched(&mut registry, service.persched());
+            let j = jobs.clone();
+            registry.register_collector(tessera_metrics::collector(move |s| j.scrape(s, METRICS_IDLE)));
             let endpoint = tessera_metrics::Endpoint::bind(addr.as_str(), registry).await?;
             info!("metrics at http://{}/metrics", endpoint.local_addr());
             Some(endpoint)
@@ -295,6 +335,10 @@ pub async fn run(
     server.abort();
     destroyer.abort();
     evictor.abort();
+    job_flusher.abort();
+    if let Err(e) = jobs.flush() {
+        tracing::warn!("writing the job registry: {e}");
+    }
     store.flush().await?;
     info!("metadata flushed; bye");
     Ok(())

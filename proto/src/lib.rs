@@ -19,9 +19,11 @@
 //! - [`fileio`]: positional reads into a buffer's spare capacity (data servers, benchmarks).
 //! - [`fuzz`] (feature `arbitrary`): message values from raw bytes and frame mutations, for fuzzing.
 //! - [`units`]: sizes with K/M/G/T suffixes, parsed and formatted the same everywhere.
+//! - [`characterize`]: a job's I/O criteria (volume, rates, intensity, burstiness, spatial class, parallelism).
 
 pub mod bufpool;
 pub mod ca;
+pub mod characterize;
 pub mod child;
 pub mod clusterdir;
 pub mod config;

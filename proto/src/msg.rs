@@ -391,6 +391,13 @@ pub enum MdsRequest {
     PeriodicLeave,
     /// Every periodic job's planned and measured efficiency (`tessera jobs --periodic`).
     PeriodicStatus,
+    /// A data server's per-job detail (role ds only; the jobs that changed since its last one).
+    DsJobReport(Box<DsJobReport>),
+    /// The job registry with its counters (`tessera jobstats`, `tessera report`): one job (with its
+    /// time series and files) or all (summaries). Reply: `Jobs`.
+    JobStats {
+        job: Option<String>,
+    },
 }
 
 /// Most files one `Declare` names.
@@ -522,6 +529,7 @@ pub enum MdsReply {
     },
     Periodic(Option<PeriodicGrant>),
     PeriodicStatus(PeriodicReport),
+    Jobs(Vec<JobInfo>),
 }
 
 /// What `tessera df --policy` shows: the cluster's placement policy and how its solves went.
@@ -852,6 +860,16 @@ pub enum DsRequest {
         after: ObjectId,
         max: u32,
     },
+    /// A job's request trace here (`tessera trace start|stop|export`): `set` switches it on or off
+    /// (kept in a bounded ring of [`MAX_TRACE_RECORDS`] per job, at most [`MAX_TRACED_JOBS`] jobs);
+    /// then the records numbered from `after` on, at most `max` (capped at [`MAX_TRACE_PAGE`]).
+    /// Reply: `JobTrace`.
+    JobTrace {
+        job: String,
+        set: Option<bool>,
+        after: u64,
+        max: u32,
+    },
 }
 
 /// One run of a [`DsRequest::WriteV`] (the next `len` bytes of the payload go to object offset `offset`)
@@ -961,6 +979,14 @@ pub enum DsReply {
     Objects {
         objects: Vec<(ObjectId, u64)>,
         more: bool,
+    },
+    /// A job's trace records numbered `first..next`; `dropped`: older records no longer kept.
+    JobTrace {
+        on: bool,
+        first: u64,
+        next: u64,
+        dropped: u64,
+        records: Vec<TraceRecord>,
     },
 }
 
@@ -1130,6 +1156,162 @@ pub struct PeriodicReport {
     pub period_ms: u64,
     pub syseff: f64,
     pub upper_bound: f64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-job statistics (specs/characterization.md)
+// ---------------------------------------------------------------------------------------------
+
+/// Requests a data server does not count as small above this size (s_small).
+pub const SMALL_REQUEST: u64 = 4096;
+/// Streams a data server keeps apart per job (further ones are not tracked per stream).
+pub const MAX_STREAMS_PER_JOB: usize = 128;
+/// Jobs in one [`DsJobReport`].
+pub const MAX_JOBS_PER_DETAIL: usize = 64;
+
+/// One process's reads or writes of one object of one file, at one data server, since it started.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct StreamCounters {
+    pub ino: Ino,
+    pub client: u64,
+    pub pid: u32,
+    pub object: ObjectId,
+    pub write: bool,
+    pub ops: u64,
+    pub bytes: u64,
+    /// The stream's spatial class so far (object offsets; the same steps as in the file while they
+    /// stay within a stripe).
+    pub spatial: crate::characterize::Spatial,
+}
+
+/// One job's data counters at one node since the node's counter generation began (monotonic).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct JobDetail {
+    pub job: String,
+    pub read_ops: u64,
+    pub read_bytes: u64,
+    pub write_ops: u64,
+    pub write_bytes: u64,
+    pub read_sizes: SizeHistogram,
+    pub write_sizes: SizeHistogram,
+    /// Requests of at most [`SMALL_REQUEST`] bytes.
+    pub read_small: u64,
+    pub write_small: u64,
+    /// At most [`MAX_STREAMS_PER_JOB`].
+    pub streams: Vec<StreamCounters>,
+}
+
+impl JobDetail {
+    /// Adds another node's counters (streams are appended).
+    pub fn add(&mut self, o: &JobDetail) {
+        self.read_ops += o.read_ops;
+        self.read_bytes += o.read_bytes;
+        self.write_ops += o.write_ops;
+        self.write_bytes += o.write_bytes;
+        self.read_sizes.add(&o.read_sizes);
+        self.write_sizes.add(&o.write_sizes);
+        self.read_small += o.read_small;
+        self.write_small += o.write_small;
+        self.streams.extend(o.streams.iter().cloned());
+    }
+}
+
+/// A data server's per-job detail, sent with its report: the jobs whose counters changed since the
+/// last one (at most [`MAX_JOBS_PER_DETAIL`]; the rest follow next time).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct DsJobReport {
+    pub ds: DsId,
+    pub at_unix_us: u64,
+    /// The counters' generation (as in [`DsReport`]); a snapshot's values count from its start.
+    pub generation: u64,
+    pub jobs: Vec<JobDetail>,
+}
+
+/// One job's metadata operations at the MDS.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct MetaCounters {
+    /// Opens, creates included.
+    pub opens: u64,
+    pub closes: u64,
+    pub creates: u64,
+    pub unlinks: u64,
+    pub readdirs: u64,
+    /// Attribute changes, size reports, xattr changes, renames, links.
+    pub inode_updates: u64,
+    /// Every other metadata request (lookups, getattr, ...).
+    pub other: u64,
+}
+
+/// A file a job created, opened or removed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct JobFile {
+    pub ino: Ino,
+    /// Its path when the job used it (`inode N` when unknown).
+    pub path: String,
+    pub created: bool,
+    pub opened: bool,
+    pub removed: bool,
+}
+
+/// One window of a job's time series: its start and what moved in it (summed over data servers).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct SeriesPoint {
+    pub start_unix_us: u64,
+    pub window: crate::characterize::Window,
+}
+
+/// One job as the MDS knows it (`tessera jobstats`, `tessera report`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct JobInfo {
+    pub job: String,
+    /// The user of its first metadata call.
+    pub uid: u32,
+    pub first_unix_us: u64,
+    pub last_unix_us: u64,
+    /// Active within the last minute.
+    pub running: bool,
+    pub clients: Vec<u64>,
+    /// `(client, pid)` of every process seen (metadata or data).
+    pub processes: Vec<(u64, u32)>,
+    pub meta: MetaCounters,
+    /// Data counters per data server (summed: [`JobDetail::add`]).
+    pub nodes: Vec<(DsId, JobDetail)>,
+    /// The files (only when one job was asked for).
+    pub files: Vec<JobFile>,
+    /// Window length of `series`, microseconds (grows as a long job's series is coarsened).
+    pub dt_us: u64,
+    pub series: Vec<SeriesPoint>,
+}
+
+/// Records a data server keeps per traced job (the oldest go first).
+pub const MAX_TRACE_RECORDS: usize = 1 << 16;
+/// Jobs a data server traces at once.
+pub const MAX_TRACED_JOBS: usize = 16;
+/// Records in one `JobTrace` reply.
+pub const MAX_TRACE_PAGE: usize = 8192;
+
+/// One traced request at a data server: who, which file and object, where, how much, when (its clock,
+/// microseconds since the Unix epoch; start = when it was queued, end = when it was served).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct TraceRecord {
+    pub client: u64,
+    pub pid: u32,
+    pub ino: Ino,
+    pub object: ObjectId,
+    /// Offset in the object.
+    pub offset: u64,
+    pub len: u64,
+    pub write: bool,
+    pub start_us: u64,
+    pub end_us: u64,
 }
 
 #[cfg(test)]

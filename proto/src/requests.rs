@@ -154,6 +154,8 @@ table! {
     PeriodicPoll { .. }                        => true,  Clients,     Nothing;
     PeriodicLeave {}                           => true,  Clients,     Nothing;
     PeriodicStatus {}                          => true,  Clients,     Nothing;
+    DsJobReport { .. }                         => false, DataServers, Nothing;
+    JobStats { .. }                            => true,  Clients,     Nothing;
 }
 
 #[cfg(test)]

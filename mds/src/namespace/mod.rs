@@ -348,7 +348,9 @@ impl Namespace {
             | Q::PeriodicRegister { .. }
             | Q::PeriodicPoll { .. }
             | Q::PeriodicLeave
-            | Q::PeriodicStatus => Err(FsError::new(ErrorCode::Unsupported, "not a namespace request")),
+            | Q::PeriodicStatus
+            | Q::DsJobReport(_)
+            | Q::JobStats { .. } => Err(FsError::new(ErrorCode::Unsupported, "not a namespace request")),
             Q::Fsck { repair } => self.fsck(repair).await.map(MdsReply::Fsck),
             Q::LeaseDir { .. } | Q::DirBatch { .. } => {
                 Err(FsError::new(ErrorCode::Unsupported, "lease requests need the caller's connection and client"))
