@@ -1,11 +1,11 @@
 //! The placement subsystem around the policies of [`crate::placement`]: the storage targets as placement
 //! sees them (each data server's latest report plus the space the MDS allocated since and has not seen
 //! reported), the policy a create uses (the file's or directory's own, else the cluster's), declared creates
-//! (solved together as one batch, kept until the create arrives), the predictor of a job's file sizes, and
-//! what `tessera df --policy` shows.
+//! (solved together as one batch, kept until the create arrives), and what `tessera df --policy` shows.
 //!
-//! Spec: `../shared/specs/placement.md`. Placement runs outside the namespace lock: the callers place first
-//! and then take the lock to create; an id allocated for a create that then fails is simply never written.
+//! Spec: `../shared/specs/placement.md`. Placement runs outside the namespace lock: the callers place first,
+//! then take the lock, allocate the object ids and create; a placement whose create then fails only leaves
+//! its expected bytes counted as allocated until the pending window passes.
 
 use crate::placement::{self, CreateRequest, Placement, TargetInfo};
 use crate::stats::StatsView;
@@ -25,9 +25,6 @@ pub const DECLARED_TTL: Duration = Duration::from_secs(600);
 pub const MAX_DECLARED: usize = 100_000;
 /// Most files one declaration may name.
 pub const MAX_DECLARE_BATCH: usize = 10_000;
-/// Jobs (and files per job) the predictor remembers.
-const PREDICTOR_JOBS: usize = 1024;
-const PREDICTOR_FILES: usize = 4096;
 
 /// The metadata server counts as loaded, and runs `balanced` solves as `lustre` ones, at this share of
 /// the machine's CPU time (over the last second) or of its memory (Tarazu: CPU ≥ 70% or memory ≥ 50%).
@@ -112,10 +109,6 @@ struct State {
     /// Bytes allocated per target and when, until the reports can have seen them.
     pending: HashMap<Slot, VecDeque<(Instant, u64)>>,
     declared: HashMap<(Ino, String), Declared>,
-    /// Per job: the sizes of the files (by name) of its previous runs; per inode the job and name it
-    /// was created as, to learn its size.
-    predictor: HashMap<String, HashMap<String, u64>>,
-    created_by: HashMap<Ino, (String, String)>,
     solves: u64,
     fallbacks: u64,
     files: u64,
@@ -324,37 +317,6 @@ impl Placer {
         Some((d.slots, d.expected))
     }
 
-    /// The predictor: the size `job`'s previous run gave a file of this name (0: unknown).
-    pub fn predict(&self, job: &str, name: &str) -> u64 {
-        self.state().predictor.get(job).and_then(|m| m.get(name)).copied().unwrap_or(0)
-    }
-
-    /// Notes that `job` created `name` as inode `ino` (its size is learnt by [`Placer::observe_size`]).
-    pub fn created(&self, job: &str, ino: Ino, name: &str) {
-        if job.is_empty() {
-            return;
-        }
-        let mut st = self.state();
-        if st.created_by.len() >= PREDICTOR_JOBS * 16 {
-            st.created_by.clear();
-        }
-        st.created_by.insert(ino, (job.to_string(), name.to_string()));
-    }
-
-    /// Learns the size of a file a job created, for the job's next run.
-    pub fn observe_size(&self, ino: Ino, size: u64) {
-        let mut st = self.state();
-        let Some((job, name)) = st.created_by.get(&ino).cloned() else { return };
-        if !st.predictor.contains_key(&job) && st.predictor.len() >= PREDICTOR_JOBS {
-            st.predictor.clear();
-        }
-        let files = st.predictor.entry(job).or_default();
-        if !files.contains_key(&name) && files.len() >= PREDICTOR_FILES {
-            return;
-        }
-        files.insert(name, size);
-    }
-
     pub fn status(&self) -> PlacementStatus {
         let st = self.state();
         PlacementStatus {
@@ -464,14 +426,9 @@ mod tests {
     }
 
     #[test]
-    fn the_predictor_remembers_a_jobs_file_sizes() {
-        let p = Placer::new(view(1, 1), "round-robin", Duration::from_secs(1)).unwrap();
-        assert_eq!(p.predict("ior", "f0"), 0);
-        p.created("ior", 42, "f0");
-        p.observe_size(42, 5000);
-        p.observe_size(43, 7000);
-        assert_eq!(p.predict("ior", "f0"), 5000);
-        assert_eq!(p.predict("other", "f0"), 0);
-        assert!(canonical("tarazu").is_ok() && canonical("nope").is_err());
+    fn policy_names_are_canonical() {
+        assert_eq!(canonical("tarazu").unwrap(), "balanced");
+        assert_eq!(canonical("rr").unwrap(), "round-robin");
+        assert!(canonical("nope").is_err());
     }
 }
