@@ -23,6 +23,8 @@ pub const POLICIES: [&str; 3] = ["round-robin", "lustre", "balanced"];
 pub const DECLARED_TTL: Duration = Duration::from_secs(600);
 /// Most declarations kept at once (a declaration beyond it is refused).
 pub const MAX_DECLARED: usize = 100_000;
+/// Paths the predictor remembers (all forgotten at once beyond it).
+pub const MAX_REMEMBERED: usize = 100_000;
 /// Most files one declaration may name.
 pub const MAX_DECLARE_BATCH: usize = 10_000;
 
@@ -109,6 +111,8 @@ struct State {
     /// Bytes allocated per target and when, until the reports can have seen them.
     pending: HashMap<Slot, VecDeque<(Instant, u64)>>,
     declared: HashMap<(Ino, String), Declared>,
+    /// The predictor: the size of the last file removed from each path, for the next run that creates it.
+    previous: HashMap<(Ino, String), u64>,
     solves: u64,
     fallbacks: u64,
     files: u64,
@@ -317,6 +321,21 @@ impl Placer {
         Some((d.slots, d.expected))
     }
 
+    /// The predictor's guess of a new file's size: the size of the file the same path held last (a job's
+    /// previous run writes the same files), 0 if unknown.
+    pub fn predict(&self, parent: Ino, name: &str) -> u64 {
+        self.state().previous.get(&(parent, name.to_string())).copied().unwrap_or(0)
+    }
+
+    /// Notes the size a removed file reached, for the next file created at its path.
+    pub fn remember(&self, parent: Ino, name: &str, size: u64) {
+        let mut st = self.state();
+        if st.previous.len() >= MAX_REMEMBERED {
+            st.previous.clear();
+        }
+        st.previous.insert((parent, name.to_string()), size);
+    }
+
     pub fn status(&self) -> PlacementStatus {
         let st = self.state();
         PlacementStatus {
@@ -423,6 +442,15 @@ mod tests {
         assert!(x != 1);
         let (cpu, _) = p.sample(Instant::now());
         assert!(cpu > 0.05 && cpu <= 1.0, "cpu share {cpu}");
+    }
+
+    #[test]
+    fn the_predictor_gives_a_path_the_size_its_last_file_reached() {
+        let p = Placer::new(view(1, 1), "balanced", Duration::from_secs(1)).unwrap();
+        assert_eq!(p.predict(1, "out.0"), 0);
+        p.remember(1, "out.0", 5 << 20);
+        assert_eq!(p.predict(1, "out.0"), 5 << 20);
+        assert_eq!(p.predict(2, "out.0"), 0, "another directory");
     }
 
     #[test]

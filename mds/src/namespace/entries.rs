@@ -150,8 +150,17 @@ impl Namespace {
             };
             out.push(Placed { stripe_size, slots });
         }
-        let req = CreateRequest { stripe_count, stripe_size, expected_size: 0, exclude: Vec::new() };
-        let placed = self.placer.place(policy.as_deref(), &vec![req; undeclared.len()])?;
+        // Without a declaration, the predictor's size: what the same path held last (a job's previous run).
+        let reqs: Vec<CreateRequest> = undeclared
+            .iter()
+            .map(|&k| CreateRequest {
+                stripe_count,
+                stripe_size,
+                expected_size: self.placer.predict(dir, names[k]),
+                exclude: Vec::new(),
+            })
+            .collect();
+        let placed = self.placer.place(policy.as_deref(), &reqs)?;
         for (k, slots) in undeclared.into_iter().zip(placed) {
             out[k].slots = slots;
         }

@@ -204,6 +204,9 @@ impl Namespace {
         if d.kind == FileKind::Dir {
             return Err(err(ErrorCode::IsDir, format!("{name} is a directory")));
         }
+        if d.kind == FileKind::File {
+            self.placer.remember(dir, name, tx.inode(d.ino)?.attr.size);
+        }
         let attr = self.remove_entry(tx, dir, name, &d)?;
         self.drop_link(tx, d.ino)?;
         Ok((d.ino, attr))

@@ -29,6 +29,9 @@ impl Namespace {
         let parent_attr = self.remove_entry(&mut tx, parent, name, &d)?;
         self.drop_link(&mut tx, d.ino)?;
         self.commit(tx)?;
+        if i.attr.kind == FileKind::File {
+            self.placer.remember(parent, name, i.attr.size);
+        }
         Ok(MdsReply::Attr(parent_attr))
     }
 

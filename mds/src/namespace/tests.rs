@@ -1229,3 +1229,30 @@ async fn fsck_leaves_the_size_of_a_file_being_truncated_alone() {
     ns.truncating().clear();
     assert_eq!(fsck_kinds(&ns.fsck(false).await.unwrap()), vec!["size"]);
 }
+
+#[tokio::test]
+async fn a_removed_files_size_is_the_prediction_for_the_next_file_at_its_path_and_policies_are_attributes() {
+    let d = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(d.path());
+    let r = root();
+    let dir = mkdir(&ns, &r, ROOT_INO, "run").await.unwrap();
+    let f = create(&ns, &r, dir.ino, "out.0").await.unwrap();
+    setattr(&ns, &r, f.ino, SetAttrs { size: Some(3 << 20), ..Default::default() }).await.unwrap();
+    assert_eq!(ns.placer.predict(dir.ino, "out.0"), 0);
+    unlink(&ns, &r, dir.ino, "out.0").await.unwrap();
+    assert_eq!(ns.placer.predict(dir.ino, "out.0"), 3 << 20, "the next run's out.0 is expected at 3 MiB");
+    // A directory's policy is an attribute, checked, and inherited by subdirectories.
+    let set = |ino, v: &[u8]| MdsRequest::SetXattr {
+        ino,
+        name: "tessera.placement".into(),
+        value: v.to_vec(),
+        mode: XattrMode::Any,
+    };
+    assert_eq!(code(ns.handle(&r, set(dir.ino, b"nope")).await), ErrorCode::Invalid);
+    ns.handle(&r, set(dir.ino, b"tarazu")).await.unwrap();
+    let sub = mkdir(&ns, &r, dir.ino, "sub").await.unwrap();
+    let get = |ino| MdsRequest::GetXattr { ino, name: "tessera.placement".into() };
+    assert_eq!(ns.handle(&r, get(sub.ino)).await.unwrap(), MdsReply::Xattr(b"balanced".to_vec()));
+    create(&ns, &r, sub.ino, "g").await.unwrap();
+    assert_eq!(ns.placer.status().last.unwrap().policy, "balanced", "a file in it is placed by its policy");
+}
