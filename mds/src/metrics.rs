@@ -69,6 +69,49 @@ pub fn registry(orch: Arc<Orchestrator>, counters: &RequestCounters) -> Registry
     registry
 }
 
+/// Placement's families (specs/placement.md): each target's capacity and use as the placer sees it (reports
+/// plus space allocated since), the OST cost, and the policy's solves.
+pub fn add_placement(registry: &mut Registry, placer: Arc<crate::placer::Placer>) {
+    registry.register_collector(collector(move |s| placement(s, &placer)));
+}
+
+fn placement(s: &mut Scrape, placer: &crate::placer::Placer) -> fmt::Result {
+    let (targets, _) = placer.view();
+    let label = |t: &crate::placement::TargetInfo| (t.server.to_string(), t.target.to_string());
+    let mut f = s.gauge("tessera_placement_target_capacity_bytes", "A storage target's capacity.")?;
+    for t in &targets {
+        let (ds, k) = label(t);
+        f.sample(&[("ds", &ds), ("target", &k)], t.capacity)?;
+    }
+    let mut f =
+        s.gauge("tessera_placement_target_used_bytes", "A target's use: its last report plus space allocated since.")?;
+    for t in &targets {
+        let (ds, k) = label(t);
+        f.sample(&[("ds", &ds), ("target", &k)], t.used)?;
+    }
+    let util: Vec<f64> = targets.iter().map(|t| t.used as f64 / t.capacity.max(1) as f64).collect();
+    s.gauge("tessera_placement_ost_cost", "Max over mean utilisation of the targets (1 = balanced).")?
+        .sample(&[], crate::placement::ost_cost(&util))?;
+    let st = placer.status();
+    let mut f = s.gauge("tessera_placement_policy", "1 for the cluster's placement policy.")?;
+    f.sample(&[("policy", &st.policy)], 1i64)?;
+    s.counter("tessera_placement_solves_total", "Batches of creates placed.")?.sample(&[], st.solves)?;
+    s.counter("tessera_placement_files_total", "Files placed.")?.sample(&[], st.files)?;
+    s.counter("tessera_placement_fallbacks_total", "Balanced solves that fell back to lustre.")?
+        .sample(&[], st.fallbacks)?;
+    s.counter("tessera_placement_deferred_total", "Balanced solves run as lustre while the MDS was loaded.")?
+        .sample(&[], st.deferred)?;
+    s.counter("tessera_placement_declared_used_total", "Creates placed from a declaration.")?
+        .sample(&[], st.declared_used)?;
+    if let Some(l) = st.last {
+        s.gauge("tessera_placement_last_solve_seconds", "Time the last solve took.")?
+            .sample(&[("policy", &l.policy)], l.micros as f64 / 1e6)?;
+        s.gauge("tessera_placement_last_solve_files", "Files in the last solve.")?
+            .sample(&[("policy", &l.policy)], u64::from(l.batch))?;
+    }
+    Ok(())
+}
+
 /// PerSched's families (specs/periodic.md): per periodic job planned and measured ρ̃ and dilation; the
 /// system's SysEff, its upper bound and the period.
 pub fn add_persched(registry: &mut Registry, p: Arc<std::sync::Mutex<crate::persched::live::Registry>>) {
@@ -199,6 +242,36 @@ mod tests {
             "tessera_persched_period_seconds 4",
             "tessera_persched_job_planned_rho{job=\"p\\\"1\"} 0.5",
             "tessera_persched_upper_bound 0.25",
+        ] {
+            assert!(body.contains(line), "{line} missing in\n{body}");
+        }
+    }
+
+    #[test]
+    fn renders_placement_state() {
+        use crate::stats::StatsView;
+        use tessera_proto::msg::{DsReport, TargetReport};
+        let stats = Arc::new(
+            StatsView::new(vec![(0, String::new()), (1, String::new())])
+                .with_target_counts([(0, 2), (1, 2)].into_iter().collect()),
+        );
+        for ds in 0..2 {
+            let t = |k: u16, used: u64| TargetReport { target: k, capacity: 1000, used, ..Default::default() };
+            stats.record(DsReport {
+                ds,
+                targets: vec![t(0, 100 * u64::from(ds + 1)), t(1, 100)],
+                ..Default::default()
+            });
+        }
+        let placer = Arc::new(crate::placer::Placer::new(stats, "lustre", std::time::Duration::from_secs(1)).unwrap());
+        let mut reg = Registry::default();
+        add_placement(&mut reg, placer);
+        let body = render(&reg).unwrap();
+        for line in [
+            "tessera_placement_target_used_bytes{ds=\"1\",target=\"0\"} 200",
+            "tessera_placement_target_capacity_bytes{ds=\"0\",target=\"1\"} 1000",
+            "tessera_placement_ost_cost 1.6",
+            "tessera_placement_policy{policy=\"lustre\"} 1",
         ] {
             assert!(body.contains(line), "{line} missing in\n{body}");
         }

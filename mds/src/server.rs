@@ -301,6 +301,7 @@ pub async fn run(
         mode,
         cfg.ds.iter().map(|d| d.id).collect(),
     ));
+    let placer = ns.placer().clone();
     let service = MdsService::new(ns).with_orchestrator(orch.clone()).with_persched(&cfg.persched);
     let jobs = service.jobs();
     let job_flusher = crate::jobs::spawn_flusher(jobs.clone());
@@ -308,6 +309,7 @@ pub async fn run(
         Some(addr) => {
             let mut registry = crate::metrics::registry(orch.clone(), &service.counters());
             crate::metrics::add_persched(&mut registry, service.persched());
+            crate::metrics::add_placement(&mut registry, placer.clone());
             let j = jobs.clone();
             registry.register_collector(tessera_metrics::collector(move |s| j.scrape(s, METRICS_IDLE)));
             let endpoint = tessera_metrics::Endpoint::bind(addr.as_str(), registry).await?;

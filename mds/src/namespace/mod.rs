@@ -167,6 +167,10 @@ impl Namespace {
         &self.stats
     }
 
+    pub fn placer(&self) -> &Arc<Placer> {
+        &self.placer
+    }
+
     /// Notified whenever destroy-log entries were made durable.
     pub fn destroy_wake(&self) -> Arc<Notify> {
         self.destroy_wake.clone()
