@@ -99,6 +99,7 @@ pub fn assemble(stores: Vec<Store>, s: &Setup) -> FsResult<(Reporter, DataPath)>
         stores,
         scheduler: Scheduler::start(s.queue_depth, Orchestrated::new(serve.clone())),
         counters: Arc::new(Counters::new()),
+        load: Arc::default(),
     };
     let job_traces = Arc::default();
     Ok((reporter, DataPath { targets: targets.into(), locality, serve, trace, job_traces }))

@@ -39,58 +39,6 @@ pub fn is_loaded(cpu: f64, memory: f64) -> bool {
     cpu >= LOADED_CPU || memory >= LOADED_MEMORY
 }
 
-/// This process's share of the machine's CPU since the previous sample, and of its memory, from procfs
-/// (`None` where procfs is missing).
-#[derive(Default)]
-struct LoadProbe {
-    last: Option<(Instant, f64)>,
-    cpu: f64,
-    memory: f64,
-}
-
-impl LoadProbe {
-    /// Samples at most once a second; returns the latest (cpu, memory) shares.
-    fn sample(&mut self, now: Instant) -> (f64, f64) {
-        if self.last.is_some_and(|(at, _)| now.duration_since(at) < Duration::from_secs(1)) {
-            return (self.cpu, self.memory);
-        }
-        if let Some(busy) = process_cpu_seconds() {
-            if let Some((at, before)) = self.last {
-                let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-                let wall = now.duration_since(at).as_secs_f64();
-                self.cpu = ((busy - before) / (wall * cores)).clamp(0.0, 1.0);
-            }
-            self.last = Some((now, busy));
-        }
-        self.memory = memory_share().unwrap_or(0.0);
-        (self.cpu, self.memory)
-    }
-}
-
-/// User plus system CPU seconds of this process (`/proc/self/stat` fields 14 and 15).
-fn process_cpu_seconds() -> Option<f64> {
-    let text = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // The command name may hold spaces: fields are counted after its closing parenthesis.
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let (utime, stime): (f64, f64) = (fields.get(11)?.parse().ok()?, fields.get(12)?.parse().ok()?);
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    (ticks > 0).then(|| (utime + stime) / ticks as f64)
-}
-
-/// This process's resident memory over the machine's (`/proc/self/statm`, `/proc/meminfo`).
-fn memory_share() -> Option<f64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: f64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as f64;
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let total_kib: f64 =
-        meminfo.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
-    (total_kib > 0.0).then(|| pages * page / (total_kib * 1024.0))
-}
-
 /// Where one stripe goes: a data server and one of its targets.
 pub type Slot = (DsId, TargetIdx);
 
@@ -132,7 +80,7 @@ pub struct Placer {
     /// How long allocated space counts before the reports are trusted to hold it.
     pending_ttl: Duration,
     state: Mutex<State>,
-    probe: Mutex<LoadProbe>,
+    probe: Mutex<tessera_proto::process::LoadProbe>,
 }
 
 impl Placer {
@@ -146,7 +94,7 @@ impl Placer {
             started: Instant::now(),
             pending_ttl: (report_interval * 3).max(Duration::from_secs(3)),
             state: Mutex::new(State::default()),
-            probe: Mutex::new(LoadProbe::default()),
+            probe: Mutex::new(tessera_proto::process::LoadProbe::default()),
         })
     }
 
@@ -180,7 +128,9 @@ impl Placer {
         let ttl = self.pending_ttl;
         let (mut infos, mut slots) = (Vec::new(), Vec::new());
         for s in &servers {
-            let load = s.report.as_ref().map(|r| (f64::from(r.queue_depth) / 32.0).min(1.0)).unwrap_or(0.0);
+            // A server's load: its queue (32 requests waiting count as full) or its CPU, whichever is higher.
+            let load =
+                s.report.as_ref().map(|r| (f64::from(r.queue_depth) / 32.0).max(r.cpu).clamp(0.0, 1.0)).unwrap_or(0.0);
             for t in 0..self.stats.target_count(s.id) {
                 let reported = s.report.as_ref().and_then(|r| match r.targets.get(usize::from(t)) {
                     Some(tr) => Some((tr.capacity, tr.used)),
@@ -355,6 +305,7 @@ impl Placer {
 mod tests {
     use super::*;
     use tessera_proto::msg::{DsReport, TargetReport};
+    use tessera_proto::process::memory_share;
 
     fn view(servers: u32, targets: TargetIdx) -> Arc<StatsView> {
         let v = StatsView::new((0..servers).map(|i| (i, String::new())).collect())
@@ -427,9 +378,8 @@ mod tests {
         assert!(!is_loaded(0.69, 0.49));
         assert!(is_loaded(0.70, 0.0), "CPU at 70%");
         assert!(is_loaded(0.0, 0.50), "memory at 50%");
-        assert!(process_cpu_seconds().is_some_and(|s| s >= 0.0));
         assert!(memory_share().is_some_and(|m| m > 0.0 && m < LOADED_MEMORY));
-        let mut p = LoadProbe::default();
+        let mut p = tessera_proto::process::LoadProbe::default();
         let t0 = Instant::now();
         let first = p.sample(t0);
         assert_eq!(first.0, 0.0, "one sample gives no CPU share yet");

@@ -112,6 +112,12 @@ pub struct DsReport {
     pub forwarded_client_requests: u64,
     /// Each storage target's space and traffic (the fields above are their sums), by index.
     pub targets: Vec<TargetReport>,
+    /// The server process's share of the machine's CPU over the last report interval (0..=1), its
+    /// resident memory, and the data bytes it received (writes) and sent (reads) since it started.
+    pub cpu: f64,
+    pub rss_bytes: u64,
+    pub data_rx_bytes: u64,
+    pub data_tx_bytes: u64,
 }
 
 /// `OST cost = max utilisation / mean utilisation` (Tarazu's metric; 1.0 is perfect balance, and the

@@ -1,4 +1,7 @@
-//! Start-up shared by every Tessera binary: the allocator's settings, logging and the async runtime.
+//! Start-up shared by every Tessera binary: the allocator's settings, logging and the async runtime; and
+//! the load of this process (CPU and memory shares from procfs).
+
+use std::time::{Duration, Instant};
 
 /// Largest allocation that glibc serves from its heaps instead of a fresh `mmap` (its maximum, 32 MiB on
 /// 64-bit): write-behind chunks (8 MiB), read-ahead units and request payloads (1-4 MiB) fall below it.
@@ -80,5 +83,80 @@ mod tests {
         let again = faults_of_a_fresh_block();
         // Mapped afresh each time, the block would fault on each of its 2,048 pages.
         assert!(again < 200, "an 8 MiB block re-allocated after a free faulted {again} times");
+    }
+}
+
+// ---- Load of this process (the MDS's placement deferral, the data servers' reports) ----
+
+/// This process's share of the machine's CPU since the previous sample, and of its memory, from procfs
+/// (`None` where procfs is missing).
+#[derive(Default)]
+pub struct LoadProbe {
+    last: Option<(Instant, f64)>,
+    cpu: f64,
+    memory: f64,
+}
+
+impl LoadProbe {
+    /// Samples at most once a second; returns the latest (cpu, memory) shares.
+    pub fn sample(&mut self, now: Instant) -> (f64, f64) {
+        if self.last.is_some_and(|(at, _)| now.duration_since(at) < Duration::from_secs(1)) {
+            return (self.cpu, self.memory);
+        }
+        if let Some(busy) = process_cpu_seconds() {
+            if let Some((at, before)) = self.last {
+                let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+                let wall = now.duration_since(at).as_secs_f64();
+                self.cpu = ((busy - before) / (wall * cores)).clamp(0.0, 1.0);
+            }
+            self.last = Some((now, busy));
+        }
+        self.memory = memory_share().unwrap_or(0.0);
+        (self.cpu, self.memory)
+    }
+}
+
+/// User plus system CPU seconds of this process (`/proc/self/stat` fields 14 and 15).
+pub fn process_cpu_seconds() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name may hold spaces: fields are counted after its closing parenthesis.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let (utime, stime): (f64, f64) = (fields.get(11)?.parse().ok()?, fields.get(12)?.parse().ok()?);
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (ticks > 0).then(|| (utime + stime) / ticks as f64)
+}
+
+/// This process's resident bytes (`/proc/self/statm`).
+pub fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(page).ok().map(|p| pages * p)
+}
+
+/// This process's resident memory over the machine's (`/proc/self/statm`, `/proc/meminfo`).
+pub fn memory_share() -> Option<f64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: f64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as f64;
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let total_kib: f64 =
+        meminfo.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    (total_kib > 0.0).then(|| pages * page / (total_kib * 1024.0))
+}
+
+#[cfg(test)]
+mod load_tests {
+    use super::*;
+
+    #[test]
+    fn procfs_gives_this_processs_cpu_time_and_memory() {
+        assert!(process_cpu_seconds().is_some_and(|s| s >= 0.0));
+        assert!(rss_bytes().is_some_and(|b| b > 1 << 20), "a test binary holds more than 1 MiB");
+        assert!(memory_share().is_some_and(|m| m > 0.0 && m < 1.0));
     }
 }
