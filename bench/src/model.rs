@@ -124,6 +124,22 @@ pub fn phases(log: &JobLog) -> Vec<Phase> {
             p.reqs.extend((0..n).map(|i| Req { bytes: each + u64::from(i < rest), write }));
         }
     }
+    // The logged start is the start of a window; a phase with a partly busy first window started later
+    // in it: by the part of a full window (its busiest) the first one lacks (when it lacks over 10%).
+    let mut i = 0usize;
+    for ph in &mut out {
+        while i < log.windows.len() && !busy(&log.windows[i]) {
+            i += 1;
+        }
+        let vol = |w: &Window| (w.read_bytes + w.write_bytes) as f64;
+        let n = (ph.measured_s / log.dt_s).round() as usize;
+        let ws = &log.windows[i..(i + n).min(log.windows.len())];
+        let full = ws.iter().map(vol).fold(0.0, f64::max);
+        if ws.len() >= 2 && full > 0.0 && vol(&ws[0]) < 0.9 * full {
+            ph.start_s += log.dt_s * (1.0 - vol(&ws[0]) / full);
+        }
+        i += n;
+    }
     out
 }
 
@@ -258,7 +274,8 @@ pub fn simulate(p: &Params, phases: &[Phase], processes: usize, dt_s: f64) -> Pr
     let n = ((m.last_disk.max(now) / dt).floor() as usize + 1).min(1 << 24);
     let mut windows = vec![Window::default(); n];
     for c in &m.counts {
-        let w = &mut windows[((c.t / dt) as usize).min(n - 1)];
+        // A piece ending exactly at a window's end belongs to that window.
+        let w = &mut windows[(((c.t / dt).ceil() as usize).saturating_sub(1)).min(n - 1)];
         if c.write {
             w.write_bytes += c.bytes;
             w.write_ops += 1;
