@@ -132,30 +132,40 @@ fn print_errors(name: &str, e: &CounterErrors) {
     );
 }
 
+/// The errors of one log and whether it read and wrote at all (a counter never measured is left out of
+/// the means, not counted as 0%).
+type Evaluated = (CounterErrors, bool, bool);
+
 /// Replays each log with `p` (its own server count); prints and returns the errors.
-fn evaluate(p: &Params, logs: &[(String, JobLog, usize)]) -> Vec<CounterErrors> {
+fn evaluate(p: &Params, logs: &[(String, JobLog, usize)]) -> Vec<Evaluated> {
     logs.iter()
         .map(|(name, log, servers)| {
             let q = Params { servers: *servers, ..p.clone() };
             let pr = model::replay(&q, log);
             let e = model::errors(&log.windows, &pr.windows, log.dt_s, model::predicted_busy_s(&pr, log.dt_s));
             print_errors(name, &e);
-            e
+            let r = log.windows.iter().any(|w| w.read_ops > 0);
+            let w = log.windows.iter().any(|w| w.write_ops > 0);
+            (e, r, w)
         })
         .collect()
 }
 
-fn print_mean(label: &str, es: &[CounterErrors]) {
-    if es.is_empty() {
-        return;
-    }
-    let n = es.len() as f64;
+fn print_mean(label: &str, es: &[Evaluated]) {
+    let avg = |f: &dyn Fn(&Evaluated) -> Option<f64>| {
+        let v: Vec<f64> = es.iter().filter_map(f).collect();
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
     let m = CounterErrors {
-        read_bytes: es.iter().map(|e| e.read_bytes).sum::<f64>() / n,
-        write_bytes: es.iter().map(|e| e.write_bytes).sum::<f64>() / n,
-        read_ops: es.iter().map(|e| e.read_ops).sum::<f64>() / n,
-        write_ops: es.iter().map(|e| e.write_ops).sum::<f64>() / n,
-        duration: es.iter().map(|e| e.duration).sum::<f64>() / n,
+        read_bytes: avg(&|e| e.1.then_some(e.0.read_bytes)),
+        write_bytes: avg(&|e| e.2.then_some(e.0.write_bytes)),
+        read_ops: avg(&|e| e.1.then_some(e.0.read_ops)),
+        write_ops: avg(&|e| e.2.then_some(e.0.write_ops)),
+        duration: avg(&|e| Some(e.0.duration)),
     };
     print_errors(label, &m);
 }
