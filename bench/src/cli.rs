@@ -1,6 +1,6 @@
 //! The `tessera-bench` command line: one subcommand per benchmark, run on a multi-thread tokio runtime.
 
-use crate::{chaos, experiment, fuzz, ior, mdtest, net, persched, workloads};
+use crate::{chaos, experiment, fuzz, ior, mdtest, modelcmd, net, persched, workloads};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -35,6 +35,9 @@ enum Cmd {
     Experiment(experiment::ExperimentArgs),
     /// Periodic I/O scheduling (PerSched): `sim` reproduces the paper's Table 4 from the model.
     Persched(persched::PerschedArgs),
+    /// Parametric I/O model (client → forwarding node → data server → disk): `fit` to benchmark runs or
+    /// counter logs, `replay` a job's counter log, `what-if` with a changed parameter.
+    Model(modelcmd::ModelArgs),
 }
 
 /// Parses the command line, runs the benchmark on a multi-thread tokio runtime, maps errors to exit code 1.
@@ -51,6 +54,7 @@ pub fn main_entry() -> ExitCode {
             Cmd::Chaos(a) => chaos::run(a).await,
             Cmd::Fuzz(a) => fuzz::run(a).await,
             Cmd::Persched(a) => persched::run(a).await,
+            Cmd::Model(a) => modelcmd::run(a).await,
         }
     });
     // Tasks abandoned at a barrier after another task failed must not hold up the exit.

@@ -9,6 +9,8 @@ pub mod fwd; // `experiment fwd-*`: the forwarding thesis's experiments (schedul
 pub mod ior; // `ior`: options, per-task offsets for each pattern, verification pattern, timed phases
 pub mod localcluster; // a local MDS + data servers as child processes, with edited configs, for experiments
 pub mod mdtest; // `mdtest`: create/stat/remove rates
+pub mod model; // the parametric I/O model (pure): client → forwarding node → data server → disk, fit/replay/what-if
+pub mod modelcmd; // `model fit|replay|what-if`: benchmark runs on a local cluster, counter logs, the model's errors
 pub mod net; // `net`: the QUIC + TLS transport alone against sink servers, like lnet_selftest
 pub mod persched; // `persched sim`: the PerSched paper's Table 4 from the model (planner in tessera-mds)
 pub mod plots; // PNG figures with plotters (grouped bars, lines, LBA scatter, histograms)
