@@ -33,7 +33,8 @@ enum Cmd {
     Fuzz(fuzz::FuzzArgs),
     /// Reproduce a figure: starts a local cluster, runs the comparison, writes results/NAME.{csv,json,png}.
     Experiment(experiment::ExperimentArgs),
-    /// Periodic I/O scheduling (PerSched): `sim` reproduces the paper's Table 4 from the model.
+    /// Periodic I/O scheduling (PerSched): `sim` reproduces the paper's Table 4 from the model; `job` runs a
+    /// periodic IOR-like job.
     Persched(persched::PerschedArgs),
     /// Parametric I/O model (client → forwarding node → data server → disk): `fit` to benchmark runs or
     /// counter logs, `replay` a job's counter log, `what-if` with a changed parameter.

@@ -43,6 +43,8 @@ pub enum ExperimentName {
     FwdTwoApps,
     /// Tarazu: OST cost and bandwidth of round-robin, lustre and balanced placement, 7 servers × 5 targets.
     PlacementTarazu,
+    /// PerSched live: periodic jobs at once under PerSched and no scheduler, SysEff/UB and Dilation (Fig. 6).
+    PerschedLive,
 }
 
 impl ExperimentName {
@@ -58,6 +60,7 @@ impl ExperimentName {
             ExperimentName::FwdTwinsWindow => "fwd-twins-window",
             ExperimentName::FwdTwoApps => "fwd-two-apps",
             ExperimentName::PlacementTarazu => crate::tarazu::NAME,
+            ExperimentName::PerschedLive => crate::perschedlive::NAME,
         }
     }
 }
@@ -433,6 +436,9 @@ pub async fn run(a: ExperimentArgs) -> Result<()> {
     }
     if a.name == ExperimentName::PlacementTarazu {
         return crate::tarazu::run(&a).await;
+    }
+    if a.name == ExperimentName::PerschedLive {
+        return crate::perschedlive::run(&a).await;
     }
     let s = Settings::of(&a)?;
     std::fs::create_dir_all(&s.out).with_context(|| format!("creating {}", s.out.display()))?;

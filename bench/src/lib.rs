@@ -13,6 +13,7 @@ pub mod model; // the parametric I/O model (pure): client → forwarding node �
 pub mod modelcmd; // `model fit|replay|what-if`: benchmark runs on a local cluster, counter logs, the model's errors
 pub mod net; // `net`: the QUIC + TLS transport alone against sink servers, like lnet_selftest
 pub mod persched; // `persched sim`: the PerSched paper's Table 4 from the model (planner in tessera-mds)
+pub mod perschedlive; // `persched job` (the periodic IOR-like job) and `experiment persched-live`
 pub mod plots; // PNG figures with plotters (grouped bars, lines, LBA scatter, histograms)
 pub mod report; // IOR/mdtest-style text, summary statistics, JSON results
 pub mod tarazu; // `experiment placement-tarazu`: OST cost and bandwidth of the placement policies on 7 servers × 5 targets

@@ -24,6 +24,9 @@ pub struct PerschedArgs {
 enum PerschedCmd {
     /// Table 4 from the model: PerSched against the online heuristics on the paper's ten sets.
     Sim(SimArgs),
+    /// A periodic IOR-like job: β tasks; compute w seconds (a sleep), then write vol; N times; with
+    /// --register it follows its PerSched grant. Reports each instance and the measured ρ̃ and dilation.
+    Job(crate::perschedlive::JobArgs),
 }
 
 #[derive(Args, Debug)]
@@ -93,6 +96,7 @@ fn pct(ours: f64, paper: f64) -> f64 {
 pub async fn run(a: PerschedArgs) -> Result<()> {
     match a.cmd {
         PerschedCmd::Sim(s) => sim(s),
+        PerschedCmd::Job(j) => crate::perschedlive::job_cmd(j).await,
     }
 }
 

@@ -161,7 +161,7 @@ impl File {
         let (len, t0) = (data.len() as u64, std::time::Instant::now());
         let stripes = self.client.data().write(&self.tag, &self.layout, offset, data).await?;
         if let Some(bw) = paced {
-            crate::periodic::Periodic::pace(len, bw, t0).await;
+            self.client.periodic().pace(len, bw, t0).await;
         }
         if let Ok(mut d) = self.dirty.lock() {
             d.extend(stripes);
@@ -191,7 +191,7 @@ impl File {
         let t0 = std::time::Instant::now();
         let out = self.client.data().read(&self.tag, &self.layout, offset, end - offset).await?;
         if let Some(bw) = paced {
-            crate::periodic::Periodic::pace(out.len() as u64, bw, t0).await;
+            self.client.periodic().pace(out.len() as u64, bw, t0).await;
         }
         Ok(out)
     }

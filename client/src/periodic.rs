@@ -21,6 +21,9 @@ pub struct Periodic {
     /// Instances the job finished since it registered (reported with each poll).
     done: AtomicU64,
     polling: AtomicBool,
+    /// When the job's paced transfers so far are due to have finished: the granted rate is the job's in
+    /// total, so concurrent transfers of its tasks share one pacing clock.
+    paced_until: Mutex<Option<Instant>>,
 }
 
 fn now_ms() -> u64 {
@@ -80,16 +83,23 @@ impl Periodic {
         Some(bw)
     }
 
-    /// After moving `len` bytes that started at `start` at rate `bw`: sleeps what the rate still asks.
-    pub async fn pace(len: u64, bw: u64, start: Instant) {
+    /// After moving `len` bytes that started at `start` at rate `bw` (the job's total): sleeps what the rate
+    /// still asks, counting the job's other transfers paced meanwhile (its tasks share the rate).
+    pub async fn pace(&self, len: u64, bw: u64, start: Instant) {
         if bw == 0 {
             return;
         }
         let due = Duration::from_secs_f64(len as f64 / bw as f64);
-        let spent = start.elapsed();
-        if due > spent {
-            tokio::time::sleep(due - spent).await;
-        }
+        let until = match self.paced_until.lock() {
+            Ok(mut p) => {
+                let from = p.map_or(start, |u| u.max(start));
+                let until = from + due;
+                *p = Some(until);
+                until
+            }
+            Err(_) => start + due,
+        };
+        tokio::time::sleep_until(until.into()).await;
     }
 
     /// Registers the job's profile and follows the pattern from now on (a poll every third of the lease).
@@ -151,5 +161,15 @@ mod tests {
         assert!(!p.active());
         p.set_grant(Some(none));
         assert!(!p.active(), "an empty grant delays nothing");
+    }
+
+    #[tokio::test]
+    async fn concurrent_transfers_share_the_jobs_rate() {
+        // Two tasks of one job each move 100 kB at a granted 1 MB/s in total: together 200 ms, not 100.
+        let p = Arc::new(Periodic::default());
+        let t0 = Instant::now();
+        let (a, b) = (p.clone(), p.clone());
+        tokio::join!(a.pace(100_000, 1_000_000, t0), b.pace(100_000, 1_000_000, t0));
+        assert!(t0.elapsed() >= Duration::from_millis(199), "{:?}", t0.elapsed());
     }
 }
