@@ -72,3 +72,42 @@ async fn a_registered_job_writes_in_its_interval_and_others_are_not_delayed() {
     fp.close().await.unwrap();
     fo.close().await.unwrap();
 }
+
+/// The online baseline (`[persched] scheduler = "online-syseff"`): the MDS's arbiter gives the whole
+/// bandwidth to the job its greedy rule prefers; the other job's write waits until that one's transfer ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn online_arbiter_holds_a_write_until_the_preferred_job_is_done() {
+    let mut cluster = Cluster::prepared(1, Defaults::default());
+    cluster.edit_mds_config(|c| {
+        c.persched.nodes = 4;
+        c.persched.node_bandwidth = 100 << 20;
+        c.persched.total_bandwidth = 100 << 20;
+        c.persched.lease_ms = 5_000;
+        c.persched.scheduler = "online-syseff".into();
+    });
+    cluster.boot();
+    let high = cluster.client().await.with_job("high");
+    let low = cluster.client().await.with_job("low");
+    // β w / vol: high 2 × 10 s / 1 MiB, low 1 × 1 s / 100 MiB — online-syseff serves high first.
+    let g = high.periodic_register(PeriodicProfile { nodes: 2, compute_ms: 10_000, volume: 1 << 20 }).await.unwrap();
+    assert!(g.online && g.intervals.is_empty(), "online: no pattern, {g:?}");
+    low.periodic_register(PeriodicProfile { nodes: 1, compute_ms: 1_000, volume: 100 << 20 }).await.unwrap();
+    assert!(low.periodic().active());
+    let f = low.create("/low", 0o644, None).await.unwrap();
+    assert_eq!(high.mds().periodic_io(true, 0).await.unwrap(), 100 << 20, "high alone gets all of B");
+    let writer = tokio::spawn(async move {
+        f.write_at(0, Bytes::from(vec![3u8; 4096])).await.unwrap();
+        f
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!writer.is_finished(), "low's write must wait while high transfers");
+    assert_eq!(high.mds().periodic_io(true, 0).await.unwrap(), 100 << 20, "high keeps B while low waits");
+    high.mds().periodic_io(false, 1).await.unwrap();
+    let f = tokio::time::timeout(std::time::Duration::from_secs(10), writer).await.expect("low's write went").unwrap();
+    assert_eq!(f.read_at(0, 4096).await.unwrap().as_ref(), &[3u8; 4096][..]);
+    f.close().await.unwrap();
+    // A job that is not registered is refused a rate, and its I/O is not gated at all.
+    let other = cluster.client().await.with_job("other");
+    assert!(other.mds().periodic_io(true, 0).await.is_err());
+    assert!(!other.periodic().active());
+}

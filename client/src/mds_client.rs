@@ -425,6 +425,14 @@ impl MdsClient {
         }
     }
 
+    /// Online scheduling: this job wants to transfer (`want`) or has finished; its rate now (0: wait).
+    pub async fn periodic_io(&self, want: bool, done: u64) -> FsResult<u64> {
+        match self.call(MdsRequest::PeriodicIo { want, done }).await? {
+            MdsReply::PeriodicRate(r) => Ok(r),
+            r => Err(unexpected("PeriodicIo", r)),
+        }
+    }
+
     pub async fn periodic_leave(&self) -> FsResult<()> {
         match self.call(MdsRequest::PeriodicLeave).await? {
             MdsReply::Ok => Ok(()),

@@ -233,7 +233,14 @@ mod tests {
     #[test]
     fn renders_persched_state() {
         use crate::persched::live::{LiveConfig, Profile, Registry as Live};
-        let mut live = Live::new(LiveConfig { nodes: 8, node_bw: 10e6, total_bw: 30e6, lease_ms: 5_000 });
+        let mut live = Live::new(LiveConfig {
+            nodes: 8,
+            node_bw: 10e6,
+            total_bw: 30e6,
+            lease_ms: 5_000,
+            k_prime: 10.0,
+            online: None,
+        });
         live.register("p\"1", Profile { nodes: 4, compute_ms: 2_000, volume: 60_000_000 }, 0).unwrap();
         let mut reg = Registry::default();
         add_persched(&mut reg, Arc::new(std::sync::Mutex::new(live)));

@@ -86,6 +86,10 @@ impl MdsService {
                 r.leave(job, now_ms);
                 Ok(MdsReply::Ok)
             }
+            MdsRequest::PeriodicIo { want, done } => r
+                .io(job, want, done, now_ms)
+                .map(MdsReply::PeriodicRate)
+                .ok_or_else(|| FsError::invalid("this job is not registered as periodic")),
             _ => Ok(MdsReply::PeriodicStatus(r.status(now_ms).into())),
         }
     }
@@ -147,7 +151,8 @@ impl MdsService {
             MdsRequest::PeriodicRegister { .. }
             | MdsRequest::PeriodicPoll { .. }
             | MdsRequest::PeriodicLeave
-            | MdsRequest::PeriodicStatus => self.periodic(&origin.job, req),
+            | MdsRequest::PeriodicStatus
+            | MdsRequest::PeriodicIo { .. } => self.periodic(&origin.job, req),
             MdsRequest::DsJobReport(r) => {
                 self.jobs.on_detail(&r);
                 Ok(MdsReply::Ok)

@@ -404,6 +404,13 @@ pub enum MdsRequest {
     JobStats {
         job: Option<String>,
     },
+    /// Online I/O scheduling (`[persched] scheduler = "online-syseff" | "online-dilation"`): the calling
+    /// job wants to transfer (`want`) or has finished its transfer, and has finished `done` instances.
+    /// Reply: `PeriodicRate` with the rate the arbiter grants it now (0: wait and ask again).
+    PeriodicIo {
+        want: bool,
+        done: u64,
+    },
 }
 
 /// Most files one `Declare` names.
@@ -536,6 +543,8 @@ pub enum MdsReply {
     Periodic(Option<PeriodicGrant>),
     PeriodicStatus(PeriodicReport),
     Jobs(Vec<JobInfo>),
+    /// The job's rate now, bytes/s in total (0: wait).
+    PeriodicRate(u64),
 }
 
 /// What `tessera df --policy` shows: the cluster's placement policy and how its solves went.
@@ -1143,6 +1152,12 @@ pub struct PeriodicGrant {
     pub intervals: Vec<PeriodicInterval>,
     /// Poll again within this long or lose the reservation.
     pub lease_ms: u64,
+    /// The cluster schedules online instead of by pattern: the job asks for its rate with `PeriodicIo`
+    /// when a transfer starts and says when it ends (no intervals).
+    pub online: bool,
+    /// The job's volume per instance (bytes): a transfer that began in an interval goes on until the job has
+    /// moved this much, even past the interval's end (0: unknown, intervals are strict).
+    pub volume: u64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

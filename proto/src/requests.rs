@@ -156,6 +156,7 @@ table! {
     PeriodicStatus {}                          => true,  Clients,     Nothing;
     DsJobReport { .. }                         => false, DataServers, Nothing;
     JobStats { .. }                            => true,  Clients,     Nothing;
+    PeriodicIo { .. }                          => true,  Clients,     Nothing;
 }
 
 #[cfg(test)]

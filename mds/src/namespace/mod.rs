@@ -353,6 +353,7 @@ impl Namespace {
             | Q::PeriodicPoll { .. }
             | Q::PeriodicLeave
             | Q::PeriodicStatus
+            | Q::PeriodicIo { .. }
             | Q::DsJobReport(_)
             | Q::JobStats { .. } => Err(FsError::new(ErrorCode::Unsupported, "not a namespace request")),
             Q::Fsck { repair } => self.fsck(repair).await.map(MdsReply::Fsck),

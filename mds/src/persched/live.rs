@@ -4,6 +4,7 @@
 //! intervals (start, end, bandwidth, modulo T, from a common origin), and a job that stops polling loses
 //! its reservation after the lease.
 
+use super::online::{self, Policy};
 use super::{persched, App, Params, Platform};
 use std::collections::BTreeMap;
 use tessera_proto::config::PerschedOptions;
@@ -29,6 +30,11 @@ pub struct LiveConfig {
     pub total_bw: f64,
     /// A job that has not polled for this long loses its reservation, ms.
     pub lease_ms: u64,
+    /// PERSCHED's K' (`T_max = K' T_min`).
+    pub k_prime: f64,
+    /// `Some`: no pattern; an online arbiter grants rates at every transfer's start and end with this
+    /// greedy policy (the baselines of [`super::online`], live).
+    pub online: Option<Policy>,
 }
 
 /// What a job declares: β nodes, compute w, then a transfer of `volume` bytes.
@@ -50,6 +56,10 @@ pub struct Grant {
     pub intervals: Vec<(u64, u64, u64)>,
     /// Poll again within this long or lose the reservation.
     pub lease_ms: u64,
+    /// Scheduled online: no intervals; ask for a rate with [`Registry::io`].
+    pub online: bool,
+    /// The job's volume per instance, bytes.
+    pub volume: u64,
 }
 
 /// One job's line of `tessera jobs --periodic`.
@@ -79,6 +89,8 @@ struct Entry {
     registered_ms: u64,
     last_seen_ms: u64,
     done: u64,
+    /// Online mode: since when the job waits for or makes a transfer.
+    io_since_ms: Option<u64>,
 }
 
 /// The registry and its current pattern.
@@ -125,6 +137,11 @@ impl Registry {
         }
     }
 
+    fn params(&self) -> Params {
+        let k = self.cfg.k_prime;
+        Params { k_prime: if k.is_finite() && k >= 1.0 { k } else { Params::default().k_prime }, ..Params::default() }
+    }
+
     fn platform(&self) -> Platform {
         Platform { nodes: f64::from(self.cfg.nodes.max(1)), b: self.cfg.node_bw, big_b: self.cfg.total_bw }
     }
@@ -147,7 +164,7 @@ impl Registry {
             .map(|a| a.w + pf.time_io(&a))
             .collect();
         let t_min = cycles.iter().copied().fold(0.0, f64::max);
-        let instances: f64 = cycles.iter().map(|c| Params::default().k_prime * t_min / c).sum();
+        let instances: f64 = cycles.iter().map(|c| self.params().k_prime * t_min / c).sum();
         if instances > MAX_PATTERN_INSTANCES {
             return Err(format!(
                 "this profile beside the other periodic jobs would need patterns of {instances:.0} instances \
@@ -159,12 +176,14 @@ impl Registry {
             registered_ms: now_ms,
             last_seen_ms: now_ms,
             done: 0,
+            io_since_ms: None,
         });
         e.last_seen_ms = now_ms;
         if known != Some(p) {
             e.profile = p;
             e.registered_ms = now_ms;
             e.done = 0;
+            e.io_since_ms = None;
             self.recompute(now_ms);
         }
         Ok(self.grant(job).unwrap_or_else(|| self.empty_grant()))
@@ -214,10 +233,16 @@ impl Registry {
             period_ms: 0,
             intervals: Vec::new(),
             lease_ms: self.cfg.lease_ms,
+            online: self.cfg.online.is_some(),
+            volume: 0,
         }
     }
 
     pub fn grant(&self, job: &str) -> Option<Grant> {
+        let volume = self.jobs.get(job)?.profile.volume;
+        if self.cfg.online.is_some() {
+            return Some(Grant { volume, ..self.empty_grant() });
+        }
         let iv = self.grants.get(job)?;
         Some(Grant {
             epoch: self.epoch,
@@ -225,6 +250,8 @@ impl Registry {
             period_ms: self.period_ms,
             intervals: iv.clone(),
             lease_ms: self.cfg.lease_ms,
+            online: false,
+            volume,
         })
     }
 
@@ -237,9 +264,12 @@ impl Registry {
         self.grants.clear();
         self.planned.clear();
         self.period_ms = 0;
+        if self.cfg.online.is_some() {
+            return;
+        }
         let names: Vec<String> = self.jobs.keys().cloned().collect();
         let apps: Vec<App> = self.jobs.values().map(|e| e.profile.app()).collect();
-        let Some(plan) = persched(&self.platform(), &apps, Params::default()) else { return };
+        let Some(plan) = persched(&self.platform(), &apps, self.params()) else { return };
         let pat = &plan.pattern;
         self.period_ms = (pat.period() * 1e3).ceil() as u64;
         for (k, name) in names.iter().enumerate() {
@@ -253,6 +283,35 @@ impl Registry {
             self.grants.insert(name.clone(), iv);
             self.planned.insert(name.clone(), pat.rho_tilde(k));
         }
+    }
+
+    /// Online mode: `job` wants to transfer (`want`) or has just finished (and has finished `done` instances
+    /// since it registered). Renews its lease like a poll. Returns the rate the policy gives it now among
+    /// the jobs that want to transfer, bytes/s (0: wait; it asks again). `None`: not registered.
+    ///
+    /// **decision**: the arbiter is stateless between calls: each call recomputes every rate from who is
+    /// waiting or transferring ([`online::rates`], preemptive at events as in the simulator), and a
+    /// transferring job learns a changed rate when it next asks (the client asks at least every 100 ms), so
+    /// a newcomer may share the bandwidth with the job it preempts for up to that long. Outside online mode
+    /// the rate is 0 when a pattern exists (the job follows its intervals).
+    pub fn io(&mut self, job: &str, want: bool, done: u64, now_ms: u64) -> Option<u64> {
+        let e = self.jobs.get_mut(job)?;
+        e.last_seen_ms = now_ms;
+        e.done = done;
+        e.io_since_ms = if want { Some(e.io_since_ms.unwrap_or(now_ms)) } else { None };
+        let Some(policy) = self.cfg.online else { return Some(0) };
+        if !want {
+            return Some(0);
+        }
+        let names: Vec<&String> = self.jobs.keys().collect();
+        let apps: Vec<App> = self.jobs.values().map(|e| e.profile.app()).collect();
+        let since: Vec<Option<f64>> = self.jobs.values().map(|e| e.io_since_ms.map(|t| t as f64 / 1e3)).collect();
+        let done: Vec<u64> = self.jobs.values().map(|e| e.done).collect();
+        let elapsed: Vec<f64> =
+            self.jobs.values().map(|e| now_ms.saturating_sub(e.registered_ms) as f64 / 1e3).collect();
+        let rates = online::rates(&self.platform(), &apps, policy, &since, &done, &elapsed);
+        let k = names.iter().position(|n| n.as_str() == job)?;
+        Some(rates[k].max(0.0).ceil() as u64)
     }
 
     pub fn status(&self, now_ms: u64) -> Status {
@@ -278,29 +337,6 @@ impl Registry {
     }
 }
 
-/// Client side: given a grant and the current time, when may the job transfer and at what rate? Returns
-/// `(wait_ms, bytes_per_sec, until_ms)`: wait this long, then send at this rate for at most `until_ms`.
-/// An empty grant (no pattern) never delays.
-pub fn next_slot(g: &Grant, now_ms: u64) -> Option<(u64, u64, u64)> {
-    if g.period_ms == 0 || g.intervals.is_empty() {
-        return None;
-    }
-    let pos = now_ms.saturating_sub(g.origin_ms) % g.period_ms;
-    // Inside an interval: go now.
-    for &(s, e, bw) in &g.intervals {
-        if s <= pos && pos < e {
-            return Some((0, bw, e - pos));
-        }
-    }
-    // Otherwise the next interval to start, wrapping past T.
-    let next = g
-        .intervals
-        .iter()
-        .map(|&(s, e, bw)| (if s > pos { s - pos } else { s + g.period_ms - pos }, bw, e - s))
-        .min_by_key(|x| x.0)?;
-    Some(next)
-}
-
 impl LiveConfig {
     pub fn from_options(o: &PerschedOptions) -> LiveConfig {
         LiveConfig {
@@ -308,6 +344,8 @@ impl LiveConfig {
             node_bw: o.node_bandwidth.max(1) as f64,
             total_bw: o.total_bandwidth.max(1) as f64,
             lease_ms: o.lease_ms.max(100),
+            k_prime: o.k_prime,
+            online: Policy::ALL.into_iter().find(|p| *p != Policy::Fair && p.name() == o.scheduler),
         }
     }
 }
@@ -330,6 +368,8 @@ impl From<Grant> for PeriodicGrant {
                 .map(|(s, e, bw)| PeriodicInterval { start_ms: s, end_ms: e, bytes_per_sec: bw })
                 .collect(),
             lease_ms: g.lease_ms,
+            online: g.online,
+            volume: g.volume,
         }
     }
 }
@@ -364,7 +404,7 @@ mod tests {
     use super::*;
 
     fn cfg() -> LiveConfig {
-        LiveConfig { nodes: 8, node_bw: 10e6, total_bw: 30e6, lease_ms: 5_000 }
+        LiveConfig { nodes: 8, node_bw: 10e6, total_bw: 30e6, lease_ms: 5_000, k_prime: 10.0, online: None }
     }
 
     fn prof(nodes: u32, compute_ms: u64, volume: u64) -> Profile {
@@ -388,6 +428,50 @@ mod tests {
         assert!(r.leave("b", 3_000));
         assert_eq!(r.poll("a", 0, 3_100).unwrap().epoch, 3);
         assert!(r.poll("b", 0, 3_100).is_none());
+    }
+
+    #[test]
+    fn online_arbiter_grants_by_priority_and_never_more_than_b() {
+        // B = 30 MB/s, b = 10 MB/s. a: 2 nodes (peak 20 MB/s), β w / vol small; b: 3 nodes (peak 30),
+        // β w / vol large, so online-syseff serves b first.
+        let mut r = Registry::new(LiveConfig { online: Some(Policy::MaxSysEff), ..cfg() });
+        let ga = r.register("a", prof(2, 1_000, 100_000_000), 0).unwrap();
+        assert!(ga.online && ga.intervals.is_empty() && ga.period_ms == 0, "no pattern online: {ga:?}");
+        r.register("b", prof(3, 10_000, 10_000_000), 0).unwrap();
+        assert_eq!(r.io("a", true, 0, 100), Some(20_000_000), "alone: its peak");
+        assert_eq!(r.io("b", true, 0, 200), Some(30_000_000), "b first: all of B");
+        assert_eq!(r.io("a", true, 0, 300), Some(0), "a is preempted while b transfers");
+        assert_eq!(r.io("b", false, 1, 400), Some(0));
+        assert_eq!(r.io("a", true, 0, 500), Some(20_000_000), "b done: a gets its peak again");
+        assert_eq!(r.io("nobody", true, 0, 500), None);
+        // online-dilation: the job with no finished instance (infinite dilation) goes first.
+        let mut d = Registry::new(LiveConfig { online: Some(Policy::MinDilation), ..cfg() });
+        d.register("a", prof(2, 1_000, 100_000_000), 0).unwrap();
+        d.register("b", prof(3, 10_000, 10_000_000), 0).unwrap();
+        d.io("a", true, 5, 10_000);
+        assert_eq!(d.io("b", true, 0, 10_100), Some(30_000_000));
+        assert_eq!(d.io("a", true, 5, 10_200), Some(0));
+        // In pattern mode the arbiter grants nothing: jobs follow their intervals.
+        let mut p = Registry::new(cfg());
+        p.register("a", prof(2, 1_000, 100_000_000), 0).unwrap();
+        assert_eq!(p.io("a", true, 0, 100), Some(0));
+    }
+
+    #[test]
+    fn k_prime_bounds_the_period() {
+        // Cycles of 4 s and 3 s (T_min = 4 s): with K' = 10 the sweep may pick up to 40 s, with K' = 1.5 at
+        // most 6 s.
+        let jobs = [("a", prof(4, 2_000, 60_000_000)), ("b", prof(2, 1_000, 60_000_000))];
+        let mut periods = Vec::new();
+        for k in [10.0, 1.5] {
+            let mut r = Registry::new(LiveConfig { k_prime: k, ..cfg() });
+            for (j, p) in jobs {
+                r.register(j, p, 0).unwrap();
+            }
+            periods.push(r.grant("a").unwrap().period_ms);
+        }
+        assert!(periods[1] <= 6_001, "{periods:?}");
+        assert!(periods[0] > periods[1], "K' = 10 found a longer, fuller pattern here: {periods:?}");
     }
 
     #[test]
@@ -462,16 +546,5 @@ mod tests {
         // 4 instances × 2 s in 20 s: 0.4; ρ = 0.5: dilation 1.25.
         assert!((s.jobs[0].measured_rho.unwrap() - 0.4).abs() < 1e-9);
         assert!((s.jobs[0].dilation - 1.25).abs() < 1e-9);
-    }
-
-    #[test]
-    fn next_slot_waits_for_the_interval_and_never_delays_without_a_pattern() {
-        let g =
-            Grant { epoch: 1, origin_ms: 1_000, period_ms: 10_000, intervals: vec![(2_000, 4_000, 5)], lease_ms: 1 };
-        assert_eq!(next_slot(&g, 1_000), Some((2_000, 5, 2_000)));
-        assert_eq!(next_slot(&g, 3_500), Some((0, 5, 1_500)));
-        assert_eq!(next_slot(&g, 5_500), Some((7_500, 5, 2_000)));
-        let none = Grant { period_ms: 0, intervals: vec![], ..g };
-        assert_eq!(next_slot(&none, 5_500), None);
     }
 }

@@ -68,10 +68,16 @@ pub fn simulate(p: &Platform, apps: &[App], policy: Policy, horizon: f64) -> Out
     let mut rate = vec![0.0f64; n];
     let mut now = 0.0f64;
     let mut events = 0u64;
-    let rho: Vec<f64> = apps.iter().map(|a| p.rho(a)).collect();
     if p.valid(apps) && horizon.is_finite() {
         while events < MAX_EVENTS {
-            allocate(p, apps, policy, &phase, &done, &rho, now, &mut rate);
+            let since: Vec<Option<f64>> = phase
+                .iter()
+                .map(|ph| match ph {
+                    Phase::Io { since, .. } => Some(*since),
+                    Phase::Compute { .. } => None,
+                })
+                .collect();
+            rate = rates(p, apps, policy, &since, &done, &vec![now; n]);
             let mut dt = f64::INFINITY;
             for k in 0..n {
                 let d = match phase[k] {
@@ -117,22 +123,23 @@ pub fn simulate(p: &Platform, apps: &[App], policy: Policy, horizon: f64) -> Out
     }
 }
 
-/// The rates of the transferring applications at `now` under `policy` (see the module's decisions).
-#[allow(clippy::too_many_arguments)]
-fn allocate(
+/// The rates of the transferring applications under `policy` (see the module's decisions), also used by
+/// the live arbiter ([`super::live`]): `since[k]` is when application k's pending transfer was requested
+/// (`None`: it computes), `done[k]` its completed instances and `elapsed[k]` the time since it was
+/// released (the simulator releases all at 0). Returns bytes/s per application.
+pub fn rates(
     p: &Platform,
     apps: &[App],
     policy: Policy,
-    phase: &[Phase],
+    since: &[Option<f64>],
     done: &[u64],
-    rho: &[f64],
-    now: f64,
-    rate: &mut [f64],
-) {
-    rate.iter_mut().for_each(|r| *r = 0.0);
-    let io: Vec<usize> = (0..apps.len()).filter(|&k| matches!(phase[k], Phase::Io { .. })).collect();
+    elapsed: &[f64],
+) -> Vec<f64> {
+    let n = apps.len();
+    let mut rate = vec![0.0f64; n];
+    let io: Vec<usize> = (0..n).filter(|&k| since.get(k).copied().flatten().is_some()).collect();
     if io.is_empty() {
-        return;
+        return rate;
     }
     if policy == Policy::Fair {
         let nodes: f64 = io.iter().map(|&k| apps[k].beta).sum();
@@ -140,33 +147,33 @@ fn allocate(
         for &k in &io {
             rate[k] = apps[k].beta * per_node;
         }
-        return;
+        return rate;
     }
     let key = |k: usize| -> f64 {
         match policy {
             Policy::MaxSysEff => apps[k].beta * apps[k].w / apps[k].vol,
             _ => {
-                let rt = if now > 0.0 { done[k] as f64 * apps[k].w / now } else { 0.0 };
+                let t = elapsed.get(k).copied().unwrap_or(0.0);
+                let d = done.get(k).copied().unwrap_or(0);
+                let rt = if t > 0.0 { d as f64 * apps[k].w / t } else { 0.0 };
                 if rt > 0.0 {
-                    rho[k] / rt
+                    p.rho(&apps[k]) / rt
                 } else {
                     f64::INFINITY
                 }
             }
         }
     };
-    let since = |k: usize| match phase[k] {
-        Phase::Io { since, .. } => since,
-        Phase::Compute { .. } => f64::INFINITY,
-    };
+    let at = |k: usize| since[k].unwrap_or(f64::INFINITY);
     let mut order = io;
-    order.sort_by(|&x, &y| key(y).total_cmp(&key(x)).then(since(x).total_cmp(&since(y))).then(x.cmp(&y)));
+    order.sort_by(|&x, &y| key(y).total_cmp(&key(x)).then(at(x).total_cmp(&at(y))).then(x.cmp(&y)));
     let mut left = p.big_b;
     for k in order {
         let r = p.peak(&apps[k]).min(left);
         rate[k] = r.max(0.0);
         left -= rate[k];
     }
+    rate
 }
 
 /// The baselines of one set: no scheduler, each heuristic, and the paper's "online" column (the best
