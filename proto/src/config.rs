@@ -78,11 +78,23 @@ pub struct PerschedOptions {
     pub total_bandwidth: u64,
     /// A periodic job that has not polled for this long loses its reservation.
     pub lease_ms: u64,
+    /// Detect periodic jobs from their byte counters (bursts and gaps) without registration; only jobs
+    /// detected as periodic are ever delayed.
+    pub detect: bool,
+    /// How often the MDS looks for periodic jobs, ms.
+    pub detect_interval_ms: u64,
 }
 
 impl Default for PerschedOptions {
     fn default() -> Self {
-        PerschedOptions { nodes: 64, node_bandwidth: 100 << 20, total_bandwidth: 1 << 30, lease_ms: 10_000 }
+        PerschedOptions {
+            nodes: 64,
+            node_bandwidth: 100 << 20,
+            total_bandwidth: 1 << 30,
+            lease_ms: 10_000,
+            detect: true,
+            detect_interval_ms: 2_000,
+        }
     }
 }
 
@@ -236,10 +248,17 @@ pub struct MdsNode {
     /// while open are destroyed) and its stale handles fail with EIO when it comes back.
     #[serde(default = "default_eviction_timeout_s")]
     pub eviction_timeout_s: u64,
+    /// Δt of the job registry's per-job time series (`tessera jobstats`, PerSched's detection), ms.
+    #[serde(default = "default_job_window_ms")]
+    pub job_window_ms: u64,
 }
 
 fn default_eviction_timeout_s() -> u64 {
     30
+}
+
+fn default_job_window_ms() -> u64 {
+    1000
 }
 
 /// When the MDS acknowledges a metadata change.
