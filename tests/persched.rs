@@ -136,6 +136,12 @@ async fn a_job_writing_in_bursts_is_detected_and_listed_as_detected() {
         "compute {} ms for gaps of about 1.3 s",
         j.profile.compute_ms
     );
+    // The job's library client follows the pattern it was given (detection is on in its config too).
+    let t = Instant::now();
+    while !bursty.periodic().active() && t.elapsed() < std::time::Duration::from_secs(5) {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(bursty.periodic().active(), "the detected job's client has no pattern");
     // The CLI lists it with its source.
     let out = std::process::Command::new(tessera_test_support::bin("tessera"))
         .arg("--config")

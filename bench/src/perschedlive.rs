@@ -340,6 +340,8 @@ async fn one_run(dir: &Path, device: &str, b: f64, jobs: &[JobSpec], register: b
         c.persched.total_bandwidth = b as u64;
         // Polls every 0.5 s: a recomputed pattern reaches every job quickly.
         c.persched.lease_ms = 1500;
+        // The baselines are "no scheduler": the MDS must not find the unregistered jobs periodic.
+        c.persched.detect = false;
     })?
     .boot()
     .await?;

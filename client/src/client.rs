@@ -186,6 +186,15 @@ impl Client {
         self.shared.periodic.follow(self.mds.clone());
     }
 
+    /// PerSched with detection (`[persched] detect`): the MDS may find this job periodic from its I/O and
+    /// give it a pattern without registration, so a client that transfers data follows its job's grant
+    /// from its first transfer on (a poll in the background; one atomic load per transfer after that).
+    pub(crate) fn periodic_detectable(&self) {
+        if self.shared.cfg.persched.detect && !self.shared.periodic.following() {
+            self.shared.periodic.follow(self.mds.clone());
+        }
+    }
+
     /// PerSched: this job stops being periodic.
     pub async fn periodic_leave(&self) -> FsResult<()> {
         self.shared.periodic.leave(&self.mds).await

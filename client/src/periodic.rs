@@ -56,6 +56,11 @@ impl Periodic {
         self.active.load(Ordering::Relaxed)
     }
 
+    /// Whether the grant is being polled for.
+    pub fn following(&self) -> bool {
+        self.polling.load(Ordering::Acquire)
+    }
+
     pub fn grant(&self) -> Option<PeriodicGrant> {
         self.grant.lock().ok().and_then(|g| g.clone())
     }
