@@ -94,6 +94,8 @@ async fn a_job_writing_in_bursts_is_detected_and_listed_as_detected() {
         c.mds.job_window_ms = 250;
         c.persched.detect = true;
         c.persched.detect_interval_ms = 250;
+        // Clients without a grant poll every second.
+        c.persched.lease_ms = 3_000;
     });
     cluster.boot();
     let bursty = cluster.client().await.with_job("bursty");

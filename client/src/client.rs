@@ -121,7 +121,8 @@ impl Client {
             FsError::new(e.code, format!("metadata server {}{}: {}", cfg.mds.addr, via.unwrap_or_default(), e.detail))
         })?;
         let _keep_alive = crate::session::spawn_keep_alive(mds.clone());
-        let periodic = Arc::default();
+        let periodic: Arc<crate::periodic::Periodic> = Arc::default();
+        periodic.set_lease_hint(cfg.persched.lease_ms);
         let shared = Arc::new(Shared { cfg: cfg.clone(), data, _endpoint: endpoint, _keep_alive, periodic });
         Ok(Client { shared, mds })
     }

@@ -508,6 +508,7 @@ impl Inner {
 
 impl TesseraFs {
     pub fn new(client: Client, opts: FsOptions, rt: tokio::runtime::Handle) -> TesseraFs {
+        let patterns = crate::periodic::Patterns::new(client.config().persched.lease_ms);
         let inner = Inner {
             client,
             creds: Creds::new(),
@@ -521,7 +522,7 @@ impl TesseraFs {
             leases: DirLeases::default(),
             settling: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
-            patterns: Default::default(),
+            patterns,
         };
         let inner = Arc::new(inner);
         {

@@ -29,9 +29,15 @@ pub struct Patterns {
     jobs: Mutex<HashMap<String, (Arc<Periodic>, Instant)>>,
     /// Shared by requests of no job in particular (the kernel's): never active.
     none: Arc<Periodic>,
+    /// `[persched] lease_ms` of the mount's config: a job without a grant is polled every third of it.
+    lease_ms: u64,
 }
 
 impl Patterns {
+    pub fn new(lease_ms: u64) -> Patterns {
+        Patterns { lease_ms, ..Default::default() }
+    }
+
     /// The pattern state of the job `mds` calls for; a job new here asks the MDS for its grant first
     /// (so its first transfer already follows it), then keeps polling in the background.
     pub async fn of(&self, mds: &MdsClient) -> Arc<Periodic> {
@@ -46,6 +52,7 @@ impl Patterns {
             }
         }
         let p = Arc::new(Periodic::default());
+        p.set_lease_hint(self.lease_ms);
         match mds.periodic_poll(0).await {
             Ok(g) => p.set_grant(g),
             Err(e) => tracing::debug!(%job, "periodic poll: {e}"),
