@@ -73,6 +73,193 @@ async fn a_registered_job_writes_in_its_interval_and_others_are_not_delayed() {
     fo.close().await.unwrap();
 }
 
+/// Every config of `cluster` edited by `edit` (the data servers read their own files).
+fn edit_all_configs(cluster: &Cluster, edit: impl Fn(&mut tessera_proto::config::ClusterConfig)) {
+    let f = &cluster.files;
+    let mut all = vec![f.mds_config.clone(), f.client_config.clone(), f.admin_config.clone()];
+    all.extend(f.ds_configs.iter().cloned());
+    for p in &all {
+        let mut cfg = tessera_proto::config::ClusterConfig::load(p).unwrap();
+        edit(&mut cfg);
+        cfg.save(p).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_writing_in_bursts_is_detected_and_listed_as_detected() {
+    let mut cluster = Cluster::prepared(1, Defaults::default());
+    // Short windows and frequent reports, so four bursts take six seconds, not a minute.
+    edit_all_configs(&cluster, |c| {
+        c.ds_options.report_interval_ms = 100;
+        c.mds.job_window_ms = 250;
+        c.persched.detect = true;
+        c.persched.detect_interval_ms = 250;
+        // Clients without a grant poll every second.
+        c.persched.lease_ms = 3_000;
+    });
+    cluster.boot();
+    let bursty = cluster.client().await.with_job("bursty");
+    let f = bursty.create("/b", 0o644, None).await.unwrap();
+    let status = || async { bursty.mds().periodic_status().await.unwrap() };
+    // 2 MiB every 1.5 s: bursts of one or two 250 ms windows, gaps of about 1.25 s.
+    let mut detected = None;
+    let t0 = Instant::now();
+    for i in 0..8u64 {
+        f.write_at(i << 21, Bytes::from(vec![7u8; 2 << 20])).await.unwrap();
+        assert!(status().await.jobs.is_empty() || i >= 3, "detected after {i} bursts: {:?}", status().await);
+        let next = t0 + std::time::Duration::from_millis(1_500 * (i + 1));
+        while Instant::now() < next {
+            let st = status().await;
+            if let Some(j) = st.jobs.iter().find(|j| j.job == "bursty") {
+                detected = Some(j.clone());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        if detected.is_some() {
+            break;
+        }
+    }
+    let Some(j) = detected else {
+        let info = bursty.mds().job_stats(Some("bursty")).await.unwrap();
+        let s: Vec<(u64, u64)> = info[0]
+            .series
+            .iter()
+            .map(|p| (p.start_unix_us / 1000, p.window.write_bytes + p.window.read_bytes))
+            .collect();
+        let total: u64 = info[0].nodes.iter().map(|(_, d)| d.write_bytes).sum();
+        panic!("the bursty job was not detected; windows of {} µs: {s:?}, {total} bytes written", info[0].dt_us);
+    };
+    assert_eq!(j.source, tessera_proto::msg::PeriodicSource::Detected);
+    assert_eq!(j.profile.nodes, 1);
+    let vol = j.profile.volume as f64 / (2 << 20) as f64;
+    assert!((0.75..=1.25).contains(&vol), "volume {} for bursts of 2 MiB", j.profile.volume);
+    assert!(
+        (750..=1_500).contains(&j.profile.compute_ms),
+        "compute {} ms for gaps of about 1.3 s",
+        j.profile.compute_ms
+    );
+    // The job's library client follows the pattern it was given (detection is on in its config too).
+    let t = Instant::now();
+    while !bursty.periodic().active() && t.elapsed() < std::time::Duration::from_secs(5) {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(bursty.periodic().active(), "the detected job's client has no pattern");
+    // The CLI lists it with its source.
+    let out = std::process::Command::new(tessera_test_support::bin("tessera"))
+        .arg("--config")
+        .arg(&cluster.files.client_config)
+        .args(["jobs", "--periodic"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let line = text.lines().find(|l| l.starts_with("bursty")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.ends_with("detected"), "{text}");
+    assert!(text.contains("SOURCE"), "{text}");
+    f.close().await.unwrap();
+}
+
+/// `tessera-fuse` mounted on a temporary directory for the test's lifetime.
+struct Mount {
+    child: Option<tessera_proto::child::Child>,
+    path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Mount {
+    fn new(cluster: &Cluster) -> Mount {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mnt");
+        std::fs::create_dir(&path).unwrap();
+        let child = tessera_test_support::cluster::spawn_ready(
+            "tessera-fuse",
+            std::process::Command::new(env!("CARGO_BIN_EXE_tessera-fuse"))
+                .arg(&path)
+                .arg("--config")
+                .arg(&cluster.files.client_config)
+                .arg("--allow-other"),
+            &cluster.log("fuse-persched"),
+        );
+        Mount { child: Some(child), path, _dir: dir }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.stop(std::time::Duration::from_secs(5));
+        }
+        use std::os::unix::ffi::OsStrExt;
+        if let Ok(c) = std::ffi::CString::new(self.path.as_os_str().as_bytes()) {
+            // SAFETY: a valid path; failing (not mounted) is fine.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+}
+
+/// Runs `script` with `TESSERA_JOB=job` on a thread; the Unix ms at which it finished.
+fn run_as_job(job: &str, script: String) -> std::thread::JoinHandle<u64> {
+    let job = job.to_string();
+    std::thread::spawn(move || {
+        let out = std::process::Command::new("sh").arg("-c").arg(&script).env("TESSERA_JOB", &job).output().unwrap();
+        let at = now_ms();
+        assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+        at
+    })
+}
+
+#[test]
+fn the_mount_holds_a_patterned_jobs_write_until_its_interval_and_no_other() {
+    // SAFETY: geteuid cannot fail.
+    if !std::path::Path::new("/dev/fuse").exists() || unsafe { libc::geteuid() } != 0 {
+        println!("SKIPPED: needs /dev/fuse and root");
+        return;
+    }
+    let mut cluster = Cluster::prepared(1, Defaults::default());
+    cluster.edit_mds_config(|c| {
+        c.persched.nodes = 4;
+        c.persched.node_bandwidth = 100 << 20;
+        c.persched.total_bandwidth = 100 << 20;
+        c.persched.lease_ms = 5_000;
+        c.persched.detect = false;
+    });
+    cluster.boot();
+    let m = Mount::new(&cluster);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // The job registers through the library (its client keeps the lease); its processes write through the mount.
+    let lib = rt.block_on(cluster.client()).with_job("pj");
+    let profile = PeriodicProfile { nodes: 1, compute_ms: 3_000, volume: 1 << 20 };
+    let g = rt.block_on(lib.periodic_register(profile)).unwrap();
+    assert_eq!(g.intervals.len(), 1, "{g:?}");
+    // Start when pj's next interval is more than 2 s away; both jobs write 256 KiB at once.
+    let wait = loop {
+        let (wait, _) = next_slot(&g, now_ms()).unwrap();
+        if wait > 2_000 {
+            break wait;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let interval_start = now_ms() + wait;
+    let write = |name: &str| format!("dd if=/dev/zero of={} bs=256k count=1 2>/dev/null", m.path.join(name).display());
+    let pj = run_as_job("pj", write("pj"));
+    let free = run_as_job("free", write("free"));
+    let (pj_done, free_done) = (pj.join().unwrap(), free.join().unwrap());
+    assert!(
+        pj_done >= interval_start,
+        "pj's write finished at {pj_done}, before its interval began at {interval_start}"
+    );
+    assert!(
+        free_done < interval_start,
+        "a job without a pattern was held: finished at {free_done}, pj's interval began at {interval_start}"
+    );
+    assert!(free_done < pj_done);
+    for name in ["pj", "free"] {
+        assert_eq!(std::fs::metadata(m.path.join(name)).unwrap().len(), 262_144);
+    }
+    rt.block_on(lib.periodic_leave()).unwrap();
+    drop(m);
+}
+
 /// The online baseline (`[persched] scheduler = "online-syseff"`): the MDS's arbiter gives the whole
 /// bandwidth to the job its greedy rule prefers; the other job's write waits until that one's transfer ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

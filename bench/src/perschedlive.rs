@@ -403,6 +403,8 @@ async fn one_run(dir: &Path, device: &str, bw: Bw, jobs: &[JobSpec], sched: &str
         if sched.starts_with("online") {
             c.persched.scheduler = sched.into();
         }
+        // The baselines are "no scheduler": the MDS must not find the unregistered jobs periodic.
+        c.persched.detect = false;
     })?
     .boot()
     .await?;

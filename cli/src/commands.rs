@@ -228,7 +228,8 @@ enum Cmd {
         /// Refresh every second in place until Ctrl-C.
         #[arg(long)]
         watch: bool,
-        /// PerSched instead: per periodic job planned ρ̃, measured ρ̃ and dilation; SysEff and SysEff/UB.
+        /// PerSched instead: per periodic job planned ρ̃, measured ρ̃, dilation and source (registered or
+        /// detected from its I/O bursts); SysEff and SysEff/UB.
         #[arg(long)]
         periodic: bool,
     },
@@ -1406,20 +1407,21 @@ async fn periodic_register(c: Client, job: String, nodes: u32, compute: f64, vol
 async fn periodic_text(c: &Client) -> CliResult<String> {
     let r = c.mds().periodic_status().await.map_err(CliError::plain)?;
     let mut out = format!(
-        "{:<24} {:>5} {:>10} {:>12} {:>10} {:>10} {:>9}\n",
-        "JOB", "NODES", "COMPUTE_S", "VOLUME", "PLANNED", "MEASURED", "DILATION"
+        "{:<24} {:>5} {:>10} {:>12} {:>10} {:>10} {:>9} {:>10}\n",
+        "JOB", "NODES", "COMPUTE_S", "VOLUME", "PLANNED", "MEASURED", "DILATION", "SOURCE"
     );
     for j in &r.jobs {
         let m = j.measured_rho.map_or("-".to_string(), |m| format!("{m:.4}"));
         out += &format!(
-            "{:<24} {:>5} {:>10.3} {:>12} {:>10.4} {:>10} {:>9.3}\n",
+            "{:<24} {:>5} {:>10.3} {:>12} {:>10.4} {:>10} {:>9.3} {:>10}\n",
             j.job,
             j.profile.nodes,
             j.profile.compute_ms as f64 / 1e3,
             j.profile.volume,
             j.planned_rho,
             m,
-            j.dilation
+            j.dilation,
+            j.source.name()
         );
     }
     let ratio = if r.upper_bound > 0.0 { r.syseff / r.upper_bound } else { 0.0 };

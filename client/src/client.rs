@@ -121,7 +121,8 @@ impl Client {
             FsError::new(e.code, format!("metadata server {}{}: {}", cfg.mds.addr, via.unwrap_or_default(), e.detail))
         })?;
         let _keep_alive = crate::session::spawn_keep_alive(mds.clone());
-        let periodic = Arc::default();
+        let periodic: Arc<crate::periodic::Periodic> = Arc::default();
+        periodic.set_lease_hint(cfg.persched.lease_ms);
         let shared = Arc::new(Shared { cfg: cfg.clone(), data, _endpoint: endpoint, _keep_alive, periodic });
         Ok(Client { shared, mds })
     }
@@ -184,6 +185,15 @@ impl Client {
     /// PerSched: follows the pattern of this job registered elsewhere (e.g. `tessera job periodic`).
     pub fn periodic_follow(&self) {
         self.shared.periodic.follow(self.mds.clone());
+    }
+
+    /// PerSched with detection (`[persched] detect`): the MDS may find this job periodic from its I/O and
+    /// give it a pattern without registration, so a client that transfers data follows its job's grant
+    /// from its first transfer on (a poll in the background; one atomic load per transfer after that).
+    pub(crate) fn periodic_detectable(&self) {
+        if self.shared.cfg.persched.detect && !self.shared.periodic.following() {
+            self.shared.periodic.follow(self.mds.clone());
+        }
     }
 
     /// PerSched: this job stops being periodic.

@@ -157,6 +157,7 @@ impl File {
             .checked_add(data.len() as u64)
             .ok_or_else(|| FsError::new(ErrorCode::TooBig, "write beyond the largest file offset"))?;
         // PerSched: a job with a pattern waits for its interval and is paced; others pass (one atomic load).
+        self.client.periodic_detectable();
         let len = data.len() as u64;
         let paced = if self.client.periodic().active() { self.client.periodic().wait_slot(len).await } else { None };
         let t0 = std::time::Instant::now();
@@ -188,6 +189,7 @@ impl File {
         }
         self.check_data_file()?;
         self.client.mds().session().check(self.session)?;
+        self.client.periodic_detectable();
         let paced =
             if self.client.periodic().active() { self.client.periodic().wait_slot(end - offset).await } else { None };
         let t0 = std::time::Instant::now();

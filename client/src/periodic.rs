@@ -27,6 +27,8 @@ pub struct Periodic {
     /// Instances the job finished since it registered (reported with each poll).
     done: AtomicU64,
     polling: AtomicBool,
+    /// The MDS's lease as this client's config states it (0: 3 s): without a grant, polls come every third.
+    lease_hint_ms: AtomicU64,
     /// When the job's paced transfers so far are due to have finished: the granted rate is the job's in
     /// total, so concurrent transfers of its tasks share one pacing clock.
     paced_until: Mutex<Option<Instant>>,
@@ -116,6 +118,16 @@ impl Periodic {
     #[inline]
     pub fn active(&self) -> bool {
         self.active.load(Ordering::Relaxed)
+    }
+
+    /// The lease of `[persched] lease_ms`: a client without a grant polls every third of it.
+    pub fn set_lease_hint(&self, lease_ms: u64) {
+        self.lease_hint_ms.store(lease_ms, Ordering::Relaxed);
+    }
+
+    /// Whether the grant is being polled for.
+    pub fn following(&self) -> bool {
+        self.polling.load(Ordering::Acquire)
     }
 
     pub fn grant(&self) -> Option<PeriodicGrant> {
@@ -263,7 +275,11 @@ impl Periodic {
         tokio::spawn(async move {
             loop {
                 let Some(p) = me.upgrade() else { return };
-                let lease = p.grant().map_or(3_000, |g| g.lease_ms).clamp(300, 60_000);
+                let hint = match p.lease_hint_ms.load(Ordering::Relaxed) {
+                    0 => 3_000,
+                    h => h,
+                };
+                let lease = p.grant().map_or(hint, |g| g.lease_ms).clamp(300, 60_000);
                 let done = p.done.load(Ordering::Relaxed);
                 match mds.periodic_poll(done).await {
                     Ok(g) => p.set_grant(g),

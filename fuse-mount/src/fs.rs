@@ -77,6 +77,8 @@ struct Inner {
     settling: tokio::sync::Mutex<()>,
     /// Shut down: the ticker stops.
     closed: AtomicBool,
+    /// PerSched: each job's pattern as this mount follows it.
+    patterns: crate::periodic::Patterns,
 }
 
 /// A handle on the file system's state that outlives the session (for a clean shutdown).
@@ -386,7 +388,9 @@ impl Inner {
         inode.privileged.store(privileged_bits(opened.attr.perm) != 0, Ordering::Relaxed);
         let tag = IoTag { origin: mds.origin().clone(), ino };
         let client = self.client.clone().with_mds(mds.clone());
-        let h = Arc::new(Handle::new(inode, opened.handle, tag, client, write, opened.attr.size));
+        let periodic = self.patterns.of(mds).await;
+        let h =
+            Arc::new(Handle::new(inode, opened.handle, tag, client, write, opened.attr.size).with_periodic(periodic));
         let fh = fh.unwrap_or_else(|| self.next_fh.fetch_add(1, Ordering::Relaxed));
         self.handles.lock().map_err(|_| FsError::io("handle table poisoned"))?.insert(fh, h);
         Ok((fh, self.fix(opened.attr)))
@@ -504,6 +508,7 @@ impl Inner {
 
 impl TesseraFs {
     pub fn new(client: Client, opts: FsOptions, rt: tokio::runtime::Handle) -> TesseraFs {
+        let patterns = crate::periodic::Patterns::new(client.config().persched.lease_ms);
         let inner = Inner {
             client,
             creds: Creds::new(),
@@ -517,8 +522,23 @@ impl TesseraFs {
             leases: DirLeases::default(),
             settling: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
+            patterns,
         };
         let inner = Arc::new(inner);
+        {
+            // Forgets the patterns of jobs gone from this mount.
+            let weak = Arc::downgrade(&inner);
+            rt.spawn(async move {
+                loop {
+                    tokio::time::sleep(crate::periodic::IDLE / 6).await;
+                    let Some(inner) = weak.upgrade() else { break };
+                    if inner.closed.load(Ordering::Acquire) {
+                        break;
+                    }
+                    inner.patterns.prune();
+                }
+            });
+        }
         if !inner.opts.sync_creates {
             // Sends waiting creates, renews leases in use and gives up idle ones, while the mount lives.
             let weak = Arc::downgrade(&inner);
@@ -549,7 +569,11 @@ impl TesseraFs {
                 if kill_privs && h.inode.privileged.load(Ordering::Relaxed) {
                     inner.clear_privileges(&h).await?;
                 }
-                h.write(offset, &data).await
+                let rate = crate::periodic::gate(&h.periodic, data.len() as u64).await;
+                let t0 = Instant::now();
+                h.write(offset, &data).await?;
+                crate::periodic::pace(&h.periodic, rate, data.len() as u64, t0).await;
+                Ok(())
             };
             match r.await {
                 Ok(()) => reply.written(data.len() as u32),
@@ -879,21 +903,35 @@ impl Filesystem for TesseraFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        if self.inner.leases.is_pending_fh(fh.0) {
-            // The creating open of a file the MDS does not have yet: it gets it first.
+        let pending = self.inner.leases.is_pending_fh(fh.0);
+        let h = if pending {
+            None
+        } else {
+            match self.inner.handle(fh) {
+                Ok(h) => Some(h),
+                Err(e) => return reply.error(errno(&e)),
+            }
+        };
+        let Some(h) = h.filter(|h| !h.periodic.active()) else {
+            // The creating open of a file the MDS does not have yet: it gets it first. A job with a
+            // PerSched pattern: the read waits for its interval.
             return self.spawn(move |inner| async move {
                 match inner.handle(fh) {
-                    Ok(h) => match h.read(offset, size as u64).await {
-                        Ok(d) => reply_pieces(reply, &d),
-                        Err(e) => reply.error(errno(&e)),
-                    },
+                    Ok(h) => {
+                        let rate = crate::periodic::gate(&h.periodic, u64::from(size)).await;
+                        let t0 = Instant::now();
+                        match h.read(offset, size as u64).await {
+                            Ok(d) => {
+                                let len = d.iter().map(|b| b.len() as u64).sum();
+                                crate::periodic::pace(&h.periodic, rate, len, t0).await;
+                                reply_pieces(reply, &d)
+                            }
+                            Err(e) => reply.error(errno(&e)),
+                        }
+                    }
                     Err(e) => reply.error(errno(&e)),
                 }
             });
-        }
-        let h = match self.inner.handle(fh) {
-            Ok(h) => h,
-            Err(e) => return reply.error(errno(&e)),
         };
         // A sequential reader's data is usually in the read-ahead already: answer from this thread.
         let pending = {
@@ -933,7 +971,8 @@ impl Filesystem for TesseraFs {
             Ok(h) => h,
             Err(e) => return reply.error(errno(&e)),
         };
-        if kill_privs && h.inode.privileged.load(Ordering::Relaxed) {
+        if (kill_privs && h.inode.privileged.load(Ordering::Relaxed)) || h.periodic.active() {
+            // A job with a PerSched pattern: the write waits for its interval.
             return self.write_on_task(fh, offset, data, kill_privs, reply);
         }
         // Most writes only append to the write-behind buffer: answer them from this thread, with one
@@ -960,7 +999,13 @@ impl Filesystem for TesseraFs {
             Ok(_) => return reply.ok(),
             Err(e) => return reply.error(errno(&e)),
         };
-        self.spawn(move |_inner| async move { reply_empty(reply, h.inode.flush(&h.client, &h.mds).await) });
+        self.spawn(move |_inner| async move {
+            // What is still buffered goes in the job's interval.
+            if h.inode.has_pending() {
+                crate::periodic::gate(&h.periodic, 0).await;
+            }
+            reply_empty(reply, h.inode.flush(&h.client, &h.mds).await)
+        });
     }
 
     fn release(

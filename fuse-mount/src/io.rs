@@ -604,6 +604,8 @@ pub struct Handle {
     ra: Mutex<ReadAhead>,
     /// The client's session at the open: an eviction since makes this handle stale.
     session: u64,
+    /// The opener's job's PerSched pattern (inactive: the job is not delayed).
+    pub periodic: Arc<tessera_client::periodic::Periodic>,
 }
 
 impl Handle {
@@ -619,7 +621,13 @@ impl Handle {
             ra: Mutex::new(ReadAhead::default()),
             session: client.mds().session().epoch(),
             client,
+            periodic: Arc::default(),
         }
+    }
+
+    /// The handle following its job's pattern `p`.
+    pub fn with_periodic(self, p: Arc<tessera_client::periodic::Periodic>) -> Self {
+        Handle { periodic: p, ..self }
     }
 
     /// Fails (EIO) once the MDS has evicted this client since the open (see `tessera_client::session`).

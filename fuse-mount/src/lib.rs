@@ -10,6 +10,8 @@ pub mod fs;
 pub mod io;
 /// Command line, mount point checks, mounting, signals and unmounting.
 pub mod mount;
+/// PerSched's patterns per job: reads and writes of a job with a pattern wait for its interval.
+pub mod periodic;
 /// Read-ahead decisions per handle: sequential and strided streams, random reads read exactly.
 pub mod readahead;
 

@@ -483,6 +483,40 @@ impl Jobs {
 }
 
 impl Jobs {
+    /// For PerSched's detection: every job with I/O in a window starting at or after `since_us`, its bytes
+    /// (read + written) per window up to the window of `now_us`, windows without I/O as zeros (at most
+    /// 2 × [`SERIES_MAX`] windows, the newest).
+    pub fn series(&self, since_us: u64, now_us: u64) -> Vec<crate::persched::detect::JobSeries> {
+        let m = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        m.values()
+            .filter_map(|l| {
+                let (first, last) = (l.series.front()?, l.series.back()?);
+                if last.start_unix_us < since_us {
+                    return None;
+                }
+                let dt = l.dt_us.max(1);
+                let end = (now_us / dt * dt).max(last.start_unix_us);
+                let n = ((end - first.start_unix_us) / dt) as usize + 1;
+                let n = n.min(2 * SERIES_MAX);
+                let from = end - (n as u64 - 1) * dt;
+                let mut bytes = vec![0u64; n];
+                for p in l.series.iter().filter(|p| p.start_unix_us >= from) {
+                    let i = ((p.start_unix_us - from) / dt) as usize;
+                    if let Some(b) = bytes.get_mut(i) {
+                        *b += p.window.read_bytes + p.window.write_bytes;
+                    }
+                }
+                Some(crate::persched::detect::JobSeries {
+                    job: l.rec.job.clone(),
+                    nodes: (l.rec.clients.len() as u32).max(1),
+                    dt_ms: (dt / 1000).max(1),
+                    bytes,
+                    last_io_ms: last.start_unix_us / 1000,
+                })
+            })
+            .collect()
+    }
+
     /// The per-job families of the MDS's metrics (label `job`; data counters also by `ds`), for the jobs
     /// active within `idle`: idle jobs leave the metrics, not the registry.
     pub fn scrape(&self, s: &mut tessera_metrics::Scrape, idle: Duration) -> std::fmt::Result {
@@ -770,6 +804,32 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let store = Store::open(d.path(), Default::default()).unwrap();
         assert_eq!(jobs.info(Some("old"), &store).len(), 1, "still in the registry");
+    }
+
+    #[test]
+    fn detection_gets_dense_series_of_recently_active_jobs() {
+        let j = Jobs::in_memory(Duration::from_secs(1));
+        let r = |at_s: u64, bytes| DsJobReport {
+            ds: 0,
+            at_unix_us: at_s * 1_000_000 + 500,
+            generation: 1,
+            jobs: vec![detail("a", &[(5, 1, bytes)])],
+        };
+        for (t, b) in [(10, 4000), (11, 5000), (14, 9000)] {
+            j.on_detail(&r(t, b));
+        }
+        j.on_detail(&DsJobReport {
+            ds: 0,
+            at_unix_us: 3_000_000,
+            generation: 1,
+            jobs: vec![detail("old", &[(6, 1, 10)])],
+        });
+        let s = j.series(5_000_000, 16_200_000);
+        assert_eq!(s.len(), 1, "only jobs with I/O since 5 s");
+        let s = &s[0];
+        assert_eq!((s.job.as_str(), s.nodes, s.dt_ms, s.last_io_ms), ("a", 1, 1000, 14_000));
+        // Windows 10..=16 s: deltas of the cumulative counters, idle windows and the current one as zeros.
+        assert_eq!(s.bytes, vec![4000, 1000, 0, 0, 4000, 0, 0]);
     }
 
     #[test]

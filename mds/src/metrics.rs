@@ -144,6 +144,10 @@ fn persched(s: &mut Scrape, st: &crate::persched::live::Status) -> fmt::Result {
     for j in &st.jobs {
         f.sample(&[("job", &j.job)], j.dilation)?;
     }
+    let mut f = s.gauge("tessera_persched_job_source", "1 per periodic job, labelled registered or detected.")?;
+    for j in &st.jobs {
+        f.sample(&[("job", &j.job), ("source", j.source.name())], 1.0)?;
+    }
     Ok(())
 }
 
@@ -249,6 +253,7 @@ mod tests {
             "tessera_persched_period_seconds 4",
             "tessera_persched_job_planned_rho{job=\"p\\\"1\"} 0.5",
             "tessera_persched_upper_bound 0.25",
+            "tessera_persched_job_source{job=\"p\\\"1\",source=\"registered\"} 1",
         ] {
             assert!(body.contains(line), "{line} missing in\n{body}");
         }

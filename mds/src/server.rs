@@ -63,6 +63,12 @@ impl MdsService {
         MdsService { persched: Arc::new(std::sync::Mutex::new(r)), ..self }
     }
 
+    /// The job registry's series in windows of `dt` instead of [`JOB_WINDOW`] (before any request).
+    pub fn with_job_window(self, dt: std::time::Duration) -> MdsService {
+        let jobs = Jobs::open(self.ns.store(), dt).unwrap_or_else(|_| Jobs::in_memory(dt));
+        MdsService { jobs: Arc::new(jobs), ..self }
+    }
+
     /// PerSched's registry (for the metrics endpoint).
     pub fn persched(&self) -> Arc<std::sync::Mutex<crate::persched::live::Registry>> {
         self.persched.clone()
@@ -307,9 +313,16 @@ pub async fn run(
         cfg.ds.iter().map(|d| d.id).collect(),
     ));
     let placer = ns.placer().clone();
-    let service = MdsService::new(ns).with_orchestrator(orch.clone()).with_persched(&cfg.persched);
+    let service = MdsService::new(ns)
+        .with_orchestrator(orch.clone())
+        .with_persched(&cfg.persched)
+        .with_job_window(std::time::Duration::from_millis(cfg.mds.job_window_ms.max(1)));
     let jobs = service.jobs();
     let job_flusher = crate::jobs::spawn_flusher(jobs.clone());
+    let detector = cfg.persched.detect.then(|| {
+        let every = std::time::Duration::from_millis(cfg.persched.detect_interval_ms.max(100));
+        spawn_detector(service.persched(), jobs.clone(), every)
+    });
     let metrics = match &cfg.metrics.mds_addr {
         Some(addr) => {
             let mut registry = crate::metrics::registry(orch.clone(), &service.counters());
@@ -343,6 +356,9 @@ pub async fn run(
     destroyer.abort();
     evictor.abort();
     job_flusher.abort();
+    if let Some(d) = detector {
+        d.abort();
+    }
     if let Err(e) = jobs.flush() {
         tracing::warn!("writing the job registry: {e}");
     }
@@ -372,6 +388,36 @@ fn signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}
+        }
+    })
+}
+
+/// Jobs whose last I/O is older than this are not looked at by PerSched's detection.
+pub const DETECT_RECENT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// PerSched's detection (specs/periodic.md, `[persched] detect`): every `every`, the byte series of the
+/// jobs with recent I/O go to [`crate::persched::live::Registry::observe`] (periodic jobs join the pattern
+/// as detected, detected ones doing I/O keep it), then detected jobs idle for a few periods leave it.
+pub fn spawn_detector(
+    persched: Arc<std::sync::Mutex<crate::persched::live::Registry>>,
+    jobs: Arc<Jobs>,
+    every: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let params = crate::persched::detect::Params::default();
+        loop {
+            tick.tick().await;
+            let now_us = tessera_proto::types::unix_us();
+            let series = jobs.series(now_us.saturating_sub(DETECT_RECENT.as_micros() as u64), now_us);
+            let mut r = persched.lock().unwrap_or_else(|p| p.into_inner());
+            for job in r.observe(&series, &params, now_us / 1000) {
+                info!(%job, "periodic job detected from its I/O: joins the pattern");
+            }
+            for job in r.expire(now_us / 1000) {
+                info!(%job, "periodic job idle or silent: reservation dropped");
+            }
         }
     })
 }

@@ -118,15 +118,12 @@ pub fn intensity(series: &[Window], dt_s: f64, duration_s: f64, c: u64, dir: Dir
 /// with and without I/O; 0 when there is no window without I/O.
 pub fn burstiness(h: &[bool]) -> f64 {
     let (mut on, mut off) = (Vec::new(), Vec::new());
-    let mut i = 0;
-    while i < h.len() {
-        let j = h[i..].iter().position(|x| *x != h[i]).map_or(h.len(), |k| i + k);
-        if h[i] {
-            on.push(j - i)
+    for r in runs(h) {
+        if r.io {
+            on.push(r.len)
         } else {
-            off.push(j - i)
+            off.push(r.len)
         }
-        i = j;
     }
     let mean = |v: &[usize]| if v.is_empty() { 0.0 } else { v.iter().sum::<usize>() as f64 / v.len() as f64 };
     let (l_io, l_no) = (mean(&on), mean(&off));
@@ -135,6 +132,30 @@ pub fn burstiness(h: &[bool]) -> f64 {
     } else {
         0.0
     }
+}
+
+/// A maximal run of consecutive windows of H(t) with the same value (I/O or none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// Index of its first window.
+    pub start: usize,
+    /// Windows in it (at least one).
+    pub len: usize,
+    /// Windows with I/O (a burst) or without (a gap).
+    pub io: bool,
+}
+
+/// The runs of `h` in order: what [`burstiness`] averages, and the bursts and gaps PerSched's detection
+/// of periodic jobs looks at.
+pub fn runs(h: &[bool]) -> Vec<Run> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < h.len() {
+        let j = h[i..].iter().position(|x| *x != h[i]).map_or(h.len(), |k| i + k);
+        out.push(Run { start: i, len: j - i, io: h[i] });
+        i = j;
+    }
+    out
 }
 
 /// Parallel I/O intensity (eqs. 3.59–3.62): P'_IO = Σ_t ρ(t) / Σ_t H(t) with ρ(t) the fraction of the
@@ -778,6 +799,15 @@ mod tests {
         assert!(close(intensity(&s, 1.0, 1200.0, C_DEFAULT, Dir::Write), 0.25));
         // Below the threshold c nothing counts.
         assert!(close(intensity(&s, 1.0, 1200.0, 4 << 20, Dir::Both), 0.0));
+    }
+
+    #[test]
+    fn runs_split_h_into_bursts_and_gaps() {
+        let h = [true, true, false, true, false, false];
+        let r = runs(&h);
+        let got: Vec<(usize, usize, bool)> = r.iter().map(|r| (r.start, r.len, r.io)).collect();
+        assert_eq!(got, vec![(0, 2, true), (2, 1, false), (3, 1, true), (4, 2, false)]);
+        assert!(runs(&[]).is_empty());
     }
 
     #[test]

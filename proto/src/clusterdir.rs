@@ -213,6 +213,7 @@ pub fn prepare(dir: &Path, shape: Shape, port_base: u16, defaults: Defaults) -> 
                     data_dir: Some(PathBuf::from("mds")),
                     metadata_commit: Default::default(),
                     eviction_timeout_s: 30,
+                    job_window_ms: 1000,
                 },
                 ds: (0..n_ds)
                     .map(|i| DsNode {

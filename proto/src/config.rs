@@ -84,6 +84,11 @@ pub struct PerschedOptions {
     /// `persched` (patterns), or an online arbiter for comparison: `online-syseff` | `online-dilation`
     /// (the greedy heuristics of the paper's earlier work; every transfer start and end asks the MDS).
     pub scheduler: String,
+    /// Detect periodic jobs from their byte counters (bursts and gaps) without registration; only jobs
+    /// detected as periodic are ever delayed.
+    pub detect: bool,
+    /// How often the MDS looks for periodic jobs, ms.
+    pub detect_interval_ms: u64,
 }
 
 impl Default for PerschedOptions {
@@ -95,6 +100,8 @@ impl Default for PerschedOptions {
             lease_ms: 10_000,
             k_prime: 10.0,
             scheduler: "persched".into(),
+            detect: true,
+            detect_interval_ms: 2_000,
         }
     }
 }
@@ -249,10 +256,17 @@ pub struct MdsNode {
     /// while open are destroyed) and its stale handles fail with EIO when it comes back.
     #[serde(default = "default_eviction_timeout_s")]
     pub eviction_timeout_s: u64,
+    /// Δt of the job registry's per-job time series (`tessera jobstats`, PerSched's detection), ms.
+    #[serde(default = "default_job_window_ms")]
+    pub job_window_ms: u64,
 }
 
 fn default_eviction_timeout_s() -> u64 {
     30
+}
+
+fn default_job_window_ms() -> u64 {
+    1000
 }
 
 /// When the MDS acknowledges a metadata change.

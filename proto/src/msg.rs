@@ -1168,6 +1168,27 @@ pub struct PeriodicJob {
     pub planned_rho: f64,
     pub measured_rho: Option<f64>,
     pub dilation: f64,
+    /// How the MDS learnt the profile.
+    pub source: PeriodicSource,
+}
+
+/// Where a periodic job's profile comes from: the job registered it, or the MDS detected it from the
+/// job's byte counters (bursts and gaps).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub enum PeriodicSource {
+    #[default]
+    Registered,
+    Detected,
+}
+
+impl PeriodicSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            PeriodicSource::Registered => "registered",
+            PeriodicSource::Detected => "detected",
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -2,13 +2,17 @@
 //! passed in, milliseconds since the Unix epoch): a job registers its profile (β, w, vol), the pattern is
 //! recomputed with [`super::persched`] when a periodic job arrives or leaves, each job is handed its
 //! intervals (start, end, bandwidth, modulo T, from a common origin), and a job that stops polling loses
-//! its reservation after the lease.
+//! its reservation after the lease. Jobs that do not register may be detected from their byte counters
+//! ([`Registry::observe`], [`super::detect`]); a detected job keeps its reservation while it does I/O
+//! and loses it after a few idle periods.
 
 use super::online::{self, Policy};
-use super::{persched, App, Params, Platform};
-use std::collections::BTreeMap;
+use super::{detect, persched, App, Params, Platform};
+use std::collections::{BTreeMap, BTreeSet};
 use tessera_proto::config::PerschedOptions;
-use tessera_proto::msg::{PeriodicGrant, PeriodicInterval, PeriodicJob, PeriodicProfile, PeriodicReport};
+use tessera_proto::msg::{
+    PeriodicGrant, PeriodicInterval, PeriodicJob, PeriodicProfile, PeriodicReport, PeriodicSource,
+};
 
 /// Periodic jobs one MDS plans for at most (the planner's cost grows with K²).
 pub const MAX_JOBS: usize = 64;
@@ -18,6 +22,10 @@ pub const MAX_COMPUTE_MS: u64 = 86_400_000;
 /// planner's time and memory whatever jobs declare (a 1 ms job beside a 1 day job would otherwise ask for
 /// hundreds of millions). The paper's set 5 needs about 22 000.
 pub const MAX_PATTERN_INSTANCES: f64 = 50_000.0;
+/// Jobs remembered as having left on their own (not detected again); beyond this, no more are remembered.
+pub const MAX_LEFT: usize = 1024;
+/// A detected job loses its reservation after this many of its periods without I/O (or the lease, if longer).
+pub const DETECTED_IDLE_PERIODS: u64 = 3;
 
 /// The platform of the live system, bytes and bytes per second.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -73,6 +81,7 @@ pub struct JobStatus {
     pub measured_rho: Option<f64>,
     /// ρ / measured ρ̃ (or / planned ρ̃ while nothing is measured).
     pub dilation: f64,
+    pub source: PeriodicSource,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -87,10 +96,14 @@ pub struct Status {
 struct Entry {
     profile: Profile,
     registered_ms: u64,
+    /// Last poll (registered) or last I/O seen (detected).
     last_seen_ms: u64,
     done: u64,
     /// Online mode: since when the job waits for or makes a transfer.
     io_since_ms: Option<u64>,
+    source: PeriodicSource,
+    /// Silent for longer than this: the reservation goes.
+    idle_ms: u64,
 }
 
 /// The registry and its current pattern.
@@ -103,6 +116,8 @@ pub struct Registry {
     period_ms: u64,
     grants: BTreeMap<String, Vec<(u64, u64, u64)>>,
     planned: BTreeMap<String, f64>,
+    /// Jobs that left on their own: they said they are not periodic, detection leaves them alone.
+    left: BTreeSet<String>,
 }
 
 impl Profile {
@@ -134,6 +149,7 @@ impl Registry {
             period_ms: 0,
             grants: BTreeMap::new(),
             planned: BTreeMap::new(),
+            left: BTreeSet::new(),
         }
     }
 
@@ -149,6 +165,20 @@ impl Registry {
     /// Registers (or updates) `job`'s profile; the pattern is recomputed when the set of periodic jobs or a
     /// profile changes.
     pub fn register(&mut self, job: &str, p: Profile, now_ms: u64) -> Result<Grant, String> {
+        let g = self.admit(job, p, now_ms, PeriodicSource::Registered, self.cfg.lease_ms)?;
+        self.left.remove(job);
+        Ok(g)
+    }
+
+    /// [`Registry::register`] from either source.
+    fn admit(
+        &mut self,
+        job: &str,
+        p: Profile,
+        now_ms: u64,
+        source: PeriodicSource,
+        idle_ms: u64,
+    ) -> Result<Grant, String> {
         p.check(&self.cfg)?;
         let known = self.jobs.get(job).map(|e| e.profile);
         if known.is_none() && self.jobs.len() >= MAX_JOBS {
@@ -177,8 +207,12 @@ impl Registry {
             last_seen_ms: now_ms,
             done: 0,
             io_since_ms: None,
+            source,
+            idle_ms,
         });
         e.last_seen_ms = now_ms;
+        e.source = source;
+        e.idle_ms = idle_ms;
         if known != Some(p) {
             e.profile = p;
             e.registered_ms = now_ms;
@@ -189,8 +223,12 @@ impl Registry {
         Ok(self.grant(job).unwrap_or_else(|| self.empty_grant()))
     }
 
-    /// The job leaves; the pattern is recomputed for the others.
+    /// The job leaves; the pattern is recomputed for the others. It is not detected again (until it
+    /// registers again): leaving says it is not periodic.
     pub fn leave(&mut self, job: &str, now_ms: u64) -> bool {
+        if self.left.len() < MAX_LEFT {
+            self.left.insert(job.to_string());
+        }
         let gone = self.jobs.remove(job).is_some();
         if gone {
             self.recompute(now_ms);
@@ -199,22 +237,62 @@ impl Registry {
     }
 
     /// Renews `job`'s lease, records how many instances it finished since it registered, and returns its
-    /// current grant (`None`: not registered, e.g. expired — it must register again).
+    /// current grant (`None`: not registered, e.g. expired — it must register again). A detected job's
+    /// reservation is renewed by its I/O, not by polls (clients that follow it poll whatever it does);
+    /// `done` 0 reports nothing (a client that does not count instances, such as a mount).
     pub fn poll(&mut self, job: &str, done: u64, now_ms: u64) -> Option<Grant> {
         let e = self.jobs.get_mut(job)?;
-        e.last_seen_ms = now_ms;
-        e.done = done;
+        if e.source == PeriodicSource::Registered {
+            e.last_seen_ms = now_ms;
+        }
+        if done > 0 {
+            e.done = done;
+        }
         self.grant(job)
     }
 
-    /// Drops the jobs silent for longer than the lease (they stopped following or died) and recomputes
-    /// the pattern if any went. Returns their names.
+    /// Detection (specs/periodic.md, our addition): looks at the recent byte series of jobs that did
+    /// I/O lately. A job that is neither registered nor opted out and whose series is periodic
+    /// ([`detect::detect`]) joins the pattern as `detected`, with β = its clients (one per node, at most
+    /// N), w = the gap and vol = the mean burst; a detected job's reservation is renewed by its I/O and
+    /// goes after [`DETECTED_IDLE_PERIODS`] of its periods without any (or the lease, if longer).
+    /// **decision**: a detected profile is kept as first detected while the job stays (once gated, its
+    /// bursts are reshaped by its own pattern, so re-detecting would chase itself). Returns the jobs
+    /// newly detected.
+    pub fn observe(&mut self, series: &[detect::JobSeries], params: &detect::Params, now_ms: u64) -> Vec<String> {
+        let mut new = Vec::new();
+        for s in series {
+            if let Some(e) = self.jobs.get_mut(&s.job) {
+                if e.source == PeriodicSource::Detected {
+                    e.last_seen_ms = e.last_seen_ms.max(s.last_io_ms.min(now_ms));
+                }
+                continue;
+            }
+            if self.left.contains(&s.job) {
+                continue;
+            }
+            let Some(d) = detect::detect(&s.bytes, s.dt_ms, params) else { continue };
+            let p = Profile {
+                nodes: s.nodes.clamp(1, self.cfg.nodes.max(1)),
+                compute_ms: d.gap_ms.clamp(1, MAX_COMPUTE_MS),
+                volume: d.volume.max(1),
+            };
+            let idle = self.cfg.lease_ms.max(d.period_ms.saturating_mul(DETECTED_IDLE_PERIODS));
+            match self.admit(&s.job, p, now_ms, PeriodicSource::Detected, idle) {
+                Ok(_) => new.push(s.job.clone()),
+                Err(e) => tracing::debug!(job = %s.job, "detected periodic job not planned: {e}"),
+            }
+        }
+        new
+    }
+
+    /// Drops the jobs silent for longer than the lease (registered: they stopped following or died;
+    /// detected: no I/O for a few periods) and recomputes the pattern if any went. Returns their names.
     pub fn expire(&mut self, now_ms: u64) -> Vec<String> {
-        let lease = self.cfg.lease_ms;
         let gone: Vec<String> = self
             .jobs
             .iter()
-            .filter(|(_, e)| now_ms.saturating_sub(e.last_seen_ms) > lease)
+            .filter(|(_, e)| now_ms.saturating_sub(e.last_seen_ms) > e.idle_ms)
             .map(|(j, _)| j.clone())
             .collect();
         for j in &gone {
@@ -331,6 +409,7 @@ impl Registry {
                 planned_rho: planned,
                 measured_rho: measured,
                 dilation: if r > 0.0 { p.rho(a) / r } else { f64::INFINITY },
+                source: e.source,
             });
         }
         Status { jobs, period_ms: self.period_ms, syseff: p.syseff(&apps, &eff), upper_bound: p.upper_bound(&apps) }
@@ -390,6 +469,7 @@ impl From<Status> for PeriodicReport {
                     planned_rho: j.planned_rho,
                     measured_rho: j.measured_rho,
                     dilation: j.dilation,
+                    source: j.source,
                 })
                 .collect(),
             period_ms: s.period_ms,
@@ -546,5 +626,61 @@ mod tests {
         // 4 instances × 2 s in 20 s: 0.4; ρ = 0.5: dilation 1.25.
         assert!((s.jobs[0].measured_rho.unwrap() - 0.4).abs() < 1e-9);
         assert!((s.jobs[0].dilation - 1.25).abs() < 1e-9);
+    }
+
+    /// Bursts of `vol` bytes every `period` windows of 1 s, `n` of them, ending `idle` windows ago.
+    fn bursts(job: &str, n: usize, period: usize, vol: u64, idle: usize, end_ms: u64) -> detect::JobSeries {
+        let mut bytes = Vec::new();
+        for _ in 0..n {
+            bytes.push(vol);
+            bytes.extend(std::iter::repeat_n(0, period - 1));
+        }
+        bytes.truncate(bytes.len() - (period - 1));
+        bytes.extend(std::iter::repeat_n(0, idle));
+        let last_io_ms = end_ms - idle as u64 * 1000;
+        detect::JobSeries { job: job.into(), nodes: 2, dt_ms: 1000, bytes, last_io_ms }
+    }
+
+    #[test]
+    fn a_periodic_job_is_detected_and_leaves_after_idle_periods() {
+        let mut r = Registry::new(cfg());
+        let p = detect::Params::default();
+        let noise =
+            detect::JobSeries { job: "noise".into(), nodes: 1, dt_ms: 1000, bytes: vec![5_000_000; 30], last_io_ms: 0 };
+        let new = r.observe(&[bursts("d", 4, 5, 20_000_000, 1, 100_000), noise], &p, 100_000);
+        assert_eq!(new, vec!["d".to_string()], "the steady job is not periodic");
+        let st = r.status(100_000);
+        assert_eq!(st.jobs.len(), 1);
+        let j = &st.jobs[0];
+        assert_eq!((j.source, j.profile), (PeriodicSource::Detected, prof(2, 4_000, 20_000_000)));
+        assert!(r.grant("d").is_some_and(|g| g.period_ms > 0));
+        // Polls of clients that follow it do not keep it; its I/O does. Idle for 3 periods (15 s): gone.
+        r.poll("d", 0, 114_000);
+        assert!(r.expire(115_000).is_empty());
+        assert_eq!(r.expire(115_001), vec!["d".to_string()]);
+        // Seen doing I/O again at 112 s: kept until 127 s.
+        r.observe(&[bursts("d", 4, 5, 20_000_000, 1, 100_000)], &p, 100_000);
+        assert!(r.observe(&[bursts("d", 5, 5, 20_000_000, 0, 112_000)], &p, 112_000).is_empty(), "already known");
+        assert!(r.expire(127_000).is_empty());
+        assert_eq!(r.expire(127_001), vec!["d".to_string()]);
+    }
+
+    #[test]
+    fn registration_wins_over_detection_and_leaving_opts_out() {
+        let mut r = Registry::new(cfg());
+        let p = detect::Params::default();
+        r.register("a", prof(1, 9_000, 1_000_000), 0).unwrap();
+        assert!(r.observe(&[bursts("a", 4, 5, 20_000_000, 1, 1_000)], &p, 1_000).is_empty());
+        assert_eq!(r.status(1_000).jobs[0].profile, prof(1, 9_000, 1_000_000), "the registered profile stays");
+        assert_eq!(r.status(1_000).jobs[0].source, PeriodicSource::Registered);
+        assert!(r.leave("a", 1_000));
+        assert!(r.observe(&[bursts("a", 4, 5, 20_000_000, 1, 2_000)], &p, 2_000).is_empty(), "it left");
+        // A detected job that registers becomes registered.
+        r.observe(&[bursts("b", 4, 5, 20_000_000, 1, 2_000)], &p, 2_000);
+        r.register("b", prof(2, 4_000, 20_000_000), 3_000).unwrap();
+        assert_eq!(r.status(3_000).jobs[0].source, PeriodicSource::Registered);
+        // Registering again after leaving: detection may find it again once it leaves by expiry.
+        r.register("a", prof(1, 9_000, 1_000_000), 3_000).unwrap();
+        assert!(!r.left.contains("a"));
     }
 }

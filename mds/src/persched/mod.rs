@@ -9,6 +9,7 @@
 //! Units are the caller's: times in seconds, volumes and bandwidths in any consistent unit (the simulator
 //! uses GB and GB/s, the file system bytes and bytes/s).
 
+pub mod detect;
 pub mod live;
 pub mod online;
 mod pattern;
