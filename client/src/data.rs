@@ -648,10 +648,7 @@ mod tests {
     }
 
     fn layout(s: u64, c: usize) -> Layout {
-        Layout {
-            stripe_size: s,
-            targets: (0..c).map(|i| StripeTarget { ds: i as u32, object: 10 + i as u64 }).collect(),
-        }
+        Layout::plain(s, (0..c).map(|i| StripeTarget { ds: i as u32, object: 10 + i as u64 }).collect())
     }
 
     /// The result of a read of `len` bytes at `offset` from the pieces' replies, one chunk each.

@@ -91,7 +91,7 @@ pub struct File {
 impl File {
     pub(crate) fn new(client: Client, attr: Attr, layout: Option<Layout>, handle: u64, flags: OpenFlags) -> File {
         let tag = IoTag { origin: client.mds().origin().clone(), ino: attr.ino };
-        let layout = layout.unwrap_or(Layout { stripe_size: 0, targets: Vec::new() });
+        let layout = layout.unwrap_or(Layout::plain(0, Vec::new()));
         File {
             mds_size: AtomicU64::new(attr.size),
             layout,

@@ -156,6 +156,8 @@ table! {
     PeriodicStatus {}                          => true,  Clients,     Nothing;
     DsJobReport { .. }                         => false, DataServers, Nothing;
     JobStats { .. }                            => true,  Clients,     Nothing;
+    SetCompositeLayout { ino, .. }             => false, Clients,     Inode(*ino);
+    InstantiateExtent { ino, .. }              => true,  Clients,     Inode(*ino);
 }
 
 #[cfg(test)]
