@@ -13,11 +13,14 @@ use tessera_proto::types::Ino;
 pub struct LiveLayout {
     ino: Ino,
     cur: RwLock<Arc<Layout>>,
+    /// One instantiation asked at a time per open file: concurrent writers reaching the same extent
+    /// (a shared file's tasks) ask the MDS once.
+    asking: tokio::sync::Mutex<()>,
 }
 
 impl LiveLayout {
     pub fn new(ino: Ino, layout: Layout) -> LiveLayout {
-        LiveLayout { ino, cur: RwLock::new(Arc::new(layout)) }
+        LiveLayout { ino, cur: RwLock::new(Arc::new(layout)), asking: tokio::sync::Mutex::new(()) }
     }
 
     /// The layout as last known.
@@ -39,6 +42,11 @@ impl LiveLayout {
         let cur = self.get();
         if end <= cur.instantiated_end() {
             return Ok(cur);
+        }
+        let _one = self.asking.lock().await;
+        let cur = self.get();
+        if end <= cur.instantiated_end() {
+            return Ok(cur); // another writer had it placed meanwhile
         }
         let l = self.offer(mds.instantiate_extent(self.ino, end - 1).await?);
         if end > l.instantiated_end() {
