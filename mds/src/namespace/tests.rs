@@ -1321,4 +1321,11 @@ async fn composite_layouts_place_extents_when_reached_on_distinct_targets() {
     assert_eq!(ns.handle(&r, MdsRequest::GetLayout { ino: d.ino }).await.unwrap(), MdsReply::DirLayout(spec));
     let g = create(&ns, &r, d.ino, "g").await.unwrap();
     assert!(!layout(&ns, g.ino).await.is_composite());
+    // The attribute's text sets a composite default too (setfattr through the mount).
+    let value = b"extent=0-1M stripe_count=1 extent=1M-EOF stripe_count=2".to_vec();
+    let name = text::XATTR_NAME.to_string();
+    ns.handle(&r, MdsRequest::SetXattr { ino: d.ino, name, value, mode: XattrMode::Any }).await.unwrap();
+    let want = vec![e(1 << 20, 1), ExtentSpec { end: EOF, stripe_size: None, stripe_count: Some(2) }];
+    let want = vec![ExtentSpec { stripe_size: None, ..want[0] }, want[1]];
+    assert_eq!(ns.handle(&r, MdsRequest::GetLayout { ino: d.ino }).await.unwrap(), MdsReply::DirComposite(want));
 }
