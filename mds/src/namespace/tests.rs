@@ -1325,7 +1325,7 @@ async fn composite_layouts_place_extents_when_reached_on_distinct_targets() {
     let value = b"extent=0-1M stripe_count=1 extent=1M-EOF stripe_count=2".to_vec();
     let name = text::XATTR_NAME.to_string();
     ns.handle(&r, MdsRequest::SetXattr { ino: d.ino, name, value, mode: XattrMode::Any }).await.unwrap();
-    let want = vec![e(1 << 20, 1), ExtentSpec { end: EOF, stripe_size: None, stripe_count: Some(2) }];
-    let want = vec![ExtentSpec { stripe_size: None, ..want[0] }, want[1]];
+    let plain = |end, c| ExtentSpec { end, stripe_size: None, stripe_count: Some(c) };
+    let want = vec![plain(1 << 20, 1), plain(EOF, 2)];
     assert_eq!(ns.handle(&r, MdsRequest::GetLayout { ino: d.ino }).await.unwrap(), MdsReply::DirComposite(want));
 }
