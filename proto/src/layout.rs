@@ -300,6 +300,9 @@ impl Layout {
                 break;
             }
             let (a, b) = (offset.max(e.start), end.min(e.end));
+            if a >= b {
+                continue; // only in a layout that fails `validate` (an extent ending before it starts)
+            }
             raid0_chunks(e.stripe_size, e.targets.len() as u64, a - e.start, b - a, &mut |mut c| {
                 c.stripe += e.first_stripe;
                 c.file_offset += e.start;
@@ -319,7 +322,8 @@ impl Layout {
     pub fn object_size(&self, stripe: usize, file_size: u64) -> u64 {
         match self.locate(stripe) {
             Some((e, k)) => {
-                let local = file_size.clamp(e.start, e.end) - e.start;
+                // (Not `clamp`: a layout that fails `validate` may have end < start; nothing here panics.)
+                let local = file_size.max(e.start).min(e.end).saturating_sub(e.start);
                 raid0_object_size(e.stripe_size, e.targets.len() as u64, k as u64, local)
             }
             None => 0,
@@ -334,11 +338,19 @@ impl Layout {
         }
         let Some((e, k)) = self.locate(stripe) else { return 0 };
         let s = e.stripe_size;
+        if s == 0 {
+            return 0;
+        }
         let c = e.targets.len() as u64;
         let last = object_size - 1;
         let row = last / s;
         let within = last % s;
-        let local = (row * s * c + k as u64 * s + within + 1).min(e.end - e.start);
+        let local = row
+            .saturating_mul(s)
+            .saturating_mul(c)
+            .saturating_add((k as u64).saturating_mul(s))
+            .saturating_add(within + 1);
+        let local = local.min(e.end.saturating_sub(e.start));
         e.start.saturating_add(local)
     }
 }
@@ -368,11 +380,12 @@ fn raid0_object_size(s: u64, c: u64, k: u64, file_size: u64) -> u64 {
     if s == 0 || c == 0 {
         return 0;
     }
-    let row = s * c;
+    // Saturating: a decoded layout may declare any stripe size and count.
+    let row = s.saturating_mul(c);
     let full_rows = file_size / row;
     let rest = file_size % row;
-    let in_last = rest.saturating_sub(k * s).min(s);
-    full_rows * s + in_last
+    let in_last = rest.saturating_sub(k.saturating_mul(s)).min(s);
+    full_rows.saturating_mul(s).saturating_add(in_last)
 }
 
 #[cfg(test)]
@@ -583,5 +596,35 @@ mod tests {
         assert!(validate_extents(&[e(1000, 1), e(EOF, 1)]).is_err(), "4 KiB multiples");
         let bad_size = ExtentSpec { end: EOF, stripe_size: Some(1000), stripe_count: None };
         assert!(validate_extents(&[bad_size]).is_err());
+    }
+
+    #[test]
+    fn the_stripe_math_never_panics_on_layouts_that_fail_validation() {
+        use arbitrary::{Arbitrary, Unstructured};
+        let mut rng = rand::thread_rng();
+        let mut composite = 0;
+        for _ in 0..5000 {
+            let bytes: Vec<u8> = (0..rng.gen_range(0..1500)).map(|_| rng.gen()).collect();
+            let Ok(mut l) = Layout::arbitrary(&mut Unstructured::new(&bytes)) else { continue };
+            // Keep the stripe units sane (as any decoded frame's could be anything, but the loops in
+            // `chunks` walk stripe units: a 1-byte stripe over a huge range is slow, not a panic).
+            l.stripe_size = l.stripe_size.max(4096);
+            for e in &mut l.extents {
+                e.stripe_size = e.stripe_size.max(4096);
+            }
+            let _ = l.validate();
+            let off = rng.gen::<u64>() >> rng.gen_range(0..64);
+            let _ = l.chunks(off, rng.gen_range(0..1 << 16));
+            for s in 0..l.stripe_count().min(8) + 1 {
+                let _ = l.object_size(s, rng.gen());
+                let _ = l.file_size_from_object(s, rng.gen());
+                let _ = l.object_range(s, off, rng.gen());
+            }
+            let _ = l.instantiated_end();
+            let _ = l.extent_index_at(off);
+            let _ = text::format_layout(&l);
+            composite += usize::from(l.is_composite());
+        }
+        assert!(composite > 100, "only {composite} composite layouts generated");
     }
 }
