@@ -657,6 +657,33 @@ fn fuse_two_mounts_mmap_append_readdir() {
     }
     creator.join().unwrap();
     assert_eq!(std::fs::read_dir(b.p("busy")).unwrap().count(), 600);
+
+    // A composite layout (set with the CLI on a directory): a file written through one mount across
+    // the extent boundary (the second extent is placed by that write) reads back through the other,
+    // and its `tessera.layout` attribute shows both extents.
+    std::fs::create_dir(a.p("pfl")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg("--config")
+        .arg(&cluster.files.client_config)
+        .args(["setstripe", "-E", "1M", "-c", "1", "-E", "-1", "-c", "2", "/pfl"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let data = pattern(11, (3 << 20) + 333);
+    {
+        let mut f = std::fs::File::create(a.p("pfl/f")).unwrap();
+        for chunk in data.chunks(200_003) {
+            f.write_all(chunk).unwrap();
+        }
+    }
+    assert!(std::fs::read(b.p("pfl/f")).unwrap() == data, "composite file read back differently");
+    let name = CString::new("tessera.layout").unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: valid path and name, buffer of the length given.
+    let n = unsafe { libc::getxattr(cstr(&b.p("pfl/f")).as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(n > 0, "getxattr tessera.layout: errno {}", last_errno());
+    let text = String::from_utf8_lossy(&buf[..n as usize]).into_owned();
+    assert!(text.contains("extent=1048576-EOF") && !text.contains("objects=none"), "{text}");
 }
 
 #[test]

@@ -157,6 +157,9 @@ pub struct ExperimentArgs {
     /// Operations of iorch-homogeneous (default: read and write).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub ops: Vec<Op>,
+    /// placement-tarazu: only these workloads (default: all; --quick: ior-fpp-32g and hacc-io).
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Vec<String>,
 }
 
 /// The paper's data-server disk (Section IV: Seagate Barracuda 7200.10, 150 GB). Fig. 8's distances are
@@ -934,6 +937,7 @@ mod tests {
             benchmarks: vec![],
             variants: vec![],
             ops: vec![],
+            workloads: vec![],
         };
         let s = Settings::of(&a).unwrap();
         assert_eq!(s.runs, 1);

@@ -255,7 +255,7 @@ struct Fixture {
 async fn file_of(c: &Client, path: &str, size: u64) -> Result<(u64, Layout)> {
     crate::workloads::prepare_file(c, path, size).await?;
     let f = c.open(path, OpenOptions::read_only()).await.map_err(|e| anyhow!("{path}: {e}"))?;
-    let r = (f.ino(), f.layout().clone());
+    let r = (f.ino(), Layout::clone(&f.layout()));
     f.close().await.map_err(|e| anyhow!("{path}: {e}"))?;
     Ok(r)
 }

@@ -12,7 +12,11 @@
 //! targets' whole use after the run (what a long-used system balances; on an empty cluster it is the
 //! workload's alone), and `ost_cost_workload`, of the bytes the workload added.
 //!
-//! Composite (PFL) layouts are not implemented yet: their two workloads are listed as not run.
+//! Composite (PFL) layouts: IOR file-per-process with the paper's Config 1 `[0,128M):1 [128M,512M):3
+//! [512M,2G):8 [2G,EOF):16` and Config 2 `[0,128M):1 [128M,2G):12 [2G,EOF):32` (Table 8), and IOR shared
+//! file with Config 1; the extent boundaries are scaled like the data (the paper's 10 GB target is
+//! `--file-size` here), rounded to whole stripes. The layout is set on the job's directory (`setstripe -E`)
+//! and each extent is placed when the files reach it.
 
 use crate::experiment::{write_outputs, DeviceModelArg, ExperimentArgs};
 use crate::localcluster::{ClusterOptions, LocalCluster};
@@ -24,7 +28,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tessera_client::Client;
-use tessera_proto::layout::LayoutSpec;
+use tessera_proto::layout::{ExtentSpec, LayoutSpec, EOF};
 use tessera_proto::msg::ost_cost;
 use tessera_proto::units::format_size;
 
@@ -65,6 +69,8 @@ struct Job {
     shared_tasks: usize,
     /// HACC-I/O: each file holds 9 variables one after the other.
     hacc: bool,
+    /// A composite layout (set on the job's own directory) instead of `count` stripes.
+    composite: Option<Vec<ExtentSpec>>,
 }
 
 #[derive(Clone, Debug)]
@@ -79,8 +85,29 @@ fn workloads(target_capacity: u64) -> Vec<Workload> {
     // IOR's blocks are whole rows of stripes (the stripe size times the count): every object of a file the
     // same size, as the paper's 1 MiB transfers over 1 MiB stripes are.
     let per = |total: u64, n: usize| (total / n as u64) / (STRIPE * 8) * (STRIPE * 8);
-    let ior =
-        |gb: f64| Job { name: "ior", files: 16, file_size: per(scale(gb), 16), count: 8, shared_tasks: 0, hacc: false };
+    let ior = |gb: f64| Job {
+        name: "ior",
+        files: 16,
+        file_size: per(scale(gb), 16),
+        count: 8,
+        shared_tasks: 0,
+        hacc: false,
+        composite: None,
+    };
+    // PFL configurations (paper Table 8): (end in paper GB, count); the boundaries scaled like the data.
+    let pfl = |extents: &[(f64, u32)]| {
+        let specs: Vec<ExtentSpec> = extents
+            .iter()
+            .map(|&(gb, c)| ExtentSpec {
+                end: if gb.is_infinite() { EOF } else { (scale(gb) / STRIPE).max(1) * STRIPE },
+                stripe_size: Some(STRIPE),
+                stripe_count: Some(c),
+            })
+            .collect();
+        Some(specs)
+    };
+    let config1 = pfl(&[(0.125, 1), (0.5, 3), (2.0, 8), (f64::INFINITY, 16)]);
+    let config2 = pfl(&[(0.125, 1), (2.0, 12), (f64::INFINITY, 32)]);
     // HACC-I/O: 16 processes, ~38 bytes per particle in 9 variables; as much data as IOR 32 GB.
     let particles = per(scale(32.0), 16) / HACC_PARTICLE_BYTES;
     let hacc = Job {
@@ -90,15 +117,28 @@ fn workloads(target_capacity: u64) -> Vec<Workload> {
         count: 8,
         shared_tasks: 0,
         hacc: true,
+        composite: None,
     };
     // IOR shared file: four runs of IOR, each one file written by 16 tasks.
-    let shared =
-        Job { name: "ior-shared", files: 4, file_size: per(scale(32.0), 4), count: 8, shared_tasks: 16, hacc: false };
+    let shared = Job {
+        name: "ior-shared",
+        files: 4,
+        file_size: per(scale(32.0), 4),
+        count: 8,
+        shared_tasks: 16,
+        hacc: false,
+        composite: None,
+    };
+    let composite =
+        |job: Job, name: &'static str, c: &Option<Vec<ExtentSpec>>| Job { name, composite: c.clone(), ..job };
     vec![
         Workload { name: "ior-fpp-32g", jobs: vec![ior(32.0)] },
         Workload { name: "ior-fpp-128g", jobs: vec![ior(128.0)] },
+        Workload { name: "ior-fpp-32g-pfl1", jobs: vec![composite(ior(32.0), "ior-pfl1", &config1)] },
+        Workload { name: "ior-fpp-32g-pfl2", jobs: vec![composite(ior(32.0), "ior-pfl2", &config2)] },
         Workload { name: "hacc-io", jobs: vec![hacc.clone()] },
-        Workload { name: "ior-shared", jobs: vec![shared] },
+        Workload { name: "ior-shared", jobs: vec![shared.clone()] },
+        Workload { name: "ior-shared-pfl1", jobs: vec![composite(shared, "ior-shared-pfl1", &config1)] },
         Workload { name: "ior+hacc", jobs: vec![ior(32.0), hacc] },
     ]
 }
@@ -194,23 +234,43 @@ fn pattern(len: usize, seed: u64) -> Bytes {
     Bytes::from(v)
 }
 
-/// The paths of a job's files in the run's directory.
+/// The directory of a job's files: the run's, or for a composite layout the job's own (which holds it).
+fn job_dir(job: &Job, run_dir: &str) -> String {
+    match job.composite {
+        Some(_) => format!("{run_dir}/{}.d", job.name),
+        None => run_dir.to_string(),
+    }
+}
+
+/// The paths of a job's files.
 fn paths(job: &Job, run_dir: &str) -> Vec<String> {
-    (0..job.files).map(|i| format!("{run_dir}/{}.{i:04}", job.name)).collect()
+    (0..job.files).map(|i| format!("{}/{}.{i:04}", job_dir(job, run_dir), job.name)).collect()
 }
 
 /// Writes every job's files (all at once), returns the bytes written.
 async fn write_jobs(client: &Client, jobs: &[Job], run_dir: &str) -> Result<u64> {
     let mut tasks = Vec::new();
     for job in jobs {
+        // A composite job's directory carries its layout; what is declared is the first extent (the rest
+        // is placed as the files reach it).
+        let (declared_size, declared_count) = match &job.composite {
+            Some(specs) => {
+                let dir = job_dir(job, run_dir);
+                client.mkdir_all(&dir, 0o755).await.map_err(|e| anyhow!("{dir}: {e}"))?;
+                client.set_composite_layout(&dir, specs.clone()).await.map_err(|e| anyhow!("{dir}: {e}"))?;
+                (job.file_size.min(specs[0].end), specs[0].stripe_count)
+            }
+            None => (job.file_size, Some(job.count)),
+        };
         let declared: Vec<(String, u64, Option<u32>)> =
-            paths(job, run_dir).into_iter().map(|p| (p, job.file_size, Some(job.count))).collect();
+            paths(job, run_dir).into_iter().map(|p| (p, declared_size, declared_count)).collect();
         client.declare(&declared).await.map_err(|e| anyhow!("declare: {e}"))?;
         for (i, path) in paths(job, run_dir).into_iter().enumerate() {
             let (client, job) = (client.clone(), job.clone());
             tasks.push(tokio::spawn(async move {
                 let spec = LayoutSpec { stripe_size: None, stripe_count: Some(job.count) };
-                let f = client.create(&path, 0o644, Some(spec)).await.map_err(|e| anyhow!("{path}: {e}"))?;
+                let spec = job.composite.is_none().then_some(spec);
+                let f = client.create(&path, 0o644, spec).await.map_err(|e| anyhow!("{path}: {e}"))?;
                 let f = std::sync::Arc::new(f);
                 let data = pattern(XFER as usize, i as u64 + 1);
                 let writers = job.shared_tasks.max(1) as u64;
@@ -346,7 +406,13 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
     // Target capacity: the paper's 10 GB scaled to this machine.
     let capacity: u64 = a.file_size.unwrap_or(if a.quick { 32 << 20 } else { 128 << 20 });
     let all = workloads(capacity);
-    let chosen: Vec<Workload> = if a.quick {
+    let known: Vec<&str> = all.iter().map(|w| w.name).collect();
+    if let Some(bad) = a.workloads.iter().find(|w| !known.contains(&w.as_str())) {
+        return Err(anyhow!("unknown workload '{bad}' (known: {})", known.join(", ")));
+    }
+    let chosen: Vec<Workload> = if !a.workloads.is_empty() {
+        all.into_iter().filter(|w| a.workloads.iter().any(|n| n == w.name)).collect()
+    } else if a.quick {
         all.into_iter().filter(|w| w.name == "ior-fpp-32g" || w.name == "hacc-io").collect()
     } else {
         all
@@ -354,7 +420,7 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
     std::fs::create_dir_all(&a.out)?;
     let scratch = std::env::temp_dir().join(format!("tessera-{NAME}-{}", std::process::id()));
     println!(
-        "experiment {NAME}: {SERVERS} servers × {TARGETS} targets of {} (the paper's 10 GB), device model {}, {runs} run(s) each; composite-layout workloads not run (PFL not implemented)",
+        "experiment {NAME}: {SERVERS} servers × {TARGETS} targets of {} (the paper's 10 GB), device model {}, {runs} run(s) each",
         format_size(capacity),
         a.device_model.as_str()
     );
@@ -530,4 +596,28 @@ fn plot_targets(records: &[TarazuRecord], png: &Path) -> Result<()> {
         })
         .collect();
     grouped_bars(png, "Tarazu placement: utilisation of each target after the run", "%", &panels)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn composite_workloads_scale_the_papers_extents_to_whole_stripes() {
+        let cap = 128 << 20;
+        let all = workloads(cap);
+        let find = |n: &str| all.iter().find(|w| w.name == n).unwrap_or_else(|| panic!("{n}")).jobs[0].clone();
+        for (name, counts) in [("ior-fpp-32g-pfl1", vec![1, 3, 8, 16]), ("ior-fpp-32g-pfl2", vec![1, 12, 32])] {
+            let job = find(name);
+            let specs = job.composite.clone().unwrap();
+            tessera_proto::layout::validate_extents(&specs).unwrap();
+            assert_eq!(specs.iter().map(|e| e.stripe_count.unwrap()).collect::<Vec<_>>(), counts);
+            assert!(specs.iter().all(|e| e.end == EOF || e.end % STRIPE == 0));
+            // The paper's 2 GB files (32 GB over 16) reach the extent ending at 2 GB, not the last one.
+            let two_gb = specs[specs.len() - 2].end;
+            assert!(job.file_size <= two_gb && job.file_size > specs[specs.len() - 3].end, "{job:?}");
+            assert_eq!(job.file_size, find("ior-fpp-32g").file_size, "the same data as the plain workload");
+        }
+        assert!(find("ior-shared-pfl1").composite.is_some() && find("ior-shared-pfl1").shared_tasks == 16);
+    }
 }

@@ -13,7 +13,7 @@ use tessera_client::file::{File, OpenOptions};
 use tessera_proto::ca::{CaDir, CertState};
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{ErrorCode, FsError};
-use tessera_proto::layout::LayoutSpec;
+use tessera_proto::layout::{ExtentSpec, Layout, LayoutSpec, EOF};
 use tessera_proto::msg::{
     ost_cost, FsckReport, OrchestratorMode, OrchestratorStatus, SetAttrs, TargetReport, XattrMode,
 };
@@ -158,20 +158,29 @@ enum Cmd {
         /// File to print.
         path: String,
     },
-    /// Set the stripe layout of a new/empty file or a directory's default for new files.
+    /// Set the stripe layout of a new/empty file or a directory's default for new files. A composite
+    /// (progressive) layout gives each extent its own count and size:
+    /// `setstripe -E 128M -c 1 -E 512M -c 3 -E -1 -c 8 PATH` (an extent is placed when the file reaches it).
     Setstripe {
-        /// Stripe size (K/M/G suffixes; multiple of 4 KiB).
+        /// Composite layout: the end of an extent (K/M/G suffixes; -1 = EOF, required for the last),
+        /// followed by that extent's own -c and -S. Repeat once per extent.
+        #[arg(short = 'E', long = "component-end", value_parser = parse_extent_end, allow_hyphen_values = true)]
+        extent_end: Vec<u64>,
+        /// Stripe size (K/M/G suffixes; multiple of 4 KiB); with -E, of the extent before it.
         #[arg(short = 'S', long = "stripe-size", value_parser = parse_size)]
-        stripe_size: Option<u64>,
-        /// Number of storage targets to stripe over (0 = all).
-        #[arg(short = 'c', long = "stripe-count")]
-        stripe_count: Option<u32>,
+        stripe_size: Vec<u64>,
+        /// Number of storage targets to stripe over (0 or -1 = all); with -E, of the extent before it.
+        #[arg(short = 'c', long = "stripe-count", value_parser = parse_count, allow_hyphen_values = true)]
+        stripe_count: Vec<u32>,
         /// Placement policy for the directory's new files (or to place an empty file anew):
         /// round-robin, lustre or balanced (stored as the `tessera.placement` attribute).
         #[arg(long)]
         policy: Option<String>,
         /// File (created empty if missing) or directory.
         path: String,
+        /// The extents of `-E`, each with its own `-c`/`-S` (filled in from the order of the arguments).
+        #[arg(skip)]
+        extents: Vec<ExtentSpec>,
     },
     /// Declare files a job will create, so the placement policy places them together as one batch now
     /// (Tarazu's pre-declared creates); each create then uses its declared targets.
@@ -608,9 +617,71 @@ fn exec_mount(config: Option<&Path>, args: &[String]) -> CliResult<ExitCode> {
     Err(CliError::plain(format!("cannot run {}: {e}", fuse.display())))
 }
 
+/// `-E` of `setstripe`: an extent's end (K/M/G suffixes), `-1` or `EOF` for the last.
+fn parse_extent_end(s: &str) -> Result<u64, String> {
+    match s {
+        "-1" | "EOF" | "eof" => Ok(tessera_proto::layout::EOF),
+        _ => parse_size(s),
+    }
+}
+
+/// `-c` of `setstripe`: a stripe count, `-1` (Lustre's spelling) or 0 for all targets.
+fn parse_count(s: &str) -> Result<u32, String> {
+    match s {
+        "-1" => Ok(0),
+        _ => s.parse().map_err(|_| format!("'{s}' is not a stripe count")),
+    }
+}
+
+/// Parses the command line. `setstripe -E` pairs each `-c`/`-S` with the `-E` before it, which clap's
+/// derive cannot: the argument positions tell.
+fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::{CommandFactory, FromArgMatches};
+    let m = Cli::command().try_get_matches_from(args)?;
+    let mut cli = Cli::from_arg_matches(&m)?;
+    if let (Cmd::Setstripe { extents, .. }, Some(("setstripe", sm))) = (&mut cli.cmd, m.subcommand()) {
+        *extents =
+            setstripe_extents(sm).map_err(|e| Cli::command().error(clap::error::ErrorKind::ValueValidation, e))?;
+    }
+    Ok(cli)
+}
+
+/// The extents of `setstripe -E END [-c COUNT] [-S SIZE] -E ...`, in order (empty without `-E`).
+fn setstripe_extents(m: &clap::ArgMatches) -> Result<Vec<ExtentSpec>, String> {
+    let at = |id: &str| -> Vec<usize> { m.indices_of(id).map(|i| i.collect()).unwrap_or_default() };
+    let ends: Vec<(usize, u64)> =
+        at("extent_end").into_iter().zip(m.get_many::<u64>("extent_end").into_iter().flatten().copied()).collect();
+    if ends.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut specs: Vec<ExtentSpec> =
+        ends.iter().map(|&(_, end)| ExtentSpec { end, stripe_size: None, stripe_count: None }).collect();
+    let owner = |i: usize, flag: &str| {
+        ends.iter().rposition(|&(e, _)| e < i).ok_or_else(|| format!("{flag} before the first -E"))
+    };
+    for (i, &v) in at("stripe_size").into_iter().zip(m.get_many::<u64>("stripe_size").into_iter().flatten()) {
+        let k = owner(i, "-S")?;
+        if specs[k].stripe_size.replace(v).is_some() {
+            return Err(format!("two -S for extent {k}"));
+        }
+    }
+    for (i, &v) in at("stripe_count").into_iter().zip(m.get_many::<u32>("stripe_count").into_iter().flatten()) {
+        let k = owner(i, "-c")?;
+        if specs[k].stripe_count.replace(v).is_some() {
+            return Err(format!("two -c for extent {k}"));
+        }
+    }
+    tessera_proto::layout::validate_extents(&specs).map_err(|e| e.detail)?;
+    Ok(specs)
+}
+
 /// Entry point of the `tessera` binary.
 pub fn main_entry() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
     let Some(rt) = tessera_proto::process::start("tessera") else { return ExitCode::FAILURE };
     let res = rt.block_on(run(cli));
     // Do not wait for lingering connection tasks.
@@ -718,9 +789,27 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         }
         Cmd::Get { quiet, path, local } => get(&c, &path, &local, quiet).await?,
         Cmd::Cat { path } => cat(&c, &path).await?,
-        Cmd::Setstripe { stripe_size, stripe_count, policy, path } => {
+        Cmd::Setstripe { extents, policy, path, .. } if !extents.is_empty() => {
+            match c.lstat(&path).await {
+                Ok(_) => {}
+                Err(e) if e.code == ErrorCode::NotFound => {
+                    c.create(&path, 0o644, None).await.at(&path)?.close().await.at(&path)?;
+                }
+                Err(e) => return Err(CliError::at(&path, e)),
+            }
+            c.set_composite_layout(&path, extents).await.at(&path)?;
+            if let Some(p) = policy {
+                let attr = c.lstat(&path).await.at(&path)?;
+                c.mds().setxattr(attr.ino, "tessera.placement", p.into_bytes(), XattrMode::Any).await.at(&path)?;
+            }
+        }
+        Cmd::Setstripe { stripe_size, stripe_count, policy, path, .. } => {
+            if stripe_size.len() > 1 || stripe_count.len() > 1 {
+                return Err(CliError::plain("one -S and one -c per layout (or per extent, after each -E)"));
+            }
+            let (stripe_size, stripe_count) = (stripe_size.first().copied(), stripe_count.first().copied());
             if stripe_size.is_none() && stripe_count.is_none() && policy.is_none() {
-                return Err(CliError::plain("setstripe needs -S SIZE, -c COUNT and/or --policy NAME"));
+                return Err(CliError::plain("setstripe needs -S SIZE, -c COUNT, -E END ... and/or --policy NAME"));
             }
             let spec = LayoutSpec { stripe_size, stripe_count };
             let shaped = stripe_size.is_some() || stripe_count.is_some();
@@ -1106,6 +1195,21 @@ async fn getstripe(c: &Client, path: &str) -> CliResult<()> {
     let attr = c.stat(path).await.at(path)?;
     let defaults = &c.config().defaults;
     if attr.kind == FileKind::Dir {
+        if let Some(extents) = c.get_dir_composite(path).await.at(path)? {
+            println!("{path} (directory default for new files: composite layout, {} extents)", extents.len());
+            let mut start = 0;
+            for (k, e) in extents.iter().enumerate() {
+                let size = e.stripe_size.map_or(format!("default {}", defaults.stripe_size), |s| s.to_string());
+                let count = match e.stripe_count {
+                    Some(0) => "all".to_string(),
+                    Some(n) => n.to_string(),
+                    None => format!("default {}", defaults.stripe_count),
+                };
+                println!("extent {k}: {}  stripe_size {size}  stripe_count {count}", extent_range(start, e.end));
+                start = e.end;
+            }
+            return Ok(());
+        }
         let spec = c.get_dir_layout(path).await.at(path)?;
         println!("{path} (directory default for new files)");
         if spec.is_none() {
@@ -1124,14 +1228,61 @@ async fn getstripe(c: &Client, path: &str) -> CliResult<()> {
         return Ok(());
     }
     let l = c.get_layout(path).await.at(path)?;
-    println!("{path}");
-    println!("stripe_size:  {} ({})", l.stripe_size, human_bytes(l.stripe_size));
-    println!("stripe_count: {}", l.targets.len());
-    println!("{:>6} {:>6} {:>6} {:>20}", "stripe", "ds", "target", "object");
-    for (i, t) in l.targets.iter().enumerate() {
-        println!("{i:>6} {:>6} {:>6} {:>20}", t.ds, tessera_proto::target_of(t.object), t.object);
-    }
+    print!("{}", format_file_layout(path, &l));
     Ok(())
+}
+
+/// `[start, end)` in human units, `EOF` for the last extent's end.
+fn extent_range(start: u64, end: u64) -> String {
+    let end = if end == EOF { "EOF".to_string() } else { human_bytes(end) };
+    format!("[{}, {end})", human_bytes(start))
+}
+
+/// What `getstripe` prints for a file: its stripes, or each extent of a composite layout with its
+/// stripes (an extent not instantiated yet has none: it is placed when the file reaches it).
+fn format_file_layout(path: &str, l: &Layout) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let stripes = |out: &mut String, first: usize, targets: &[tessera_proto::layout::StripeTarget]| {
+        let _ = writeln!(out, "{:>6} {:>6} {:>6} {:>20}", "stripe", "ds", "target", "object");
+        for (i, t) in targets.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{:>6} {:>6} {:>6} {:>20}",
+                first + i,
+                t.ds,
+                tessera_proto::target_of(t.object),
+                t.object
+            );
+        }
+    };
+    let _ = writeln!(out, "{path}");
+    if !l.is_composite() {
+        let _ = writeln!(out, "stripe_size:  {} ({})", l.stripe_size, human_bytes(l.stripe_size));
+        let _ = writeln!(out, "stripe_count: {}", l.targets.len());
+        stripes(&mut out, 0, &l.targets);
+        return out;
+    }
+    let inst = l.extent_views().filter(|e| e.instantiated()).count();
+    let _ = writeln!(out, "composite layout: {} extents, {inst} instantiated", l.extent_count());
+    for e in l.extent_views() {
+        let _ = write!(
+            out,
+            "extent {}: {}  stripe_size {} ({})",
+            e.index,
+            extent_range(e.start, e.end),
+            e.stripe_size,
+            human_bytes(e.stripe_size)
+        );
+        if e.instantiated() {
+            let _ = writeln!(out, "  stripe_count {}", e.targets.len());
+            stripes(&mut out, e.first_stripe, e.targets);
+        } else {
+            let asked = if e.stripe_count == 0 { "all".to_string() } else { e.stripe_count.to_string() };
+            let _ = writeln!(out, "  stripe_count {asked}  (not instantiated: placed when the file reaches it)");
+        }
+    }
+    out
 }
 
 async fn df(c: &Client, jobs: bool, json: bool, policy: bool) -> CliResult<()> {
@@ -1641,5 +1792,67 @@ mod tests {
         assert!(Cli::try_parse_from(["tessera", "ca", "list"]).is_ok());
         assert!(Cli::try_parse_from(["tessera", "ca", "issue", "--dir", "d", "--role", "king", "--name", "n"]).is_err());
         assert!(Cli::try_parse_from(["tessera", "truncate", "-s", "1G", "/f"]).is_ok());
+    }
+
+    #[test]
+    fn setstripe_pairs_each_count_and_size_with_its_extent() {
+        let c = parse_args([
+            "tessera",
+            "setstripe",
+            "-E",
+            "128M",
+            "-c",
+            "1",
+            "-E",
+            "512M",
+            "-c",
+            "3",
+            "-S",
+            "2M",
+            "-E",
+            "-1",
+            "-c",
+            "8",
+            "/d",
+        ])
+        .unwrap();
+        let Cmd::Setstripe { extents, path, .. } = c.cmd else { panic!() };
+        assert_eq!(path, "/d");
+        let e = |end, c, s| ExtentSpec { end, stripe_count: Some(c), stripe_size: s };
+        assert_eq!(extents, vec![e(128 << 20, 1, None), e(512 << 20, 3, Some(2 << 20)), e(EOF, 8, None)]);
+        let c = parse_args(["tessera", "setstripe", "-E", "1M", "-E", "-1", "-c", "-1", "/d"]).unwrap();
+        let Cmd::Setstripe { extents, .. } = c.cmd else { panic!() };
+        assert_eq!((extents[0].stripe_count, extents[1].stripe_count), (None, Some(0)), "-c -1 is all");
+        let c = parse_args(["tessera", "setstripe", "-c", "2", "/f"]).unwrap();
+        let Cmd::Setstripe { extents, stripe_count, .. } = c.cmd else { panic!() };
+        assert!(extents.is_empty());
+        assert_eq!(stripe_count, vec![2], "plain setstripe unchanged");
+        for bad in [
+            &["tessera", "setstripe", "-c", "1", "-E", "-1", "/d"][..],
+            &["tessera", "setstripe", "-E", "1M", "-c", "1", "/d"],
+            &["tessera", "setstripe", "-E", "1M", "-c", "1", "-c", "2", "-E", "-1", "/d"],
+            &["tessera", "setstripe", "-E", "2M", "-E", "1M", "-E", "-1", "/d"],
+        ] {
+            assert!(parse_args(bad.iter().copied()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn getstripe_shows_every_extent_instantiated_or_not() {
+        use tessera_proto::layout::{Component, StripeTarget};
+        let mut l = Layout::plain(1 << 20, vec![StripeTarget { ds: 2, object: 77 }]);
+        l.extents =
+            vec![Component { start: 1 << 20, end: EOF, stripe_size: 1 << 20, stripe_count: 2, targets: vec![] }];
+        let text = format_file_layout("/f", &l);
+        assert!(text.contains("composite layout: 2 extents, 1 instantiated"), "{text}");
+        assert!(text.contains("extent 1: [1.0 MiB, EOF)"), "{text}");
+        assert!(text.contains("not instantiated"), "{text}");
+        assert!(text.contains("77"), "{text}");
+        l.extents[0].targets = vec![StripeTarget { ds: 0, object: 80 }, StripeTarget { ds: 1, object: 81 }];
+        let text = format_file_layout("/f", &l);
+        assert!(
+            text.contains("2 extents, 2 instantiated") && text.contains("81") && !text.contains("not inst"),
+            "{text}"
+        );
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
-use tessera_proto::layout::{text, Layout, LayoutSpec};
+use tessera_proto::layout::{text, ExtentSpec, Layout, LayoutSpec};
 use tessera_proto::msg::{
     DeclaredFile, DirEntry, DsStatus, IonCall, IonReply, IonStatus, OpenFlags, PlacementStatus, RenameFlags,
     SchedulerSetting, SetAttrs, StatFs, MAX_DECLARE,
@@ -327,7 +327,7 @@ impl Client {
             Some(l) => l,
             None => match self.mds.get_layout(ino).await {
                 Ok(LayoutReply::File(l)) => l,
-                Ok(LayoutReply::Dir(_)) => {
+                Ok(LayoutReply::Dir(_) | LayoutReply::DirComposite(_)) => {
                     let _ = self.mds.close(ino, opened.handle, None, false).await;
                     return Err(FsError::protocol(format!("MDS returned a directory layout for file {ino}")));
                 }
@@ -466,6 +466,25 @@ impl Client {
         self.mds.set_layout(attr.ino, spec).await
     }
 
+    /// Sets a composite (progressive) layout (`setstripe -E ...`): a directory's default for new files,
+    /// or an empty file's own layout.
+    pub async fn set_composite_layout(&self, path: &str, extents: Vec<ExtentSpec>) -> FsResult<()> {
+        tessera_proto::layout::validate_extents(&extents)?;
+        let (attr, _) = self.resolve(path, true).await?;
+        self.mds.set_composite_layout(attr.ino, extents).await
+    }
+
+    /// A directory's composite default layout, if it has one.
+    pub async fn get_dir_composite(&self, path: &str) -> FsResult<Option<Vec<ExtentSpec>>> {
+        let (attr, _) = self.resolve(path, true).await?;
+        match self.mds.get_layout(attr.ino).await {
+            Ok(LayoutReply::DirComposite(e)) => Ok(Some(e)),
+            Ok(_) => Ok(None),
+            Err(e) if matches!(e.code, ErrorCode::NoData | ErrorCode::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// A regular file's layout.
     pub async fn get_layout(&self, path: &str) -> FsResult<Layout> {
         let (attr, layout) = self.resolve(path, true).await?;
@@ -480,7 +499,9 @@ impl Client {
         }
         match self.mds.get_layout(attr.ino).await? {
             LayoutReply::File(l) => Ok(l),
-            LayoutReply::Dir(_) => Err(FsError::new(ErrorCode::IsDir, format!("{path} is a directory"))),
+            LayoutReply::Dir(_) | LayoutReply::DirComposite(_) => {
+                Err(FsError::new(ErrorCode::IsDir, format!("{path} is a directory")))
+            }
         }
     }
 
@@ -493,6 +514,7 @@ impl Client {
         let none_if_empty = |s: LayoutSpec| (s != LayoutSpec::default()).then_some(s);
         match self.mds.get_layout(attr.ino).await {
             Ok(LayoutReply::Dir(spec)) => Ok(none_if_empty(spec)),
+            Ok(LayoutReply::DirComposite(_)) => Ok(None),
             Ok(LayoutReply::File(_)) => Err(FsError::protocol("MDS returned a file layout for a directory")),
             Err(e) if matches!(e.code, ErrorCode::NoData | ErrorCode::NotFound) => Ok(None),
             Err(e) if matches!(e.code, ErrorCode::Invalid | ErrorCode::IsDir | ErrorCode::Unsupported) => {

@@ -366,6 +366,7 @@ impl DataPlane {
 
     /// Writes `data` at file `offset`; returns the stripes (objects) written to.
     pub async fn write(&self, tag: &IoTag, layout: &Layout, offset: u64, data: Bytes) -> FsResult<Vec<usize>> {
+        check_instantiated(layout, offset, data.len() as u64)?;
         let pieces = plan(layout, offset, data.len() as u64, self.max_request);
         let mut stripes: Vec<usize> = pieces.iter().map(|p| p.stripe).collect();
         stripes.sort_unstable();
@@ -394,6 +395,7 @@ impl DataPlane {
                     tags.len() - 1
                 }
             };
+            check_instantiated(layout, run.offset, run.data.len() as u64)?;
             for p in plan(layout, run.offset, run.data.len() as u64, self.max_request) {
                 let at = (p.file_offset - run.offset) as usize;
                 groups
@@ -417,7 +419,7 @@ impl DataPlane {
 
     /// Runs of one object (sorted by offset) as one request: a plain write for a single run.
     async fn write_batch(&self, tag: &IoTag, layout: &Layout, stripe: usize, batch: Vec<(u64, Bytes)>) -> FsResult<()> {
-        let target = layout.targets[stripe];
+        let target = stripe_target(layout, stripe)?;
         let (req, payload) = match &batch[..] {
             [(at, data)] => {
                 (DsRequest::Write { tag: tag.clone(), object: target.object, offset: *at, sync: false }, data.clone())
@@ -440,7 +442,7 @@ impl DataPlane {
     }
 
     async fn write_piece(&self, tag: &IoTag, layout: &Layout, p: Piece, payload: Bytes, app_len: u64) -> FsResult<()> {
-        let target = layout.targets[p.stripe];
+        let target = stripe_target(layout, p.stripe)?;
         let req = DsRequest::Write { tag: tag.clone(), object: target.object, offset: p.object_offset, sync: false };
         self.send_write(target, req, payload, app_len).await
     }
@@ -524,7 +526,7 @@ impl DataPlane {
         if let [(i, p)] = batch[..] {
             return Ok(vec![(i, p, self.read_piece(tag, layout, p, p.len).await?)]);
         }
-        let target = layout.targets[stripe];
+        let target = stripe_target(layout, stripe)?;
         let extents = batch.iter().map(|(_, p)| Extent { offset: p.object_offset, len: p.len as u32 }).collect();
         let req = DsRequest::ReadV { tag: tag.clone(), object: target.object, extents };
         let app_len = batch[0].1.len;
@@ -540,7 +542,7 @@ impl DataPlane {
 
     /// One piece's reply, in the chunks it arrived in.
     async fn read_piece(&self, tag: &IoTag, layout: &Layout, p: Piece, app_len: u64) -> FsResult<Vec<Bytes>> {
-        let target = layout.targets[p.stripe];
+        let target = stripe_target(layout, p.stripe)?;
         let req =
             DsRequest::Read { tag: tag.clone(), object: target.object, offset: p.object_offset, len: p.len as u32 };
         match self.route.call_sized(target.ds, req, Bytes::new(), app_len).await {
@@ -565,9 +567,9 @@ impl DataPlane {
     /// parallel (see [`DsRequest::Fallocate`]: `punch` makes the range read as zeros, otherwise space is
     /// reserved). Sizes do not change: the file's is the MDS's.
     pub async fn fallocate(&self, tag: &IoTag, layout: &Layout, offset: u64, len: u64, punch: bool) -> FsResult<()> {
-        let shares = (0..layout.targets.len()).filter_map(|s| {
+        let shares = layout.all_targets().enumerate().filter_map(|(s, &t)| {
             let r = layout.object_range(s, offset, len);
-            (!r.is_empty()).then(|| (layout.targets[s], r))
+            (!r.is_empty()).then_some((t, r))
         });
         try_join_all(shares.map(|(target, r)| async move {
             let req = DsRequest::Fallocate {
@@ -586,8 +588,7 @@ impl DataPlane {
     /// Makes the listed stripes' objects durable, all in parallel.
     pub async fn fsync(&self, tag: &IoTag, layout: &Layout, stripes: &[usize]) -> FsResult<()> {
         try_join_all(stripes.iter().map(|&s| async move {
-            let target =
-                *layout.targets.get(s).ok_or_else(|| FsError::invalid(format!("stripe {s} outside the layout")))?;
+            let target = stripe_target(layout, s)?;
             let req = DsRequest::Fsync { tag: tag.clone(), object: target.object };
             self.call_ok(target.ds, "Fsync", req).await
         }))
@@ -614,6 +615,24 @@ impl DataPlane {
             r => Err(FsError::protocol(format!("data server {ds} answered Report with {r:?}"))),
         }
     }
+}
+
+/// The object of global stripe `stripe`.
+fn stripe_target(layout: &Layout, stripe: usize) -> FsResult<StripeTarget> {
+    layout.target(stripe).ok_or_else(|| FsError::invalid(format!("stripe {stripe} outside the layout")))
+}
+
+/// A write must not reach extents of a composite layout that have no objects yet (it would be lost):
+/// the caller instantiates them first ([`crate::live_layout::LiveLayout::for_write`]).
+fn check_instantiated(layout: &Layout, offset: u64, len: u64) -> FsResult<()> {
+    if len > 0 && offset.saturating_add(len) > layout.instantiated_end() {
+        return Err(FsError::invalid(format!(
+            "write up to {} past the layout's instantiated extents (up to {})",
+            offset.saturating_add(len),
+            layout.instantiated_end()
+        )));
+    }
+    Ok(())
 }
 
 /// `client.max_request` bounded to what a frame can carry and to at least one stripe unit.
@@ -648,10 +667,7 @@ mod tests {
     }
 
     fn layout(s: u64, c: usize) -> Layout {
-        Layout {
-            stripe_size: s,
-            targets: (0..c).map(|i| StripeTarget { ds: i as u32, object: 10 + i as u64 }).collect(),
-        }
+        Layout::plain(s, (0..c).map(|i| StripeTarget { ds: i as u32, object: 10 + i as u64 }).collect())
     }
 
     /// The result of a read of `len` bytes at `offset` from the pieces' replies, one chunk each.

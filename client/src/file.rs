@@ -70,7 +70,7 @@ impl OpenOptions {
 pub struct File {
     client: Client,
     attr: Attr,
-    layout: Layout,
+    layout: crate::live_layout::LiveLayout,
     handle: u64,
     tag: IoTag,
     flags: OpenFlags,
@@ -91,10 +91,10 @@ pub struct File {
 impl File {
     pub(crate) fn new(client: Client, attr: Attr, layout: Option<Layout>, handle: u64, flags: OpenFlags) -> File {
         let tag = IoTag { origin: client.mds().origin().clone(), ino: attr.ino };
-        let layout = layout.unwrap_or(Layout { stripe_size: 0, targets: Vec::new() });
+        let layout = layout.unwrap_or(Layout::plain(0, Vec::new()));
         File {
             mds_size: AtomicU64::new(attr.size),
-            layout,
+            layout: crate::live_layout::LiveLayout::new(attr.ino, layout),
             handle,
             tag,
             flags,
@@ -118,8 +118,9 @@ impl File {
         self.attr.ino
     }
 
-    pub fn layout(&self) -> &Layout {
-        &self.layout
+    /// The layout as last known (composite layouts gain extents as the file reaches them).
+    pub fn layout(&self) -> std::sync::Arc<Layout> {
+        self.layout.get()
     }
 
     /// The MDS handle of this open.
@@ -137,7 +138,7 @@ impl File {
     }
 
     fn check_data_file(&self) -> FsResult<()> {
-        if self.attr.kind != FileKind::File || self.layout.targets.is_empty() {
+        if self.attr.kind != FileKind::File || self.layout.get().targets.is_empty() {
             return Err(FsError::new(ErrorCode::Invalid, format!("inode {} has no data layout", self.attr.ino)));
         }
         Ok(())
@@ -161,7 +162,8 @@ impl File {
         let len = data.len() as u64;
         let paced = if self.client.periodic().active() { self.client.periodic().wait_slot(len).await } else { None };
         let t0 = std::time::Instant::now();
-        let stripes = self.client.data().write(&self.tag, &self.layout, offset, data).await?;
+        let layout = self.layout.for_write(self.client.mds(), end).await?;
+        let stripes = self.client.data().write(&self.tag, &layout, offset, data).await?;
         if let Some(bw) = paced {
             self.client.periodic().pace(len, bw, t0).await;
         }
@@ -193,7 +195,8 @@ impl File {
         let paced =
             if self.client.periodic().active() { self.client.periodic().wait_slot(end - offset).await } else { None };
         let t0 = std::time::Instant::now();
-        let out = self.client.data().read(&self.tag, &self.layout, offset, end - offset).await?;
+        let layout = self.layout.for_read(self.client.mds(), end).await?;
+        let out = self.client.data().read(&self.tag, &layout, offset, end - offset).await?;
         if let Some(bw) = paced {
             self.client.periodic().pace(out.len() as u64, bw, t0).await;
         }
@@ -239,7 +242,7 @@ impl File {
             Ok(mut d) => std::mem::take(&mut *d).into_iter().collect(),
             Err(_) => return Err(FsError::io("fsync state poisoned")),
         };
-        if let Err(e) = self.client.data().fsync(&self.tag, &self.layout, &stripes).await {
+        if let Err(e) = self.client.data().fsync(&self.tag, &self.layout.get(), &stripes).await {
             if let Ok(mut d) = self.dirty.lock() {
                 d.extend(stripes);
             }

@@ -20,6 +20,8 @@ pub mod file;
 pub mod forward;
 /// Job id of this process (`TESSERA_JOB`, batch-scheduler variables, else the session id).
 pub mod job;
+/// A file's layout kept current as composite-layout extents are instantiated.
+pub mod live_layout;
 /// Typed, ino-level wrapper over the MDS connection: one method per `MdsRequest`.
 pub mod mds_client;
 /// PerSched: the job's grant (intervals modulo T), its poll, and the gate its reads and writes pass.
@@ -35,7 +37,7 @@ pub use mds_client::MdsClient;
 pub use tessera_proto as proto;
 pub use tessera_proto::config::{ClientOptions, ClusterConfig, Defaults};
 pub use tessera_proto::error::{ErrorCode, FsError, FsResult};
-pub use tessera_proto::layout::{Layout, LayoutSpec, StripeTarget};
+pub use tessera_proto::layout::{ExtentSpec, Layout, LayoutSpec, StripeTarget};
 pub use tessera_proto::msg::{
     AsyncCreate, BatchResult, DirEntry, DirLease, DirOp, DsReport, DsStatus, JobCounters, OpenFlags, RenameFlags,
     SetAttrs, StatFs, TimeSet, XattrMode,

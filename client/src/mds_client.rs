@@ -6,7 +6,7 @@ use crate::session::Session;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
-use tessera_proto::layout::{Layout, LayoutSpec};
+use tessera_proto::layout::{ExtentSpec, Layout, LayoutSpec};
 use tessera_proto::msg::{
     BatchResult, DeclaredFile, DirEntry, DirLease, DirOp, DsReport, DsStatus, FsckReport, MdsCall, MdsReply,
     MdsRequest, OpenFlags, OrchestratorMode, OrchestratorStatus, PeriodicGrant, PeriodicProfile, PeriodicReport,
@@ -33,6 +33,8 @@ pub struct Opened {
 pub enum LayoutReply {
     File(Layout),
     Dir(LayoutSpec),
+    /// A directory's composite default (`setstripe -E ...`).
+    DirComposite(Vec<ExtentSpec>),
 }
 
 /// The MDS connection plus the credentials and origin (job, client, process) sent with every call.
@@ -369,7 +371,25 @@ impl MdsClient {
         match self.call(MdsRequest::GetLayout { ino }).await? {
             MdsReply::Layout(l) => Ok(LayoutReply::File(l)),
             MdsReply::DirLayout(s) => Ok(LayoutReply::Dir(s)),
+            MdsReply::DirComposite(e) => Ok(LayoutReply::DirComposite(e)),
             r => Err(unexpected("GetLayout", r)),
+        }
+    }
+
+    /// Sets a composite layout: a directory's default, or an empty file's own.
+    pub async fn set_composite_layout(&self, ino: Ino, extents: Vec<ExtentSpec>) -> FsResult<()> {
+        ok_of("SetCompositeLayout", self.call(MdsRequest::SetCompositeLayout { ino, extents }).await?)
+    }
+
+    /// Has the extent of `ino`'s composite layout holding `offset` (and all before it) placed; returns
+    /// the file's layout.
+    pub async fn instantiate_extent(&self, ino: Ino, offset: u64) -> FsResult<Layout> {
+        match self.call(MdsRequest::InstantiateExtent { ino, offset }).await? {
+            MdsReply::Layout(l) => {
+                l.validate()?;
+                Ok(l)
+            }
+            r => Err(unexpected("InstantiateExtent", r)),
         }
     }
 

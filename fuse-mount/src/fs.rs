@@ -372,7 +372,9 @@ impl Inner {
             Some(l) => l,
             None => match mds.get_layout(ino).await {
                 Ok(LayoutReply::File(l)) => l,
-                Ok(LayoutReply::Dir(_)) => return fail(FsError::protocol("directory layout for a file")).await,
+                Ok(LayoutReply::Dir(_) | LayoutReply::DirComposite(_)) => {
+                    return fail(FsError::protocol("directory layout for a file")).await
+                }
                 Err(e) => return fail(e).await,
             },
         };

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tessera_client::data::{ReadData, WriteRun};
+use tessera_client::live_layout::LiveLayout;
 use tessera_client::{Client, FsError, FsResult, Ino, IoTag, Layout, MdsClient, Timestamp};
 use tessera_proto::bufpool::PoolBuf;
 use tessera_proto::msg::MAX_EXTENTS;
@@ -244,7 +245,8 @@ impl WState {
 /// One inode open through this mount: shared by all its handles.
 pub struct OpenInode {
     pub ino: Ino,
-    pub layout: Layout,
+    /// Composite layouts gain extents as the file reaches them ([`LiveLayout`]).
+    pub layout: LiveLayout,
     st: Mutex<WState>,
     changed: Notify,
     /// Bumped by every write, so read-ahead data fetched before it is dropped.
@@ -272,7 +274,7 @@ impl OpenInode {
     pub fn new(ino: Ino, layout: Layout) -> OpenInode {
         OpenInode {
             ino,
-            layout,
+            layout: LiveLayout::new(ino, layout),
             st: Mutex::new(WState::default()),
             changed: Notify::new(),
             wgen: AtomicU64::new(0),
@@ -285,7 +287,7 @@ impl OpenInode {
     }
 
     fn check_layout(&self) -> FsResult<()> {
-        if self.layout.targets.is_empty() {
+        if self.layout.get().targets.is_empty() {
             return Err(FsError::invalid(format!("inode {} has no data layout", self.ino)));
         }
         Ok(())
@@ -297,6 +299,9 @@ impl OpenInode {
             return Ok(());
         }
         self.check_layout()?;
+        // A write reaching extents of a composite layout not placed yet has them placed first.
+        let end = off.saturating_add(data.len() as u64);
+        self.layout.for_write(client.mds(), end).await?;
         let t0 = std::time::Instant::now();
         loop {
             let notified = self.changed.notified();
@@ -321,6 +326,9 @@ impl OpenInode {
         let Some(end) = off.checked_add(data.len() as u64) else {
             return Some(Err(FsError::new(tessera_client::ErrorCode::TooBig, "write beyond the largest offset")));
         };
+        if end > self.layout.get().instantiated_end() {
+            return None; // extents to place first: the MDS must be asked (see `write`)
+        }
         let mut st = match self.st.lock() {
             Ok(st) => st,
             Err(_) => return Some(Err(poisoned())),
@@ -421,8 +429,8 @@ impl OpenInode {
         let client = client.clone();
         tokio::spawn(async move {
             let res = match &runs[..] {
-                [run] => client.data().write(&run.tag, &me.layout, run.offset, run.data.clone()).await,
-                _ => client.data().write_runs(&me.layout, &runs).await,
+                [run] => client.data().write(&run.tag, &me.layout.get(), run.offset, run.data.clone()).await,
+                _ => client.data().write_runs(&me.layout.get(), &runs).await,
             };
             if let Ok(mut st) = me.st.lock() {
                 for run in &runs {
@@ -511,7 +519,7 @@ impl OpenInode {
             let mut st = self.st.lock().map_err(|_| poisoned())?;
             std::mem::take(&mut st.dirty).into_iter().collect()
         };
-        if let Err(e) = client.data().fsync(tag, &self.layout, &stripes).await {
+        if let Err(e) = client.data().fsync(tag, &self.layout.get(), &stripes).await {
             if let Ok(mut st) = self.st.lock() {
                 st.dirty.extend(stripes);
             }
@@ -668,7 +676,10 @@ impl Handle {
             .ok_or_else(|| FsError::new(tessera_client::ErrorCode::TooBig, "range past the largest offset"))?;
         let zero = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0;
         self.inode.drain(&self.client).await?;
-        let r = self.client.data().fallocate(&self.tag, &self.inode.layout, offset, len, zero).await;
+        if !zero {
+            self.inode.layout.for_write(&self.mds, end).await?;
+        }
+        let r = self.client.data().fallocate(&self.tag, &self.inode.layout.get(), offset, len, zero).await;
         self.inode.wgen.fetch_add(1, Ordering::AcqRel);
         r?;
         if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > self.size(false).await? {
@@ -689,7 +700,7 @@ impl Handle {
     fn fetch(&self, off: u64, len: u64) -> Fetch {
         let client = self.client.clone();
         let tag = self.tag.clone();
-        let layout = self.inode.layout.clone();
+        let layout = self.inode.layout.get();
         async move { client.data().read_data(&tag, &layout, off, len).await }.boxed().shared()
     }
 
@@ -697,7 +708,7 @@ impl Handle {
     fn fetch_blocks(&self, blocks: Vec<(u64, u64)>) -> BlocksFetch {
         let client = self.client.clone();
         let tag = self.tag.clone();
-        let layout = self.inode.layout.clone();
+        let layout = self.inode.layout.get();
         async move { client.data().read_runs(&tag, &layout, &blocks).await.map(Arc::new) }.boxed().shared()
     }
 
@@ -717,6 +728,12 @@ impl Handle {
         if off >= end {
             return Ok(Vec::new());
         }
+        // A composite layout whose extents another client placed since our open: fetch it again (and
+        // drop read-ahead fetched with the old one, which read those extents as holes).
+        let known = self.inode.layout.get().instantiated_end();
+        if size > known && self.inode.layout.for_read(&self.mds, size).await?.instantiated_end() > known {
+            self.inode.wgen.fetch_add(1, Ordering::AcqRel);
+        }
         match self.plan_read(off, end, size)? {
             Some(parts) => self.assemble(off, end, parts).await,
             None => self.read_direct(off, end).await,
@@ -735,8 +752,8 @@ impl Handle {
         }
         let size = self.local_size();
         let end = off.saturating_add(len);
-        if end > size || off >= end {
-            return Err(PendingRead::Slow); // the size may have grown elsewhere: ask the MDS
+        if end > size || off >= end || size > self.inode.layout.get().instantiated_end() {
+            return Err(PendingRead::Slow); // the size (or a composite layout) may have grown elsewhere
         }
         let parts = match self.plan_read(off, end, size) {
             Ok(Some(parts)) => parts,
@@ -870,7 +887,7 @@ impl Handle {
 
     /// A read around the read-ahead.
     async fn read_direct(&self, off: u64, end: u64) -> FsResult<Vec<Bytes>> {
-        let data = self.client.data().read_data(&self.tag, &self.inode.layout, off, end - off).await?;
+        let data = self.client.data().read_data(&self.tag, &self.inode.layout.get(), off, end - off).await?;
         Ok(data.slices(off, end))
     }
 

@@ -277,7 +277,7 @@ pub fn check(scan: &Scan) -> Vec<Finding> {
     for (&ino, i) in &scan.inodes {
         let path = names.path(ino);
         if let Some(l) = &i.layout {
-            for (k, t) in l.targets.iter().enumerate() {
+            for (k, t) in l.all_targets().enumerate() {
                 if !scan.servers.contains(&t.ds) {
                     let what =
                         format!("{path}: stripe {k} is on data server {}, which the cluster does not have", t.ds);
@@ -364,7 +364,7 @@ pub fn check(scan: &Scan) -> Vec<Finding> {
     let mut named: BTreeSet<(DsId, ObjectId)> = BTreeSet::new();
     for i in scan.inodes.values() {
         if let Some(l) = &i.layout {
-            named.extend(l.targets.iter().map(|t| (t.ds, t.object)));
+            named.extend(l.all_targets().map(|t| (t.ds, t.object)));
         }
     }
     for (key, e) in &scan.destroy {
@@ -418,7 +418,7 @@ pub fn check(scan: &Scan) -> Vec<Finding> {
 
 /// The file size a layout's objects imply: the end of the furthest byte any of them holds.
 pub fn data_size(l: &Layout, objects: &HashMap<(DsId, ObjectId), u64>) -> u64 {
-    let sizes = l.targets.iter().enumerate().map(|(k, t)| match objects.get(&(t.ds, t.object)) {
+    let sizes = l.all_targets().enumerate().map(|(k, t)| match objects.get(&(t.ds, t.object)) {
         Some(&size) => l.file_size_from_object(k, size),
         None => 0,
     });
@@ -454,7 +454,7 @@ mod tests {
         d.attr.size = 1;
         let mut f = inode(3, FileKind::File, 1, 2);
         let targets = vec![StripeTarget { ds: 1, object: 30 }, StripeTarget { ds: 2, object: 31 }];
-        f.layout = Some(Layout { stripe_size: 100, targets });
+        f.layout = Some(Layout::plain(100, targets));
         f.attr.size = 150;
         s.inodes = [(ROOT_INO, root), (2, d), (3, f)].into_iter().collect();
         s.dentries = vec![

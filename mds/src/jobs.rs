@@ -214,7 +214,9 @@ impl MetaEvent {
             | Q::RemoveXattr { .. }
             | Q::Rename { .. }
             | Q::Link { .. }
-            | Q::SetLayout { .. } => MetaEvent::InodeUpdate,
+            | Q::SetLayout { .. }
+            | Q::SetCompositeLayout { .. }
+            | Q::InstantiateExtent { .. } => MetaEvent::InodeUpdate,
             Q::DirBatch { dir, entries, .. } => {
                 let mut creates = Vec::new();
                 let mut unlinks = 0;

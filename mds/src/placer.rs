@@ -232,6 +232,20 @@ impl Placer {
         Ok(out)
     }
 
+    /// Places one extent of a composite layout (`req`, its `exclude` ignored) with policy `name`, avoiding
+    /// the targets `avoid` the file's earlier extents use: distinct targets across a file's extents where
+    /// possible. Lustre's rules (the count is capped at the targets available, `-c -1`/0 takes them all):
+    /// the count is capped to the usable targets the file does not use yet — the file stops growing once it
+    /// has a stripe on every target — and an extent placed when no target is left unused reuses the full
+    /// set (its count capped at all targets, as a plain layout's).
+    pub fn place_avoiding(&self, name: Option<&str>, mut req: CreateRequest, avoid: &[Slot]) -> FsResult<Vec<Slot>> {
+        let (targets, slots) = self.view();
+        let exclude: Vec<usize> = slots.iter().enumerate().filter(|(_, s)| avoid.contains(s)).map(|(i, _)| i).collect();
+        let unused = targets.iter().enumerate().filter(|(i, t)| t.usable && !exclude.contains(i)).count();
+        req.exclude = if unused == 0 { Vec::new() } else { exclude };
+        self.place(name, &[req])?.pop().ok_or_else(|| FsError::io("placement returned no layout"))
+    }
+
     /// Declares files a job will create: solved together as one batch now, kept until each create
     /// arrives (or [`DECLARED_TTL`]). Returns how many were declared.
     pub fn declare(&self, name: Option<&str>, files: Vec<(Ino, String, CreateRequest)>) -> FsResult<usize> {
@@ -408,5 +422,25 @@ mod tests {
         assert_eq!(canonical("tarazu").unwrap(), "balanced");
         assert_eq!(canonical("rr").unwrap(), "round-robin");
         assert!(canonical("nope").is_err());
+    }
+
+    #[test]
+    fn extents_avoid_the_targets_of_earlier_ones_until_every_target_is_used() {
+        let stats = view(2, 2);
+        let p = Placer::new(stats, "round-robin", Duration::from_secs(1)).unwrap();
+        for policy in POLICIES {
+            let first = p.place_avoiding(Some(policy), req(1, 0), &[]).unwrap();
+            let second = p.place_avoiding(Some(policy), req(2, 0), &first).unwrap();
+            assert_eq!(second.len(), 2);
+            assert!(second.iter().all(|s| !first.contains(s)), "{policy}: {first:?} then {second:?}");
+            let used: Vec<Slot> = first.iter().chain(&second).copied().collect();
+            // 3 of 4 targets used: an extent asking for 8 gets the one left (the file stops growing)...
+            let third = p.place_avoiding(Some(policy), req(8, 0), &used).unwrap();
+            assert_eq!(third.len(), 1, "{policy}");
+            assert!(!used.contains(&third[0]));
+            // ...and once all are used, the next reuses the full set.
+            let all: Vec<Slot> = used.iter().chain(&third).copied().collect();
+            assert_eq!(p.place_avoiding(Some(policy), req(0, 0), &all).unwrap().len(), 4, "{policy}");
+        }
     }
 }

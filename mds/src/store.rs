@@ -17,7 +17,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 use tessera_proto::config::MetadataCommit;
 use tessera_proto::error::ErrorCode;
-use tessera_proto::layout::{Layout, LayoutSpec};
+use tessera_proto::layout::{ExtentSpec, Layout, LayoutSpec, StripeTarget};
 use tessera_proto::{wire, Attr, DsId, FileKind, FsError, FsResult, Ino, ObjectId};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -34,7 +34,8 @@ pub enum T {
     Dentries = 1,
     /// parent ino BE ++ seq BE → name (readdir order and stable cookies).
     Dirseq = 2,
-    /// dir ino BE → [`LayoutSpec`] (default layout of files created in it).
+    /// dir ino BE → [`LayoutSpec`] (default layout of files created in it); dir ino BE ++ `E` →
+    /// `Vec<ExtentSpec>` (a composite default, which then replaces the plain one).
     DirLayouts = 3,
     /// ino BE ++ 0 ++ name → value.
     Xattrs = 4,
@@ -49,7 +50,11 @@ pub enum T {
 const TREE_NAMES: [&str; 8] = ["inodes", "dentries", "dirseq", "dir_layouts", "xattrs", "jobs", "destroy_log", "meta"];
 const ORPHAN_PREFIX: &[u8] = b"orphan";
 const FORMAT_KEY: &[u8] = b"format";
-const FORMAT_VERSION: u32 = 1;
+/// 2: layouts carry composite extents ([`Layout::extents`]); v1 databases are migrated in place on open
+/// ([`migrate_v1`]).
+const FORMAT_VERSION: u32 = 2;
+/// Suffix of a directory's composite default in [`T::DirLayouts`].
+const COMPOSITE_SUFFIX: u8 = b'E';
 
 /// One inode: its attributes plus what only some kinds have.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -119,6 +124,53 @@ fn orphan_key(ino: Ino) -> Vec<u8> {
 /// The inode a record of `t` belongs to (the first 8 bytes of its key), for the trees keyed by inode.
 pub fn key_ino(key: &[u8]) -> Option<Ino> {
     key.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes)
+}
+
+fn composite_key(ino: Ino) -> [u8; 9] {
+    let mut k = [COMPOSITE_SUFFIX; 9];
+    k[..8].copy_from_slice(&ino.to_be_bytes());
+    k
+}
+
+/// Format 1's inode record: layouts without extents.
+#[derive(Serialize, Deserialize)]
+struct InodeV1 {
+    attr: Attr,
+    layout: Option<LayoutV1>,
+    target: Option<String>,
+    parent: Ino,
+}
+
+#[derive(Serialize, Deserialize)]
+struct LayoutV1 {
+    stripe_size: u64,
+    targets: Vec<StripeTarget>,
+}
+
+/// Rewrites every format-1 inode record of `inodes` in the current format (a v1 layout is a plain
+/// layout: one extent to EOF), as one atomic batch. A record that already decodes only as the current
+/// format (a migration interrupted after its batch, before the format key) is left as it is; v1 and v2
+/// records differ only for files, and a v2 file record read as v1 always leaves trailing bytes.
+/// Returns how many records held a layout.
+fn migrate_v1(inodes: &Tree) -> FsResult<usize> {
+    let mut batch = sled::Batch::default();
+    let mut layouts = 0;
+    for kv in inodes.iter() {
+        let (k, v) = kv.map_err(db_err)?;
+        let new = match wire::decode::<InodeV1>(&v) {
+            Ok(old) => Inode {
+                attr: old.attr,
+                layout: old.layout.map(|l| Layout::plain(l.stripe_size, l.targets)),
+                target: old.target,
+                parent: old.parent,
+            },
+            Err(_) => dec::<Inode>(&v)?,
+        };
+        layouts += usize::from(new.layout.is_some());
+        batch.insert(k, enc(&new)?);
+    }
+    inodes.apply_batch(batch).map_err(db_err)?;
+    Ok(layouts)
 }
 
 pub fn db_err(e: impl std::fmt::Display) -> FsError {
@@ -419,7 +471,15 @@ impl Store {
             }
             Some(v) => {
                 let ver: u32 = dec(&v)?;
-                if ver != FORMAT_VERSION {
+                if ver == 1 {
+                    let n = migrate_v1(store.tree(T::Inodes))?;
+                    meta.insert(FORMAT_KEY, enc(&FORMAT_VERSION)?).map_err(db_err)?;
+                    store.db.flush().map_err(db_err)?;
+                    info!(
+                        "metadata database {} migrated from format 1 to {FORMAT_VERSION} ({n} layouts)",
+                        dir.display()
+                    );
+                } else if ver != FORMAT_VERSION {
                     return Err(FsError::invalid(format!(
                         "metadata database {} has format {ver}, this server understands {FORMAT_VERSION}",
                         dir.display()
@@ -627,6 +687,7 @@ impl<'a> Txn<'a> {
         }
         if i.attr.kind == FileKind::Dir {
             self.del(T::DirLayouts, &ino_key(ino));
+            self.del(T::DirLayouts, &composite_key(ino));
         }
         self.set_orphan(ino, false);
         if let Some(l) = &i.layout {
@@ -638,7 +699,7 @@ impl<'a> Txn<'a> {
     /// Puts a layout's objects into the destroy log, one entry per data server.
     pub fn queue_destroy(&mut self, l: &Layout) -> FsResult<()> {
         let mut per: BTreeMap<DsId, Vec<ObjectId>> = BTreeMap::new();
-        for t in &l.targets {
+        for t in l.all_targets() {
             per.entry(t.ds).or_default().push(t.object);
         }
         for (ds, objects) in per {
@@ -745,6 +806,23 @@ impl<'a> Txn<'a> {
                 self.put(T::DirLayouts, &ino_key(ino), v)
             }
             None => self.del(T::DirLayouts, &ino_key(ino)),
+        }
+        Ok(())
+    }
+
+    /// A directory's composite default layout (`setstripe -E ...`), if it has one.
+    pub fn dir_composite(&self, ino: Ino) -> FsResult<Option<Vec<ExtentSpec>>> {
+        self.get(T::DirLayouts, &composite_key(ino))?.map(|b| dec(&b)).transpose()
+    }
+
+    /// Sets (or with `None` removes) a directory's composite default.
+    pub fn set_dir_composite(&mut self, ino: Ino, specs: Option<&[ExtentSpec]>) -> FsResult<()> {
+        match specs {
+            Some(s) => {
+                let v = enc(&s)?;
+                self.put(T::DirLayouts, &composite_key(ino), v)
+            }
+            None => self.del(T::DirLayouts, &composite_key(ino)),
         }
         Ok(())
     }
@@ -1105,5 +1183,51 @@ mod tests {
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+    }
+
+    #[test]
+    fn a_format_1_database_is_migrated_and_its_layouts_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = |ds, object| StripeTarget { ds, object };
+        let file = |ino: Ino, targets: Vec<StripeTarget>| InodeV1 {
+            attr: Attr::new(ino, FileKind::File, 0o644, 0, 0, tessera_proto::Timestamp::now()),
+            layout: Some(LayoutV1 { stripe_size: 65536, targets }),
+            target: None,
+            parent: 1,
+        };
+        {
+            // A database as format 1 wrote it.
+            let db = sled::open(dir.path()).unwrap();
+            let inodes = db.open_tree(TREE_NAMES[T::Inodes as usize]).unwrap();
+            inodes.insert(ino_key(10), wire::encode(&file(10, vec![target(0, 7), target(1, 8)])).unwrap()).unwrap();
+            inodes.insert(ino_key(11), wire::encode(&file(11, vec![target(2, 9)])).unwrap()).unwrap();
+            let d = InodeV1 {
+                attr: Attr::new(12, FileKind::Dir, 0o755, 0, 0, tessera_proto::Timestamp::now()),
+                layout: None,
+                target: None,
+                parent: 1,
+            };
+            inodes.insert(ino_key(12), wire::encode(&d).unwrap()).unwrap();
+            let meta = db.open_tree(TREE_NAMES[T::Meta as usize]).unwrap();
+            meta.insert(FORMAT_KEY, wire::encode(&1u32).unwrap()).unwrap();
+            db.flush().unwrap();
+        }
+        for _ in 0..2 {
+            // Opened twice: the second open finds format 2 and changes nothing.
+            let s = Store::open(dir.path(), MetadataCommit::Fsync).unwrap();
+            let rd = s.begin();
+            let l = rd.inode(10).unwrap().layout.unwrap();
+            assert_eq!(l, Layout::plain(65536, vec![target(0, 7), target(1, 8)]));
+            assert!(!l.is_composite());
+            assert_eq!(rd.inode(11).unwrap().layout.unwrap().targets, vec![target(2, 9)]);
+            assert!(rd.inode(12).unwrap().layout.is_none());
+            let ver: u32 = dec(&s.tree(T::Meta).get(FORMAT_KEY).unwrap().unwrap()).unwrap();
+            assert_eq!(ver, FORMAT_VERSION);
+        }
+        // An interrupted migration (records already rewritten, format key still 1) completes.
+        let s = Store::open(dir.path(), MetadataCommit::Fsync).unwrap();
+        s.tree(T::Meta).insert(FORMAT_KEY, enc(&1u32).unwrap()).unwrap();
+        assert_eq!(migrate_v1(s.tree(T::Inodes)).unwrap(), 2);
+        assert_eq!(s.begin().inode(10).unwrap().layout.unwrap().targets.len(), 2);
     }
 }

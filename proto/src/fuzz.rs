@@ -396,6 +396,27 @@ fn perm(rng: &mut Rng) -> u32 {
     }
 }
 
+/// A composite layout request: usually valid (increasing ends, the last to EOF), sometimes not.
+fn extent_specs(rng: &mut Rng) -> Vec<crate::layout::ExtentSpec> {
+    let n = rng.below(5) as usize;
+    let mut end = 0u64;
+    let mut out: Vec<crate::layout::ExtentSpec> = (0..n)
+        .map(|_| {
+            end += (1 + rng.below(64)) << 16;
+            let spec = layout_spec(rng);
+            crate::layout::ExtentSpec {
+                end: rng.usually(end),
+                stripe_size: spec.stripe_size,
+                stripe_count: spec.stripe_count,
+            }
+        })
+        .collect();
+    if let Some(last) = out.last_mut() {
+        last.end = rng.usually(crate::layout::EOF);
+    }
+    out
+}
+
 fn layout_spec(rng: &mut Rng) -> LayoutSpec {
     LayoutSpec {
         stripe_size: opt(rng, |r| {
@@ -531,7 +552,9 @@ pub fn mds_request(rng: &mut Rng, known: &Known) -> MdsRequest {
         }
         23 => Q::ListXattr { ino: ino(rng, known) },
         24 => Q::RemoveXattr { ino: ino(rng, known), name: xattr_name(rng) },
+        25 if rng.percent(25) => Q::InstantiateExtent { ino: ino(rng, known), offset: rng.interesting_u64() },
         25 => Q::GetLayout { ino: ino(rng, known) },
+        26 if rng.percent(25) => Q::SetCompositeLayout { ino: ino(rng, known), extents: extent_specs(rng) },
         26 => Q::SetLayout { ino: ino(rng, known), spec: layout_spec(rng) },
         27 => [Q::ClusterStatus, Q::OrchestratorStatus, Q::KeepAlive, Q::PlacementStatus][rng.index(4)].clone(),
         28 => Q::SetOrchestratorMode { mode: [OrchestratorMode::Off, OrchestratorMode::Even][rng.index(2)] },

@@ -4,7 +4,7 @@
 //! response frame. Headers are the types below; data travels only as raw payload (see [`crate::frame`]).
 
 use crate::error::FsResult;
-use crate::layout::{Layout, LayoutSpec};
+use crate::layout::{ExtentSpec, Layout, LayoutSpec};
 use crate::types::*;
 use serde::{Deserialize, Serialize};
 
@@ -411,6 +411,18 @@ pub enum MdsRequest {
         want: bool,
         done: u64,
     },
+    /// Sets a composite (progressive) layout (`tessera setstripe -E ...`): a directory's default for files
+    /// created in it, or an empty file's own layout (its first extent placed now). Reply: `Ok`.
+    SetCompositeLayout {
+        ino: Ino,
+        extents: Vec<ExtentSpec>,
+    },
+    /// Instantiates the extent of `ino`'s composite layout holding file offset `offset` (and every extent
+    /// before it): its objects are placed now. Idempotent. Reply: `Layout` (the file's, updated).
+    InstantiateExtent {
+        ino: Ino,
+        offset: u64,
+    },
 }
 
 /// Most files one `Declare` names.
@@ -545,6 +557,8 @@ pub enum MdsReply {
     Jobs(Vec<JobInfo>),
     /// The job's rate now, bytes/s in total (0: wait).
     PeriodicRate(u64),
+    /// A directory's composite default layout (`GetLayout` on a directory that has one).
+    DirComposite(Vec<ExtentSpec>),
 }
 
 /// What `tessera df --policy` shows: the cluster's placement policy and how its solves went.

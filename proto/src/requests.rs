@@ -157,6 +157,8 @@ table! {
     DsJobReport { .. }                         => false, DataServers, Nothing;
     JobStats { .. }                            => true,  Clients,     Nothing;
     PeriodicIo { .. }                          => true,  Clients,     Nothing;
+    SetCompositeLayout { ino, .. }             => false, Clients,     Inode(*ino);
+    InstantiateExtent { ino, .. }              => true,  Clients,     Inode(*ino);
 }
 
 #[cfg(test)]

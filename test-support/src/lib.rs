@@ -34,23 +34,23 @@ pub async fn check_batched_writes(client: &tessera_client::Client, path: &str, s
         expect[offset as usize..offset as usize + len].copy_from_slice(&data);
         runs.push(WriteRun { tag: f.io_tag().clone(), offset, data: data.into() });
     }
-    let stripes = client.data().write_runs(f.layout(), &runs).await.expect("batched write");
+    let stripes = client.data().write_runs(&f.layout(), &runs).await.expect("batched write");
     assert_eq!(stripes, (0..f.layout().targets.len()).collect::<Vec<_>>(), "every object was written");
     let end = runs.iter().map(|r| r.offset + r.data.len() as u64).max().unwrap_or(0);
-    let got = client.data().read(f.io_tag(), f.layout(), 0, end).await.expect("read back");
+    let got = client.data().read(f.io_tag(), &f.layout(), 0, end).await.expect("read back");
     assert!(got[..] == expect[..end as usize], "batched runs read back differently");
     // A hole punched across two stripes (and a reservation) on the same path.
     let (hole, hole_len) = (65536 * 4 - 1000, 70_000u64);
-    client.data().fallocate(f.io_tag(), f.layout(), hole, hole_len, true).await.expect("punch");
-    client.data().fallocate(f.io_tag(), f.layout(), 0, end + (1 << 20), false).await.expect("reserve");
+    client.data().fallocate(f.io_tag(), &f.layout(), hole, hole_len, true).await.expect("punch");
+    client.data().fallocate(f.io_tag(), &f.layout(), 0, end + (1 << 20), false).await.expect("reserve");
     expect[hole as usize..(hole + hole_len) as usize].fill(0);
-    let got = client.data().read(f.io_tag(), f.layout(), 0, end).await.expect("read back");
+    let got = client.data().read(f.io_tag(), &f.layout(), 0, end).await.expect("read back");
     assert!(got[..] == expect[..end as usize], "the punched range does not read as zeros");
     // Strided reads as vectored requests: blocks across stripe boundaries and the hole, and (100-byte
     // blocks every 1000) more runs per object than one request carries.
     for (block, stride) in [(9_000u64, 40_000u64), (100, 1000)] {
         let ranges: Vec<(u64, u64)> = (0..end / stride).map(|k| (k * stride + seed, block)).collect();
-        let got = client.data().read_runs(f.io_tag(), f.layout(), &ranges).await.expect("strided read");
+        let got = client.data().read_runs(f.io_tag(), &f.layout(), &ranges).await.expect("strided read");
         assert_eq!(got.len(), ranges.len());
         for (&(off, len), data) in ranges.iter().zip(&got) {
             let want = &expect[off as usize..(off + len) as usize];

@@ -66,7 +66,7 @@ impl Namespace {
     /// Truncates (or extends) every object of `l` to match a file of `size` bytes, in parallel.
     pub(super) async fn truncate_objects(&self, l: &Layout, size: u64) -> FsResult<()> {
         let calls =
-            l.targets.iter().enumerate().map(|(k, t)| self.data.truncate(t.ds, t.object, l.object_size(k, size)));
+            l.all_targets().enumerate().map(|(k, t)| self.data.truncate(t.ds, t.object, l.object_size(k, size)));
         for r in futures::future::join_all(calls).await {
             r?;
         }
@@ -74,9 +74,16 @@ impl Namespace {
     }
 
     pub(super) async fn setattr(&self, c: &Caller, ino: Ino, set: SetAttrs) -> FsResult<MdsReply> {
-        let cur = self.store.begin().inode(ino)?;
+        let mut cur = self.store.begin().inode(ino)?;
         // Validate before touching the data servers.
         self.apply_setattr(c, &mut cur.clone(), &set, Timestamp::now())?;
+        // Growing into extents of a composite layout not instantiated yet instantiates them, so the
+        // objects (and a size recovered from them) reach the new end.
+        if let (Some(size), Some(l)) = (set.size, &cur.layout) {
+            if size > l.instantiated_end() {
+                cur.layout = Some(self.instantiate(c, ino, size - 1).await?);
+            }
+        }
         let _busy = (set.size.is_some() && cur.layout.is_some()).then(|| Truncating::start(self, ino));
         if let (Some(size), Some(l)) = (set.size, &cur.layout) {
             self.truncate_objects(l, size).await?;

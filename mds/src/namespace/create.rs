@@ -58,7 +58,7 @@ impl Namespace {
         let mut i = self.new_inode(c, &p, kind, perm, rdev)?;
         if let Some(placed) = placed {
             let p = placed?;
-            i.layout = Some(self.layout_on(p.stripe_size, &p.slots)?);
+            i.layout = Some(self.layout_of(&p)?);
         }
         tx.add_inode(&i)?;
         let parent_attr = self.add_entry(&mut tx, parent, name, i.attr.ino, kind)?;
@@ -102,6 +102,9 @@ impl Namespace {
         // Subdirectories inherit the default layout and placement policy (as Lustre does).
         if let Some(spec) = tx.dir_layout(parent)? {
             tx.set_dir_layout(i.attr.ino, Some(spec))?;
+        }
+        if let Some(specs) = tx.dir_composite(parent)? {
+            tx.set_dir_composite(i.attr.ino, Some(&specs))?;
         }
         if let Some(policy) = self.policy_of(&tx, parent)? {
             tx.put(T::Xattrs, &xattr_key(i.attr.ino, POLICY_XATTR), policy.into_bytes());

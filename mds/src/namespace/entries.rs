@@ -6,7 +6,7 @@ use crate::perm::{self, W, X};
 use crate::placement::CreateRequest;
 use crate::placer::Slot;
 use crate::store::{xattr_key, Dentry, Inode, Txn, T};
-use tessera_proto::layout::{Layout, LayoutSpec, StripeTarget};
+use tessera_proto::layout::{Component, Layout, LayoutSpec, StripeTarget};
 use tessera_proto::{object_in, Attr, Caller, FileKind, FsError, FsResult, Ino, Timestamp};
 
 /// A new file's placement, made before the namespace lock is taken.
@@ -14,6 +14,8 @@ use tessera_proto::{object_in, Attr, Caller, FileKind, FsError, FsResult, Ino, T
 pub(super) struct Placed {
     pub stripe_size: u64,
     pub slots: Vec<Slot>,
+    /// A composite layout's extents after the first (placed when the file reaches them).
+    pub rest: Vec<Component>,
 }
 
 /// The extended attribute naming a directory's (or a file's) placement policy (`tessera setstripe --policy`).
@@ -111,7 +113,15 @@ impl Namespace {
             .iter()
             .map(|&(ds, t)| Ok(StripeTarget { ds, object: object_in(t, self.store.new_id()?) }))
             .collect::<FsResult<_>>()?;
-        let l = Layout { stripe_size, targets };
+        let l = Layout::plain(stripe_size, targets);
+        l.validate()?;
+        Ok(l)
+    }
+
+    /// The layout of a placed new file: fresh objects for its (first) extent, the others pending.
+    pub(super) fn layout_of(&self, p: &Placed) -> FsResult<Layout> {
+        let mut l = self.layout_on(p.stripe_size, &p.slots)?;
+        l.extents = p.rest.clone();
         l.validate()?;
         Ok(l)
     }
@@ -133,7 +143,21 @@ impl Namespace {
         let rd = self.store.begin();
         let base = rd.dir_layout(dir)?.unwrap_or_default();
         let policy = self.policy_of(&rd, dir)?;
-        let (stripe_size, stripe_count) = self.merged_spec(spec.unwrap_or_default(), base);
+        // A directory's composite default applies unless the create asks for a layout of its own.
+        let composite = match spec {
+            Some(s) if s != LayoutSpec::default() => None,
+            _ => rd.dir_composite(dir)?,
+        };
+        let (stripe_size, stripe_count, rest, first_end) = match &composite {
+            Some(specs) => {
+                let (first, rest) = self.composite_parts(specs);
+                (first.0, first.1, rest, specs[0].end)
+            }
+            None => {
+                let (size, count) = self.merged_spec(spec.unwrap_or_default(), base);
+                (size, count, Vec::new(), u64::MAX)
+            }
+        };
         let mut out: Vec<Placed> = Vec::with_capacity(names.len());
         let mut undeclared = Vec::new();
         for (k, name) in names.iter().enumerate() {
@@ -148,7 +172,7 @@ impl Namespace {
                     Vec::new()
                 }
             };
-            out.push(Placed { stripe_size, slots });
+            out.push(Placed { stripe_size, slots, rest: rest.clone() });
         }
         // Without a declaration, the predictor's size: what the same path held last (a job's previous run).
         let reqs: Vec<CreateRequest> = undeclared
@@ -156,7 +180,7 @@ impl Namespace {
             .map(|&k| CreateRequest {
                 stripe_count,
                 stripe_size,
-                expected_size: self.placer.predict(dir, names[k]),
+                expected_size: self.placer.predict(dir, names[k]).min(first_end),
                 exclude: Vec::new(),
             })
             .collect();

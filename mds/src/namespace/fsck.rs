@@ -219,7 +219,7 @@ impl Namespace {
             Fix::Replace { ino, stripe } => tx
                 .get_inode(*ino)?
                 .and_then(|i| i.layout)
-                .is_some_and(|l| l.targets.get(*stripe).is_some_and(|t| !scan.servers.contains(&t.ds))),
+                .is_some_and(|l| l.target(*stripe).is_some_and(|t| !scan.servers.contains(&t.ds))),
             // The object mark (module docs of `crate::fsck`): nothing can name them now.
             Fix::Orphans { .. } | Fix::Report => true,
             Fix::DropDestroy { key } => tx.get(T::Destroy, key)?.is_some(),
@@ -274,7 +274,7 @@ impl Namespace {
             Fix::Replace { ino, stripe } => {
                 let mut i = tx.inode(*ino)?;
                 if let Some(l) = i.layout.as_mut() {
-                    let used: Vec<_> = l.targets.iter().map(|t| t.ds).collect();
+                    let used: Vec<_> = l.all_targets().map(|t| t.ds).collect();
                     let ds = scan
                         .servers
                         .iter()
@@ -282,7 +282,9 @@ impl Namespace {
                         .or(scan.servers.first())
                         .copied()
                         .ok_or_else(|| FsError::unavailable("no data server configured"))?;
-                    l.targets[*stripe] = StripeTarget { ds, object: self.store.new_id()? };
+                    if let Some(t) = l.target_mut(*stripe) {
+                        *t = StripeTarget { ds, object: self.store.new_id()? };
+                    }
                 }
                 i.attr.ctime = now;
                 tx.put_inode(&i)?;

@@ -17,11 +17,13 @@
 //! - `open`: open, close and write reports.
 //! - `dir`: readdir.
 //! - `xattr`: extended attributes and layouts.
+//! - `composite`: composite (progressive) layouts: setting them, instantiating their extents.
 //! - `lease`: directory leases and their batches of creates.
 //! - `entries`: entry helpers the mutations share.
 //! - `fsck`: `tessera fsck`'s scan, confirmation and repair (its decisions are `crate::fsck`).
 
 mod attr;
+mod composite;
 mod create;
 mod dir;
 mod entries;
@@ -341,6 +343,8 @@ impl Namespace {
             Q::RemoveXattr { ino, name } => self.durable(self.remove_xattr_sync(c, ino, &name)).await,
             Q::GetLayout { ino } => self.get_layout(ino),
             Q::SetLayout { ino, spec } => self.durable(self.set_layout_sync(c, ino, spec)).await,
+            Q::SetCompositeLayout { ino, extents } => self.durable(self.set_composite_sync(c, ino, &extents)).await,
+            Q::InstantiateExtent { ino, offset } => self.instantiate(c, ino, offset).await.map(MdsReply::Layout),
             Q::ClusterStatus => Ok(MdsReply::Cluster(self.stats.cluster_status())),
             Q::PlacementStatus => Ok(MdsReply::Placement(self.placer.status())),
             Q::Declare { files } => self.declare(c, files),

@@ -1256,3 +1256,76 @@ async fn a_removed_files_size_is_the_prediction_for_the_next_file_at_its_path_an
     create(&ns, &r, sub.ino, "g").await.unwrap();
     assert_eq!(ns.placer.status().last.unwrap().policy, "balanced", "a file in it is placed by its policy");
 }
+
+async fn instantiate(ns: &Namespace, ino: Ino, offset: u64) -> Layout {
+    match ns.handle(&root(), MdsRequest::InstantiateExtent { ino, offset }).await.unwrap() {
+        MdsReply::Layout(l) => l,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn composite_layouts_place_extents_when_reached_on_distinct_targets() {
+    use tessera_proto::layout::{text, ExtentSpec, EOF};
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, data) = open_ns(dir.path());
+    let r = root();
+    let d = mkdir(&ns, &r, ROOT_INO, "pfl").await.unwrap();
+    let e = |end, c| ExtentSpec { end, stripe_size: Some(65536), stripe_count: Some(c) };
+    // NDS = 4 targets: 1 + 2 stripes, then "all" gets the one target left (the file stops growing).
+    let specs = vec![e(1 << 20, 1), e(4 << 20, 2), e(EOF, 0)];
+    ns.handle(&r, MdsRequest::SetCompositeLayout { ino: d.ino, extents: specs.clone() }).await.unwrap();
+    let bad = vec![e(1 << 20, 1)];
+    assert_eq!(
+        code(ns.handle(&r, MdsRequest::SetCompositeLayout { ino: d.ino, extents: bad }).await),
+        ErrorCode::Invalid
+    );
+    for ino in [d.ino, mkdir(&ns, &r, d.ino, "sub").await.unwrap().ino] {
+        let got = ns.handle(&r, MdsRequest::GetLayout { ino }).await.unwrap();
+        assert_eq!(got, MdsReply::DirComposite(specs.clone()), "set, and inherited by subdirectories");
+    }
+    let shown = ns.handle(&r, MdsRequest::GetXattr { ino: d.ino, name: text::XATTR_NAME.into() }).await.unwrap();
+    assert_eq!(shown, MdsReply::Xattr(text::format_extents(&specs).into_bytes()));
+
+    let f = create(&ns, &r, d.ino, "f").await.unwrap();
+    let l = layout(&ns, f.ino).await;
+    assert!(l.is_composite());
+    assert_eq!((l.targets.len(), l.extents.len(), l.instantiated_end()), (1, 2, 1 << 20));
+    assert!(l.extents.iter().all(|e| e.targets.is_empty()), "later extents wait until the file reaches them");
+    assert_eq!(instantiate(&ns, f.ino, 1000).await, l, "inside the first extent: nothing to do");
+    let l1 = instantiate(&ns, f.ino, 1 << 20).await;
+    assert_eq!((l1.extents[0].targets.len(), l1.extents[1].targets.len()), (2, 0));
+    assert_eq!(instantiate(&ns, f.ino, (1 << 20) + 5).await, l1, "idempotent");
+    // A truncate past the last extent's start instantiates it and sizes every object.
+    setattr(&ns, &r, f.ino, SetAttrs { size: Some(5 << 20), ..Default::default() }).await.unwrap();
+    let l2 = layout(&ns, f.ino).await;
+    assert_eq!(l2.extents[1].targets.len(), 1);
+    let mut servers: Vec<DsId> = l2.all_targets().map(|t| t.ds).collect();
+    servers.sort_unstable();
+    servers.dedup();
+    assert_eq!(servers.len(), 4, "distinct targets across the extents: {l2:?}");
+    for (k, t) in l2.all_targets().enumerate() {
+        assert_eq!(data.objects.lock().unwrap().get(&(t.ds, t.object)), Some(&l2.object_size(k, 5 << 20)));
+    }
+    // fsck names the objects of every extent: none is an orphan, and the size they imply is right.
+    let report = ns.fsck(false).await.unwrap();
+    assert!(report.findings.is_empty(), "{:#?}", report.findings);
+    // Removing the file destroys the objects of every extent.
+    unlink(&ns, &r, d.ino, "f").await.unwrap();
+    let mut all: Vec<ObjectId> = l2.all_targets().map(|t| t.object).collect();
+    all.sort_unstable();
+    assert_eq!(destroyed_objects(&ns), all);
+    // A plain layout set on the directory replaces the composite default.
+    let spec = LayoutSpec { stripe_size: None, stripe_count: Some(2) };
+    ns.handle(&r, MdsRequest::SetLayout { ino: d.ino, spec }).await.unwrap();
+    assert_eq!(ns.handle(&r, MdsRequest::GetLayout { ino: d.ino }).await.unwrap(), MdsReply::DirLayout(spec));
+    let g = create(&ns, &r, d.ino, "g").await.unwrap();
+    assert!(!layout(&ns, g.ino).await.is_composite());
+    // The attribute's text sets a composite default too (setfattr through the mount).
+    let value = b"extent=0-1M stripe_count=1 extent=1M-EOF stripe_count=2".to_vec();
+    let name = text::XATTR_NAME.to_string();
+    ns.handle(&r, MdsRequest::SetXattr { ino: d.ino, name, value, mode: XattrMode::Any }).await.unwrap();
+    let plain = |end, c| ExtentSpec { end, stripe_size: None, stripe_count: Some(c) };
+    let want = vec![plain(1 << 20, 1), plain(EOF, 2)];
+    assert_eq!(ns.handle(&r, MdsRequest::GetLayout { ino: d.ino }).await.unwrap(), MdsReply::DirComposite(want));
+}

@@ -46,9 +46,10 @@ impl Namespace {
         let i = rd.inode(ino)?;
         match (i.attr.kind, i.layout) {
             (FileKind::File, Some(l)) => Ok(MdsReply::Layout(l)),
-            (FileKind::Dir, _) => match rd.dir_layout(ino)? {
-                Some(s) => Ok(MdsReply::DirLayout(s)),
-                None => Err(err(ErrorCode::NoData, format!("directory {ino} has no default layout"))),
+            (FileKind::Dir, _) => match (rd.dir_composite(ino)?, rd.dir_layout(ino)?) {
+                (Some(e), _) => Ok(MdsReply::DirComposite(e)),
+                (None, Some(s)) => Ok(MdsReply::DirLayout(s)),
+                (None, None) => Err(err(ErrorCode::NoData, format!("directory {ino} has no default layout"))),
             },
             _ => Err(err(ErrorCode::NoData, format!("inode {ino} has no layout"))),
         }
@@ -58,7 +59,10 @@ impl Namespace {
     fn apply_layout(&self, tx: &mut Txn<'_>, c: &Caller, i: &mut Inode, spec: Option<LayoutSpec>) -> FsResult<()> {
         perm::check(c, &i.attr, W)?;
         match i.attr.kind {
-            FileKind::Dir => tx.set_dir_layout(i.attr.ino, spec)?,
+            FileKind::Dir => {
+                tx.set_dir_layout(i.attr.ino, spec)?;
+                tx.set_dir_composite(i.attr.ino, None)?;
+            }
             FileKind::File => {
                 if i.attr.size > 0 {
                     return Err(err(ErrorCode::Busy, format!("inode {} already has data", i.attr.ino)));
@@ -94,9 +98,10 @@ impl Namespace {
             XattrNs::Layout => {
                 return match (i.attr.kind, &i.layout) {
                     (FileKind::File, Some(l)) => Ok(MdsReply::Xattr(text::format_layout(l).into_bytes())),
-                    (FileKind::Dir, _) => match rd.dir_layout(ino)? {
-                        Some(s) => Ok(MdsReply::Xattr(text::format_spec(&s).into_bytes())),
-                        None => Err(nodata()),
+                    (FileKind::Dir, _) => match (rd.dir_composite(ino)?, rd.dir_layout(ino)?) {
+                        (Some(e), _) => Ok(MdsReply::Xattr(text::format_extents(&e).into_bytes())),
+                        (None, Some(s)) => Ok(MdsReply::Xattr(text::format_spec(&s).into_bytes())),
+                        (None, None) => Err(nodata()),
                     },
                     _ => Err(nodata()),
                 };
@@ -147,6 +152,11 @@ impl Namespace {
         if value.len() > XATTR_SIZE_MAX {
             return Err(err(ErrorCode::Range, format!("xattr value of {} bytes (max {XATTR_SIZE_MAX})", value.len())));
         }
+        if let XattrNs::Layout = ns {
+            if let text::ParsedLayout::Composite(specs) = text::parse(value)? {
+                return self.set_composite_sync(c, ino, &specs);
+            }
+        }
         let _g = self.lock();
         let mut tx = self.store.begin();
         let mut i = tx.inode(ino)?;
@@ -175,7 +185,8 @@ impl Namespace {
         }
         tx.put(T::Xattrs, &key, value.to_vec());
         i.attr.ctime = Timestamp::now();
-        if let (XattrNs::Placement, FileKind::File, 0) = (&ns, i.attr.kind, i.attr.size) {
+        let composite = i.layout.as_ref().is_some_and(|l| l.is_composite());
+        if let (XattrNs::Placement, FileKind::File, 0, false) = (&ns, i.attr.kind, i.attr.size, composite) {
             // An empty file is placed anew by its policy, keeping its stripe size and count.
             let spec = i
                 .layout

@@ -1,17 +1,102 @@
 //! The `tessera.layout` extended attribute: the text the MDS shows for a file's layout or a
 //! directory's default, and the text users set (`setfattr -n tessera.layout -v "stripe_size=1MiB"`).
 
-use super::{Layout, LayoutSpec};
+use super::{validate_extents, ExtentSpec, Layout, LayoutSpec, EOF};
 use crate::error::{FsError, FsResult};
 use crate::units::parse_size;
 
 /// The attribute's name.
 pub const XATTR_NAME: &str = "tessera.layout";
 
-/// Text of a file layout: `stripe_size=N stripe_count=M objects=ds:obj,...`.
+/// Text of a file layout: `stripe_size=N stripe_count=M objects=ds:obj,...`. A composite layout is each
+/// extent's own such text after `extent=START-END` (END `EOF` for the last); an extent not instantiated
+/// yet shows the stripe count asked for and `objects=none`.
 pub fn format_layout(l: &Layout) -> String {
-    let objects: Vec<String> = l.targets.iter().map(|t| format!("{}:{}", t.ds, t.object)).collect();
-    format!("stripe_size={} stripe_count={} objects={}", l.stripe_size, l.targets.len(), objects.join(","))
+    let one = |size: u64, count: usize, targets: &[super::StripeTarget]| {
+        let objects: Vec<String> = targets.iter().map(|t| format!("{}:{}", t.ds, t.object)).collect();
+        let objects = if objects.is_empty() { "none".to_string() } else { objects.join(",") };
+        format!("stripe_size={size} stripe_count={count} objects={objects}")
+    };
+    if !l.is_composite() {
+        return one(l.stripe_size, l.targets.len(), &l.targets);
+    }
+    let parts: Vec<String> = l
+        .extent_views()
+        .map(|e| {
+            let count = if e.instantiated() { e.targets.len() } else { e.stripe_count as usize };
+            format!("extent={} {}", range(e.start, e.end), one(e.stripe_size, count, e.targets))
+        })
+        .collect();
+    parts.join(" ")
+}
+
+fn range(start: u64, end: u64) -> String {
+    if end == EOF {
+        format!("{start}-EOF")
+    } else {
+        format!("{start}-{end}")
+    }
+}
+
+/// Text of a composite directory default: `extent=START-END [stripe_size=N] [stripe_count=M] ...`.
+pub fn format_extents(specs: &[ExtentSpec]) -> String {
+    let mut start = 0;
+    let mut parts = Vec::new();
+    for e in specs {
+        let spec = format_spec(&LayoutSpec { stripe_size: e.stripe_size, stripe_count: e.stripe_count });
+        parts.push(format!("extent={}{}{spec}", range(start, e.end), if spec.is_empty() { "" } else { " " }));
+        start = e.end;
+    }
+    parts.join(" ")
+}
+
+/// A layout as set through the attribute: plain, or composite when it names extents.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParsedLayout {
+    Plain(LayoutSpec),
+    Composite(Vec<ExtentSpec>),
+}
+
+/// Parses what users set (or what [`format_layout`] / [`format_extents`] showed): `extent=START-END`
+/// (END `EOF` or `-1` for the last) starts an extent whose `stripe_size=`/`stripe_count=` follow; text
+/// without extents is a plain spec ([`parse_spec`]). `objects=` is ignored.
+pub fn parse(text: &[u8]) -> FsResult<ParsedLayout> {
+    let s = std::str::from_utf8(text).map_err(|_| FsError::invalid("layout text is not UTF-8"))?;
+    if !s.split_whitespace().any(|t| t.starts_with("extent=")) {
+        return parse_spec(text).map(ParsedLayout::Plain);
+    }
+    let s = s.trim_matches(|c: char| c == '\0' || c.is_whitespace());
+    let mut specs: Vec<ExtentSpec> = Vec::new();
+    for tok in s.split_whitespace() {
+        let (k, v) =
+            tok.split_once('=').ok_or_else(|| FsError::invalid(format!("layout: '{tok}' is not key=value")))?;
+        let bad = |what: &str| FsError::invalid(format!("layout: bad {what} '{v}'"));
+        match k {
+            "extent" => {
+                let (_, end) = v.split_once('-').ok_or_else(|| bad("extent"))?;
+                let end = match end {
+                    "EOF" | "eof" | "-1" => EOF,
+                    e => parse_size(e).map_err(|_| bad("extent"))?,
+                };
+                specs.push(ExtentSpec { end, stripe_size: None, stripe_count: None });
+            }
+            "stripe_size" | "size" | "stripe_count" | "count" if specs.is_empty() => {
+                return Err(FsError::invalid("layout: stripe fields before the first extent="));
+            }
+            "stripe_size" | "size" => {
+                let last = specs.last_mut().ok_or_else(|| bad("stripe_size"))?;
+                last.stripe_size = Some(parse_size(v).map_err(|_| bad("stripe_size"))?);
+            }
+            "stripe_count" | "count" => {
+                let last = specs.last_mut().ok_or_else(|| bad("stripe_count"))?;
+                last.stripe_count = Some(v.parse().map_err(|_| bad("stripe_count"))?);
+            }
+            "objects" => {}
+            _ => return Err(FsError::invalid(format!("layout: unknown key '{k}'"))),
+        }
+    }
+    validate_extents(&specs)?;
+    Ok(ParsedLayout::Composite(specs))
 }
 
 /// Text of a directory default: `stripe_size=N stripe_count=M`, each only if set.
@@ -45,6 +130,7 @@ pub fn parse_spec(text: &[u8]) -> FsResult<LayoutSpec> {
                     Some(v.parse().map_err(|_| FsError::invalid(format!("layout: bad stripe_count '{v}'")))?)
             }
             "objects" => {}
+            "extent" => return Err(FsError::invalid("layout: a composite layout (extent=) is not a plain spec")),
             _ => return Err(FsError::invalid(format!("layout: unknown key '{k}'"))),
         }
     }
@@ -72,10 +158,7 @@ mod tests {
 
     #[test]
     fn formats_as_the_attribute_always_showed() {
-        let l = Layout {
-            stripe_size: 65536,
-            targets: vec![StripeTarget { ds: 0, object: 17 }, StripeTarget { ds: 2, object: 18 }],
-        };
+        let l = Layout::plain(65536, vec![StripeTarget { ds: 0, object: 17 }, StripeTarget { ds: 2, object: 18 }]);
         assert_eq!(format_layout(&l), "stripe_size=65536 stripe_count=2 objects=0:17,2:18");
         let s = LayoutSpec { stripe_size: Some(65536), stripe_count: Some(2) };
         assert_eq!(format_spec(&s), "stripe_size=65536 stripe_count=2");
@@ -112,5 +195,34 @@ mod tests {
         assert_eq!(s, LayoutSpec { stripe_size: Some(65536), stripe_count: None });
         assert!(parse_spec_lenient("nothing here").is_none());
         assert_eq!(parse_spec_lenient("stripe_size=1MiB").unwrap().stripe_size, Some(1 << 20));
+    }
+
+    #[test]
+    fn composite_layouts_show_their_extents_and_parse_back() {
+        use crate::layout::{Component, StripeTarget};
+        let mut l = Layout::plain(65536, vec![StripeTarget { ds: 0, object: 17 }]);
+        l.extents = vec![Component { start: 1 << 20, end: EOF, stripe_size: 65536, stripe_count: 2, targets: vec![] }];
+        let t = format_layout(&l);
+        assert_eq!(
+            t,
+            "extent=0-1048576 stripe_size=65536 stripe_count=1 objects=0:17 \
+             extent=1048576-EOF stripe_size=65536 stripe_count=2 objects=none"
+        );
+        let want = vec![
+            ExtentSpec { end: 1 << 20, stripe_size: Some(65536), stripe_count: Some(1) },
+            ExtentSpec { end: EOF, stripe_size: Some(65536), stripe_count: Some(2) },
+        ];
+        assert_eq!(parse(t.as_bytes()).unwrap(), ParsedLayout::Composite(want.clone()));
+        assert_eq!(parse(format_extents(&want).as_bytes()).unwrap(), ParsedLayout::Composite(want));
+        let users = parse(b"extent=0-128M stripe_count=1 extent=128M--1 stripe_count=8").unwrap();
+        let ParsedLayout::Composite(e) = users else { panic!("{users:?}") };
+        assert_eq!((e[0].end, e[1].end, e[1].stripe_count), (128 << 20, EOF, Some(8)));
+        assert_eq!(
+            parse(b"stripe_count=2").unwrap(),
+            ParsedLayout::Plain(LayoutSpec { stripe_size: None, stripe_count: Some(2) })
+        );
+        assert!(parse(b"stripe_count=2 extent=0-EOF").is_err());
+        assert!(parse(b"extent=0-1M stripe_count=1").is_err(), "the last extent ends at EOF");
+        assert!(parse_spec(t.as_bytes()).is_err(), "not a plain spec");
     }
 }
