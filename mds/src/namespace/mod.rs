@@ -354,6 +354,7 @@ impl Namespace {
             | Q::PeriodicLeave
             | Q::PeriodicStatus
             | Q::DsJobReport(_)
+            | Q::IonJobReport(_)
             | Q::JobStats { .. } => Err(FsError::new(ErrorCode::Unsupported, "not a namespace request")),
             Q::Fsck { repair } => self.fsck(repair).await.map(MdsReply::Fsck),
             Q::LeaseDir { .. } | Q::DirBatch { .. } => {
