@@ -92,10 +92,7 @@ impl Stats {
             s.requests_forwarded += 1;
             s.bytes_forwarded += bytes;
         }
-        match write {
-            true => self.jobs.record_write(tag, object, offset, bytes),
-            false => self.jobs.record_read(tag, object, offset, bytes),
-        }
+        self.jobs.record(tag, object, offset, bytes, write);
     }
 
     pub fn metadata_call(&self) {

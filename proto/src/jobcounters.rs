@@ -83,26 +83,27 @@ impl Counters {
 
     /// A read of `bytes` at `offset` of `object` served for `tag`.
     pub fn record_read(&self, tag: &IoTag, object: ObjectId, offset: u64, bytes: u64) {
-        if !self.enabled {
-            return;
-        }
-        self.with_job(tag.job(), |c| {
-            c.read_ops += 1;
-            c.read_bytes += bytes;
-        });
-        self.record_detail(tag, object, offset, bytes, false);
+        self.record(tag, object, offset, bytes, false);
     }
 
     /// A write of `bytes` at `offset` of `object` served for `tag`.
     pub fn record_write(&self, tag: &IoTag, object: ObjectId, offset: u64, bytes: u64) {
+        self.record(tag, object, offset, bytes, true);
+    }
+
+    /// A read or (`write`) write of `bytes` at `offset` of `object` served for `tag`; nothing when
+    /// switched off.
+    pub fn record(&self, tag: &IoTag, object: ObjectId, offset: u64, bytes: u64, write: bool) {
         if !self.enabled {
             return;
         }
         self.with_job(tag.job(), |c| {
-            c.write_ops += 1;
-            c.write_bytes += bytes;
+            let (ops, total) =
+                if write { (&mut c.write_ops, &mut c.write_bytes) } else { (&mut c.read_ops, &mut c.read_bytes) };
+            *ops += 1;
+            *total += bytes;
         });
-        self.record_detail(tag, object, offset, bytes, true);
+        self.record_detail(tag, object, offset, bytes, write);
     }
 
     fn record_detail(&self, tag: &IoTag, object: ObjectId, offset: u64, bytes: u64, write: bool) {
