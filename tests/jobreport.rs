@@ -1,11 +1,15 @@
 //! Per-job statistics against real processes: two IOR-like jobs, each tagged with its own job id
-//! (`tessera-bench ior --job`), then `tessera report JOB --json -` and `tessera jobstats` on each.
+//! (`tessera-bench ior --job`), then `tessera report JOB --json -` and `tessera jobstats` on each; and
+//! a job going through a forwarding node, which `tessera jobstats` shows as one of the job's nodes.
 
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use tessera_test_support::{bin, Cluster};
+use tessera_proto::clusterdir::Shape;
+use tessera_proto::config::Defaults;
+use tessera_proto::msg::JobInfo;
+use tessera_test_support::{bin, connect, pattern, Cluster};
 
 fn run(binary: &str, args: &[&str], config: &Path) -> String {
     let o = Command::new(bin(binary)).args(args).arg("--config").arg(config).output().expect("run");
@@ -101,4 +105,38 @@ fn two_tagged_ior_jobs_get_their_own_reports() {
     let one: Value = serde_json::from_str(&run("tessera", &["jobstats", "--job", "fpp", "--json"], &cfg)).unwrap();
     let meta = &one[0]["meta"];
     assert!(meta["creates"].as_u64().unwrap() >= 2 && meta["closes"].as_u64().unwrap() >= 2, "{meta}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarding_node_is_a_node_of_the_job() {
+    let cl = Cluster::start_shape(Shape { ds: 1, ion: 1, ..Shape::default() }, Defaults::default());
+    let mut cfg = cl.client_config();
+    cfg.client.ion = Some("ion0".into());
+    let c = connect(&cfg).await.with_job("fwd");
+    let data = pattern(3, 1 << 20);
+    c.write_file("/fwd", &data).await.unwrap();
+    assert_eq!(c.read_file("/fwd").await.unwrap(), data);
+    // The forwarding node and the data server report within a report interval (1 s).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let moved = |i: &JobInfo| {
+        let ion = i.ions.iter().map(|(_, d)| (d.write_bytes, d.read_bytes)).next();
+        let ds = i.nodes.iter().map(|(_, d)| (d.write_bytes, d.read_bytes)).next();
+        ion.is_some_and(|(w, r)| w == 1 << 20 && r >= 1 << 20) && ds.is_some_and(|(w, r)| w == 1 << 20 && r >= 1 << 20)
+    };
+    let info = loop {
+        let jobs = c.mds().job_stats(Some("fwd")).await.unwrap();
+        match jobs.into_iter().next() {
+            Some(i) if moved(&i) => break i,
+            other => assert!(Instant::now() < deadline, "no counters from ion0 and ds0: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (ion, d) = &info.ions[0];
+    assert_eq!((*ion, info.ions.len()), (0, 1));
+    assert!(d.write_ops > 0 && d.read_ops > 0 && d.write_sizes.total() == d.write_ops, "{d:?}");
+    assert!(!d.streams.is_empty(), "one job asked for: with its streams");
+    let written: u64 = info.series.iter().map(|p| p.window.write_bytes).sum();
+    assert_eq!(written, 1 << 20, "the job's windows count the data servers' bytes, not the forwarded ones again");
+    let text = run("tessera", &["jobstats", "--job", "fwd"], &cl.files.client_config);
+    assert!(text.contains("  ds0:") && text.contains("  ion0:"), "{text}");
 }

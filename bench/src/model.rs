@@ -34,8 +34,12 @@ pub struct Params {
     pub client_link_mib_s: f64,
     /// Each data server's network, MiB/s.
     pub server_net_mib_s: f64,
-    /// Each data server's disk, MiB/s.
+    /// Each data server's disk, MiB/s: writes, and reads unless `disk_read_mib_s` is given.
     pub disk_mib_s: f64,
+    /// Each data server's disk for reads, MiB/s, when it differs from writes (parameter files without
+    /// it read as the same rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_read_mib_s: Option<f64>,
     /// Fixed cost of each request (round trip, processing), microseconds.
     pub latency_us: f64,
     /// Requests larger than this are split (the stripe size).
@@ -51,6 +55,7 @@ impl Default for Params {
             client_link_mib_s: 1000.0,
             server_net_mib_s: 1000.0,
             disk_mib_s: 500.0,
+            disk_read_mib_s: None,
             latency_us: 200.0,
             split_bytes: 1 << 20,
             servers: 2,
@@ -218,7 +223,7 @@ impl Machine<'_> {
             let t2 = (s2 + secs(piece, p.server_net_mib_s)).max(from_end);
             self.net[s] = t2;
             let s3 = s2.max(self.disk[s]);
-            let t3 = (s3 + secs(piece, p.disk_mib_s)).max(t2);
+            let t3 = (s3 + secs(piece, p.disk_rate(r.write))).max(t2);
             self.disk[s] = t3;
             self.last_disk = self.last_disk.max(t3);
             self.counts.push(Count { t: t3, bytes: piece, write: r.write });
@@ -370,21 +375,34 @@ pub fn objective(p: &Params, logs: &[JobLog]) -> f64 {
         / logs.len() as f64
 }
 
-/// Fits the bandwidths and the latency by a coordinate search in log space (multiplicative steps
-/// shrinking from ×4 to ×1.02); the split size, server count and burst buffer stay as given.
+impl Params {
+    /// The disk's rate for writes or reads.
+    pub fn disk_rate(&self, write: bool) -> f64 {
+        match (write, self.disk_read_mib_s) {
+            (false, Some(r)) => r,
+            _ => self.disk_mib_s,
+        }
+    }
+}
+
+/// Fits the bandwidths (the disk's for reads and writes apart) and the latency by a coordinate search in
+/// log space (multiplicative steps shrinking from ×4 to ×1.02); the split size, server count and burst
+/// buffer stay as given.
 pub fn fit(start: &Params, logs: &[JobLog], rounds: usize) -> (Params, f64) {
     let mut best = start.clone();
+    best.disk_read_mib_s.get_or_insert(best.disk_mib_s);
     let mut best_f = objective(&best, logs);
     let mut step = 4.0f64;
     for _ in 0..rounds {
         let mut improved = false;
-        for k in 0..4 {
+        for k in 0..5 {
             for dir in [step, 1.0 / step] {
                 let mut c = best.clone();
                 let v = match k {
                     0 => &mut c.client_link_mib_s,
                     1 => &mut c.server_net_mib_s,
                     2 => &mut c.disk_mib_s,
+                    3 => c.disk_read_mib_s.get_or_insert(best.disk_mib_s),
                     _ => &mut c.latency_us,
                 };
                 *v = (*v * dir).clamp(1e-3, 1e7);
@@ -415,6 +433,7 @@ mod tests {
             client_link_mib_s: 1e9,
             server_net_mib_s: 1e9,
             disk_mib_s: 1e9,
+            disk_read_mib_s: None,
             latency_us: 0.0,
             split_bytes: 1 << 20,
             servers: 1,
@@ -527,6 +546,30 @@ mod tests {
         let mut slow = truth.clone();
         slow.disk_mib_s = 10.0;
         assert!(objective(&slow, std::slice::from_ref(&log)) > 0.3);
+    }
+
+    #[test]
+    fn reads_and_writes_have_their_own_disk_rates_and_fit_finds_both() {
+        let mut truth = fast();
+        truth.disk_mib_s = 100.0;
+        truth.disk_read_mib_s = Some(25.0);
+        // 100 MiB written at 100 MiB/s, then read back at 25 MiB/s.
+        assert!(close(simulate(&truth, &burst(100, true), 1, 1.0).duration_s, 1.0));
+        assert!(close(simulate(&truth, &burst(100, false), 1, 1.0).duration_s, 4.0));
+        let ph = vec![
+            Phase { start_s: 0.0, reqs: vec![Req { bytes: 1 << 20, write: true }; 400], measured_s: 0.0 },
+            Phase { start_s: 6.0, reqs: vec![Req { bytes: 1 << 20, write: false }; 200], measured_s: 0.0 },
+        ];
+        let made = simulate(&truth, &ph, 1, 1.0);
+        let log = JobLog { dt_s: 1.0, processes: 1, windows: made.windows };
+        let start = Params { disk_mib_s: 50.0, disk_read_mib_s: None, ..truth.clone() };
+        let (fitted, f) = fit(&start, std::slice::from_ref(&log), 60);
+        assert!(f < 0.05, "objective {f}: {fitted:?}");
+        let read = fitted.disk_read_mib_s.unwrap();
+        assert!((fitted.disk_mib_s - 100.0).abs() < 10.0 && (read - 25.0).abs() < 2.5, "{fitted:?}");
+        // A parameter file without the read rate reads as one rate.
+        let old: Params = serde_json::from_str(&serde_json::to_string(&fast()).unwrap()).unwrap();
+        assert_eq!((old.disk_read_mib_s, old.disk_rate(false)), (None, 1e9));
     }
 
     #[test]

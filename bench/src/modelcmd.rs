@@ -260,8 +260,8 @@ pub async fn run(a: ModelArgs) -> Result<()> {
             let only: Vec<JobLog> = train.iter().map(|l| l.1.clone()).collect();
             let (p, f) = model::fit(&start, &only, 60);
             println!(
-                "fitted: client link {:.0} MiB/s, server network {:.0} MiB/s, disk {:.0} MiB/s, latency {:.0} µs (objective {:.3})",
-                p.client_link_mib_s, p.server_net_mib_s, p.disk_mib_s, p.latency_us, f
+                "fitted: client link {:.0} MiB/s, server network {:.0} MiB/s, disk {:.0} MiB/s write, {:.0} MiB/s read, latency {:.0} µs (objective {:.3})",
+                p.client_link_mib_s, p.server_net_mib_s, p.disk_mib_s, p.disk_rate(false), p.latency_us, f
             );
             if let Some(d) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(d)?;
@@ -330,7 +330,8 @@ pub async fn run(a: ModelArgs) -> Result<()> {
             let base = Params { servers, ..base };
             let mut c = base.clone();
             if let Some(v) = disk_mib_s {
-                c.disk_mib_s = v;
+                // Another device: one rate for reads and writes.
+                (c.disk_mib_s, c.disk_read_mib_s) = (v, None);
             }
             if let Some(v) = client_link_mib_s {
                 c.client_link_mib_s = v;

@@ -1,20 +1,13 @@
 //! PNG figures with plotters' bitmap backend. Text is drawn with ab_glyph from a TTF loaded at run time
-//! (DejaVu Sans from Debian's fonts-dejavu-core, or the file named by `TESSERA_FONT`).
+//! (DejaVu Sans from Debian's fonts-dejavu-core, or the file named by `TESSERA_FONT`: [`tessera_plots`]).
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
-use std::sync::OnceLock;
 
-/// Environment variable naming a TTF font to use instead of the system's DejaVu Sans.
-pub const FONT_ENV: &str = "TESSERA_FONT";
-const FONT_PATHS: [&str; 3] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-];
-const FONT: &str = "sans-serif";
+use tessera_plots::{err, FONT};
+pub use tessera_plots::{init_font, FONT_ENV};
 
 /// Colours of series in order (off, even, iorchestrator, ...).
 const PALETTE: [RGBColor; 10] = [
@@ -46,33 +39,6 @@ fn series_color(i: usize, name: &str) -> RGBColor {
     } else {
         color(i + 3)
     }
-}
-
-fn err(e: impl std::fmt::Display) -> anyhow::Error {
-    anyhow!("drawing: {e}")
-}
-
-/// Registers the font once; an error says how to get one.
-pub fn init_font() -> Result<()> {
-    static LOADED: OnceLock<Result<(), String>> = OnceLock::new();
-    let r = LOADED.get_or_init(|| {
-        let candidates: Vec<String> =
-            std::env::var(FONT_ENV).ok().into_iter().chain(FONT_PATHS.iter().map(|s| s.to_string())).collect();
-        for p in &candidates {
-            if let Ok(bytes) = std::fs::read(p) {
-                // The registry keeps fonts for the life of the process.
-                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                if plotters::style::register_font(FONT, FontStyle::Normal, bytes).is_ok() {
-                    return Ok(());
-                }
-            }
-        }
-        Err(format!(
-            "no usable TTF font (tried {}); install fonts-dejavu-core or set {FONT_ENV}",
-            candidates.join(", ")
-        ))
-    });
-    r.clone().map_err(|e| anyhow!(e))
 }
 
 /// One chart of grouped bars: for each group, one bar per series.

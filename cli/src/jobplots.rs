@@ -1,48 +1,18 @@
 //! `tessera report --out DIR`'s PNG plots: bandwidth over time, the request-size CDF and the per-file
 //! access map. Drawn with plotters' bitmap backend like the benchmarks' figures (`tessera_bench::plots`);
-//! text needs a TTF font found at run time (DejaVu Sans, or the file named by `TESSERA_FONT`).
+//! text needs a TTF font found at run time ([`tessera_plots`]: DejaVu Sans, or the file named by
+//! `TESSERA_FONT`).
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use tessera_plots::{err, init_font, FONT};
 use tessera_proto::characterize::{Access, JobReport};
 
-const FONT: &str = "sans-serif";
-const FONT_PATHS: [&str; 3] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-];
 const READ: RGBColor = RGBColor(30, 100, 200);
 const WRITE: RGBColor = RGBColor(230, 140, 30);
 const SHARED: RGBColor = RGBColor(200, 40, 40);
 const LOCAL: RGBColor = RGBColor(40, 160, 70);
-
-fn err(e: impl std::fmt::Display) -> anyhow::Error {
-    anyhow!("drawing: {e}")
-}
-
-fn init_font() -> Result<()> {
-    static LOADED: OnceLock<Result<(), String>> = OnceLock::new();
-    let r = LOADED.get_or_init(|| {
-        let candidates: Vec<String> =
-            std::env::var("TESSERA_FONT").ok().into_iter().chain(FONT_PATHS.iter().map(|s| s.to_string())).collect();
-        for p in &candidates {
-            if let Ok(bytes) = std::fs::read(p) {
-                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                if plotters::style::register_font(FONT, FontStyle::Normal, bytes).is_ok() {
-                    return Ok(());
-                }
-            }
-        }
-        Err(format!(
-            "no usable TTF font (tried {}); install fonts-dejavu-core or set TESSERA_FONT",
-            candidates.join(", ")
-        ))
-    });
-    r.clone().map_err(|e| anyhow!(e))
-}
 
 /// Draws the three plots into `dir`; returns their paths.
 pub fn draw(r: &JobReport, dir: &Path, stem: &str) -> Result<Vec<PathBuf>> {

@@ -44,7 +44,8 @@ fn node_text(out: &mut String, name: &str, d: &JobDetail) {
     }
 }
 
-/// `tessera jobstats`'s text: one block per job, the MDS's metadata counters and each data server's.
+/// `tessera jobstats`'s text: one block per job, the MDS's metadata counters, each data server's and
+/// each forwarding node's.
 pub fn jobstats_text(jobs: &[JobInfo]) -> String {
     let mut out = String::from("job_stats:\n");
     if jobs.is_empty() {
@@ -75,6 +76,10 @@ pub fn jobstats_text(jobs: &[JobInfo]) -> String {
         }
         if j.nodes.len() > 1 {
             node_text(&mut out, "total", &total);
+        }
+        // The same requests again, as they passed the forwarding nodes (not in the total).
+        for (ion, d) in &j.ions {
+            node_text(&mut out, &format!("ion{ion}"), d);
         }
     }
     out

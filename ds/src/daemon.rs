@@ -88,7 +88,10 @@ async fn run(args: Args) -> Result<(), String> {
     let endpoint = rpc::server_endpoint(listen, &identity, &tuning).map_err(|e| e.detail)?;
     let local = endpoint.local_addr().map_err(|e| format!("listening address: {e}"))?;
 
-    let setup = server::Setup::from_options(args.id, opts, &config.orchestrator, model);
+    let setup = server::Setup {
+        job_counters: config.metrics.job_counters,
+        ..server::Setup::from_options(args.id, opts, &config.orchestrator, model)
+    };
     let (reporter, data_path) = server::assemble(stores, &setup).map_err(|e| e.detail)?;
     let metrics = match config.metrics.ds_base_port {
         Some(base) => {

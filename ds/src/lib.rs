@@ -17,7 +17,8 @@
 //! - [`daemon`]: the `tessera-ds` command line and start-up: config, identity, tasks, READY, shutdown.
 
 pub mod address;
-pub mod counters;
+/// The per-job counters ([`tessera_proto::jobcounters`], shared with the forwarding nodes).
+pub use tessera_proto::jobcounters as counters;
 pub mod daemon;
 pub mod device;
 pub mod jobtrace;

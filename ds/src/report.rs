@@ -194,4 +194,20 @@ mod tests {
         let rj = r.jobs.iter().find(|j| j.job == "rjob").unwrap();
         assert_eq!((rj.read_ops, rj.read_bytes, rj.write_ops), (1, 250, 0));
     }
+
+    #[tokio::test]
+    async fn job_counters_switched_off_count_no_job() {
+        let d = tempfile::tempdir().unwrap();
+        let store = Store::open(d.path(), 4).unwrap();
+        let setup = crate::server::Setup { job_counters: false, ..crate::server::Setup::new(4) };
+        let (reporter, path) = crate::server::assemble(vec![store], &setup).unwrap();
+        let svc = crate::server::DsService::new(reporter.clone(), path, false);
+        let tag = tessera_proto::IoTag { origin: Origin { job: "j".into(), client: 1, pid: 0 }, ino: 2 };
+        svc.write(&tag, 9, 0, Bytes::from(vec![7u8; 100]), false).await.unwrap();
+        assert_eq!(svc.read(&tag, 9, 0, 100).await.unwrap().len(), 100);
+        let r = reporter.build().await.unwrap();
+        assert!(r.jobs.is_empty(), "{:?}", r.jobs);
+        assert!(reporter.counters.take_changed().is_empty(), "no detail to send");
+        assert_eq!(r.data_rx_bytes, 100, "the node's own totals still count");
+    }
 }

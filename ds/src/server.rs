@@ -56,6 +56,8 @@ pub struct Setup {
     pub job_idle: Duration,
     /// Fallback for serve commands that do not name one.
     pub fallback: Duration,
+    /// Count reads and writes per job (`[metrics] job_counters`).
+    pub job_counters: bool,
 }
 
 impl Setup {
@@ -73,6 +75,7 @@ impl Setup {
             trace: d.trace,
             job_idle: Duration::from_millis(o.job_idle_ms),
             fallback: Duration::from_millis((u64::from(o.fallback_windows) * u64::from(o.window_ms)).max(100)),
+            job_counters: true,
         }
     }
 }
@@ -98,7 +101,7 @@ pub fn assemble(stores: Vec<Store>, s: &Setup) -> FsResult<(Reporter, DataPath)>
         ds: s.ds,
         stores,
         scheduler: Scheduler::start(s.queue_depth, Orchestrated::new(serve.clone())),
-        counters: Arc::new(Counters::new()),
+        counters: Arc::new(Counters::switched(s.job_counters)),
         load: Arc::default(),
     };
     let job_traces = Arc::default();

@@ -97,8 +97,10 @@ async fn run(args: Args) -> Result<(), String> {
         epoch_us: 0,
     };
     let scheduler = args.scheduler.clone().unwrap_or_else(|| o.scheduler.clone());
-    let stats = Arc::new(Stats::default());
+    let stats = Arc::new(Stats::switched(config.metrics.job_counters));
     let dispatcher = Dispatcher::new(args.index as u32, servers.clone(), &scheduler, params, o.dispatch_depth, stats)?;
+    let interval = Duration::from_millis(config.ds_options.report_interval_ms);
+    let report = crate::report::spawn(dispatcher.stats.clone(), args.index as u32, mds.clone(), interval);
     let service = Arc::new(IonService { name: node.name.clone(), index: args.index as u32, mds, servers, dispatcher });
     let metrics = match config.metrics.ion_base_port {
         Some(base) => {
@@ -124,6 +126,9 @@ async fn run(args: Args) -> Result<(), String> {
     }
     endpoint.close(0u32.into(), b"forwarding node shutting down");
     server.abort();
+    if let Some(r) = report {
+        r.abort();
+    }
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
     Ok(())
 }

@@ -253,7 +253,7 @@ impl Dispatcher {
                             true
                         };
                         if matches!(tokio::time::timeout(STREAM_DEADLINE, pass_on).await, Ok(true)) {
-                            self.stats.answered(&r.job, u64::from(len));
+                            self.stats.answered(&w.tag, r.object, r.offset, u64::from(len), false);
                         }
                     }
                     Ok((DsReply::Data { len }, stream)) => {
@@ -297,7 +297,7 @@ impl Dispatcher {
                             let from = ((r.offset - offset) as usize).min(data.len());
                             let to = ((r.offset - offset + r.len) as usize).min(data.len());
                             let part = data.slice(from..to);
-                            self.stats.answered(&r.job, part.len() as u64);
+                            self.stats.answered(&w.tag, r.object, r.offset, part.len() as u64, false);
                             (Ok(DsReply::Data { len: part.len() as u32 }), Payload::Whole(part))
                         }
                         Err(e) => error(e.clone()),
@@ -329,7 +329,7 @@ impl Dispatcher {
                 for (r, w) in batch {
                     let answer = match &outcome {
                         Ok(()) => {
-                            self.stats.answered(&r.job, r.len);
+                            self.stats.answered(&w.tag, r.object, r.offset, r.len, true);
                             (Ok(DsReply::Written { len: r.len as u32 }), Payload::Whole(Bytes::new()))
                         }
                         Err(e) => error(e.clone()),

@@ -1,7 +1,9 @@
 //! What a forwarding node measures (`specs/forwarding.md`, Measurements): request-size histograms where
 //! requests leave the clients (the application's read or write a request is part of), arrive here and
 //! leave here (merged), the mean offset distance of the stream leaving to each data server, the median
-//! inter-arrival time, and requests and bytes per job.
+//! inter-arrival time, and per job its reads and writes as a data server counts them
+//! ([`tessera_proto::jobcounters`]: requests, bytes, Darshan's size buckets, streams), reported to the
+//! MDS ([`crate::report`]).
 //!
 //! Offset distance: between two consecutive requests leaving to the same data server for the same
 //! object, |start of the second − end of the first| (0 for a sequential stream). A request for another
@@ -10,8 +12,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
+use tessera_proto::jobcounters::Counters;
 use tessera_proto::msg::{IonJob, IonStatus, SizeHistogram};
-use tessera_proto::types::{job_entry, DsId, ObjectId};
+use tessera_proto::types::{DsId, IoTag, ObjectId};
 
 /// Inter-arrival times kept for the median.
 const INTERARRIVALS: usize = 1024;
@@ -32,16 +35,22 @@ struct Inner {
     object_switches: u64,
     last_arrival_us: Option<u64>,
     interarrivals: VecDeque<u64>,
-    jobs: HashMap<String, IonJob>,
 }
 
 /// A forwarding node's counters.
 #[derive(Default)]
 pub struct Stats {
     inner: Mutex<Inner>,
+    /// Per job (switched by `[metrics] job_counters`).
+    pub jobs: Counters,
 }
 
 impl Stats {
+    /// Counting per job only if `job_counters`.
+    pub fn switched(job_counters: bool) -> Stats {
+        Stats { inner: Mutex::default(), jobs: Counters::switched(job_counters) }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -75,14 +84,15 @@ impl Stats {
         }
     }
 
-    /// A client request was answered with `bytes` of data moved.
-    pub fn answered(&self, job: &str, bytes: u64) {
-        let mut s = self.lock();
-        s.requests_forwarded += 1;
-        s.bytes_forwarded += bytes;
-        let j = job_entry(&mut s.jobs, job, |key| IonJob { job: key.to_string(), ..Default::default() });
-        j.requests += 1;
-        j.bytes += bytes;
+    /// A client's read (`write` false) or write of `object` at `offset` was answered with `bytes` of
+    /// data moved.
+    pub fn answered(&self, tag: &IoTag, object: ObjectId, offset: u64, bytes: u64, write: bool) {
+        {
+            let mut s = self.lock();
+            s.requests_forwarded += 1;
+            s.bytes_forwarded += bytes;
+        }
+        self.jobs.record(tag, object, offset, bytes, write);
     }
 
     pub fn metadata_call(&self) {
@@ -94,8 +104,10 @@ impl Stats {
         let s = self.lock();
         let mut ia: Vec<u64> = s.interarrivals.iter().copied().collect();
         ia.sort_unstable();
-        let mut jobs: Vec<IonJob> = s.jobs.values().cloned().collect();
-        jobs.sort_by(|a, b| a.job.cmp(&b.job));
+        let jobs = self.jobs.snapshot().into_iter();
+        let jobs = jobs
+            .map(|j| IonJob { requests: j.read_ops + j.write_ops, bytes: j.read_bytes + j.write_bytes, job: j.job })
+            .collect();
         IonStatus {
             sizes_leaving_clients: s.leaving_clients.clone(),
             sizes_arriving: s.arriving.clone(),
@@ -141,20 +153,51 @@ mod tests {
         assert_eq!(snap.sizes_leaving.total(), 5);
     }
 
+    fn tag(job: &str, pid: u32) -> IoTag {
+        IoTag { origin: tessera_proto::Origin { job: job.into(), client: 3, pid }, ino: 7 }
+    }
+
     #[test]
     fn jobs_are_counted_and_bounded() {
         let s = Stats::default();
-        s.answered("a", 10);
-        s.answered("a", 5);
-        s.answered("b", 1);
+        s.answered(&tag("a", 1), 70, 0, 10, true);
+        s.answered(&tag("a", 1), 70, 10, 5, true);
+        s.answered(&tag("b", 1), 70, 0, 1, false);
         let snap = s.snapshot();
         assert_eq!((snap.requests_forwarded, snap.bytes_forwarded), (3, 16));
         assert_eq!(snap.jobs[0], IonJob { job: "a".into(), requests: 2, bytes: 15 });
         for i in 0..MAX_JOBS + 5 {
-            s.answered(&format!("j{i}"), 1);
+            s.answered(&tag(&format!("j{i}"), 1), 70, 0, 1, false);
         }
         let snap = s.snapshot();
         assert_eq!(snap.jobs.len(), MAX_JOBS + 1);
         assert!(snap.jobs.iter().any(|j| j.job == OVERFLOW_JOB && j.requests >= 5));
+    }
+
+    #[test]
+    fn job_detail_as_a_data_server_counts_it() {
+        let s = Stats::default();
+        // Two processes writing a shared file in 32 KiB blocks, strided (P = 2); one small read.
+        for k in 0..4u64 {
+            for p in 0..2u32 {
+                s.answered(&tag("ior", p), 70, (k * 2 + u64::from(p)) * 32768, 32768, true);
+            }
+        }
+        s.answered(&tag("ior", 0), 70, 0, 100, false);
+        let d = s.jobs.take_changed();
+        assert_eq!(d.len(), 1);
+        let d = &d[0];
+        assert_eq!((d.write_ops, d.write_bytes, d.read_ops, d.read_bytes), (8, 8 * 32768, 1, 100));
+        assert_eq!(d.write_sizes.counts[SizeHistogram::bucket(32768)], 8);
+        assert_eq!((d.read_small, d.read_sizes.counts[SizeHistogram::bucket(100)]), (1, 1));
+        let w: Vec<_> = d.streams.iter().filter(|s| s.write).collect();
+        assert_eq!(w.len(), 2);
+        assert!(w.iter().all(|s| s.spatial == tessera_proto::characterize::Spatial::Strided(65536)));
+        // Switched off: the node's totals count, the jobs do not.
+        let off = Stats::switched(false);
+        off.answered(&tag("ior", 0), 70, 0, 100, false);
+        let snap = off.snapshot();
+        assert_eq!((snap.requests_forwarded, snap.jobs.len()), (1, 0));
+        assert!(off.jobs.take_changed().is_empty());
     }
 }

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tessera_proto::characterize::{ProcWindow, Window};
 use tessera_proto::msg::{
-    DirOp, DsJobReport, JobDetail, JobFile, JobInfo, MdsReply, MdsRequest, MetaCounters, SeriesPoint,
+    DirOp, DsJobReport, IonJobReport, JobDetail, JobFile, JobInfo, MdsReply, MdsRequest, MetaCounters, SeriesPoint,
 };
 use tessera_proto::types::{job_entry, unix_us};
 use tessera_proto::{wire, DsId, FsResult, Ino, Origin, ROOT_INO};
@@ -28,6 +28,8 @@ pub const RUNNING_FOR: Duration = Duration::from_secs(60);
 pub const MAX_CLIENTS: usize = 1024;
 pub const MAX_PROCESSES: usize = 4096;
 pub const MAX_FILES: usize = 4096;
+/// Forwarding nodes kept per job.
+pub const MAX_IONS: usize = 64;
 /// Per-process entries kept in one window.
 pub const MAX_PROCS_PER_WINDOW: usize = 64;
 /// File names learnt from lookups (for the paths of files a job opened but did not create).
@@ -65,17 +67,20 @@ struct Live {
     dt_us: u64,
     series: VecDeque<SeriesPoint>,
     dirty: bool,
+    /// The latest counters of each forwarding node, like `rec.nodes` (in memory only: not in the
+    /// record, whose encoding stays as it was).
+    ions: BTreeMap<u32, (u64, u64, JobDetail)>,
 }
 
 impl Live {
     fn new(job: &str, dt_us: u64) -> Live {
         let rec = Record { job: job.to_string(), ..Default::default() };
-        Live { rec, procs: HashMap::new(), dt_us, series: VecDeque::new(), dirty: true }
+        Live { rec, procs: HashMap::new(), dt_us, series: VecDeque::new(), dirty: true, ions: BTreeMap::new() }
     }
 
     fn loaded(rec: Record, dt_us: u64) -> Live {
         let procs = rec.processes.iter().enumerate().map(|(i, p)| (*p, i as u32)).collect();
-        Live { rec, procs, dt_us, series: VecDeque::new(), dirty: false }
+        Live { rec, procs, dt_us, series: VecDeque::new(), dirty: false, ions: BTreeMap::new() }
     }
 
     fn touch(&mut self, now: u64) {
@@ -142,16 +147,17 @@ impl Live {
     }
 }
 
+/// Adds `b` to `a` (saturating: a data server's counters are what it says they are).
 fn add(a: &mut Window, b: &Window) {
-    a.read_bytes += b.read_bytes;
-    a.write_bytes += b.write_bytes;
-    a.read_ops += b.read_ops;
-    a.write_ops += b.write_ops;
+    a.read_bytes = a.read_bytes.saturating_add(b.read_bytes);
+    a.write_bytes = a.write_bytes.saturating_add(b.write_bytes);
+    a.read_ops = a.read_ops.saturating_add(b.read_ops);
+    a.write_ops = a.write_ops.saturating_add(b.write_ops);
     for p in &b.procs {
         match a.procs.iter().position(|q| q.process == p.process) {
             Some(i) => {
-                a.procs[i].read_bytes += p.read_bytes;
-                a.procs[i].write_bytes += p.write_bytes;
+                a.procs[i].read_bytes = a.procs[i].read_bytes.saturating_add(p.read_bytes);
+                a.procs[i].write_bytes = a.procs[i].write_bytes.saturating_add(p.write_bytes);
             }
             None if a.procs.len() < MAX_PROCS_PER_WINDOW => a.procs.push(p.clone()),
             None => {}
@@ -236,6 +242,7 @@ impl MetaEvent {
             | Q::DsReport(_)
             | Q::LocalityReport(_)
             | Q::DsJobReport(_)
+            | Q::IonJobReport(_)
             | Q::JobStats { .. }
             | Q::ClusterStatus
             | Q::OrchestratorStatus
@@ -387,10 +394,26 @@ impl Jobs {
                 };
                 let w = delta(l, before.as_ref(), d);
                 l.touch(r.at_unix_us);
-                if w.read_ops + w.write_ops > 0 {
+                if w.read_ops > 0 || w.write_ops > 0 {
                     l.add_window(r.at_unix_us, &w);
                 }
                 l.rec.nodes.insert(r.ds, (r.generation, r.at_unix_us, d.clone()));
+            });
+        }
+    }
+
+    /// A forwarding node's per-job detail: its latest counters per job (shown as a node of the job, not
+    /// added to the job's totals or windows: the data servers count the same requests).
+    pub fn on_ion_detail(&self, r: &IonJobReport) {
+        for d in &r.jobs {
+            self.with(&d.job, |l| {
+                match l.ions.get(&r.ion) {
+                    Some((g, at, _)) if *g == r.generation && *at >= r.at_unix_us => return, // reordered
+                    None if l.ions.len() >= MAX_IONS => return,
+                    _ => {}
+                }
+                l.touch(r.at_unix_us);
+                l.ions.insert(r.ion, (r.generation, r.at_unix_us, d.clone()));
             });
         }
     }
@@ -439,6 +462,7 @@ impl Jobs {
                     files: Vec::new(),
                     dt_us: l.dt_us,
                     series: Vec::new(),
+                    ions: l.ions.iter().map(|(ion, (_, _, d))| (*ion, d.clone())).collect(),
                 };
                 if job.is_some() {
                     let mut dirs = DirNames::new(store);
@@ -464,7 +488,7 @@ impl Jobs {
                     i.series = l.series.iter().cloned().collect();
                 } else {
                     // Summaries: no per-stream detail.
-                    for (_, d) in &mut i.nodes {
+                    for (_, d) in i.nodes.iter_mut().chain(i.ions.iter_mut()) {
                         d.streams.clear();
                     }
                 }
@@ -597,7 +621,7 @@ fn fit(out: &mut Vec<JobInfo>) {
                 let i = &mut out[0];
                 i.series.clear();
                 i.processes.truncate(64);
-                i.nodes.iter_mut().for_each(|(_, d)| d.streams.clear());
+                i.nodes.iter_mut().chain(i.ions.iter_mut()).for_each(|(_, d)| d.streams.clear());
                 return;
             }
         }
@@ -758,6 +782,34 @@ mod tests {
         assert_eq!(i.files.len(), 1);
         let f = &i.files[0];
         assert_eq!((f.ino, f.path.as_str(), f.created, f.opened, f.removed), (5, "/f", true, true, true));
+    }
+
+    #[test]
+    fn forwarding_nodes_are_nodes_of_the_job_not_in_its_totals() {
+        let j = Jobs::in_memory(Duration::from_secs(1));
+        let r = |ion, at_s: u64, jobs| IonJobReport { ion, at_unix_us: at_s * 1_000_000, generation: 1, jobs };
+        j.on_detail(&DsJobReport {
+            ds: 0,
+            at_unix_us: 10_000_000,
+            generation: 1,
+            jobs: vec![detail("a", &[(5, 1, 4000)])],
+        });
+        j.on_ion_detail(&r(1, 10, vec![detail("a", &[(5, 1, 4000)])]));
+        j.on_ion_detail(&r(1, 11, vec![detail("a", &[(5, 1, 8000)])]));
+        j.on_ion_detail(&r(1, 11, vec![detail("a", &[(5, 1, 1)])])); // reordered: ignored
+        for k in 0..MAX_IONS as u32 + 5 {
+            j.on_ion_detail(&r(100 + k, 12, vec![detail("a", &[(5, 1, 1)])]));
+        }
+        let d = tempfile::tempdir().unwrap();
+        let store = Store::open(d.path(), Default::default()).unwrap();
+        let i = &j.info(Some("a"), &store)[0];
+        assert_eq!(i.ions.len(), MAX_IONS, "bounded");
+        assert_eq!((i.ions[0].0, i.ions[0].1.write_bytes, i.ions[0].1.streams.len()), (1, 8000, 1));
+        assert_eq!(i.nodes.len(), 1);
+        let written: u64 = i.series.iter().map(|p| p.window.write_bytes).sum();
+        assert_eq!(written, 4000, "the windows count the data servers only");
+        let all = j.info(None, &store);
+        assert!(all[0].ions.iter().all(|(_, d)| d.streams.is_empty()), "summaries without streams");
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub struct MdsService {
     persched: Arc<std::sync::Mutex<crate::persched::live::Registry>>,
     /// The job registry and per-job counters.
     jobs: Arc<Jobs>,
+    /// Whether metadata calls are counted per job (`[metrics] job_counters`).
+    job_counters: bool,
 }
 
 impl MdsService {
@@ -49,6 +51,7 @@ impl MdsService {
         });
         MdsService {
             jobs: Arc::new(jobs),
+            job_counters: true,
             ns,
             ds_names: Default::default(),
             orch: None,
@@ -98,6 +101,11 @@ impl MdsService {
                 .ok_or_else(|| FsError::invalid("this job is not registered as periodic")),
             _ => Ok(MdsReply::PeriodicStatus(r.status(now_ms).into())),
         }
+    }
+
+    /// Counts metadata calls per job only if `on` (`[metrics] job_counters`).
+    pub fn with_job_counters(self, on: bool) -> MdsService {
+        MdsService { job_counters: on, ..self }
     }
 
     /// The job registry.
@@ -164,8 +172,12 @@ impl MdsService {
                 Ok(MdsReply::Ok)
             }
             MdsRequest::JobStats { job } => Ok(MdsReply::Jobs(self.jobs.info(job.as_deref(), self.ns.store()))),
+            MdsRequest::IonJobReport(r) => {
+                self.jobs.on_ion_detail(&r);
+                Ok(MdsReply::Ok)
+            }
             req => {
-                let event = MetaEvent::of(&req).map(|ev| match ev {
+                let event = self.job_counters.then(|| MetaEvent::of(&req)).flatten().map(|ev| match ev {
                     // The inode an unlink removes, for the job's files.
                     MetaEvent::Unlink { parent, name, .. } => {
                         let ino = self.ns.store().begin().dentry(parent, &name).ok().flatten().map(|d| d.ino);
@@ -316,7 +328,8 @@ pub async fn run(
     let service = MdsService::new(ns)
         .with_orchestrator(orch.clone())
         .with_persched(&cfg.persched)
-        .with_job_window(std::time::Duration::from_millis(cfg.mds.job_window_ms.max(1)));
+        .with_job_window(std::time::Duration::from_millis(cfg.mds.job_window_ms.max(1)))
+        .with_job_counters(cfg.metrics.job_counters);
     let jobs = service.jobs();
     let job_flusher = crate::jobs::spawn_flusher(jobs.clone());
     let detector = cfg.persched.detect.then(|| {
@@ -420,4 +433,47 @@ pub fn spawn_detector(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod job_counter_tests {
+    use super::*;
+    use tessera_proto::msg::{IonJobReport, JobDetail};
+    use tessera_proto::{Caller, Origin};
+
+    async fn call(svc: &MdsService, role: Role, req: MdsRequest) -> FsResult<MdsReply> {
+        let peer = Arc::new(PeerInfo { role, name: "p".into(), addr: "127.0.0.1:1".parse().unwrap(), conn: 1 });
+        let origin = Origin { job: "j".into(), client: 1, pid: 2 };
+        svc.handle(peer, MdsCall { caller: Caller::root(), origin, req }, Bytes::new()).await.0
+    }
+
+    #[tokio::test]
+    async fn metadata_calls_count_per_job_only_when_switched_on_and_ions_report() {
+        for on in [true, false] {
+            let d = tempfile::tempdir().unwrap();
+            let ns = Arc::new(crate::namespace::tests::open_ns(d.path()).0);
+            let svc = MdsService::new(ns.clone()).with_job_counters(on);
+            call(&svc, Role::Client, MdsRequest::StatFs).await.unwrap();
+            let jobs = svc.jobs().info(Some("j"), ns.store());
+            assert_eq!(jobs.first().map(|i| i.meta.other), on.then_some(1), "counters on: {on}");
+        }
+        let d = tempfile::tempdir().unwrap();
+        let ns = Arc::new(crate::namespace::tests::open_ns(d.path()).0);
+        let svc = MdsService::new(ns.clone());
+        let jobs = vec![JobDetail { job: "j".into(), write_ops: 1, write_bytes: 10, ..Default::default() }];
+        let r = || {
+            MdsRequest::IonJobReport(Box::new(IonJobReport {
+                ion: 3,
+                at_unix_us: 5,
+                generation: 1,
+                jobs: jobs.clone(),
+            }))
+        };
+        let e = call(&svc, Role::Client, r()).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Perm, "only forwarding nodes report: {e}");
+        assert!(call(&svc, Role::Ds, r()).await.is_err());
+        call(&svc, Role::Ion, r()).await.unwrap();
+        let i = &svc.jobs().info(Some("j"), ns.store())[0];
+        assert_eq!((i.ions.len(), i.ions[0].0, i.ions[0].1.write_bytes), (1, 3, 10));
+    }
 }

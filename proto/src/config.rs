@@ -200,8 +200,9 @@ pub enum IonChoice {
     Ion(usize),
 }
 
-/// Prometheus metrics over HTTP (`GET /metrics`, OpenMetrics text; served by `tessera-metrics`).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+/// Prometheus metrics over HTTP (`GET /metrics`, OpenMetrics text; served by `tessera-metrics`), and
+/// the per-job counters.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsOptions {
     /// Address of the MDS's metrics endpoint (none = off).
@@ -210,6 +211,16 @@ pub struct MetricsOptions {
     pub ds_base_port: Option<u16>,
     /// Port of each forwarding node's metrics endpoint = this + its index, on its host (none = off).
     pub ion_base_port: Option<u16>,
+    /// Per-job counters (specs/characterization.md) at the data servers, forwarding nodes and MDS
+    /// (default on). Off, the data path counts nothing per job and the MDS registers no metadata call
+    /// (`tessera jobstats` and `tessera report` then have nothing new); to measure their overhead.
+    pub job_counters: bool,
+}
+
+impl Default for MetricsOptions {
+    fn default() -> Self {
+        MetricsOptions { mds_addr: None, ds_base_port: None, ion_base_port: None, job_counters: true }
+    }
 }
 
 /// Parameters of the emulated rotating disk (`device_model = "hdd"`); defaults: a 7200 rpm SATA disk.

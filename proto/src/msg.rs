@@ -423,6 +423,9 @@ pub enum MdsRequest {
         ino: Ino,
         offset: u64,
     },
+    /// A forwarding node's per-job detail (the jobs whose forwarded requests it counted since its last
+    /// one), from forwarding nodes only.
+    IonJobReport(Box<IonJobReport>),
 }
 
 /// Most files one `Declare` names.
@@ -1344,6 +1347,22 @@ pub struct JobInfo {
     /// Window length of `series`, microseconds (grows as a long job's series is coarsened).
     pub dt_us: u64,
     pub series: Vec<SeriesPoint>,
+    /// Data counters per forwarding node (by index): the same requests again as they passed it on the
+    /// way to the data servers, so not part of the job's totals.
+    pub ions: Vec<(u32, JobDetail)>,
+}
+
+/// A forwarding node's per-job detail, like a data server's [`DsJobReport`]: the jobs whose
+/// forwarded reads and writes changed since its last one (at most [`MAX_JOBS_PER_DETAIL`]).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct IonJobReport {
+    /// The forwarding node's index in the configuration's `[[ion]]` list.
+    pub ion: u32,
+    pub at_unix_us: u64,
+    /// The counters' generation: its values count from its start.
+    pub generation: u64,
+    pub jobs: Vec<JobDetail>,
 }
 
 /// Records a data server keeps per traced job (the oldest go first).

@@ -39,6 +39,8 @@ pub enum Senders {
     Clients,
     /// The admin certificate, or a root caller from a client.
     Admins,
+    /// Forwarding nodes only (their reports).
+    ForwardingNodes,
 }
 
 impl Senders {
@@ -49,6 +51,7 @@ impl Senders {
             Senders::DataServers => role == Role::Ds,
             Senders::Clients => role != Role::Ds,
             Senders::Admins => role == Role::Admin || (role != Role::Ds && caller.uid == 0),
+            Senders::ForwardingNodes => role == Role::Ion,
         };
         if ok {
             return Ok(());
@@ -56,6 +59,7 @@ impl Senders {
         Err(match self {
             Senders::DataServers => format!("only data servers send reports (peer is {role})"),
             Senders::Admins => "this needs the admin certificate or a root caller".to_string(),
+            Senders::ForwardingNodes => format!("only forwarding nodes send this report (peer is {role})"),
             _ => format!("a peer with role {role} may only ping and report"),
         })
     }
@@ -159,6 +163,7 @@ table! {
     PeriodicIo { .. }                          => true,  Clients,     Nothing;
     SetCompositeLayout { ino, .. }             => false, Clients,     Inode(*ino);
     InstantiateExtent { ino, .. }              => true,  Clients,     Inode(*ino);
+    IonJobReport { .. }                        => false, ForwardingNodes, Nothing;
 }
 
 #[cfg(test)]

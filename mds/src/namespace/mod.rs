@@ -359,6 +359,7 @@ impl Namespace {
             | Q::PeriodicStatus
             | Q::PeriodicIo { .. }
             | Q::DsJobReport(_)
+            | Q::IonJobReport(_)
             | Q::JobStats { .. } => Err(FsError::new(ErrorCode::Unsupported, "not a namespace request")),
             Q::Fsck { repair } => self.fsck(repair).await.map(MdsReply::Fsck),
             Q::LeaseDir { .. } | Q::DirBatch { .. } => {

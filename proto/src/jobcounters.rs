@@ -1,15 +1,15 @@
 //! Per-job read/write operation and byte counters since the server started, and each job's detail:
 //! request-size histograms, small requests, and per stream (file, process, object, direction) its
-//! counts and online spatial class (`tessera_proto::characterize`).
+//! counts and online spatial class (`crate::characterize`).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use tessera_proto::characterize::SpatialTracker;
-use tessera_proto::msg::{
+use crate::characterize::SpatialTracker;
+use crate::msg::{
     JobCounters, JobDetail, SizeHistogram, StreamCounters, MAX_JOBS_PER_DETAIL, MAX_STREAMS_PER_JOB, SMALL_REQUEST,
 };
-use tessera_proto::types::job_entry;
-use tessera_proto::{IoTag, ObjectId};
+use crate::types::job_entry;
+use crate::{IoTag, ObjectId};
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// Request sizes and forwarded requests since the server started.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -39,6 +39,8 @@ pub struct Counters {
     traffic: Mutex<Traffic>,
     /// This set of counters' generation (reported with them): they count from zero since it began.
     generation: u64,
+    /// Per-job counting on (`[metrics] job_counters`); off, reads and writes are not counted per job.
+    enabled: bool,
 }
 
 impl Default for Counters {
@@ -51,12 +53,23 @@ impl Counters {
     /// Counters from zero, in a new generation (the time they start, microseconds since the epoch: two
     /// starts of a server never share one, and a reader can tell which is newer).
     pub fn new() -> Counters {
+        Counters::switched(true)
+    }
+
+    /// [`Counters::new`], counting per job only if `enabled` (`[metrics] job_counters`).
+    pub fn switched(enabled: bool) -> Counters {
         Counters {
             jobs: Mutex::default(),
             details: Mutex::default(),
             traffic: Mutex::default(),
-            generation: tessera_proto::types::unix_us(),
+            generation: crate::types::unix_us(),
+            enabled,
         }
+    }
+
+    /// Whether reads and writes are counted per job.
+    pub fn enabled(&self) -> bool {
+        self.enabled
     }
 
     pub fn generation(&self) -> u64 {
@@ -70,20 +83,27 @@ impl Counters {
 
     /// A read of `bytes` at `offset` of `object` served for `tag`.
     pub fn record_read(&self, tag: &IoTag, object: ObjectId, offset: u64, bytes: u64) {
-        self.with_job(tag.job(), |c| {
-            c.read_ops += 1;
-            c.read_bytes += bytes;
-        });
-        self.record_detail(tag, object, offset, bytes, false);
+        self.record(tag, object, offset, bytes, false);
     }
 
     /// A write of `bytes` at `offset` of `object` served for `tag`.
     pub fn record_write(&self, tag: &IoTag, object: ObjectId, offset: u64, bytes: u64) {
+        self.record(tag, object, offset, bytes, true);
+    }
+
+    /// A read or (`write`) write of `bytes` at `offset` of `object` served for `tag`; nothing when
+    /// switched off.
+    pub fn record(&self, tag: &IoTag, object: ObjectId, offset: u64, bytes: u64, write: bool) {
+        if !self.enabled {
+            return;
+        }
         self.with_job(tag.job(), |c| {
-            c.write_ops += 1;
-            c.write_bytes += bytes;
+            let (ops, total) =
+                if write { (&mut c.write_ops, &mut c.write_bytes) } else { (&mut c.read_ops, &mut c.read_bytes) };
+            *ops += 1;
+            *total += bytes;
         });
-        self.record_detail(tag, object, offset, bytes, true);
+        self.record_detail(tag, object, offset, bytes, write);
     }
 
     fn record_detail(&self, tag: &IoTag, object: ObjectId, offset: u64, bytes: u64, write: bool) {
@@ -189,9 +209,9 @@ impl Counters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_proto::characterize::Spatial;
-    use tessera_proto::types::{MAX_JOBS, OVERFLOW_JOB};
-    use tessera_proto::Origin;
+    use crate::characterize::Spatial;
+    use crate::types::{MAX_JOBS, OVERFLOW_JOB};
+    use crate::Origin;
 
     fn tag(job: &str, ino: u64, pid: u32) -> IoTag {
         IoTag { origin: Origin { job: job.into(), client: 9, pid }, ino }
@@ -249,6 +269,18 @@ mod tests {
         let s = c.snapshot();
         assert_eq!(s.len(), MAX_JOBS + 1);
         assert!(s.iter().any(|j| j.job == OVERFLOW_JOB && j.write_ops >= 10));
+    }
+
+    #[test]
+    fn switched_off_counts_no_job_but_the_request_sizes() {
+        let c = Counters::switched(false);
+        assert!(!c.enabled());
+        c.record_read(&tag("a", 1, 0), 1, 0, 10);
+        c.record_write(&tag("a", 1, 0), 1, 0, 10);
+        c.record_request(10, None);
+        assert!(c.snapshot().is_empty() && c.details().is_empty() && c.take_changed().is_empty());
+        assert_eq!(c.traffic().sizes.total(), 1);
+        assert!(Counters::new().enabled(), "on by default");
     }
 
     #[test]
