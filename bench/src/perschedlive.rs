@@ -361,6 +361,9 @@ pub struct LiveJob {
     pub instances_s: Vec<(f64, f64)>,
 }
 
+/// One run with its SysEff, UB and Dilation in steady state, then SysEff and Dilation of the whole run.
+type Scored = (f64, f64, f64, RunOut, f64, f64);
+
 struct RunOut {
     jobs: Vec<JobOutcome>,
     planned: Vec<Option<f64>>,
@@ -518,7 +521,7 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
     let mut records = Vec::new();
     // Runs alternate between the schedulers (round r runs each once), so drift on this shared machine hits
     // all alike.
-    let mut all: Vec<Vec<(f64, f64, f64, RunOut, f64, f64)>> = SCHEDULERS.iter().map(|_| Vec::new()).collect();
+    let mut all: Vec<Vec<Scored>> = SCHEDULERS.iter().map(|_| Vec::new()).collect();
     for r in 0..runs {
         for (si, sched) in SCHEDULERS.iter().enumerate() {
             let out = one_run(&scratch, device, bw, &jobs, sched).await.with_context(|| format!("{sched} run {r}"))?;
