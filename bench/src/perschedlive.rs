@@ -449,13 +449,8 @@ async fn one_run(dir: &Path, device: &str, bw: Bw, jobs: &[JobSpec], sched: &str
     res
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        f64::NAN
-    } else {
-        v[v.len() / 2]
-    }
+fn median(v: Vec<f64>) -> f64 {
+    crate::report::median(&v)
 }
 
 /// SysEff = (1/N) Σ β_k ρ̃_k, UB = (1/N) Σ β_k ρ_k, Dilation = max_k ρ_k/ρ̃_k.
@@ -563,7 +558,7 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
         let se = median(outs.iter().map(|o| o.0).collect());
         let ub = outs[0].1;
         let dil = median(outs.iter().map(|o| o.2).collect());
-        let mid = outs.iter().find(|o| o.0 == se).unwrap_or(&outs[0]);
+        let mid = outs.iter().min_by(|a, b| (a.0 - se).abs().total_cmp(&(b.0 - se).abs())).unwrap_or(&outs[0]);
         let live_jobs = jobs
             .iter()
             .enumerate()

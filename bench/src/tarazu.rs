@@ -392,13 +392,8 @@ async fn one_run(
     res
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        f64::NAN
-    } else {
-        v[v.len() / 2]
-    }
+fn median(v: Vec<f64>) -> f64 {
+    crate::report::median(&v)
 }
 
 pub async fn run(a: &ExperimentArgs) -> Result<()> {
@@ -440,7 +435,11 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
                     outs.push(out);
                 }
                 let mid = median(outs.iter().map(|o| o.cost).collect());
-                let util = outs.iter().find(|o| o.cost == mid).map(|o| o.utilisation.clone()).unwrap_or_default();
+                let util = outs
+                    .iter()
+                    .min_by(|a, b| (a.cost - mid).abs().total_cmp(&(b.cost - mid).abs()))
+                    .map(|o| o.utilisation.clone())
+                    .unwrap_or_default();
                 records.push(TarazuRecord {
                     workload: w.name.into(),
                     policy: policy.into(),
