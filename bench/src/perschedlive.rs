@@ -35,7 +35,6 @@ use crate::experiment::{write_outputs, ExperimentArgs};
 use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::plots::{grouped_bars, BarPanel};
 use anyhow::{anyhow, bail, Context, Result};
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
@@ -115,19 +114,6 @@ pub fn task_share(vol: u64, tasks: u32, t: u32) -> u64 {
     vol / n + u64::from(u64::from(t) < vol % n)
 }
 
-fn pattern(len: usize, seed: u64) -> Bytes {
-    let mut x = seed | 1;
-    let v: Vec<u8> = (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    Bytes::from(v)
-}
-
 /// Runs the job on `client` (which carries the job id); `register`: declare the profile to PerSched first.
 /// Does not leave the pattern (the caller does, see the module's decisions). `start`: a common instant
 /// the job waits for after registering, so jobs of an experiment start together.
@@ -164,7 +150,7 @@ pub async fn run_job(
         };
         files.push(Arc::new(f));
     }
-    let data = pattern(XFER as usize, 7);
+    let data = crate::tarazu::pattern(XFER as usize, 7);
     if let Some(at) = start {
         tokio::time::sleep_until(at).await;
     }

@@ -220,7 +220,8 @@ fn pieces(job: &Job) -> Vec<(u64, u64)> {
     out
 }
 
-fn pattern(len: usize, seed: u64) -> Bytes {
+/// `len` pseudo-random bytes (xorshift from `seed`): data no layer can compress or deduplicate.
+pub fn pattern(len: usize, seed: u64) -> Bytes {
     let mut v = vec![0u8; len];
     let mut x = seed | 1;
     for chunk in v.chunks_mut(8) {
