@@ -118,14 +118,7 @@ pub fn grouped_bars(path: &Path, title: &str, y_label: &str, panels: &[BarPanel]
                 }))
                 .map_err(err)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+        tessera_plots::legend(&mut chart, SeriesLabelPosition::UpperRight, 15)?;
     }
     root.present().map_err(err)?;
     Ok(())
@@ -194,14 +187,7 @@ pub fn lines(
             .label(name.as_str())
             .legend(move |(x, yy)| PathElement::new(vec![(x, yy), (x + 18, yy)], c.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .label_font((FONT, 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    tessera_plots::legend(&mut chart, SeriesLabelPosition::LowerRight, 15)?;
     root.present().map_err(err)?;
     Ok(())
 }
@@ -252,14 +238,7 @@ pub fn scatter_panels(
                 .label(name.as_str())
                 .legend(move |(x, y)| Circle::new((x + 6, y), 4, c.filled()));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font((FONT, 14))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+        tessera_plots::legend(&mut chart, SeriesLabelPosition::UpperRight, 14)?;
     }
     root.present().map_err(err)?;
     Ok(())

@@ -57,14 +57,7 @@ fn bandwidth(r: &JobReport, path: &Path) -> Result<()> {
             .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font((FONT, 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    tessera_plots::legend(&mut chart, SeriesLabelPosition::UpperRight, 14)?;
     root.present().map_err(err)?;
     Ok(())
 }
@@ -105,14 +98,7 @@ fn sizes(r: &JobReport, path: &Path) -> Result<()> {
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
         chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .label_font((FONT, 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    tessera_plots::legend(&mut chart, SeriesLabelPosition::LowerRight, 14)?;
     root.present().map_err(err)?;
     Ok(())
 }

@@ -47,6 +47,27 @@ fn register_first(candidates: &[String]) -> Result<(), String> {
     Err(format!("no usable TTF font (tried {}); install fonts-dejavu-core or set {FONT_ENV}", candidates.join(", ")))
 }
 
+/// The legend every figure draws: the series' labels at `pos`, text of `size` px, on a translucent white box.
+pub fn legend<'a, DB, CT>(
+    chart: &mut plotters::chart::ChartContext<'a, DB, CT>,
+    pos: plotters::chart::SeriesLabelPosition,
+    size: u32,
+) -> Result<()>
+where
+    DB: plotters::prelude::DrawingBackend + 'a,
+    CT: plotters::coord::CoordTranslate,
+{
+    use plotters::style::{Color, BLACK, WHITE};
+    chart
+        .configure_series_labels()
+        .position(pos)
+        .label_font((FONT, size))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
