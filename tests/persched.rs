@@ -12,16 +12,23 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_registered_job_writes_in_its_interval_and_others_are_not_delayed() {
+/// One data server; PerSched's platform N = 4, b = B = 100 MiB/s, a 5 s lease, and `scheduler`.
+fn platform_cluster(scheduler: &str) -> Cluster {
     let mut cluster = Cluster::prepared(1, Defaults::default());
     cluster.edit_mds_config(|c| {
         c.persched.nodes = 4;
         c.persched.node_bandwidth = 100 << 20;
         c.persched.total_bandwidth = 100 << 20;
         c.persched.lease_ms = 5_000;
+        c.persched.scheduler = scheduler.into();
     });
     cluster.boot();
+    cluster
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registered_job_writes_in_its_interval_and_others_are_not_delayed() {
+    let cluster = platform_cluster("persched");
     let periodic = cluster.client().await.with_job("periodic");
     let other = cluster.client().await.with_job("other");
     let fp = periodic.create("/p", 0o644, None).await.unwrap();
@@ -264,15 +271,7 @@ fn the_mount_holds_a_patterned_jobs_write_until_its_interval_and_no_other() {
 /// bandwidth to the job its greedy rule prefers; the other job's write waits until that one's transfer ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn online_arbiter_holds_a_write_until_the_preferred_job_is_done() {
-    let mut cluster = Cluster::prepared(1, Defaults::default());
-    cluster.edit_mds_config(|c| {
-        c.persched.nodes = 4;
-        c.persched.node_bandwidth = 100 << 20;
-        c.persched.total_bandwidth = 100 << 20;
-        c.persched.lease_ms = 5_000;
-        c.persched.scheduler = "online-syseff".into();
-    });
-    cluster.boot();
+    let cluster = platform_cluster("online-syseff");
     let high = cluster.client().await.with_job("high");
     let low = cluster.client().await.with_job("low");
     // β w / vol: high 2 × 10 s / 1 MiB, low 1 × 1 s / 100 MiB — online-syseff serves high first.
