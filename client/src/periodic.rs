@@ -220,8 +220,10 @@ impl Periodic {
                 return Some(bw);
             }
         }
+        // The grace is for jobs whose volume is unknown: with a volume, an instance's end is known, and the
+        // next one begins inside an interval.
         let last = self.last_pass_ms.load(Ordering::Relaxed);
-        let (wait, bw) = next_slot_after(&g, now_ms(), (last > 0).then_some(last))?;
+        let (wait, bw) = next_slot_after(&g, now_ms(), (last > 0 && g.volume == 0).then_some(last))?;
         if wait > 0 {
             tokio::time::sleep(Duration::from_millis(wait)).await;
         }
@@ -356,6 +358,12 @@ mod tests {
         // Its volume is moved: the next transfer waits for the next interval, 92 s away.
         let next = tokio::time::timeout(Duration::from_millis(200), p.wait_slot(60)).await;
         assert!(next.is_err(), "a new instance waits for its interval");
+        // Nor may a new instance begin within the grace after its interval (ended 20 ms ago here).
+        let r = Periodic::default();
+        r.set_grant(Some(at(3_990)));
+        assert_eq!(r.wait_slot(100).await, Some(5), "one whole instance inside the interval");
+        r.set_grant(Some(at(4_020)));
+        assert!(tokio::time::timeout(Duration::from_millis(200), r.wait_slot(60)).await.is_err());
         // A job whose volume is unknown keeps to its intervals.
         let q = Periodic::default();
         q.set_grant(Some(PeriodicGrant { volume: 0, ..at(3_000) }));
