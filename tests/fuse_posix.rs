@@ -761,6 +761,17 @@ fn fuse_mount_errors_and_crash() {
     });
     assert!(jobs.iter().any(|j| j == "fuse-job-42"), "jobs seen by the data servers: {jobs:?}");
 
+    // Creates and removes in a directory the mount leases reach the MDS in batches sent later (by
+    // whichever request flushes them): the job registry still counts each under the job that made it.
+    let md = m.p("md-job").display().to_string();
+    sh(&format!("TESSERA_JOB=fuse-md-7 sh -c 'mkdir {md} && for i in $(seq 20); do : > {md}/f$i; done && rm {md}/f1 {md}/f2 {md}/f3 && sync'"));
+    let meta = rt.block_on(async {
+        let c = cluster.client().await;
+        c.mds().job_stats(Some("fuse-md-7")).await.unwrap().into_iter().next().map(|j| j.meta)
+    });
+    let meta = meta.expect("job fuse-md-7 is registered");
+    assert_eq!((meta.creates, meta.unlinks), (20, 3), "{meta:?}");
+
     // Kill -9 mid-write: the mount point can be unmounted, the cluster stays healthy, a new mount works.
     let target = m.p("victim").display().to_string();
     let mut writer = Command::new("dd")

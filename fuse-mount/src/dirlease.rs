@@ -71,6 +71,9 @@ enum Queued {
         dir: Ino,
         name: String,
         queued_at: Instant,
+        /// Who removed it (the job's registry counts it).
+        job: String,
+        pid: u32,
     },
 }
 
@@ -330,7 +333,7 @@ impl DirLeases {
     /// Removes `name` from `dir` here if this mount leases `dir`, the name is there and is not a directory,
     /// and there is room in the batch: true when done, to be sent with the next batch. A file still
     /// pending keeps its create, sent before the unlink.
-    pub fn try_unlink(&self, dir: Ino, name: &str) -> bool {
+    pub fn try_unlink(&self, dir: Ino, name: &str, who: &Who) -> bool {
         let mut st = self.state();
         if st.queue.len() >= BATCH_MAX {
             return false;
@@ -351,7 +354,13 @@ impl DirLeases {
                 p.attr.ctime = time;
             }
         }
-        st.queue.push(Queued::Unlink { dir, name: name.to_string(), queued_at: now });
+        st.queue.push(Queued::Unlink {
+            dir,
+            name: name.to_string(),
+            queued_at: now,
+            job: who.job.clone(),
+            pid: who.pid,
+        });
         self.pending.fetch_add(1, Ordering::AcqRel);
         true
     }
@@ -500,9 +509,13 @@ impl DirLeases {
                                 gid: p.attr.gid,
                                 time: p.attr.crtime,
                                 open: p.fh.map(|_| p.flags),
+                                job: p.who.job.clone(),
+                                pid: p.who.pid,
                             })
                         }
-                        Queued::Unlink { name, .. } => DirOp::Unlink { name: name.clone() },
+                        Queued::Unlink { name, job, pid, .. } => {
+                            DirOp::Unlink { name: name.clone(), job: job.clone(), pid: *pid }
+                        }
                     };
                     Some((q, op))
                 })
@@ -708,14 +721,14 @@ mod tests {
     #[test]
     fn a_leased_directory_unlinks_here_in_order_with_its_creates() {
         let l = leases_with(10, 0o755, vec![100, 101, 102], Duration::from_secs(1));
-        assert!(!l.try_unlink(10, "x"), "not there: the MDS says ENOENT");
-        assert!(!l.try_unlink(11, "x"), "not leased");
+        assert!(!l.try_unlink(10, "x", &who(1)), "not there: the MDS says ENOENT");
+        assert!(!l.try_unlink(11, "x", &who(1)), "not leased");
         l.try_create(10, "x", 0o640, &who(1000), RW, 7).unwrap();
         l.note_created(10, "synced");
-        assert!(l.try_unlink(10, "x"));
+        assert!(l.try_unlink(10, "x", &who(1)));
         assert_eq!(l.lookup(10, "x").unwrap().unwrap_err().code, ErrorCode::NotFound, "gone at once");
         assert_eq!(l.getattr(102).unwrap().nlink, 0, "the open file lives on, unlinked");
-        assert!(l.try_unlink(10, "synced"), "a name the MDS has");
+        assert!(l.try_unlink(10, "synced", &who(1)), "a name the MDS has");
         assert_eq!(l.getattr(10).unwrap().size, 0);
         let again = l.try_create(10, "x", 0o600, &who(1000), RW, 8).unwrap();
         assert!(!l.knows(10, "x"), "its create waits to be sent");
@@ -744,8 +757,8 @@ mod tests {
         assert!(l.lookup(10, "kept").is_none(), "known: the MDS has its attributes");
         assert!(l.knows(10, "kept") && !l.knows(10, "gone") && !l.knows(11, "kept"));
         assert_eq!(l.getattr(10).unwrap().size, 2);
-        assert!(!l.try_unlink(10, "d"), "a directory: the MDS (or the kernel) refuses");
-        assert!(l.try_unlink(10, "kept"));
+        assert!(!l.try_unlink(10, "d", &who(1)), "a directory: the MDS (or the kernel) refuses");
+        assert!(l.try_unlink(10, "kept", &who(1)));
         // Granted now: a name removed through the MDS goes at once.
         l.try_create(10, "x", 0o600, &who(1), RW, 1).unwrap();
         l.note_unlinked(10, "x");
@@ -758,11 +771,11 @@ mod tests {
         for i in 0..BATCH_MAX {
             l.try_create(10, &format!("f{i}"), 0o600, &who(1), RW, i as u64).unwrap();
         }
-        assert!(!l.try_unlink(10, "f0"), "the batch is full");
+        assert!(!l.try_unlink(10, "f0", &who(1)), "the batch is full");
         assert_eq!(l.lookup(10, "f0").unwrap().unwrap().ino, 1000 + BATCH_MAX as u64 - 1);
         let l = leases_with(10, 0o755, vec![], Duration::ZERO);
         l.note_created(10, "a");
-        assert!(!l.try_unlink(10, "a"));
+        assert!(!l.try_unlink(10, "a", &who(1)));
     }
 
     #[test]

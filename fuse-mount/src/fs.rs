@@ -793,16 +793,16 @@ impl Filesystem for TesseraFs {
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
         // In a directory leased here: removed at once, sent to the MDS with the next batch.
-        if !self.inner.opts.sync_creates && self.inner.leases.try_unlink(parent.0, &name) {
+        let k = key(req);
+        if !self.inner.opts.sync_creates && self.inner.leases.try_unlink(parent.0, &name, &self.inner.who(k)) {
             return reply.ok();
         }
-        let k = key(req);
         self.spawn(move |inner| async move {
             let mds = inner.mds(k);
             if !inner.opts.sync_creates && inner.leases.take_candidate(parent.0) {
                 // Files are being removed here: lease the directory, then remove here.
                 inner.leases.acquire(&mds, parent.0).await;
-                if inner.leases.try_unlink(parent.0, &name) {
+                if inner.leases.try_unlink(parent.0, &name, &inner.who(k)) {
                     return reply.ok();
                 }
             }

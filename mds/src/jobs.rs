@@ -186,11 +186,11 @@ pub enum MetaEvent {
     },
     Readdir,
     InodeUpdate,
-    /// A directory lease's batch: creates and unlinks.
+    /// A directory lease's batch: creates and unlinks, each counted under the job and process that made
+    /// it (the batch is sent later, by whoever flushes it).
     Batch {
         dir: Ino,
-        creates: Vec<(Ino, String, bool)>,
-        unlinks: u64,
+        entries: Vec<BatchEntry>,
     },
     /// A lookup: a name for the inode in the reply.
     Lookup {
@@ -201,6 +201,16 @@ pub enum MetaEvent {
         path: String,
     },
     Other,
+}
+
+/// One change of a [`MetaEvent::Batch`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchEntry {
+    /// Who made it; an empty job: the batch's origin.
+    pub job: String,
+    pub pid: u32,
+    /// A create (inode, name, opened), or `None`: an unlink.
+    pub create: Option<(Ino, String, bool)>,
 }
 
 impl MetaEvent {
@@ -223,17 +233,20 @@ impl MetaEvent {
             | Q::SetLayout { .. }
             | Q::SetCompositeLayout { .. }
             | Q::InstantiateExtent { .. } => MetaEvent::InodeUpdate,
-            Q::DirBatch { dir, entries, .. } => {
-                let mut creates = Vec::new();
-                let mut unlinks = 0;
-                for e in entries {
-                    match e {
-                        DirOp::Create(c) => creates.push((c.ino, c.name.clone(), c.open.is_some())),
-                        DirOp::Unlink { .. } => unlinks += 1,
-                    }
-                }
-                MetaEvent::Batch { dir: *dir, creates, unlinks }
-            }
+            Q::DirBatch { dir, entries, .. } => MetaEvent::Batch {
+                dir: *dir,
+                entries: entries
+                    .iter()
+                    .map(|e| BatchEntry {
+                        job: e.by().0.to_string(),
+                        pid: e.by().1,
+                        create: match e {
+                            DirOp::Create(c) => Some((c.ino, c.name.clone(), c.open.is_some())),
+                            DirOp::Unlink { .. } => None,
+                        },
+                    })
+                    .collect(),
+            },
             Q::Lookup { parent, name } => MetaEvent::Lookup { parent: *parent, name: name.clone() },
             Q::LookupPath { path, .. } => MetaEvent::LookupPath { path: path.clone() },
             // Servers' own traffic and the statistics requests are nobody's job.
@@ -295,6 +308,9 @@ impl Jobs {
 
     /// A metadata request of `origin` by user `uid` was served with `reply`.
     pub fn on_metadata(&self, origin: &Origin, uid: u32, ev: MetaEvent, reply: &FsResult<MdsReply>) {
+        if let MetaEvent::Batch { dir, entries } = ev {
+            return self.on_batch(origin, uid, dir, entries, reply);
+        }
         let ok = reply.is_ok();
         let replied_ino = match reply {
             Ok(MdsReply::Entry { attr, .. }) | Ok(MdsReply::Opened { attr, .. }) => Some(attr.ino),
@@ -353,9 +369,29 @@ impl Jobs {
                 }
                 MetaEvent::Readdir if ok => l.rec.meta.readdirs += 1,
                 MetaEvent::InodeUpdate if ok => l.rec.meta.inode_updates += 1,
-                MetaEvent::Batch { dir, creates, unlinks } if ok => {
-                    l.rec.meta.unlinks += unlinks;
-                    for (ino, name, open) in creates {
+                _ => l.rec.meta.other += 1,
+            }
+        });
+    }
+
+    /// A lease holder's batch: each change that took effect counted under the job and process that made it
+    /// (an entry without a job under the batch's origin); the batch itself, a lease renewal, is nobody's.
+    fn on_batch(&self, origin: &Origin, uid: u32, dir: Ino, entries: Vec<BatchEntry>, reply: &FsResult<MdsReply>) {
+        let Ok(MdsReply::Batch { results, .. }) = reply else { return };
+        let now = unix_us();
+        for (e, r) in entries.into_iter().zip(results) {
+            if r.result.is_err() {
+                continue;
+            }
+            let (job, pid) = if e.job.is_empty() { (origin.job.as_str(), origin.pid) } else { (e.job.as_str(), e.pid) };
+            self.with(job, |l| {
+                if l.rec.first_us == 0 {
+                    l.rec.uid = uid;
+                }
+                l.touch(now);
+                l.process(origin.client, pid);
+                match e.create {
+                    Some((ino, name, open)) => {
                         l.rec.meta.creates += 1;
                         l.rec.meta.opens += u64::from(open);
                         if let Some(f) = l.file(ino) {
@@ -364,10 +400,15 @@ impl Jobs {
                             f.opened |= open;
                         }
                     }
+                    None => {
+                        l.rec.meta.unlinks += 1;
+                        if let Some(f) = (r.ino != 0).then_some(r.ino).and_then(|ino| l.file(ino)) {
+                            f.removed = true;
+                        }
+                    }
                 }
-                _ => l.rec.meta.other += 1,
-            }
-        });
+            });
+        }
     }
 
     fn learn(&self, ino: Ino, parent: Ino, name: String) {
@@ -782,6 +823,55 @@ mod tests {
         assert_eq!(i.files.len(), 1);
         let f = &i.files[0];
         assert_eq!((f.ino, f.path.as_str(), f.created, f.opened, f.removed), (5, "/f", true, true, true));
+    }
+
+    #[test]
+    fn a_lease_batch_counts_each_change_under_the_job_that_made_it() {
+        use tessera_proto::msg::{AsyncCreate, BatchResult, DirOp};
+        let j = Jobs::in_memory(Duration::from_secs(1));
+        let create = |ino, name: &str, job: &str| {
+            DirOp::Create(AsyncCreate {
+                ino,
+                name: name.into(),
+                perm: 0o644,
+                uid: 0,
+                gid: 0,
+                time: Timestamp::now(),
+                open: None,
+                job: job.into(),
+                pid: 7,
+            })
+        };
+        let entries = vec![
+            create(5, "a", "mdtest"),
+            create(6, "b", "mdtest"),
+            create(7, "c", ""),
+            DirOp::Unlink { name: "a".into(), job: "mdtest".into(), pid: 8 },
+            create(8, "d", "mdtest"),
+        ];
+        let req = MdsRequest::DirBatch { dir: ROOT_INO, token: 1, entries, keep: true };
+        let ok = |ino| BatchResult { ino, result: Ok(None) };
+        let results = vec![
+            ok(5),
+            ok(6),
+            ok(7),
+            ok(5),
+            BatchResult { ino: 8, result: Err(tessera_proto::FsError::invalid("refused")) },
+        ];
+        let attr = Attr::new(ROOT_INO, FileKind::Dir, 0o755, 0, 0, Timestamp::now());
+        let reply = Ok(MdsReply::Batch { results, dir_attr: attr, lease: None });
+        // Sent by the mount's flusher, whose own job is "kernel".
+        j.on_metadata(&origin("kernel", 1, 0), 0, MetaEvent::of(&req).unwrap(), &reply);
+        let d = tempfile::tempdir().unwrap();
+        let store = Store::open(d.path(), Default::default()).unwrap();
+        let i = j.info(Some("mdtest"), &store);
+        let m = &i[0].meta;
+        assert_eq!((m.creates, m.unlinks), (2, 1), "the refused create is not counted");
+        assert_eq!(i[0].processes.len(), 2, "pids 7 and 8 of client 1");
+        let f = i[0].files.iter().find(|f| f.ino == 5).unwrap();
+        assert!(f.created && f.removed);
+        let k = j.info(Some("kernel"), &store);
+        assert_eq!(k[0].meta.creates, 1, "an entry without a job is the batch's origin's");
     }
 
     #[test]

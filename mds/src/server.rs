@@ -142,6 +142,11 @@ impl MdsService {
     async fn serve(&self, peer: &PeerInfo, props: Properties, call: MdsCall) -> FsResult<MdsReply> {
         props.senders.admit(peer.role, &call.caller).map_err(FsError::perm)?;
         call.origin.check().map_err(FsError::invalid)?;
+        if let MdsRequest::DirBatch { entries, .. } = &call.req {
+            for e in entries {
+                tessera_proto::check_job_id(e.by().0).map_err(FsError::invalid)?;
+            }
+        }
         let MdsCall { caller, origin, req } = call;
         match req {
             MdsRequest::DsReport(r) => {

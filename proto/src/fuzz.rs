@@ -449,13 +449,17 @@ pub fn caller(rng: &mut Rng) -> Caller {
 
 /// Who issues a request: job `fuzz` of `client` mostly, now and then an empty or over-long job id.
 pub fn origin(rng: &mut Rng, client: u64) -> Origin {
-    let job = match rng.below(20) {
+    Origin { job: job_id(rng), client, pid: rng.usually32(42) }
+}
+
+/// A job id: `fuzz` mostly, now and then an empty or over-long one.
+pub fn job_id(rng: &mut Rng) -> String {
+    match rng.below(20) {
         0 => String::new(),
         1 => "j".repeat(crate::JOB_ID_MAX + 1),
         2 => name(rng),
         _ => "fuzz".to_string(),
-    };
-    Origin { job, client, pid: rng.usually32(42) }
+    }
 }
 
 /// A metadata request aimed at what `known` holds; one in ten is an arbitrary value of any variant.
@@ -581,7 +585,7 @@ fn xattr_name(rng: &mut Rng) -> String {
 
 fn dir_op(rng: &mut Rng, known: &Known, reserved: &[Ino]) -> DirOp {
     if rng.percent(30) {
-        return DirOp::Unlink { name: name(rng) };
+        return DirOp::Unlink { name: name(rng), job: job_id(rng), pid: rng.usually32(7) };
     }
     DirOp::Create(AsyncCreate {
         ino: pick_or(rng, reserved, |r| ino(r, known)),
@@ -591,6 +595,8 @@ fn dir_op(rng: &mut Rng, known: &Known, reserved: &[Ino]) -> DirOp {
         gid: rng.usually32(1000),
         time: Timestamp::now(),
         open: opt(rng, open_flags),
+        job: job_id(rng),
+        pid: rng.usually32(7),
     })
 }
 

@@ -480,6 +480,10 @@ pub struct AsyncCreate {
     pub time: Timestamp,
     /// Still open on the holder: open it at the MDS too (the reply carries the handle and layout).
     pub open: Option<OpenFlags>,
+    /// The job and process that made it (the batch goes out later, on behalf of whoever flushes it);
+    /// an empty job: the batch's origin.
+    pub job: String,
+    pub pid: u32,
 }
 
 /// One change in a [`DirBatch`](MdsRequest::DirBatch). Permissions were checked at the holder, by its
@@ -492,7 +496,20 @@ pub enum DirOp {
     /// until its last close, as with `Unlink`).
     Unlink {
         name: String,
+        /// As in [`AsyncCreate::job`].
+        job: String,
+        pid: u32,
     },
+}
+
+impl DirOp {
+    /// The job and process that made this change (empty job: the batch's origin).
+    pub fn by(&self) -> (&str, u32) {
+        match self {
+            DirOp::Create(c) => (&c.job, c.pid),
+            DirOp::Unlink { job, pid, .. } => (job, *pid),
+        }
+    }
 }
 
 /// What became of one [`DirOp`]: for a create, the open handle and layout when it was to be opened; for

@@ -225,11 +225,16 @@ pub struct Origin {
 impl Origin {
     /// Checks what a server must bound before using it.
     pub fn check(&self) -> Result<(), String> {
-        if self.job.len() > JOB_ID_MAX {
-            return Err(format!("job id of {} bytes exceeds {JOB_ID_MAX}", self.job.len()));
-        }
-        Ok(())
+        check_job_id(&self.job)
     }
+}
+
+/// A job id a server may keep: at most [`JOB_ID_MAX`] bytes.
+pub fn check_job_id(job: &str) -> Result<(), String> {
+    if job.len() > JOB_ID_MAX {
+        return Err(format!("job id of {} bytes exceeds {JOB_ID_MAX}", job.len()));
+    }
+    Ok(())
 }
 
 /// Which program a data request belongs to and the file it is for. Every data request carries one.

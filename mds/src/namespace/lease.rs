@@ -137,7 +137,7 @@ impl Namespace {
                     });
                     (e.ino, r)
                 }
-                DirOp::Unlink { name } => match self.batch_unlink(&mut tx, dir, &name) {
+                DirOp::Unlink { name, .. } => match self.batch_unlink(&mut tx, dir, &name) {
                     Ok((ino, attr)) => {
                         dir_attr = attr;
                         (ino, Ok(None))

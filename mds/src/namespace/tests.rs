@@ -851,11 +851,13 @@ fn async_create(ino: Ino, name: &str, open: bool) -> DirOp {
         gid: 1000,
         time: Timestamp::now(),
         open,
+        job: String::new(),
+        pid: 0,
     })
 }
 
 fn async_unlink(name: &str) -> DirOp {
-    DirOp::Unlink { name: name.into() }
+    DirOp::Unlink { name: name.into(), job: String::new(), pid: 0 }
 }
 
 /// A lease holder's batch on connection 1: its results, the directory's attributes and the renewed lease.
