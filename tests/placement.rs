@@ -75,6 +75,12 @@ async fn targets_are_placed_on_reported_and_a_full_cluster_refuses_new_files_onl
     }
     let json = df_json(&cluster);
     assert!((json["ost_cost"].as_f64().unwrap() - 1.0).abs() < 1e-9, "every target full: {json}");
+    // Each target reports the requests it served, their latency and the job that wrote it.
+    for t in json["targets"].as_array().unwrap() {
+        assert!(t["requests"].as_u64().unwrap() > 0 && t["latency_p50_us"].as_u64().is_some(), "{t}");
+        let written: u64 = t["jobs"].as_array().unwrap().iter().map(|j| j["write_bytes"].as_u64().unwrap()).sum();
+        assert_eq!(written, CAP, "{t}");
+    }
 
     // Nothing has room: a new file cannot be placed, and says so.
     let e = c.create("/one-too-many", 0o644, Some(LayoutSpec { stripe_size: None, stripe_count: Some(1) })).await;

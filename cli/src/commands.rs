@@ -15,7 +15,7 @@ use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{ErrorCode, FsError};
 use tessera_proto::layout::{ExtentSpec, Layout, LayoutSpec, EOF};
 use tessera_proto::msg::{
-    ost_cost, FsckReport, OrchestratorMode, OrchestratorStatus, SetAttrs, TargetReport, XattrMode,
+    ost_cost, FsckReport, OrchestratorMode, OrchestratorStatus, SetAttrs, TargetJob, TargetReport, XattrMode,
 };
 use tessera_proto::tls;
 use tessera_proto::types::{format_utc, Attr, DsId, FileKind, Role, Timestamp};
@@ -202,10 +202,11 @@ enum Cmd {
         /// File or directory.
         path: String,
     },
-    /// Show every storage target's capacity and usage and the OST cost (max / mean utilisation); with
-    /// --jobs also bytes and ops per job on each server, with --policy the placement policy's last solve.
+    /// Show every storage target's capacity, usage and request latency (median/99th percentile) and the OST
+    /// cost (max / mean utilisation); with --jobs also bytes and ops per job on each target, with --policy
+    /// the placement policy's last solve.
     Df {
-        /// Also list the per-job counters each data server reports (reads/writes since it started).
+        /// Also list the per-job counters of each storage target (reads/writes since its server started).
         #[arg(long)]
         jobs: bool,
         /// Print JSON: {"ost_cost", "targets": [{"server", "target", "capacity", "used", "free", ...}],
@@ -1303,7 +1304,9 @@ async fn df(c: &Client, jobs: bool, json: bool, policy: bool) -> CliResult<()> {
                 serde_json::json!({
                     "server": ds, "target": t.target, "capacity": t.capacity, "used": t.used, "free": t.free,
                     "objects": t.objects, "utilisation": t.utilisation(), "capacity_enforced": t.enforced,
-                    "report_age_ms": age,
+                    "report_age_ms": age, "requests": t.latency.total(),
+                    "latency_p50_us": t.latency.quantile_us(0.5), "latency_p99_us": t.latency.quantile_us(0.99),
+                    "sizes": t.sizes.counts, "jobs": t.jobs,
                 })
             })
             .collect();
@@ -1315,8 +1318,8 @@ async fn df(c: &Client, jobs: bool, json: bool, policy: bool) -> CliResult<()> {
         return Ok(());
     }
     println!(
-        "{:>4} {:>6}  {:<22} {:>11} {:>11} {:>11} {:>5} {:>9}",
-        "DS", "TARGET", "ADDRESS", "CAPACITY", "USED", "FREE", "USE%", "REPORTED"
+        "{:>4} {:>6}  {:<22} {:>11} {:>11} {:>11} {:>5} {:>9} {:>15}",
+        "DS", "TARGET", "ADDRESS", "CAPACITY", "USED", "FREE", "USE%", "REPORTED", "LATENCY p50/p99"
     );
     let (mut cap, mut used, mut free) = (0u64, 0u64, 0u64);
     for s in &status {
@@ -1341,7 +1344,7 @@ async fn df(c: &Client, jobs: bool, json: bool, policy: bool) -> CliResult<()> {
                 shared_counted |= !t.enforced;
             }
             println!(
-                "{:>4} {:>6}  {:<22} {:>11} {:>11} {:>11} {:>5} {:>9}",
+                "{:>4} {:>6}  {:<22} {:>11} {:>11} {:>11} {:>5} {:>9} {:>15}",
                 s.ds,
                 t.target,
                 s.addr,
@@ -1349,7 +1352,8 @@ async fn df(c: &Client, jobs: bool, json: bool, policy: bool) -> CliResult<()> {
                 human_bytes(t.used),
                 human_bytes(t.free),
                 percent(t.used, t.capacity),
-                age
+                age,
+                latency_range(&t.latency)
             );
         }
     }
@@ -1398,15 +1402,37 @@ async fn df(c: &Client, jobs: bool, json: bool, policy: bool) -> CliResult<()> {
     }
     if jobs {
         println!();
-        println!("{:>4}  {:<24} {:>10} {:>11} {:>10} {:>11}", "DS", "JOB", "READ OPS", "READ", "WRITE OPS", "WRITTEN");
+        println!(
+            "{:>4} {:>6}  {:<24} {:>10} {:>11} {:>10} {:>11}",
+            "DS", "TARGET", "JOB", "READ OPS", "READ", "WRITE OPS", "WRITTEN"
+        );
         for s in &status {
             let Some(r) = &s.report else { continue };
-            let mut per_job = r.jobs.clone();
-            per_job.sort_by(|a, b| a.job.cmp(&b.job));
-            for j in per_job {
+            // Per target where the server reports it, else (per-job counting off at the targets) its totals.
+            let mut rows: Vec<(String, TargetJob)> =
+                r.targets.iter().flat_map(|t| t.jobs.iter().map(move |j| (t.target.to_string(), j.clone()))).collect();
+            if rows.is_empty() {
+                rows = r
+                    .jobs
+                    .iter()
+                    .map(|j| {
+                        let t = TargetJob {
+                            job: j.job.clone(),
+                            read_ops: j.read_ops,
+                            read_bytes: j.read_bytes,
+                            write_ops: j.write_ops,
+                            write_bytes: j.write_bytes,
+                        };
+                        ("all".to_string(), t)
+                    })
+                    .collect();
+            }
+            rows.sort_by(|a, b| a.1.job.cmp(&b.1.job).then_with(|| a.0.cmp(&b.0)));
+            for (target, j) in rows {
                 println!(
-                    "{:>4}  {:<24} {:>10} {:>11} {:>10} {:>11}",
+                    "{:>4} {:>6}  {:<24} {:>10} {:>11} {:>10} {:>11}",
                     s.ds,
+                    target,
                     j.job,
                     j.read_ops,
                     human_bytes(j.read_bytes),
@@ -1417,6 +1443,20 @@ async fn df(c: &Client, jobs: bool, json: bool, policy: bool) -> CliResult<()> {
         }
     }
     Ok(())
+}
+
+/// A target's median and 99th percentile request latency (bucket upper bounds), e.g. `1ms/25ms`.
+fn latency_range(l: &tessera_proto::msg::LatencyHistogram) -> String {
+    let show = |us: Option<u64>| match us {
+        None => "-".to_string(),
+        Some(u64::MAX) => ">1s".to_string(),
+        Some(us) if us >= 1000 => format!("{}ms", us / 1000),
+        Some(us) => format!("{us}us"),
+    };
+    match l.total() {
+        0 => "-".to_string(),
+        _ => format!("{}/{}", show(l.quantile_us(0.5)), show(l.quantile_us(0.99))),
+    }
 }
 
 /// `df`'s use%: used / (used + available), rounded up.

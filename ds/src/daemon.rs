@@ -106,6 +106,7 @@ async fn run(args: Args) -> Result<(), String> {
                 scheduler: reporter.scheduler.clone(),
                 trace: data_path.trace.clone(),
                 stores: store_handles.clone(),
+                target_stats: reporter.target_stats.clone(),
             };
             let endpoint = tessera_metrics::Endpoint::bind(addr, m.registry()).await.map_err(|e| e.to_string())?;
             info!(addr = %endpoint.local_addr(), "metrics on http://{}/metrics", endpoint.local_addr());

@@ -9,6 +9,7 @@
 //! - [`device`]: the device model: `none` or the emulated rotating disk `hdd` (one head, C-LOOK).
 //! - [`locality`]: the locality monitor (SL_i, SL_ij, RD_ij EWMAs, SeekTime_i).
 //! - [`counters`]: per-job read/write operation and byte counters.
+//! - [`targetstats`]: per storage target request sizes, latencies and traffic per job.
 //! - [`report`]: the data server's report and the tasks sending it and the locality report to the MDS.
 //! - [`jobtrace`]: per-job bounded request traces (`tessera trace start|stop|export`).
 //! - [`trace`]: optional CSV trace of every served request (time, job, address, length, op).
@@ -28,6 +29,7 @@ pub mod report;
 pub mod scheduler;
 pub mod server;
 pub mod store;
+pub mod targetstats;
 pub mod trace;
 pub mod write_cache;
 

@@ -5,6 +5,7 @@ use crate::counters::Counters;
 use crate::locality::Locality;
 use crate::scheduler::{Scheduler, ServeControl};
 use crate::store::Store;
+use crate::targetstats::TargetStats;
 use crate::trace::Trace;
 use std::fmt;
 use std::sync::Arc;
@@ -24,6 +25,8 @@ pub struct Metrics {
     pub trace: Option<Arc<Trace>>,
     /// The targets' stores, by index.
     pub stores: Vec<Store>,
+    /// The targets' request statistics, by index.
+    pub target_stats: Vec<Arc<TargetStats>>,
 }
 
 impl Metrics {
@@ -93,6 +96,35 @@ impl Metrics {
             f.sample(&[("target", k), ("op", "read")], t.read_bytes)?;
             f.sample(&[("target", k), ("op", "write")], t.write_bytes)?;
         }
+        let mut f = s.histogram(
+            "tessera_ds_target_request_latency_seconds",
+            "Reads and writes per storage target by their time at the server (queued, device, I/O).",
+        )?;
+        for (t, k) in self.target_stats.iter().zip(&names) {
+            let l = t.latency();
+            f.sample(&[("target", k)], l.sum_us as f64 / 1e6, l.total(), &l.buckets_s())?;
+        }
+        let mut f = s.counter("tessera_ds_target_request_size_total", "Reads and writes per target by size bucket.")?;
+        for (t, k) in self.target_stats.iter().zip(&names) {
+            for (count, size) in t.sizes().counts.iter().zip(tessera_proto::msg::SizeHistogram::LABELS) {
+                f.sample(&[("target", k), ("size", size)], *count)?;
+            }
+        }
+        let per_job: Vec<_> = self.target_stats.iter().map(|t| t.jobs()).collect();
+        let mut f = s.counter("tessera_ds_target_job_bytes_total", "Bytes per storage target, job and operation.")?;
+        for (jobs, k) in per_job.iter().zip(&names) {
+            for j in jobs {
+                f.sample(&[("target", k), ("job", &j.job), ("op", "read")], j.read_bytes)?;
+                f.sample(&[("target", k), ("job", &j.job), ("op", "write")], j.write_bytes)?;
+            }
+        }
+        let mut f = s.counter("tessera_ds_target_job_ops_total", "Requests per storage target, job and operation.")?;
+        for (jobs, k) in per_job.iter().zip(&names) {
+            for j in jobs {
+                f.sample(&[("target", k), ("job", &j.job), ("op", "read")], j.read_ops)?;
+                f.sample(&[("target", k), ("job", &j.job), ("op", "write")], j.write_ops)?;
+            }
+        }
         s.gauge("tessera_ds_queue_depth", "Requests waiting or in service.")?.sample(&[], self.scheduler.depth())?;
         let serve = self.serve.snapshot();
         s.gauge("tessera_ds_serve_epoch", "Epoch of the serve command in force (0 = work-conserving).")?
@@ -143,7 +175,19 @@ mod tests {
         let store = Store::open(dir.path(), 3).unwrap();
         store.write(1, 0, bytes::Bytes::from(vec![1u8; 1 << 20]), false).await.unwrap();
         store.read(1, 0, 10).await.unwrap();
-        let m = Metrics { ds: 3, counters, locality, serve: ctl, scheduler, trace: None, stores: vec![store] };
+        let stats = Arc::new(TargetStats::new(true));
+        stats.record("job\"1", true, 1 << 20, Duration::from_micros(700));
+        let target_stats = vec![stats];
+        let m = Metrics {
+            ds: 3,
+            counters,
+            locality,
+            serve: ctl,
+            scheduler,
+            trace: None,
+            stores: vec![store],
+            target_stats,
+        };
         // The HTTP side (status, Content-Type, 404) is tessera_metrics::endpoint's test.
         let body = render(&m.registry()).unwrap();
         for want in [
@@ -159,6 +203,10 @@ mod tests {
             "tessera_ds_serve_epoch{ds=\"3\"} 4",
             "tessera_ds_serve_target{ds=\"3\",kind=\"job\",job=\"job\\\"1\"} 1",
             "tessera_ds_serve_fallback{ds=\"3\"} 0",
+            "tessera_ds_target_request_latency_seconds_bucket{ds=\"3\",le=\"0.001\",target=\"0\"} 1",
+            "tessera_ds_target_request_latency_seconds_count{ds=\"3\",target=\"0\"} 1",
+            "tessera_ds_target_request_size_total{ds=\"3\",target=\"0\",size=\"1M-4M\"} 1",
+            "tessera_ds_target_job_bytes_total{ds=\"3\",target=\"0\",job=\"job\\\"1\",op=\"write\"} 1048576",
             // OpenMetrics names a counter family without its samples' `_total`.
             "# TYPE tessera_ds_device_busy_seconds counter",
             "tessera_ds_device_busy_seconds_total{ds=\"3\"} ",

@@ -5,6 +5,7 @@ use crate::counters::Counters;
 use crate::locality::Locality;
 use crate::scheduler::Scheduler;
 use crate::store::Store;
+use crate::targetstats::TargetStats;
 use bytes::Bytes;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,6 +22,8 @@ pub struct Reporter {
     pub ds: DsId,
     /// The targets' stores, by index.
     pub stores: Vec<Store>,
+    /// The targets' request statistics, by index.
+    pub target_stats: Vec<Arc<TargetStats>>,
     pub scheduler: Scheduler,
     pub counters: Arc<Counters>,
     /// Samples this process's CPU share for the reports.
@@ -43,6 +46,9 @@ impl Reporter {
                 write_ops: t.write_ops,
                 write_bytes: t.write_bytes,
                 enforced: space.enforced,
+                sizes: self.target_stats.get(k).map(|s| s.sizes()).unwrap_or_default(),
+                latency: self.target_stats.get(k).map(|s| s.latency()).unwrap_or_default(),
+                jobs: self.target_stats.get(k).map(|s| s.jobs()).unwrap_or_default(),
             });
         }
         // Targets sharing the host file system (no capacity configured) share its space: counted once.

@@ -10,6 +10,7 @@ use crate::locality::Locality;
 use crate::report::Reporter;
 use crate::scheduler::{Orchestrated, Scheduler, ServeControl};
 use crate::store::Store;
+use crate::targetstats::TargetStats;
 use crate::trace::Trace;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -30,6 +31,8 @@ pub struct Target {
     pub store: Store,
     pub addresses: Arc<Addresses>,
     pub device: Device,
+    /// Its request sizes, latencies and per-job traffic (for the reports).
+    pub stats: Arc<TargetStats>,
 }
 
 /// The orchestration side of the data path: the targets, locality, serve state, trace.
@@ -92,6 +95,7 @@ pub fn assemble(stores: Vec<Store>, s: &Setup) -> FsResult<(Reporter, DataPath)>
                 store: store.clone(),
                 addresses: Addresses::open(store.root(), s.reservation)?,
                 device: Device::start(s.model)?,
+                stats: Arc::new(TargetStats::new(s.job_counters)),
             })
         })
         .collect::<FsResult<Vec<_>>>()?;
@@ -100,6 +104,7 @@ pub fn assemble(stores: Vec<Store>, s: &Setup) -> FsResult<(Reporter, DataPath)>
     let reporter = Reporter {
         ds: s.ds,
         stores,
+        target_stats: targets.iter().map(|t| t.stats.clone()).collect(),
         scheduler: Scheduler::start(s.queue_depth, Orchestrated::new(serve.clone())),
         counters: Arc::new(Counters::switched(s.job_counters)),
         load: Arc::default(),
@@ -205,6 +210,7 @@ impl DsService {
         let (client, pid) = (tag.origin.client, tag.origin.pid);
         let job_trace = self.path.job_traces.is_on(tag.job()).then(|| (self.path.job_traces.clone(), tag.ino));
         let queued = tessera_proto::types::unix_us();
+        let (stats, arrived) = (target.stats.clone(), Instant::now());
         self.scheduler
             .submit_arc(job, async move {
                 let grant = match (&device, addr) {
@@ -216,6 +222,9 @@ impl DsService {
                 let real = t0.elapsed();
                 if let Some(g) = grant {
                     g.finish(real).await;
+                }
+                if let (Ok(_), OpKind::Read | OpKind::Write) = (&r, op.kind) {
+                    stats.record(&j, op.kind == OpKind::Write, op.len, arrived.elapsed());
                 }
                 if let (Some((traces, ino)), Ok(_), OpKind::Read | OpKind::Write) = (&job_trace, &r, op.kind) {
                     let end_us = tessera_proto::types::unix_us();

@@ -52,6 +52,8 @@ pub struct Scrape<'a> {
 pub enum Gauge {}
 /// Marks a [`Family`] of counters.
 pub enum Counter {}
+/// Marks a [`Family`] of histograms.
+pub enum Histogram {}
 
 /// One metric family being written: its samples follow its `# HELP` and `# TYPE` lines.
 pub struct Family<'s, T> {
@@ -71,6 +73,14 @@ impl<'a> Scrape<'a> {
     pub fn counter<'s>(&'s mut self, name: &'s str, help: &str) -> Result<Family<'s, Counter>, fmt::Error> {
         let family = name.strip_suffix("_total").ok_or(fmt::Error)?;
         let enc = self.enc.encode_descriptor(family, help, None, MetricType::Counter)?;
+        Ok(Family { enc, kind: PhantomData })
+    }
+}
+
+impl<'a> Scrape<'a> {
+    /// Starts a histogram family (samples `NAME_bucket{le=...}`, `NAME_sum`, `NAME_count`).
+    pub fn histogram<'s>(&'s mut self, name: &'s str, help: &str) -> Result<Family<'s, Histogram>, fmt::Error> {
+        let enc = self.enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
         Ok(Family { enc, kind: PhantomData })
     }
 }
@@ -104,6 +114,14 @@ impl Family<'_, Counter> {
     }
 }
 
+impl Family<'_, Histogram> {
+    /// One histogram: the sum and count of the observations, and per bucket (upper bound, observations in
+    /// it — not cumulative; the last bound `f64::INFINITY`).
+    pub fn sample(&mut self, labels: &[(&str, &str)], sum: f64, count: u64, buckets: &[(f64, u64)]) -> fmt::Result {
+        self.with(labels, |e| e.encode_histogram::<NoLabelSet>(sum, count, buckets, None))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,6 +146,24 @@ mod tests {
         let mut bare = Registry::default();
         bare.register_collector(collector(|s| s.gauge("t_up", "Up")?.sample(&[], 1i64)));
         assert_eq!(render(&bare).unwrap(), "# HELP t_up Up\n# TYPE t_up gauge\nt_up 1\n# EOF\n");
+    }
+
+    #[test]
+    fn histograms_render_cumulative_buckets() {
+        let mut r = Registry::default();
+        r.register_collector(collector(|s| {
+            s.histogram("t_latency_seconds", "Latency")?.sample(
+                &[("target", "0")],
+                0.5,
+                3,
+                &[(0.1, 1), (f64::INFINITY, 2)],
+            )
+        }));
+        let text = render(&r).unwrap();
+        assert!(text.contains("# TYPE t_latency_seconds histogram"), "{text}");
+        assert!(text.contains("t_latency_seconds_bucket{le=\"0.1\",target=\"0\"} 1"), "{text}");
+        assert!(text.contains("t_latency_seconds_bucket{le=\"+Inf\",target=\"0\"} 3"), "{text}");
+        assert!(text.contains("t_latency_seconds_count{target=\"0\"} 3"), "{text}");
     }
 
     #[test]

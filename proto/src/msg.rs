@@ -170,6 +170,79 @@ pub struct TargetReport {
     pub write_bytes: u64,
     /// Whether `capacity` is configured (enforced) rather than the host file system's.
     pub enforced: bool,
+    /// Sizes of the reads and writes it served, and their latency (arrival at the server to done: queueing,
+    /// the device and the I/O).
+    pub sizes: SizeHistogram,
+    pub latency: LatencyHistogram,
+    /// Its traffic per job, the busiest [`TargetJob::MAX`] jobs (the rest summed under
+    /// [`TargetJob::OTHERS`]); empty when per-job counting is off (`[metrics] job_counters`).
+    pub jobs: Vec<TargetJob>,
+}
+
+/// One job's requests and bytes on one storage target since the server started.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct TargetJob {
+    pub job: String,
+    pub read_ops: u64,
+    pub read_bytes: u64,
+    pub write_ops: u64,
+    pub write_bytes: u64,
+}
+
+impl TargetJob {
+    /// Most jobs a target reports one by one.
+    pub const MAX: usize = 32;
+    /// The name the jobs beyond [`TargetJob::MAX`] are summed under.
+    pub const OTHERS: &'static str = "(others)";
+}
+
+/// Request latencies in buckets (upper bounds in [`LatencyHistogram::BOUNDS_US`], the last open).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct LatencyHistogram {
+    pub counts: [u64; LatencyHistogram::BUCKETS],
+    /// The latencies' sum, microseconds.
+    pub sum_us: u64,
+}
+
+impl LatencyHistogram {
+    pub const BUCKETS: usize = 14;
+    /// Upper bounds (exclusive, microseconds) of the buckets but the last.
+    pub const BOUNDS_US: [u64; 13] =
+        [50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000];
+
+    pub fn bucket(us: u64) -> usize {
+        Self::BOUNDS_US.partition_point(|&b| b <= us)
+    }
+
+    pub fn total(&self) -> u64 {
+        self.counts.iter().fold(0u64, |a, b| a.saturating_add(*b))
+    }
+
+    /// Per bucket (upper bound in seconds, count), the last `f64::INFINITY`: a Prometheus histogram's.
+    pub fn buckets_s(&self) -> Vec<(f64, u64)> {
+        let bound = |i: usize| Self::BOUNDS_US.get(i).map_or(f64::INFINITY, |&us| us as f64 / 1e6);
+        self.counts.iter().enumerate().map(|(i, &c)| (bound(i), c)).collect()
+    }
+
+    /// The upper bound (µs) of the bucket holding the `q` quantile (`None`: no requests; `u64::MAX`: in
+    /// the open last bucket).
+    pub fn quantile_us(&self, q: f64) -> Option<u64> {
+        let total = self.total();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0u64;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen = seen.saturating_add(*c);
+            if seen >= rank {
+                return Some(Self::BOUNDS_US.get(i).copied().unwrap_or(u64::MAX));
+            }
+        }
+        Some(u64::MAX)
+    }
 }
 
 impl TargetReport {
@@ -1419,6 +1492,20 @@ mod tests {
         let lease = DirLease { dir: u64::MAX, token: u64::MAX, valid_ms: u32::MAX, inos, attr, entries };
         let len = crate::wire::encode(&MdsReply::Lease(lease)).unwrap().len();
         assert!(len > LEASE_NAME_BYTES_MAX && len < crate::wire::MAX_HEADER * 3 / 4, "{len} bytes");
+    }
+
+    #[test]
+    fn latency_quantiles_name_their_bucket_bound() {
+        let mut h = LatencyHistogram::default();
+        assert_eq!(h.quantile_us(0.5), None);
+        for us in [10, 60, 60, 3_000, 2_000_000] {
+            h.counts[LatencyHistogram::bucket(us)] += 1;
+        }
+        assert_eq!(LatencyHistogram::bucket(50), 1, "bounds are exclusive");
+        assert_eq!(h.quantile_us(0.0), Some(50));
+        assert_eq!(h.quantile_us(0.5), Some(100));
+        assert_eq!(h.quantile_us(0.8), Some(5_000));
+        assert_eq!(h.quantile_us(1.0), Some(u64::MAX));
     }
 
     #[test]
