@@ -89,6 +89,6 @@ for w, cols in names.items():
             continue
         med = {v: st.median(float(r[3 + i]) for r in rows if r[1] == w and r[2] == v) for v in ("on", "off", "trace")}
         ratio = lambda v: med[v] / med["on"] if med["on"] > 0 else float("nan")
-        print(f"{w} {col}: median on {med['on']:.1f}, off {med['off']:.1f}, trace {med['trace']:.1f}; "
+        print(f"{w} {col}: median on {med['on']:.2f}, off {med['off']:.2f}, trace {med['trace']:.2f}; "
               f"off/on {ratio('off'):.3f}, trace/on {ratio('trace'):.3f}")
 PY
