@@ -795,6 +795,11 @@ impl Handle {
     /// read-ahead chunks covering it or the strided block holding it, starting the fetches of those
     /// missing and of the ones ahead. `None`: a random read, read directly ([`crate::readahead`] decides).
     fn plan_read(&self, off: u64, end: u64, size: u64) -> FsResult<Option<Vec<Part>>> {
+        // A job following a PerSched pattern reads only what it asks for, each read gated to its intervals
+        // and paced (fs.rs): fetches ahead would move bytes outside them, and past the granted rate.
+        if self.periodic.active() {
+            return Ok(None);
+        }
         let first = off / RA_CHUNK;
         let last = (end - 1) / RA_CHUNK;
         let mut ra = self.ra.lock().map_err(|_| FsError::io("read-ahead state poisoned"))?;
