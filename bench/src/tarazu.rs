@@ -15,8 +15,9 @@
 //! Composite (PFL) layouts: IOR file-per-process with the paper's Config 1 `[0,128M):1 [128M,512M):3
 //! [512M,2G):8 [2G,EOF):16` and Config 2 `[0,128M):1 [128M,2G):12 [2G,EOF):32` (Table 8), and IOR shared
 //! file with Config 1; the extent boundaries are scaled like the data (the paper's 10 GB target is
-//! `--file-size` here), rounded to whole stripes. The layout is set on the job's directory (`setstripe -E`)
-//! and each extent is placed when the files reach it.
+//! `--file-size` here), rounded to whole stripes. The layout is set on the job's directory (`setstripe -E`);
+//! the files are declared with their whole size, so the MDS places every extent they will reach in the
+//! declaration's batch and instantiates each on its planned targets when the files reach it.
 
 use crate::experiment::{write_outputs, DeviceModelArg, ExperimentArgs};
 use crate::localcluster::{ClusterOptions, LocalCluster};
@@ -252,14 +253,15 @@ fn paths(job: &Job, run_dir: &str) -> Vec<String> {
 async fn write_jobs(client: &Client, jobs: &[Job], run_dir: &str) -> Result<u64> {
     let mut tasks = Vec::new();
     for job in jobs {
-        // A composite job's directory carries its layout; what is declared is the first extent (the rest
-        // is placed as the files reach it).
+        // A composite job's directory carries its layout; its files are declared with their whole size
+        // and the directory's layout (no count of their own): the MDS places every extent that size
+        // reaches in the declaration's batch, and uses it as the files reach each extent.
         let (declared_size, declared_count) = match &job.composite {
             Some(specs) => {
                 let dir = job_dir(job, run_dir);
                 client.mkdir_all(&dir, 0o755).await.map_err(|e| anyhow!("{dir}: {e}"))?;
                 client.set_composite_layout(&dir, specs.clone()).await.map_err(|e| anyhow!("{dir}: {e}"))?;
-                (job.file_size.min(specs[0].end), specs[0].stripe_count)
+                (job.file_size, None)
             }
             None => (job.file_size, Some(job.count)),
         };

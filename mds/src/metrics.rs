@@ -103,6 +103,17 @@ fn placement(s: &mut Scrape, placer: &crate::placer::Placer) -> fmt::Result {
         .sample(&[], st.deferred)?;
     s.counter("tessera_placement_declared_used_total", "Creates placed from a declaration.")?
         .sample(&[], st.declared_used)?;
+    let (planned_used, planned_dropped) = placer.planned_counts();
+    s.counter(
+        "tessera_placement_planned_extents_used_total",
+        "Composite extents placed where their declaration planned.",
+    )?
+    .sample(&[], planned_used)?;
+    s.counter(
+        "tessera_placement_planned_extents_dropped_total",
+        "Planned composite extents placed anew when reached (a planned target full or down).",
+    )?
+    .sample(&[], planned_dropped)?;
     if let Some(l) = st.last {
         s.gauge("tessera_placement_last_solve_seconds", "Time the last solve took.")?
             .sample(&[("policy", &l.policy)], l.micros as f64 / 1e6)?;
@@ -284,6 +295,7 @@ mod tests {
             "tessera_placement_target_capacity_bytes{ds=\"0\",target=\"1\"} 1000",
             "tessera_placement_ost_cost 1.6",
             "tessera_placement_policy{policy=\"lustre\"} 1",
+            "tessera_placement_planned_extents_used_total 0",
         ] {
             assert!(body.contains(line), "{line} missing in\n{body}");
         }

@@ -5,10 +5,12 @@
 //!
 //! Spec: `../shared/specs/placement.md` ("Layouts"). The stripe math is `tessera_proto::layout`'s.
 //!
-//! Instantiation places outside the namespace lock, with the file's policy (its own `tessera.placement`,
-//! else the directory it was created in, else the cluster's), avoiding the targets the file's earlier
-//! extents use ([`crate::placer::Placer::place_avoiding`]: distinct targets, the file stops growing once
-//! it has a stripe on every target). Then, under the lock, each extent still without objects gets fresh
+//! Instantiation places outside the namespace lock: on the targets planned for the extent when the file
+//! was declared (`tessera declare` with an expected size: its extents were solved in one batch with the
+//! other declared files', [`crate::placer::Placer::declare`]) if they still have room, else now, with the
+//! file's policy (its own `tessera.placement`, else the directory it was created in, else the cluster's),
+//! avoiding the targets the file's earlier extents use ([`crate::placer::Placer::place_avoiding`]:
+//! distinct targets, the file stops growing once it has a stripe on every target). Then, under the lock, each extent still without objects gets fresh
 //! object ids. Two clients racing to instantiate the same extent both place it; the first commit wins and
 //! the other's placement only stays counted as pending allocation for a while. Reaching an extent
 //! instantiates every extent before it (Lustre does the same), so instantiated extents are a prefix.
@@ -79,7 +81,7 @@ impl Namespace {
                     let ((stripe_size, stripe_count), rest) = self.composite_parts(specs);
                     let req = CreateRequest { stripe_count, stripe_size, expected_size: 0, exclude: Vec::new() };
                     let slots = self.placer.place(policy.as_deref(), &[req])?.pop().unwrap_or_default();
-                    Some(Placed { stripe_size, slots, rest })
+                    Some(Placed { stripe_size, slots, rest, planned: Vec::new() })
                 }
                 FileKind::Dir => None,
                 _ => return Err(FsError::invalid(format!("inode {ino} cannot have a layout"))),
@@ -95,7 +97,7 @@ impl Namespace {
                 tx.set_dir_layout(ino, None)?;
             }
             (FileKind::File, Some(p)) if i.attr.size == 0 => {
-                let new = self.layout_of(&p)?;
+                let new = self.layout_of(ino, p)?;
                 if let Some(old) = i.layout.replace(new) {
                     tx.queue_destroy(&old)?;
                 }
@@ -140,7 +142,8 @@ impl Namespace {
                 expected_size,
                 exclude: Vec::new(),
             };
-            let slots = self.placer.place_avoiding(policy.as_deref(), req, &avoid)?;
+            // `k + 1`: the extent's index in the layout (extent 0 is the first, `l.targets`).
+            let slots = self.placer.place_extent(policy.as_deref(), ino, k + 1, e.start, e.end, req, &avoid)?;
             avoid.extend(&slots);
             placed.push((k, e.start, slots));
         }

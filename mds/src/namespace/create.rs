@@ -4,9 +4,10 @@ use super::entries::POLICY_XATTR;
 use super::{entry, err, validate_name, Namespace};
 use crate::perm::{self, W, X};
 use crate::placement::CreateRequest;
+use crate::placer::{DeclaredCreate, PlannedExtent};
 use crate::store::{xattr_key, Inode, T};
 use tessera_proto::error::ErrorCode;
-use tessera_proto::layout::LayoutSpec;
+use tessera_proto::layout::{ExtentSpec, LayoutSpec, EOF};
 use tessera_proto::msg::{DeclaredFile, MdsReply, MAX_DECLARE};
 use tessera_proto::{Attr, Caller, FileKind, FsError, FsResult, Ino, Timestamp, PATH_MAX};
 
@@ -58,7 +59,7 @@ impl Namespace {
         let mut i = self.new_inode(c, &p, kind, perm, rdev)?;
         if let Some(placed) = placed {
             let p = placed?;
-            i.layout = Some(self.layout_of(&p)?);
+            i.layout = Some(self.layout_of(i.attr.ino, p)?);
         }
         tx.add_inode(&i)?;
         let parent_attr = self.add_entry(&mut tx, parent, name, i.attr.ino, kind)?;
@@ -68,29 +69,73 @@ impl Namespace {
     }
 
     /// Declared creates (`tessera declare`): each in a directory the caller may create in, placed as
-    /// one batch per placement policy; kept by the placer until the create arrives.
+    /// one batch per placement policy; kept by the placer until the create arrives. In a directory with a
+    /// composite default layout, every extent the expected size reaches is placed in that batch too (the
+    /// first extent with the declared stripe count, if one is given).
     pub(super) fn declare(&self, c: &Caller, files: Vec<DeclaredFile>) -> FsResult<MdsReply> {
         if files.len() > MAX_DECLARE {
             return Err(FsError::invalid(format!("{} files in one declaration (at most {MAX_DECLARE})", files.len())));
         }
         let rd = self.store.begin();
-        let mut by_policy: std::collections::BTreeMap<Option<String>, Vec<(Ino, String, CreateRequest)>> =
-            Default::default();
+        let mut by_policy: std::collections::BTreeMap<Option<String>, Vec<DeclaredCreate>> = Default::default();
         for f in files {
             validate_name(&f.name)?;
             let p = rd.dir(f.parent)?;
             perm::check(c, &p.attr, W | X)?;
-            let base = rd.dir_layout(f.parent)?.unwrap_or_default();
-            let spec = LayoutSpec { stripe_size: None, stripe_count: f.stripe_count };
-            let (stripe_size, stripe_count) = self.merged_spec(spec, base);
-            let req = CreateRequest { stripe_count, stripe_size, expected_size: f.expected_size, exclude: Vec::new() };
-            by_policy.entry(self.policy_of(&rd, f.parent)?).or_default().push((f.parent, f.name, req));
+            let d = match rd.dir_composite(f.parent)? {
+                Some(specs) => self.declared_composite(&f, &specs),
+                None => {
+                    let base = rd.dir_layout(f.parent)?.unwrap_or_default();
+                    let spec = LayoutSpec { stripe_size: None, stripe_count: f.stripe_count };
+                    let (stripe_size, stripe_count) = self.merged_spec(spec, base);
+                    let req = CreateRequest {
+                        stripe_count,
+                        stripe_size,
+                        expected_size: f.expected_size,
+                        exclude: Vec::new(),
+                    };
+                    DeclaredCreate::plain(f.parent, f.name, req)
+                }
+            };
+            by_policy.entry(self.policy_of(&rd, f.parent)?).or_default().push(d);
         }
         let mut count = 0;
         for (policy, files) in by_policy {
             count += self.placer.declare(policy.as_deref(), files)?;
         }
         Ok(MdsReply::Declared { count: count as u32 })
+    }
+
+    /// A declared file under the composite layout `specs`: its first extent, and each later extent its
+    /// expected size reaches with the bytes it is expected to hold there (none reached when the size is
+    /// unknown, 0).
+    fn declared_composite(&self, f: &DeclaredFile, specs: &[ExtentSpec]) -> DeclaredCreate {
+        let ((stripe_size, count), rest) = self.composite_parts(specs);
+        let stripe_count = f.stripe_count.map_or(count, |c| c as usize);
+        let first_end = rest.first().map_or(EOF, |e| e.start);
+        let first = CreateRequest {
+            stripe_count,
+            stripe_size,
+            expected_size: f.expected_size.min(first_end),
+            exclude: Vec::new(),
+        };
+        let later = rest
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| f.expected_size > e.start)
+            .map(|(k, e)| PlannedExtent {
+                index: k + 1,
+                start: e.start,
+                end: e.end,
+                req: CreateRequest {
+                    stripe_count: e.stripe_count as usize,
+                    stripe_size: e.stripe_size,
+                    expected_size: f.expected_size.min(e.end) - e.start,
+                    exclude: Vec::new(),
+                },
+            })
+            .collect();
+        DeclaredCreate { parent: f.parent, name: f.name.clone(), first, later }
     }
 
     pub(super) fn mkdir_sync(&self, c: &Caller, parent: Ino, name: &str, perm: u32) -> FsResult<MdsReply> {

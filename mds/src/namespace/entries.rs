@@ -4,7 +4,7 @@
 use super::{validate_name, Namespace};
 use crate::perm::{self, W, X};
 use crate::placement::CreateRequest;
-use crate::placer::Slot;
+use crate::placer::{Planned, Slot};
 use crate::store::{xattr_key, Dentry, Inode, Txn, T};
 use tessera_proto::layout::{Component, Layout, LayoutSpec, StripeTarget};
 use tessera_proto::{object_in, Attr, Caller, FileKind, FsError, FsResult, Ino, Timestamp};
@@ -16,6 +16,9 @@ pub(super) struct Placed {
     pub slots: Vec<Slot>,
     /// A composite layout's extents after the first (placed when the file reaches them).
     pub rest: Vec<Component>,
+    /// Where those of them the file's declaration reaches go (kept for the new inode by
+    /// [`Namespace::layout_of`]).
+    pub planned: Vec<Planned>,
 }
 
 /// The extended attribute naming a directory's (or a file's) placement policy (`tessera setstripe --policy`).
@@ -118,11 +121,13 @@ impl Namespace {
         Ok(l)
     }
 
-    /// The layout of a placed new file: fresh objects for its (first) extent, the others pending.
-    pub(super) fn layout_of(&self, p: &Placed) -> FsResult<Layout> {
+    /// The layout of the placed new file `ino`: fresh objects for its (first) extent, the others pending
+    /// (their planned targets, if declared, kept by the placer until the file reaches them).
+    pub(super) fn layout_of(&self, ino: Ino, p: Placed) -> FsResult<Layout> {
         let mut l = self.layout_on(p.stripe_size, &p.slots)?;
-        l.extents = p.rest.clone();
+        l.extents = p.rest;
         l.validate()?;
+        self.placer.keep_planned(ino, p.planned);
         Ok(l)
     }
 
@@ -162,17 +167,19 @@ impl Namespace {
         let mut undeclared = Vec::new();
         for (k, name) in names.iter().enumerate() {
             // A declaration holds unless the create asks for another stripe count than declared.
-            let declared = self.placer.take_declared(dir, name).filter(|(slots, _)| {
-                spec.and_then(|s| s.stripe_count).is_none_or(|c| c == 0 || c as usize == slots.len())
-            });
-            let slots = match declared {
-                Some((slots, _)) => slots,
+            let declared = self
+                .placer
+                .take_declared(dir, name)
+                .filter(|t| spec.and_then(|s| s.stripe_count).is_none_or(|c| c == 0 || c as usize == t.slots.len()));
+            let (slots, planned) = match declared {
+                // The plan of the later extents holds only for the composite layout it was made for.
+                Some(t) => (t.slots, if composite.is_some() { t.later } else { Vec::new() }),
                 None => {
                     undeclared.push(k);
-                    Vec::new()
+                    (Vec::new(), Vec::new())
                 }
             };
-            out.push(Placed { stripe_size, slots, rest: rest.clone() });
+            out.push(Placed { stripe_size, slots, rest: rest.clone(), planned });
         }
         // Without a declaration, the predictor's size: what the same path held last (a job's previous run).
         let reqs: Vec<CreateRequest> = undeclared

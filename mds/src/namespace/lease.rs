@@ -188,10 +188,10 @@ impl Namespace {
         }
         let attr = Attr::new(e.ino, FileKind::File, e.perm, e.uid, e.gid, e.time);
         let layout = match placed {
-            Some(p) => self.layout_of(&p)?,
+            Some(p) => self.layout_of(e.ino, p)?,
             None if tx.dir_composite(dir)?.is_some() => {
                 let p = self.place_new_files(dir, &[e.name.as_str()], None)?.pop();
-                self.layout_of(&p.ok_or_else(|| FsError::io("placement returned no layout"))?)?
+                self.layout_of(e.ino, p.ok_or_else(|| FsError::io("placement returned no layout"))?)?
             }
             None => self.new_layout(LayoutSpec::default(), base, self.policy_of(tx, dir)?.as_deref())?,
         };

@@ -1331,3 +1331,41 @@ async fn composite_layouts_place_extents_when_reached_on_distinct_targets() {
     let want = vec![plain(1 << 20, 1), plain(EOF, 2)];
     assert_eq!(ns.handle(&r, MdsRequest::GetLayout { ino: d.ino }).await.unwrap(), MdsReply::DirComposite(want));
 }
+
+#[tokio::test]
+async fn declared_files_in_a_composite_directory_get_the_extents_they_reach_planned_at_declaration() {
+    use tessera_proto::layout::{ExtentSpec, EOF};
+    use tessera_proto::msg::DeclaredFile;
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let r = root();
+    let d = mkdir(&ns, &r, ROOT_INO, "pfl").await.unwrap();
+    let e = |end, c| ExtentSpec { end, stripe_size: Some(65536), stripe_count: Some(c) };
+    let specs = vec![e(1 << 20, 1), e(4 << 20, 2), e(EOF, 0)];
+    ns.handle(&r, MdsRequest::SetCompositeLayout { ino: d.ino, extents: specs }).await.unwrap();
+    // "a" will reach the second extent (3 MiB), "b"'s size is unknown.
+    let decl = |name: &str, expected_size| DeclaredFile {
+        parent: d.ino,
+        name: name.into(),
+        expected_size,
+        stripe_count: None,
+    };
+    let files = vec![decl("a", 3 << 20), decl("b", 0)];
+    assert_eq!(ns.handle(&r, MdsRequest::Declare { files }).await.unwrap(), MdsReply::Declared { count: 2 });
+    assert_eq!(ns.placer.status().solves, 2, "the first extents, then the second extents, each one batch");
+    let a = create(&ns, &r, d.ino, "a").await.unwrap();
+    let b = create(&ns, &r, d.ino, "b").await.unwrap();
+    let la = instantiate(&ns, a.ino, 2 << 20).await;
+    assert_eq!(ns.placer.planned_counts(), (1, 0), "a's second extent on its planned targets");
+    assert_eq!(la.extents[0].targets.len(), 2);
+    let mut servers: Vec<DsId> = la.all_targets().map(|t| t.ds).collect();
+    servers.sort_unstable();
+    servers.dedup();
+    assert_eq!(servers.len(), 3, "distinct targets across the extents: {la:?}");
+    // b had no plan beyond its first extent: placed when reached. a's third extent was not reached by its
+    // declared size: placed when reached too.
+    let lb = instantiate(&ns, b.ino, 2 << 20).await;
+    assert_eq!(lb.extents[0].targets.len(), 2);
+    instantiate(&ns, a.ino, 5 << 20).await;
+    assert_eq!(ns.placer.planned_counts(), (1, 0));
+}
