@@ -3,7 +3,7 @@
 
 use crate::ior::IorArgs;
 use crate::localcluster::{ClusterOptions, LocalCluster};
-use crate::model::{self, BurstBuffer, CounterErrors, JobLog, Params};
+use crate::model::{self, BurstBuffer, CounterErrors, JobLog, Params, ServerCache, Validation};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
@@ -23,7 +23,7 @@ enum ModelCmd {
     /// (their logs saved in --log-dir); without --logs, runs not fitted on are held out and their mean
     /// error per counter reported.
     Fit {
-        /// Counter logs (`tessera jobstats --job J --json`) to fit on.
+        /// Counter logs (`tessera jobstats --job J --json`) to fit on; `FILE:N`: N processes at a time.
         #[arg(long, num_args = 1..)]
         logs: Vec<PathBuf>,
         /// Where the benchmark runs' logs go.
@@ -38,12 +38,19 @@ enum ModelCmd {
         /// Scale of the benchmark runs (MiB per task per run).
         #[arg(long, default_value_t = 128)]
         mib: u64,
+        /// Each data server's write cache, MiB (`ds_options.write_cache_mb` / targets of the cluster the
+        /// logs come from; 0: no cache in the model).
+        #[arg(long, default_value_t = tessera_proto::config::DsOptions::default().write_cache_mb)]
+        write_cache_mb: u64,
+        /// Disk devices the data servers share (a local cluster: 1, all on one machine; 0: one per server).
+        #[arg(long, default_value_t = 1)]
+        devices: usize,
     },
     /// Predict a job's per-window counters from its counter log and report the mean error per counter.
     Replay {
         #[arg(long)]
         params: PathBuf,
-        /// Counter logs (`tessera jobstats --job J --json`).
+        /// Counter logs (`tessera jobstats --job J --json`); `FILE:N`: N processes at a time.
         #[arg(long, num_args = 1..)]
         logs: Vec<PathBuf>,
         /// Print every window.
@@ -98,8 +105,16 @@ pub fn job_log(info: &JobInfo) -> (JobLog, usize) {
     (JobLog { dt_s: dt_us as f64 / 1e6, processes: procs, windows }, info.nodes.len().max(1))
 }
 
-/// Reads `tessera jobstats --job J --json` (a list of jobs: the first) or one job's JSON.
+/// Reads `tessera jobstats --job J --json` (a list of jobs: the first) or one job's JSON. `FILE:N`: the
+/// job ran N processes at a time (the log counts every process it saw: a job of repeated runs, each with
+/// its own processes, would otherwise look as wide as all of them together).
 pub fn read_log(path: &Path) -> Result<(String, JobLog, usize)> {
+    let at_once = path.to_str().and_then(|s| s.rsplit_once(':')).and_then(|(f, n)| Some((f, n.parse::<usize>().ok()?)));
+    if let Some((file, n)) = at_once.filter(|_| !path.exists()) {
+        let (job, mut log, servers) = read_log(Path::new(file))?;
+        log.processes = n.clamp(1, log.processes);
+        return Ok((job, log, servers));
+    }
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let info: JobInfo = match serde_json::from_str::<Vec<JobInfo>>(&text) {
         Ok(v) => v.into_iter().next().with_context(|| format!("{}: no job", path.display()))?,
@@ -123,7 +138,7 @@ fn pct(x: f64) -> String {
 
 fn print_errors(name: &str, e: &CounterErrors) {
     println!(
-        "{name:<22} bytes_read {:>7}  bytes_written {:>7}  read_requests {:>7}  write_requests {:>7}  duration {:>7}",
+        "{name:<34} bytes_read {:>7}  bytes_written {:>7}  read_requests {:>7}  write_requests {:>7}  duration {:>7}",
         pct(e.read_bytes),
         pct(e.write_bytes),
         pct(e.read_ops),
@@ -134,25 +149,44 @@ fn print_errors(name: &str, e: &CounterErrors) {
 
 /// The errors of one log and whether it read and wrote at all (a counter never measured is left out of
 /// the means, not counted as 0%).
-type Evaluated = (CounterErrors, bool, bool);
+type Evaluated = (Validation, bool, bool);
+/// One way's errors of a log, with whether it read and wrote.
+type OneWay = (CounterErrors, bool, bool);
 
-/// Replays each log with `p` (its own server count); prints and returns the errors.
+/// Replays each log with `p` (its own server count); prints and returns the errors: the thesis's
+/// (§5.4.1, requests at each window's start) and the free-running replay's, window by window.
 fn evaluate(p: &Params, logs: &[(String, JobLog, usize)]) -> Vec<Evaluated> {
     logs.iter()
         .map(|(name, log, servers)| {
             let q = Params { servers: *servers, ..p.clone() };
-            let pr = model::replay(&q, log);
-            let e = model::errors(&log.windows, &pr.windows, log.dt_s, model::predicted_busy_s(&pr, log.dt_s));
-            print_errors(name, &e);
+            let v = model::validate(&q, log);
+            print_errors(&format!("{name} (thesis)"), &v.thesis);
+            print_errors(&format!("{name} (thesis, by volume)"), &v.volume);
+            print_errors(&format!("{name} (free-running)"), &v.free);
+            print_errors(&format!("{name} (free, by volume)"), &v.free_volume);
             let r = log.windows.iter().any(|w| w.read_ops > 0);
             let w = log.windows.iter().any(|w| w.write_ops > 0);
-            (e, r, w)
+            (v, r, w)
         })
         .collect()
 }
 
 fn print_mean(label: &str, es: &[Evaluated]) {
-    let avg = |f: &dyn Fn(&Evaluated) -> Option<f64>| {
+    type Way = fn(&Validation) -> &CounterErrors;
+    let ways: [(&str, Way); 4] = [
+        ("thesis", |v| &v.thesis),
+        ("thesis, by volume", |v| &v.volume),
+        ("free-running", |v| &v.free),
+        ("free, by volume", |v| &v.free_volume),
+    ];
+    for (way, get) in ways {
+        let of: Vec<_> = es.iter().map(|(v, r, w)| (get(v).clone(), *r, *w)).collect();
+        print_mean_of(&format!("{label} ({way})"), &of);
+    }
+}
+
+fn print_mean_of(label: &str, es: &[OneWay]) {
+    let avg = |f: &dyn Fn(&OneWay) -> Option<f64>| {
         let v: Vec<f64> = es.iter().filter_map(f).collect();
         if v.is_empty() {
             0.0
@@ -226,7 +260,9 @@ async fn bench_logs(dir: &Path, device_model: &str, mib: u64) -> Result<Vec<(Pat
             let info = admin.mds().job_stats(Some(&job)).await.map_err(|e| anyhow::anyhow!("jobstats {job}: {e}"))?;
             let path = dir.join(format!("{}.json", r.name));
             std::fs::write(&path, serde_json::to_string_pretty(&info)? + "\n")?;
-            out.push((path, r.held_out));
+            // Each repetition is its own processes: the run's task count is how many ran at once.
+            let tasks = if r.args.contains("-N 1 ") { 1 } else { 2 };
+            out.push((PathBuf::from(format!("{}:{tasks}", path.display())), r.held_out));
         }
         anyhow::Ok(out)
     }
@@ -238,7 +274,7 @@ async fn bench_logs(dir: &Path, device_model: &str, mib: u64) -> Result<Vec<(Pat
 /// Entry point of `tessera-bench model`.
 pub async fn run(a: ModelArgs) -> Result<()> {
     match a.cmd {
-        ModelCmd::Fit { logs, log_dir, out, device_model, mib } => {
+        ModelCmd::Fit { logs, log_dir, out, device_model, mib, write_cache_mb, devices } => {
             let files: Vec<(PathBuf, bool)> = if logs.is_empty() {
                 println!("benchmark runs on a local cluster (2 data servers, device model {device_model}); numbers are noisy");
                 bench_logs(&log_dir, &device_model, mib).await?
@@ -256,12 +292,24 @@ pub async fn run(a: ModelArgs) -> Result<()> {
                 }
             }
             let servers = train.first().map(|l| l.2).unwrap_or(2);
-            let start = Params { servers, ..Params::default() };
+            let cache = (write_cache_mb > 0).then(|| ServerCache::tessera(write_cache_mb << 20));
+            let start = Params { servers, cache, devices, ..Params::default() };
             let only: Vec<JobLog> = train.iter().map(|l| l.1.clone()).collect();
             let (p, f) = model::fit(&start, &only, 60);
             println!(
                 "fitted: client link {:.0} MiB/s, server network {:.0} MiB/s, disk {:.0} MiB/s write, {:.0} MiB/s read, latency {:.0} µs (objective {:.3})",
-                p.client_link_mib_s, p.server_net_mib_s, p.disk_mib_s, p.disk_rate(false), p.latency_us, f
+                p.client_link_mib_s,
+                p.server_net_mib_s,
+                p.disk_mib_s,
+                p.disk_rate(false),
+                p.latency_us,
+                f
+            );
+            println!(
+                "known: write cache {} MiB per server, {} servers on {} disk device(s)",
+                p.cache.map_or(0, |c| c.write_cache_bytes >> 20),
+                p.servers,
+                if p.devices == 0 { p.servers } else { p.devices }
             );
             if let Some(d) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(d)?;
@@ -285,25 +333,26 @@ pub async fn run(a: ModelArgs) -> Result<()> {
                 let q = Params { servers: l.2, ..p.clone() };
                 let pr = model::replay(&q, &l.1);
                 if windows {
-                    println!("{}: window  measured(rB wB rN wN)  predicted(rB wB rN wN)", l.0);
+                    let at = model::replay_windows(&q, &l.1);
+                    println!(
+                        "{}: window  measured(rB wB rN wN)  free-running(rB wB rN wN)  thesis drive(rB wB rN wN)",
+                        l.0
+                    );
                     let z = Window::default();
-                    for i in 0..l.1.windows.len().max(pr.windows.len()) {
-                        let (m, s) = (l.1.windows.get(i).unwrap_or(&z), pr.windows.get(i).unwrap_or(&z));
-                        println!(
-                            "  {i:>4}  {} {} {} {}   {} {} {} {}",
-                            m.read_bytes,
-                            m.write_bytes,
-                            m.read_ops,
-                            m.write_ops,
-                            s.read_bytes,
-                            s.write_bytes,
-                            s.read_ops,
-                            s.write_ops
-                        );
+                    let n = l.1.windows.len().max(pr.windows.len()).max(at.windows.len());
+                    for i in 0..n {
+                        let row: Vec<String> = [&l.1.windows, &pr.windows, &at.windows]
+                            .iter()
+                            .map(|v| {
+                                let w = v.get(i).unwrap_or(&z);
+                                format!("{} {} {} {}", w.read_bytes, w.write_bytes, w.read_ops, w.write_ops)
+                            })
+                            .collect();
+                        println!("  {i:>4}  {}", row.join("   "));
                     }
                 }
                 println!(
-                    "{}: measured busy {:.1} s, predicted I/O time {:.2} s, job span {:.2} s",
+                    "{}: measured busy {:.1} s, predicted (free-running) I/O time {:.2} s, job span {:.2} s",
                     l.0,
                     l.1.windows.iter().filter(|w| w.read_ops + w.write_ops > 0).count() as f64 * l.1.dt_s,
                     pr.io_time_s,
