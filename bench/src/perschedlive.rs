@@ -271,7 +271,8 @@ pub async fn run_job(
 pub struct JobArgs {
     #[command(flatten)]
     pub cluster: crate::backend::ClusterArgs,
-    /// β: tasks of the job (each writes vol/β per instance into its own file).
+    /// β: tasks of the job (they write vol per instance into the job's shared file, task t the 1 MiB
+    /// blocks j with j mod β = t).
     #[arg(long, default_value_t = 4)]
     pub tasks: u32,
     /// w: seconds of compute (a sleep) before each write.
