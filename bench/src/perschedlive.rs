@@ -3,13 +3,13 @@
 //! `tessera-bench experiment persched-live`.
 //!
 //! The job: β tasks of one job id; each instance computes w seconds (a sleep), then the β tasks write vol
-//! bytes together (vol/β each, into their own file, overwritten every instance) through the client library,
+//! bytes together into the job's file (IOR's shared file: block j of XFER bytes by task j mod β, one
+//! blocking write at a time per task; overwritten every instance, see [`job_path`]) through the client library,
 //! which follows the job's PerSched grant when the job registered. It reports each instance's start and end
 //! and the job's measured ρ̃ = n·w / elapsed and dilation ρ/ρ̃.
 //!
-//! The experiment: a local cluster (emulated hdd data servers) whose bandwidth B is measured first with a
-//! short write of all tasks at once; the MDS's `[persched]` platform is set to it (N = Σβ, b = B: a client
-//! node here has no bandwidth limit of its own, so `time_io = vol/B`). Several periodic jobs run at once —
+//! The experiment: a local cluster (emulated hdd data servers, configured to congest as below) whose
+//! bandwidths are probed first; the MDS's `[persched]` platform is set to them. Several periodic jobs run at once —
 //! the paper's mix of I/O shares scaled so a cycle is seconds (`--quick`) or tens of seconds — under
 //! `persched` (every job registers its profile, the client library follows the grant) and `none` (no job
 //! registers: they share the bandwidth as they come). SysEff/UB and Dilation come from the jobs' own
@@ -18,10 +18,63 @@
 //! their pattern); the whole-run values are recorded beside them. Medians over the runs; the runs
 //! alternate between the schedulers.
 //!
-//! The platform of the model is measured first on a fresh cluster: B with all tasks of the mix writing at
-//! once, and each job size of the mix alone; b is the smallest job's rate per task (the model's peak
-//! min(β b, B) is linear, the cluster's is not); the MDS is configured with 90% of both (what a plan must
-//! hold on).
+//! The platform of the model is probed first on a fresh cluster: each job of the mix writes alone, then all
+//! at once (unscheduled). B is the largest job alone (one task per data server: every disk streaming), b
+//! the smallest job's rate per task; the MDS is configured with 90% of both (what a plan must hold on).
+//! The probe's "all at once" is the paper's Table 3 (bandwidth slowdown under congestion), printed in the
+//! log and recorded in the JSON (`congestion`).
+//!
+//! ## Congestion: the platform
+//! PerSched's gain is the bandwidth that concurrent unscheduled jobs lose to congestion (Table 3: 25–65%
+//! on Jupiter). So the platform must lose it too: a job alone near its model rate min(β b, B), jobs at once
+//! less in aggregate, as rotating disks do when sequential streams interleave. Measured with this probe
+//! (`--quick`, hdd, release build, shared 2-core machine under load 6–8, 256 MiB per probe, one sample
+//! each; "loss" is 1 − all-at-once aggregate / B):
+//! - Before (2 servers, every file striped over both, device queue depth 8, C-LOOK, objects 1 GiB apart, one
+//!   write in flight per task): job A (4 tasks) alone 97.8 MiB/s, B and C (2 tasks) alone 88.6 and 85.5,
+//!   all three at once 96.0: loss 1.9%. Each task's file had an object on both servers and its 1 MiB writes
+//!   alternated between them, so with one job alone each disk already switched objects on nearly every
+//!   request (13.4 ms of transfer + ~5.4 ms of seek and rotation between objects 1 GiB apart: ~50 MiB/s per
+//!   disk, as measured). A job alone ran at the interleaved rate; more streams could not make it worse.
+//!   The DS write cache does not enter (it only keeps written data for reads; every write goes through
+//!   the head), and the elevator had nothing to sort (one request per stream at the disk).
+//! - A job as one sequential stream per disk: first each task's file on its own server (stripe count 1),
+//!   device queue depth 1, objects 1 GiB apart: A alone 223 MiB/s, all at once 197: loss 11.5% (a switch
+//!   between objects costs ~1.3 ms of seek + 4.2 ms of rotation against 13.4 ms of transfer).
+//! - Objects of different jobs at the mean random distance of the disk (a third of its 500 GB: a switch
+//!   costs the 8.5 ms average seek + 4.2 ms of rotation, as between files anywhere on a used disk; the
+//!   default 1 GiB puts every object in the first few GB): A alone 229 MiB/s, all at once 138: loss 39.8%.
+//! - The disk's queue (same layout and distance): at depth 8 with C-LOOK the elevator serves the lower
+//!   stream's queued sequential requests back to back while the other waits (A alone 253, all at once 233:
+//!   loss 7.9%, B and C starved while A wrote); FIFO at depth 8: loss 23.5%; depth 1 (the server hands its
+//!   disk one request at a time, from its per-job round robin): loss 39.8%. Two writes in flight per task
+//!   instead of one: the same within noise. Direct or buffered writes: the same within noise (38.4%).
+//! - But one task per server concentrates a small job on few disks (B's 2 tasks on servers 0 and 1), and
+//!   the model's only limit is the aggregate B: a pattern running A at B's residual bandwidth beside B
+//!   overloads servers 0–1 while 2–3 idle (a `--quick` run: PerSched SysEff/UB 0.760, measured ρ̃ of A
+//!   0.539 against 0.643 planned). So each job writes one shared file striped over all servers in
+//!   [`XFER`] stripes, task t writing the blocks j with j mod β = t ([`task_blocks`]): with β dividing the
+//!   server count, every server holds one object of the job that one task writes in order — a job alone is
+//!   still one sequential stream per disk, and every job's I/O is spread evenly over all disks, as the
+//!   model's shared B assumes. Probe with one write in flight per task: A alone 216 MiB/s, B 122, C 124
+//!   (linear in β: b = B/4), all three at once 131: loss 39.2% (each disk then interleaves three streams).
+//! - A task keeps one write in flight per server it writes to (S/β, write-behind as a client's RPCs in
+//!   flight per server), so a job alone keeps all its servers streaming (N·b ≫ B, as the paper's
+//!   platforms): A alone 227 MiB/s, B 194, C 233 (noise of a 64 MiB probe on a loaded machine), all three
+//!   at once 148: loss 34.8%.
+//!
+//! So this platform: [`SERVERS`] data servers with the default emulated disk, device queue depth 1 (FIFO),
+//! objects a third of the disk apart, a job's file striped over all servers with one task per server's
+//! stream. The mixes' largest job has one task per server, so B (all disks streaming) is measured from it.
+//!
+//! What it shows (`--quick`, hdd, one run each, shared 2-core machine): with one write in flight per task
+//! (each job alone at β/4 of B) `none` still reached 0.91 of UB (the light bursts drift apart and rarely
+//! all overlap) and PerSched 0.75; with a write in flight per server (every job alone at B, each burst
+//! covering every disk) unscheduled bursts that meet interleave on every disk and slow each other alike:
+//! `none` 0.58 of UB, Dilation 1.79; PerSched 0.75, 1.48; online-syseff 0.93, 1.31; online-dilation 0.86,
+//! 1.20. PerSched's measured ρ̃ stays below its plan (A 0.51 against 0.64): its pattern runs a job at
+//! another's residual bandwidth, and on a disk that sharing within B costs seeks too, which the paper's
+//! model does not charge; the online arbiters grant mostly one job at a time.
 //!
 //! The online heuristics of the authors' earlier work run live too: the MDS's arbiter
 //! (`[persched] scheduler = "online-syseff" | "online-dilation"`) grants each job a rate at every transfer
@@ -46,7 +99,8 @@ use tessera_proto::units::format_size;
 pub const NAME: &str = "persched-live";
 /// Transfer size of the job's writes.
 const XFER: u64 = 1 << 20;
-const SERVERS: usize = 2;
+/// Data servers of the experiment: the largest job of each mix has one task per server.
+const SERVERS: usize = 4;
 /// PerSched, the online heuristics (an arbiter in the MDS, `[persched] scheduler`), and no scheduler (no
 /// job registers).
 const SCHEDULERS: [&str; 4] = ["persched", "online-syseff", "online-dilation", "none"];
@@ -108,11 +162,23 @@ pub fn rho(w: f64, vol: u64, tasks: u32, bw: Bw) -> f64 {
     w / (w + vol as f64 / bw.peak(tasks))
 }
 
-/// The bytes task `t` of `tasks` writes per instance: vol split as evenly as possible.
-pub fn task_share(vol: u64, tasks: u32, t: u32) -> u64 {
+/// The blocks `(offset, len)` task `t` of `tasks` writes per instance into the job's file of `vol` bytes:
+/// block j (XFER bytes at j·XFER) is task j mod β's (IOR's shared file, one transfer per block).
+pub fn task_blocks(vol: u64, tasks: u32, t: u32) -> impl Iterator<Item = (u64, u64)> {
     let n = u64::from(tasks.max(1));
-    vol / n + u64::from(u64::from(t) < vol % n)
+    (u64::from(t)..vol.div_ceil(XFER)).step_by(n as usize).map(move |j| (j * XFER, XFER.min(vol - j * XFER)))
 }
+
+/// The job's file: shared by its tasks, striped over all data servers in XFER stripes. With β dividing
+/// the server count, block j lands on server j mod S and each server holds one object of the job that
+/// only task (j mod β) writes, in order: a job is one sequential stream per server, and its I/O is spread
+/// evenly over all servers (the model's B is the whole file system's).
+pub fn job_path(dir: &str, job: &str) -> String {
+    format!("{dir}/{job}")
+}
+
+/// The job file's layout.
+pub const JOB_LAYOUT: LayoutSpec = LayoutSpec { stripe_size: Some(XFER), stripe_count: None };
 
 /// Runs the job on `client` (which carries the job id); `register`: declare the profile to PerSched first.
 /// Does not leave the pattern (the caller does, see the module's decisions). `start`: a common instant
@@ -140,16 +206,17 @@ pub async fn run_job(
         };
         client.periodic_register(profile).await.map_err(|e| anyhow!("{}: periodic register: {e}", spec.job))?;
     }
-    let mut files = Vec::new();
-    for t in 0..spec.tasks {
-        let path = format!("{dir}/{}.{t:04}", spec.job);
-        let spec_l = LayoutSpec { stripe_size: None, stripe_count: None };
-        let f = match client.create(&path, 0o644, Some(spec_l)).await {
-            Ok(f) => f,
-            Err(_) => client.open(&path, OpenOptions::read_write()).await.map_err(|e| anyhow!("{path}: {e}"))?,
-        };
-        files.push(Arc::new(f));
-    }
+    let path = job_path(dir, &spec.job);
+    let file = match client.create(&path, 0o644, Some(JOB_LAYOUT)).await {
+        Ok(f) => f,
+        Err(_) => client.open(&path, OpenOptions::read_write()).await.map_err(|e| anyhow!("{path}: {e}"))?,
+    };
+    // Writes in flight per task: one per data server it writes to (its blocks' servers: S/β of them when β
+    // divides the stripe count S), as a client keeps an RPC in flight per server (write-behind). So a task
+    // keeps each of its servers streaming and a job alone reaches every server it touches.
+    let stripes = file.layout().targets.len().max(1);
+    let in_flight = (stripes / spec.tasks as usize).max(1);
+    let file = Arc::new(file);
     let data = crate::tarazu::pattern(XFER as usize, 7);
     if let Some(at) = start {
         tokio::time::sleep_until(at).await;
@@ -160,17 +227,18 @@ pub async fn run_job(
         let s = t0.elapsed().as_secs_f64();
         tokio::time::sleep(Duration::from_secs_f64(spec.compute_s)).await;
         let mut writers = Vec::new();
-        for (t, f) in files.iter().enumerate() {
-            let (f, data) = (f.clone(), data.clone());
-            let share = task_share(spec.volume, spec.tasks, t as u32);
+        for t in 0..spec.tasks {
+            let (f, data) = (file.clone(), data.clone());
             writers.push(async move {
-                let mut off = 0;
-                while off < share {
-                    let l = XFER.min(share - off);
-                    f.write_at(off, data.slice(..l as usize)).await?;
-                    off += l;
-                }
-                Ok::<(), tessera_proto::FsError>(())
+                use futures::{StreamExt, TryStreamExt};
+                futures::stream::iter(task_blocks(spec.volume, spec.tasks, t))
+                    .map(|(off, len)| {
+                        let (f, d) = (&f, data.slice(..len as usize));
+                        async move { f.write_at(off, d).await }
+                    })
+                    .buffered(in_flight)
+                    .try_collect::<Vec<()>>()
+                    .await
             });
         }
         futures::future::try_join_all(writers).await.map_err(|e| anyhow!("{}: write: {e}", spec.job))?;
@@ -182,10 +250,8 @@ pub async fn run_job(
         instances.push(Instance { start_s: s, end_s: e });
     }
     let elapsed_s = t0.elapsed().as_secs_f64();
-    for f in files {
-        if let Ok(f) = Arc::try_unwrap(f) {
-            f.close().await.map_err(|e| anyhow!("{}: close: {e}", spec.job))?;
-        }
+    if let Ok(f) = Arc::try_unwrap(file) {
+        f.close().await.map_err(|e| anyhow!("{}: close: {e}", spec.job))?;
     }
     let whole_run_rho = f64::from(spec.instances) * spec.compute_s / elapsed_s.max(1e-9);
     let measured_rho = match (instances.first(), instances.last()) {
@@ -205,7 +271,8 @@ pub async fn run_job(
 pub struct JobArgs {
     #[command(flatten)]
     pub cluster: crate::backend::ClusterArgs,
-    /// β: tasks of the job (each writes vol/β per instance into its own file).
+    /// β: tasks of the job (they write vol per instance into the job's shared file, task t the 1 MiB
+    /// blocks j with j mod β = t).
     #[arg(long, default_value_t = 4)]
     pub tasks: u32,
     /// w: seconds of compute (a sleep) before each write.
@@ -278,13 +345,14 @@ struct MixJob {
 }
 
 /// The paper's mix of short/long, light/heavy applications, scaled: I/O alone 20–40% of a cycle, cycles of
-/// 6–15 s so that a run of a few minutes holds several pattern periods.
+/// 6–15 s so that a run of a few minutes holds several pattern periods. β ≤ [`SERVERS`] (each task its own
+/// server), the largest job one task per server.
 fn mix(quick: bool) -> Vec<MixJob> {
     let m = |name, tasks, compute_s, io_share| MixJob { name, tasks, compute_s, io_share };
     if quick {
         vec![m("A", 4, 6.0, 0.30), m("B", 2, 4.0, 0.35), m("C", 2, 7.0, 0.25)]
     } else {
-        vec![m("A", 8, 10.0, 0.30), m("B", 4, 6.0, 0.35), m("C", 4, 12.0, 0.20), m("D", 2, 8.0, 0.40)]
+        vec![m("A", 4, 10.0, 0.30), m("B", 2, 6.0, 0.35), m("C", 2, 12.0, 0.20), m("D", 1, 8.0, 0.40)]
     }
 }
 
@@ -326,6 +394,9 @@ pub struct LiveRecord {
     pub jobs: Vec<LiveJob>,
     pub device_model: String,
     pub runs: u32,
+    /// The platform probe (the same in every record).
+    #[serde(default)]
+    pub congestion: Option<Congestion>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -356,33 +427,127 @@ struct RunOut {
     period_s: Option<f64>,
 }
 
-fn options(device: &str) -> ClusterOptions {
-    let mut o = ClusterOptions::plain(SERVERS, 0);
-    o.device_model = device.into();
-    o
+/// The experiment's platform: a cluster that congests as the paper's Jupiter does (see the module's
+/// "Congestion" section for the measurements behind each choice).
+#[derive(Clone, Debug)]
+struct Platform {
+    servers: usize,
+    /// `ds_options.device_queue_depth`: requests a data server hands its disk at once.
+    queue_depth: u32,
+    /// `ds_options.hdd.elevator`.
+    elevator: &'static str,
+    /// `ds_options.object_reservation_bytes`: distance between the objects on a server's disk.
+    reservation: u64,
 }
 
-/// What `tasks` tasks writing `bytes` together at once, unscheduled, on a fresh cluster reach (bytes/s).
-async fn measure_bandwidth(dir: &Path, device: &str, tasks: u32, bytes: u64) -> Result<f64> {
-    let mut lc = LocalCluster::start(dir, &options(device)).await?;
+impl Platform {
+    /// One sequential stream per task, each on its own server's disk; a disk that takes one request at a
+    /// time (depth 1, so the elevator has nothing to sort); files of different jobs at the mean random
+    /// distance of the disk (a third of its capacity: a switch between them costs the average seek).
+    fn congesting() -> Platform {
+        let capacity = tessera_proto::config::HddParams::default().capacity_gb * 1e9;
+        Platform { servers: SERVERS, queue_depth: 1, elevator: "fifo", reservation: (capacity / 3.0) as u64 }
+    }
+
+    fn options(&self, device: &str) -> ClusterOptions {
+        let mut o = ClusterOptions::plain(self.servers, 0);
+        o.device_model = device.into();
+        o.hdd_elevator = Some(self.elevator.into());
+        o.reservation = Some(self.reservation);
+        o
+    }
+
+    fn edit(&self, c: &mut tessera_client::ClusterConfig) {
+        c.ds_options.device_queue_depth = self.queue_depth;
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} data servers, device queue depth {}, elevator {}, objects {} apart, a job's file striped over all in {} stripes, task t writing block j if j mod β = t",
+            self.servers,
+            self.queue_depth,
+            self.elevator,
+            format_size(self.reservation),
+            format_size(XFER)
+        )
+    }
+}
+
+/// Creates the jobs' files (before any job runs) and returns the data servers of each.
+async fn create_files(client: &Client, jobs: &[JobSpec], dir: &str, p: &Platform) -> Result<Vec<Vec<u32>>> {
+    client.mkdir_all(dir, 0o755).await.map_err(|e| anyhow!("{dir}: {e}"))?;
+    let mut out = Vec::new();
+    for j in jobs {
+        let path = job_path(dir, &j.job);
+        let f = client.create(&path, 0o644, Some(JOB_LAYOUT)).await.map_err(|e| anyhow!("{path}: {e}"))?;
+        let servers: Vec<u32> = f.layout().all_targets().map(|x| x.ds).collect();
+        f.close().await.map_err(|e| anyhow!("{path}: {e}"))?;
+        if servers.len() != p.servers {
+            bail!("{path}: striped over data servers {servers:?}, expected all {}", p.servers);
+        }
+        out.push(servers);
+    }
+    Ok(out)
+}
+
+/// Bandwidths of the platform probe (bytes/s): each job alone, then all at once.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Congestion {
+    /// Per job of the mix: its I/O bandwidth alone.
+    pub alone: Vec<f64>,
+    /// Per job: its I/O bandwidth while all jobs write at once.
+    pub together: Vec<f64>,
+    /// All bytes over the time from the common start to the last job's end, all jobs at once.
+    pub together_aggregate: f64,
+    /// The data servers of each job's tasks.
+    pub servers: Vec<Vec<u32>>,
+}
+
+/// Probes the platform on a fresh cluster with the experiment's layout: each job of `jobs` (its volume the
+/// probe's bytes) writes alone (two instances, the second timed: the files then exist), then all at once
+/// from a common start, unscheduled.
+async fn probe(dir: &Path, device: &str, p: &Platform, jobs: &[JobSpec]) -> Result<Congestion> {
+    let mut lc = LocalCluster::prepare_edited(dir, &p.options(device), |c| p.edit(c))?.boot().await?;
     let res = async {
-        let client = lc.client("ps-measure").await?;
-        let spec = JobSpec { job: "ps-measure".into(), tasks, compute_s: 0.0, volume: bytes, instances: 2 };
-        let out = run_job(&client, &spec, "/measure", false, None, false).await?;
-        // The second instance (files exist, as in the jobs' later instances).
-        let i = out.instances[1];
-        Ok::<f64, anyhow::Error>(bytes as f64 / (i.end_s - i.start_s))
+        let mut clients = Vec::new();
+        for j in jobs {
+            clients.push(lc.client(&j.job).await?);
+        }
+        let servers = create_files(&clients[0], jobs, "/probe", p).await?;
+        let mut alone = Vec::new();
+        for (j, c) in jobs.iter().zip(&clients) {
+            let spec = JobSpec { compute_s: 0.0, instances: 2, ..j.clone() };
+            let out = run_job(c, &spec, "/probe", false, None, false).await?;
+            let i = out.instances[1];
+            alone.push(j.volume as f64 / (i.end_s - i.start_s));
+        }
+        let start = tokio::time::Instant::now() + Duration::from_millis(500);
+        let mut tasks = Vec::new();
+        for (j, c) in jobs.iter().zip(&clients) {
+            let (spec, c) = (JobSpec { compute_s: 0.0, instances: 1, ..j.clone() }, c.clone());
+            tasks.push(tokio::spawn(async move { run_job(&c, &spec, "/probe", false, Some(start), false).await }));
+        }
+        let (mut together, mut end) = (Vec::new(), 0f64);
+        for t in tasks {
+            let out = t.await??;
+            let i = out.instances[0];
+            together.push(out.spec.volume as f64 / (i.end_s - i.start_s));
+            end = end.max(i.end_s);
+        }
+        let total: u64 = jobs.iter().map(|j| j.volume).sum();
+        Ok::<Congestion, anyhow::Error>(Congestion { alone, together, together_aggregate: total as f64 / end, servers })
     }
     .await;
     lc.stop().await;
     res
 }
 
-async fn one_run(dir: &Path, device: &str, bw: Bw, jobs: &[JobSpec], sched: &str) -> Result<RunOut> {
+async fn one_run(dir: &Path, device: &str, p: &Platform, bw: Bw, jobs: &[JobSpec], sched: &str) -> Result<RunOut> {
     let register = sched != "none";
     let scheduled = sched == "persched";
     let n: u32 = jobs.iter().map(|j| j.tasks).sum();
-    let mut lc = LocalCluster::prepare_edited(dir, &options(device), |c| {
+    let mut lc = LocalCluster::prepare_edited(dir, &p.options(device), |c| {
+        p.edit(c);
         c.persched.nodes = n;
         c.persched.node_bandwidth = bw.node as u64;
         c.persched.total_bandwidth = bw.total as u64;
@@ -403,6 +568,7 @@ async fn one_run(dir: &Path, device: &str, bw: Bw, jobs: &[JobSpec], sched: &str
             // One client per job: the grant is per client, the job id per request.
             clients.push(lc.client(&j.job).await?);
         }
+        create_files(&clients[0], jobs, "/persched", p).await?;
         // Registration and file creation first; then every job starts at the same instant.
         let start = tokio::time::Instant::now() + Duration::from_secs(3);
         let mut tasks = Vec::new();
@@ -456,37 +622,63 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
     std::fs::create_dir_all(&a.out)?;
     let scratch = std::env::temp_dir().join(format!("tessera-{NAME}-{}", std::process::id()));
     let tasks: u32 = mix(a.quick).iter().map(|m| m.tasks).sum();
-    let probe = a.file_size.unwrap_or(if a.quick { 128 << 20 } else { 512 << 20 });
-    let measured = measure_bandwidth(&scratch, device, tasks, probe).await.context("measuring B")?;
-    // What each job size of the mix reaches alone. The model's peak is linear, min(β b, B), and the
-    // cluster's is not (one task reaches more than half of what two reach): b is taken from the smallest
-    // job, so that every job can move at its planned rate.
-    let mut sizes: Vec<u32> = mix(a.quick).iter().map(|m| m.tasks).collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    let mut alone = Vec::new();
-    for &t in &sizes {
-        let r = measure_bandwidth(&scratch, device, t, probe * u64::from(t) / u64::from(tasks).max(1))
-            .await
-            .with_context(|| format!("measuring {t} tasks"))?;
-        alone.push((t, r));
+    let probe_bytes = a.file_size.unwrap_or(if a.quick { 256 << 20 } else { 512 << 20 });
+    let platform = Platform::congesting();
+    // The platform probe: the mix's jobs (β each, the probe's bytes split by β so that all would end
+    // together at equal per-task rates) alone, then all at once.
+    let probe_jobs: Vec<JobSpec> = mix(a.quick)
+        .iter()
+        .map(|m| JobSpec {
+            job: format!("ps-{}", m.name),
+            tasks: m.tasks,
+            compute_s: 0.0,
+            volume: (probe_bytes * u64::from(m.tasks) / u64::from(tasks.max(1))).max(u64::from(m.tasks)),
+            instances: 1,
+        })
+        .collect();
+    let cg = probe(&scratch, device, &platform, &probe_jobs).await.context("probing the platform")?;
+    // B: the largest job alone (β = servers: one stream on every server); b: the smallest job's rate per
+    // task (the model's peak min(β b, B) is linear; b from the smallest job lets every job move at its
+    // planned rate).
+    let largest = (0..probe_jobs.len()).max_by_key(|&k| probe_jobs[k].tasks).unwrap_or(0);
+    let smallest = (0..probe_jobs.len()).min_by_key(|&k| probe_jobs[k].tasks).unwrap_or(0);
+    let measured = cg.alone[largest];
+    let one = cg.alone[smallest] / f64::from(probe_jobs[smallest].tasks);
+    println!(
+        "experiment {NAME}: device model {device}, {}; N = {tasks}; {runs} run(s) per scheduler: {}",
+        platform.describe(),
+        SCHEDULERS.join(", ")
+    );
+    println!(
+        "  congestion (the paper's Table 3), unscheduled, {} written by the mix's jobs alone and then all at once:",
+        format_size(probe_bytes)
+    );
+    for (k, j) in probe_jobs.iter().enumerate() {
+        println!(
+            "    {} (β = {}, data servers {:?}): alone {}/s, all at once {}/s: bandwidth slowdown {:.1}%",
+            j.job,
+            j.tasks,
+            cg.servers[k],
+            format_size(cg.alone[k] as u64),
+            format_size(cg.together[k] as u64),
+            100.0 * (1.0 - cg.together[k] / cg.alone[k])
+        );
     }
-    let (t_min, r_min) = alone[0];
-    let one = r_min / f64::from(t_min);
-    let alone: Vec<String> = alone.iter().map(|(t, r)| format!("{t} tasks {}/s", format_size(*r as u64))).collect();
+    println!(
+        "    aggregate: the largest job alone {}/s (B), all jobs at once {}/s: {:.1}% of B lost to congestion",
+        format_size(measured as u64),
+        format_size(cg.together_aggregate as u64),
+        100.0 * (1.0 - cg.together_aggregate / measured)
+    );
     // The plan must hold on what the cluster delivers: 90% of the measured rates.
     let bw = Bw { node: 0.9 * one, total: 0.9 * measured };
     let jobs = specs(a.quick, bw, duration);
     println!(
-        "experiment {NAME}: {SERVERS} data servers, device model {device}; B measured {}/s ({} tasks writing {}), b = {}/s (per task of the smallest job); alone: {}; configured b = {}/s, B = {}/s, N = {tasks}; {runs} run(s) per scheduler: {}",
+        "  B = {}/s, b = {}/s (per task of the smallest job alone); configured b = {}/s, B = {}/s",
         format_size(measured as u64),
-        tasks,
-        format_size(probe),
         format_size(one as u64),
-        alone.join(", "),
         format_size(bw.node as u64),
         format_size(bw.total as u64),
-        SCHEDULERS.join(", ")
     );
     for j in &jobs {
         println!(
@@ -505,7 +697,9 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
     let mut all: Vec<Vec<Scored>> = SCHEDULERS.iter().map(|_| Vec::new()).collect();
     for r in 0..runs {
         for (si, sched) in SCHEDULERS.iter().enumerate() {
-            let out = one_run(&scratch, device, bw, &jobs, sched).await.with_context(|| format!("{sched} run {r}"))?;
+            let out = one_run(&scratch, device, &platform, bw, &jobs, sched)
+                .await
+                .with_context(|| format!("{sched} run {r}"))?;
             let of = |whole: bool| {
                 let v: Vec<(u32, f64, f64)> = out
                     .jobs
@@ -581,6 +775,7 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
             jobs: live_jobs,
             device_model: device.into(),
             runs,
+            congestion: Some(cg.clone()),
         });
     }
     let _ = std::fs::remove_dir_all(&scratch);
@@ -662,11 +857,18 @@ mod tests {
 
     #[test]
     fn shares_add_up_and_the_mix_is_io_heavy_enough() {
-        for (vol, n) in [(10u64, 3u32), (1 << 20, 4), (7, 7)] {
-            assert_eq!((0..n).map(|t| task_share(vol, n, t)).sum::<u64>(), vol);
+        for (vol, n) in [(10u64, 3u32), (5 * XFER + 17, 4), (3 * XFER, 2), (7, 7)] {
+            let mut blocks: Vec<(u64, u64)> = (0..n).flat_map(|t| task_blocks(vol, n, t)).collect();
+            blocks.sort_unstable();
+            assert_eq!(blocks.iter().map(|b| b.1).sum::<u64>(), vol);
+            assert!(blocks.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0), "{blocks:?}");
         }
         let bw = Bw { node: 40e6, total: 100e6 };
         for quick in [true, false] {
+            // β divides the server count (one stream per server per job); the largest job has one task
+            // per server.
+            assert!(mix(quick).iter().all(|m| SERVERS as u32 % m.tasks == 0));
+            assert_eq!(mix(quick).iter().map(|m| m.tasks).max(), Some(SERVERS as u32));
             let js = specs(quick, bw, 60.0);
             for j in &js {
                 let r = rho(j.compute_s, j.volume, j.tasks, bw);
