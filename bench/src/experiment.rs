@@ -425,6 +425,12 @@ pub async fn run(a: ExperimentArgs) -> Result<()> {
         let png = a.out.join(format!("{name}.png"));
         match fwd {
             Some(e) => crate::fwd::plot(e, &serde_json::from_str::<Vec<crate::fwd::FwdRecord>>(&text)?, &png)?,
+            None if a.name == ExperimentName::PlacementTarazu => {
+                crate::tarazu::replot(&a.out, &serde_json::from_str::<Vec<crate::tarazu::TarazuRecord>>(&text)?)?
+            }
+            None if a.name == ExperimentName::PerschedLive => {
+                crate::perschedlive::plot(&serde_json::from_str::<Vec<crate::perschedlive::LiveRecord>>(&text)?, &png)?
+            }
             None => {
                 let records: Vec<Record> = serde_json::from_str(&text)?;
                 let device = records.first().map(|r| r.device_model.clone()).unwrap_or_default();

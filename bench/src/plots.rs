@@ -65,7 +65,9 @@ pub fn grouped_bars(path: &Path, title: &str, y_label: &str, panels: &[BarPanel]
     for (area, panel) in root.split_evenly((panels.len(), 1)).iter().zip(panels) {
         let n = panel.groups.len().max(1);
         let ymax = panel.series.iter().flat_map(|s| s.1.iter()).copied().filter(|v| v.is_finite()).fold(0.0, f64::max);
-        let ymax = if ymax > 0.0 { ymax * 1.25 } else { 1.0 };
+        // Headroom above the tallest bar for the legend, one row per series.
+        let head = 1.25 + 0.15 * panel.series.len().saturating_sub(2) as f64;
+        let ymax = if ymax > 0.0 { ymax * head } else { 1.0 };
         let mut chart = ChartBuilder::on(area)
             .caption(&panel.title, (FONT, 20))
             .margin(12)
@@ -111,7 +113,7 @@ pub fn grouped_bars(path: &Path, title: &str, y_label: &str, panels: &[BarPanel]
             chart
                 .draw_series(values.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(g, &v)| {
                     Text::new(
-                        format!("{v:.1}"),
+                        if v.abs() < 10.0 { format!("{v:.2}") } else { format!("{v:.1}") },
                         (x0(g) + bar * 0.46, v),
                         TextStyle::from((FONT, 12).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom)),
                     )

@@ -476,8 +476,7 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
         ));
     }
     write_outputs(&a.out, NAME, &records, &csv)?;
-    plot(&records, &a.out.join(format!("{NAME}.png")))?;
-    plot_targets(&records, &a.out.join(format!("{NAME}-targets.png")))?;
+    replot(&a.out, &records)?;
     println!("wrote {}/{NAME}.{{json,csv,png}} and {NAME}-targets.png", a.out.display());
     println!("{}", summary(&records));
     Ok(())
@@ -528,6 +527,12 @@ pub fn summary(records: &[TarazuRecord]) -> String {
         ));
     }
     s
+}
+
+/// Both figures of `records` into `out` (`tessera-bench experiment placement-tarazu --replot`).
+pub fn replot(out: &Path, records: &[TarazuRecord]) -> Result<()> {
+    plot(records, &out.join(format!("{NAME}.png")))?;
+    plot_targets(records, &out.join(format!("{NAME}-targets.png")))
 }
 
 fn plot(records: &[TarazuRecord], png: &Path) -> Result<()> {
