@@ -765,11 +765,19 @@ fn fuse_mount_errors_and_crash() {
     // whichever request flushes them): the job registry still counts each under the job that made it.
     let md = m.p("md-job").display().to_string();
     sh(&format!("TESSERA_JOB=fuse-md-7 sh -c 'mkdir {md} && for i in $(seq 20); do : > {md}/f$i; done && rm {md}/f1 {md}/f2 {md}/f3 && sync'"));
+    // The batch goes out when the mount flushes it (its timer, or the next request that needs it).
     let meta = rt.block_on(async {
         let c = cluster.client().await;
-        c.mds().job_stats(Some("fuse-md-7")).await.unwrap().into_iter().next().map(|j| j.meta)
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let meta = c.mds().job_stats(Some("fuse-md-7")).await.unwrap().into_iter().next().map(|j| j.meta);
+            let meta = meta.expect("job fuse-md-7 is registered");
+            if (meta.creates, meta.unlinks) == (20, 3) || Instant::now() > deadline {
+                break meta;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     });
-    let meta = meta.expect("job fuse-md-7 is registered");
     assert_eq!((meta.creates, meta.unlinks), (20, 3), "{meta:?}");
 
     // Kill -9 mid-write: the mount point can be unmounted, the cluster stays healthy, a new mount works.
