@@ -12,8 +12,9 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
-/// One data server; PerSched's platform N = 4, b = B = 100 MiB/s, a 5 s lease, and `scheduler`.
-fn platform_cluster(scheduler: &str) -> Cluster {
+/// One data server; PerSched's platform N = 4, b = B = 100 MiB/s, a 5 s lease, `scheduler`, and detection on
+/// or off.
+fn platform_cluster(scheduler: &str, detect: bool) -> Cluster {
     let mut cluster = Cluster::prepared(1, Defaults::default());
     cluster.edit_mds_config(|c| {
         c.persched.nodes = 4;
@@ -21,6 +22,7 @@ fn platform_cluster(scheduler: &str) -> Cluster {
         c.persched.total_bandwidth = 100 << 20;
         c.persched.lease_ms = 5_000;
         c.persched.scheduler = scheduler.into();
+        c.persched.detect = detect;
     });
     cluster.boot();
     cluster
@@ -28,7 +30,7 @@ fn platform_cluster(scheduler: &str) -> Cluster {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registered_job_writes_in_its_interval_and_others_are_not_delayed() {
-    let cluster = platform_cluster("persched");
+    let cluster = platform_cluster("persched", true);
     let periodic = cluster.client().await.with_job("periodic");
     let other = cluster.client().await.with_job("other");
     let fp = periodic.create("/p", 0o644, None).await.unwrap();
@@ -222,15 +224,7 @@ fn the_mount_holds_a_patterned_jobs_write_until_its_interval_and_no_other() {
         println!("SKIPPED: needs /dev/fuse and root");
         return;
     }
-    let mut cluster = Cluster::prepared(1, Defaults::default());
-    cluster.edit_mds_config(|c| {
-        c.persched.nodes = 4;
-        c.persched.node_bandwidth = 100 << 20;
-        c.persched.total_bandwidth = 100 << 20;
-        c.persched.lease_ms = 5_000;
-        c.persched.detect = false;
-    });
-    cluster.boot();
+    let cluster = platform_cluster("persched", false);
     let m = Mount::new(&cluster);
     let rt = tokio::runtime::Runtime::new().unwrap();
     // The job registers through the library (its client keeps the lease); its processes write through the mount.
@@ -271,7 +265,7 @@ fn the_mount_holds_a_patterned_jobs_write_until_its_interval_and_no_other() {
 /// bandwidth to the job its greedy rule prefers; the other job's write waits until that one's transfer ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn online_arbiter_holds_a_write_until_the_preferred_job_is_done() {
-    let cluster = platform_cluster("online-syseff");
+    let cluster = platform_cluster("online-syseff", true);
     let high = cluster.client().await.with_job("high");
     let low = cluster.client().await.with_job("low");
     // β w / vol: high 2 × 10 s / 1 MiB, low 1 × 1 s / 100 MiB — online-syseff serves high first.

@@ -91,6 +91,15 @@ impl Live {
         self.dirty = true;
     }
 
+    /// A metadata call of user `uid` by `(client, pid)` at `now`: the job's user is its first call's.
+    fn metadata_call(&mut self, uid: u32, now: u64, client: u64, pid: u32) {
+        if self.rec.first_us == 0 {
+            self.rec.uid = uid;
+        }
+        self.touch(now);
+        self.process(client, pid);
+    }
+
     fn process(&mut self, client: u64, pid: u32) -> Option<u32> {
         if let Some(i) = self.procs.get(&(client, pid)) {
             return Some(*i);
@@ -331,11 +340,7 @@ impl Jobs {
         }
         let now = unix_us();
         self.with(&origin.job, |l| {
-            if l.rec.first_us == 0 {
-                l.rec.uid = uid;
-            }
-            l.touch(now);
-            l.process(origin.client, origin.pid);
+            l.metadata_call(uid, now, origin.client, origin.pid);
             match ev {
                 MetaEvent::Open { ino } if ok => {
                     l.rec.meta.opens += 1;
@@ -385,11 +390,7 @@ impl Jobs {
             }
             let (job, pid) = if e.job.is_empty() { (origin.job.as_str(), origin.pid) } else { (e.job.as_str(), e.pid) };
             self.with(job, |l| {
-                if l.rec.first_us == 0 {
-                    l.rec.uid = uid;
-                }
-                l.touch(now);
-                l.process(origin.client, pid);
+                l.metadata_call(uid, now, origin.client, pid);
                 match e.create {
                     Some((ino, name, open)) => {
                         l.rec.meta.creates += 1;
