@@ -201,11 +201,12 @@ impl Periodic {
     /// Waits until the job may move `len` more bytes; returns the granted rate (bytes/s) to pace them to.
     ///
     /// **decision**: an instance begins when a transfer passes the gate inside one of the job's intervals
-    /// and goes on, at that interval's rate, until the job has moved its declared volume — even past the
-    /// interval's end — as the paper's modified IOR starts each transfer at its time and rate. A job that
-    /// the system serves a little slower than planned then overruns its interval by a little instead of
-    /// waiting a whole period for its last bytes. Without a known volume the intervals are strict (with
-    /// [`grace_ms`]).
+    /// and goes on until the job has moved its declared volume — even past the interval's end — as the
+    /// paper's modified IOR starts each transfer at its time and rate. A job that the system serves a
+    /// little slower than planned then overruns its interval by a little instead of waiting a whole period
+    /// for its last bytes. Inside any of its intervals it moves at that interval's rate (an instance's
+    /// pieces may differ: a little beside another job's transfer, then all of B), outside them at the rate
+    /// of the last one it was in. Without a known volume the intervals are strict (with [`grace_ms`]).
     pub async fn wait_slot(&self, len: u64) -> Option<u64> {
         if self.online.load(Ordering::Relaxed) {
             return self.online_slot().await;
@@ -215,8 +216,16 @@ impl Periodic {
             let moved = self.moved.load(Ordering::Relaxed);
             let bw = self.instance_bw.load(Ordering::Relaxed);
             if moved > 0 && moved < g.volume && bw > 0 {
+                let now = now_ms();
+                let bw = match next_slot(&g, now) {
+                    Some((0, here)) if here > 0 => {
+                        self.instance_bw.store(here, Ordering::Relaxed);
+                        here
+                    }
+                    _ => bw,
+                };
                 self.moved.fetch_add(len, Ordering::Relaxed);
-                self.last_pass_ms.store(now_ms(), Ordering::Relaxed);
+                self.last_pass_ms.store(now, Ordering::Relaxed);
                 return Some(bw);
             }
         }
@@ -370,6 +379,33 @@ mod tests {
         assert_eq!(q.wait_slot(60).await, Some(5));
         q.set_grant(Some(PeriodicGrant { volume: 0, ..at(10_000) }));
         assert!(tokio::time::timeout(Duration::from_millis(200), q.wait_slot(60)).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn an_instance_takes_the_rate_of_the_interval_it_is_in() {
+        // One instance over two pieces: a little beside another job's transfer, then more. Past both, it
+        // keeps the last piece's rate.
+        let pieces = vec![
+            PeriodicInterval { start_ms: 2_000, end_ms: 4_000, bytes_per_sec: 3 },
+            PeriodicInterval { start_ms: 4_000, end_ms: 5_000, bytes_per_sec: 200 },
+        ];
+        let at = |pos: u64| PeriodicGrant {
+            epoch: 1,
+            origin_ms: now_ms() - pos,
+            period_ms: 100_000,
+            intervals: pieces.clone(),
+            lease_ms: 60_000,
+            online: false,
+            volume: 1_000,
+        };
+        let p = Periodic::default();
+        p.set_grant(Some(at(3_000)));
+        assert_eq!(p.wait_slot(10).await, Some(3), "the instance begins in the first piece");
+        assert_eq!(p.wait_slot(10).await, Some(3));
+        p.set_grant(Some(at(4_500)));
+        assert_eq!(p.wait_slot(10).await, Some(200), "the second piece's rate, not the first's");
+        p.set_grant(Some(at(9_000)));
+        assert_eq!(p.wait_slot(10).await, Some(200), "past its pieces: the last rate");
     }
 
     #[tokio::test]

@@ -254,6 +254,7 @@ mod tests {
             total_bw: 30e6,
             lease_ms: 5_000,
             k_prime: 10.0,
+            headroom: 0.0,
             online: None,
         });
         live.register("p\"1", Profile { nodes: 4, compute_ms: 2_000, volume: 60_000_000 }, 0).unwrap();

@@ -89,6 +89,11 @@ pub struct PerschedOptions {
     pub detect: bool,
     /// How often the MDS looks for periodic jobs, ms.
     pub detect_interval_ms: u64,
+    /// A grant's rate is the pattern's times (1 + this), so a job the storage serves as planned ends its
+    /// transfer before its interval does: the slack absorbs jitter instead of delaying its next instance
+    /// (PERSCHED's second loop shortens the period until an instance fits with none to spare). Configure B
+    /// and b at least this far below what the storage delivers.
+    pub rate_headroom: f64,
 }
 
 impl Default for PerschedOptions {
@@ -102,6 +107,7 @@ impl Default for PerschedOptions {
             scheduler: "persched".into(),
             detect: true,
             detect_interval_ms: 2_000,
+            rate_headroom: 0.1,
         }
     }
 }
@@ -495,6 +501,9 @@ impl ClusterConfig {
         }
         if !(self.persched.k_prime.is_finite() && self.persched.k_prime >= 1.0) {
             return Err(FsError::invalid("[persched] k_prime must be a number ≥ 1"));
+        }
+        if !(self.persched.rate_headroom.is_finite() && (0.0..=1.0).contains(&self.persched.rate_headroom)) {
+            return Err(FsError::invalid("[persched] rate_headroom must be a number from 0 to 1"));
         }
         Ok(())
     }

@@ -40,6 +40,8 @@ pub struct LiveConfig {
     pub lease_ms: u64,
     /// PERSCHED's K' (`T_max = K' T_min`).
     pub k_prime: f64,
+    /// Grants pace at the pattern's rates times (1 + this) (`[persched] rate_headroom`).
+    pub headroom: f64,
     /// `Some`: no pattern; an online arbiter grants rates at every transfer's start and end with this
     /// greedy policy (the baselines of [`super::online`], live).
     pub online: Option<Policy>,
@@ -336,6 +338,13 @@ impl Registry {
     /// **decision**: the new pattern starts at `now` (its origin) for every job at once; jobs pick it up
     /// at their next poll. Intervals are rounded outwards to whole milliseconds and their bandwidth up to
     /// whole bytes per second — sub-millisecond precision is beyond what the client's pacing can keep.
+    ///
+    /// **decision** (the paper's jobs follow their pattern exactly): a grant's bandwidth is the pattern's
+    /// times (1 + `headroom`). Loop 2 shrinks the period until the instances just fit (the live mix's
+    /// longest job computes and transfers in exactly T), so a job paced to its planned rate has no slack:
+    /// a transfer a little slower than planned makes its next compute end after its next interval began,
+    /// the delay accumulates, and once it passes the interval the job waits a whole period. With headroom a
+    /// job served as planned finishes early and waits for its interval instead.
     fn recompute(&mut self, now_ms: u64) {
         self.epoch += 1;
         self.origin_ms = now_ms;
@@ -355,7 +364,10 @@ impl Registry {
                 .instances(k)
                 .iter()
                 .flat_map(|i| &i.pieces)
-                .map(|pc| ((pc.start * 1e3).floor() as u64, (pc.end * 1e3).ceil() as u64, pc.bw.ceil() as u64))
+                .map(|pc| {
+                    let bw = (pc.bw * (1.0 + self.cfg.headroom)).ceil() as u64;
+                    ((pc.start * 1e3).floor() as u64, (pc.end * 1e3).ceil() as u64, bw)
+                })
                 .collect();
             iv.sort_unstable();
             self.grants.insert(name.clone(), iv);
@@ -424,6 +436,7 @@ impl LiveConfig {
             total_bw: o.total_bandwidth.max(1) as f64,
             lease_ms: o.lease_ms.max(100),
             k_prime: o.k_prime,
+            headroom: if o.rate_headroom.is_finite() { o.rate_headroom.clamp(0.0, 1.0) } else { 0.0 },
             online: Policy::ALL.into_iter().find(|p| *p != Policy::Fair && p.name() == o.scheduler),
         }
     }
@@ -484,7 +497,15 @@ mod tests {
     use super::*;
 
     fn cfg() -> LiveConfig {
-        LiveConfig { nodes: 8, node_bw: 10e6, total_bw: 30e6, lease_ms: 5_000, k_prime: 10.0, online: None }
+        LiveConfig {
+            nodes: 8,
+            node_bw: 10e6,
+            total_bw: 30e6,
+            lease_ms: 5_000,
+            k_prime: 10.0,
+            headroom: 0.0,
+            online: None,
+        }
     }
 
     fn prof(nodes: u32, compute_ms: u64, volume: u64) -> Profile {
@@ -508,6 +529,22 @@ mod tests {
         assert!(r.leave("b", 3_000));
         assert_eq!(r.poll("a", 0, 3_100).unwrap().epoch, 3);
         assert!(r.poll("b", 0, 3_100).is_none());
+    }
+
+    #[test]
+    fn grants_pace_at_the_patterns_rate_plus_the_headroom() {
+        // Alone at B = 30 MB/s (2 s of transfer): granted 33 MB/s with 10% headroom, over the same interval.
+        let plain = Registry::new(cfg()).register("a", prof(4, 2_000, 60_000_000), 0).unwrap();
+        let mut r = Registry::new(LiveConfig { headroom: 0.1, ..cfg() });
+        let g = r.register("a", prof(4, 2_000, 60_000_000), 0).unwrap();
+        assert_eq!(g.period_ms, plain.period_ms);
+        assert_eq!(g.intervals.len(), plain.intervals.len());
+        for (h, p) in g.intervals.iter().zip(&plain.intervals) {
+            assert_eq!((h.0, h.1), (p.0, p.1), "the same interval");
+            assert_eq!(h.2, (p.2 as f64 * 1.1).ceil() as u64);
+        }
+        let top = g.intervals.iter().map(|i| i.2).max().unwrap();
+        assert!((33_000_000..=33_000_001).contains(&top), "{top}");
     }
 
     #[test]
