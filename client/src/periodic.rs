@@ -113,6 +113,74 @@ pub fn next_slot_after(g: &PeriodicGrant, now_ms: u64, last_pass_ms: Option<u64>
         .min_by_key(|x| x.0)
 }
 
+/// Where a new instance of `volume` bytes may begin at `now_ms`: `(wait_ms, bytes_per_sec)`, like
+/// [`next_slot`].
+///
+/// **decision**: an instance begins at the start of a run of the job's intervals (intervals that follow
+/// one another, modulo T, are one run), within [`grace_ms`] of it, or later inside a run only if the rest
+/// of the run can move the whole volume at its rates. Otherwise it waits for the next run's start. A job
+/// whose compute ends in the middle of its interval (its first instance, which starts wherever the job
+/// does, or a late one) would otherwise overrun into the next job's interval; on disks two transfers at
+/// once both slow down (the live platform loses 35% of B), so both overrun and the delay cascades through
+/// the pattern (seen live: a 2.4 s transfer took 9.3 s). Every wait ends at a run's start, where the
+/// instance may begin, so no grant can stall a job.
+pub fn instance_slot(g: &PeriodicGrant, now_ms: u64, volume: u64) -> Option<(u64, u64)> {
+    if g.period_ms == 0 || g.intervals.is_empty() {
+        return None;
+    }
+    let t = g.period_ms;
+    let pos = now_ms.saturating_sub(g.origin_ms) % t;
+    let mut iv: Vec<&tessera_proto::msg::PeriodicInterval> =
+        g.intervals.iter().filter(|i| i.start_ms < i.end_ms && i.start_ms < t).collect();
+    if iv.is_empty() {
+        return None;
+    }
+    iv.sort_by_key(|i| i.start_ms);
+    let n = iv.len();
+    // An interval continues the run of the one before it (modulo T) when it starts where that one ends.
+    let continues = |k: usize| {
+        let prev = iv[(k + n - 1) % n];
+        n > 1 && (prev.end_ms == iv[k].start_ms || (prev.end_ms >= t && iv[k].start_ms == 0))
+    };
+    if let Some(k) = iv.iter().position(|i| i.start_ms <= pos && pos < i.end_ms) {
+        // The run holding now: its first and last intervals (walking back and forth, at most once round).
+        let mut first = k;
+        for _ in 1..n {
+            if !continues(first) {
+                break;
+            }
+            first = (first + n - 1) % n;
+        }
+        let mut run = vec![first];
+        for _ in 1..n {
+            let next = (run[run.len() - 1] + 1) % n;
+            if next == first || !continues(next) {
+                break;
+            }
+            run.push(next);
+        }
+        let len: u64 = run.iter().map(|&j| iv[j].end_ms - iv[j].start_ms).sum();
+        let into = (pos + t - iv[first].start_ms) % t;
+        // What the rest of the run moves from now: the rest of this interval, then the ones after it.
+        let after = run.iter().skip_while(|&&j| j != k).skip(1);
+        let room = iv[k].end_ms.saturating_sub(pos) as f64 * iv[k].bytes_per_sec as f64 / 1e3
+            + after.map(|&j| (iv[j].end_ms - iv[j].start_ms) as f64 * iv[j].bytes_per_sec as f64 / 1e3).sum::<f64>();
+        if into <= grace_ms(len) || room >= volume as f64 {
+            return Some((0, iv[k].bytes_per_sec));
+        }
+    }
+    // The next run's start strictly after now (intervals that chain all round the period, which a job
+    // that computes cannot have, are taken one by one).
+    (0..n)
+        .filter(|&k| !continues(k))
+        .map(|k| {
+            let s = iv[k].start_ms;
+            (if s > pos { s - pos } else { s + t - pos }, iv[k].bytes_per_sec)
+        })
+        .min_by_key(|x| x.0)
+        .or_else(|| next_slot(g, now_ms))
+}
+
 impl Periodic {
     /// Whether the job follows a pattern (the only cost on the I/O path of a job that does not).
     #[inline]
@@ -135,6 +203,10 @@ impl Periodic {
     }
 
     pub fn set_grant(&self, g: Option<PeriodicGrant>) {
+        let (old, new) = (self.grant().map(|g| g.epoch), g.as_ref().map(|g| g.epoch));
+        if old != new {
+            tracing::debug!(?old, ?new, origin_ms = g.as_ref().map(|g| g.origin_ms), "periodic grant: new epoch");
+        }
         let online = g.as_ref().is_some_and(|g| g.online);
         let on = online || g.as_ref().is_some_and(|g| g.period_ms > 0 && !g.intervals.is_empty());
         self.online.store(online, Ordering::Relaxed);
@@ -232,7 +304,15 @@ impl Periodic {
         // The grace is for jobs whose volume is unknown: with a volume, an instance's end is known, and the
         // next one begins inside an interval.
         let last = self.last_pass_ms.load(Ordering::Relaxed);
-        let (wait, bw) = next_slot_after(&g, now_ms(), (last > 0 && g.volume == 0).then_some(last))?;
+        let (wait, bw) = if g.volume > 0 {
+            instance_slot(&g, now_ms(), g.volume)?
+        } else {
+            next_slot_after(&g, now_ms(), (last > 0).then_some(last))?
+        };
+        if self.moved.load(Ordering::Relaxed) >= g.volume || self.moved.load(Ordering::Relaxed) == 0 {
+            let pos = now_ms().saturating_sub(g.origin_ms) % g.period_ms.max(1);
+            tracing::debug!(epoch = g.epoch, pos, wait, bw, "periodic: an instance waits for its interval");
+        }
         if wait > 0 {
             tokio::time::sleep(Duration::from_millis(wait)).await;
         }
@@ -346,6 +426,43 @@ mod tests {
         assert!(!p.active(), "an empty grant delays nothing");
     }
 
+    #[test]
+    fn an_instance_begins_at_its_runs_start_or_where_the_rest_of_the_run_holds_it() {
+        // T = 10 s from origin 0. Interval [2 s, 4 s) at 100 B/s (200 B of room): a 150 B instance.
+        let g = |intervals: Vec<PeriodicInterval>| PeriodicGrant {
+            epoch: 1,
+            origin_ms: 0,
+            period_ms: 10_000,
+            intervals,
+            lease_ms: 1,
+            online: false,
+            volume: 150,
+        };
+        let one = g(vec![PeriodicInterval { start_ms: 2_000, end_ms: 4_000, bytes_per_sec: 100 }]);
+        assert_eq!(instance_slot(&one, 1_000, 150), Some((1_000, 100)), "before: waits for the start");
+        assert_eq!(instance_slot(&one, 2_150, 150), Some((0, 100)), "within the grace of the start");
+        assert_eq!(instance_slot(&one, 2_400, 150), Some((0, 100)), "1.6 s left hold 160 B");
+        assert_eq!(instance_slot(&one, 2_600, 150), Some((9_400, 100)), "1.4 s hold 140 B: next period");
+        assert_eq!(instance_slot(&one, 13_990, 150), Some((8_010, 100)));
+        // A run across T: [9 s, 10 s) then [0, 1 s), 100 B/s each. At 9.4 s the run still holds 160 B.
+        let wrap = g(vec![
+            PeriodicInterval { start_ms: 0, end_ms: 1_000, bytes_per_sec: 100 },
+            PeriodicInterval { start_ms: 9_000, end_ms: 10_000, bytes_per_sec: 100 },
+        ]);
+        assert_eq!(instance_slot(&wrap, 9_400, 150), Some((0, 100)));
+        assert_eq!(instance_slot(&wrap, 500, 150), Some((8_500, 100)), "[0, 1 s) continues the run of 9 s");
+        assert_eq!(instance_slot(&wrap, 5_000, 150), Some((4_000, 100)));
+        // Two runs: a late arrival in the first waits for the second's start, where it begins.
+        let two = g(vec![
+            PeriodicInterval { start_ms: 1_000, end_ms: 2_000, bytes_per_sec: 100 },
+            PeriodicInterval { start_ms: 6_000, end_ms: 8_000, bytes_per_sec: 100 },
+        ]);
+        assert_eq!(instance_slot(&two, 1_500, 150), Some((4_500, 100)));
+        assert_eq!(instance_slot(&two, 6_000, 150), Some((0, 100)));
+        let none = PeriodicGrant { period_ms: 0, ..one };
+        assert_eq!(instance_slot(&none, 0, 150), None);
+    }
+
     #[tokio::test]
     async fn an_instance_begun_in_its_interval_moves_its_volume_past_the_end() {
         let iv = PeriodicInterval { start_ms: 2_000, end_ms: 4_000, bytes_per_sec: 5 };
@@ -359,8 +476,8 @@ mod tests {
             volume: 100,
         };
         let p = Periodic::default();
-        p.set_grant(Some(at(3_000)));
-        assert_eq!(p.wait_slot(60).await, Some(5), "inside the interval: an instance begins");
+        p.set_grant(Some(at(2_050)));
+        assert_eq!(p.wait_slot(60).await, Some(5), "at the interval's start: an instance begins");
         // The interval is over (the clock is now 10 s into the period): the instance still has 40 bytes.
         p.set_grant(Some(at(10_000)));
         assert_eq!(p.wait_slot(60).await, Some(5), "the instance goes on past the interval's end");
@@ -369,7 +486,7 @@ mod tests {
         assert!(next.is_err(), "a new instance waits for its interval");
         // Nor may a new instance begin within the grace after its interval (ended 20 ms ago here).
         let r = Periodic::default();
-        r.set_grant(Some(at(3_990)));
+        r.set_grant(Some(at(2_010)));
         assert_eq!(r.wait_slot(100).await, Some(5), "one whole instance inside the interval");
         r.set_grant(Some(at(4_020)));
         assert!(tokio::time::timeout(Duration::from_millis(200), r.wait_slot(60)).await.is_err());
@@ -396,7 +513,8 @@ mod tests {
             intervals: pieces.clone(),
             lease_ms: 60_000,
             online: false,
-            volume: 1_000,
+            // The rest of the run from 3 s (1 s at 3 B/s, 1 s at 200 B/s) holds it: it may begin there.
+            volume: 200,
         };
         let p = Periodic::default();
         p.set_grant(Some(at(3_000)));
