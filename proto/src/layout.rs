@@ -376,7 +376,10 @@ fn raid0_chunks(s: u64, c: u64, offset: u64, len: u64, out: &mut impl FnMut(Chun
     }
 }
 
-fn raid0_object_size(s: u64, c: u64, k: u64, file_size: u64) -> u64 {
+/// Bytes object `k` of a RAID-0 stripe set of `c` objects in stripes of `s` bytes holds when the set
+/// holds `file_size` bytes (object `k` holds stripes `k`, `k + c`, ...; a set that is not a whole number
+/// of stripe rows has its larger objects first).
+pub fn raid0_object_size(s: u64, c: u64, k: u64, file_size: u64) -> u64 {
     if s == 0 || c == 0 {
         return 0;
     }
