@@ -160,6 +160,9 @@ pub struct ExperimentArgs {
     /// placement-tarazu: only these workloads (default: all; --quick: ior-fpp-32g and hacc-io).
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
+    /// persched-live: only these schedulers (default: persched, online-syseff, online-dilation, none).
+    #[arg(long, value_delimiter = ',')]
+    pub schedulers: Vec<String>,
 }
 
 /// The paper's data-server disk (Section IV: Seagate Barracuda 7200.10, 150 GB). Fig. 8's distances are
@@ -944,6 +947,7 @@ mod tests {
             variants: vec![],
             ops: vec![],
             workloads: vec![],
+            schedulers: vec![],
         };
         let s = Settings::of(&a).unwrap();
         assert_eq!(s.runs, 1);

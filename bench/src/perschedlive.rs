@@ -618,6 +618,13 @@ pub fn objectives(jobs: &[(u32, f64, f64)]) -> (f64, f64, f64) {
 
 pub async fn run(a: &ExperimentArgs) -> Result<()> {
     let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 }).max(1);
+    if let Some(bad) = a.schedulers.iter().find(|s| !SCHEDULERS.contains(&s.as_str())) {
+        bail!("unknown scheduler '{bad}' (known: {})", SCHEDULERS.join(", "));
+    }
+    let schedulers: Vec<&str> = match a.schedulers.is_empty() {
+        true => SCHEDULERS.to_vec(),
+        false => SCHEDULERS.iter().copied().filter(|s| a.schedulers.iter().any(|x| x == s)).collect(),
+    };
     // Each job runs about this long: at least 4 pattern periods of the mix (T ≤ K' T_min).
     let duration = a.seconds.unwrap_or(if a.quick { 60.0 } else { 150.0 });
     let device = a.device_model.as_str();
@@ -650,7 +657,7 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
     println!(
         "experiment {NAME}: device model {device}, {}; N = {tasks}; {runs} run(s) per scheduler: {}",
         platform.describe(),
-        SCHEDULERS.join(", ")
+        schedulers.join(", ")
     );
     println!(
         "  congestion (the paper's Table 3), unscheduled, {} written by the mix's jobs alone and then all at once:",
@@ -697,9 +704,9 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
     let mut records = Vec::new();
     // Runs alternate between the schedulers (round r runs each once), so drift on this shared machine hits
     // all alike.
-    let mut all: Vec<Vec<Scored>> = SCHEDULERS.iter().map(|_| Vec::new()).collect();
+    let mut all: Vec<Vec<Scored>> = schedulers.iter().map(|_| Vec::new()).collect();
     for r in 0..runs {
-        for (si, sched) in SCHEDULERS.iter().enumerate() {
+        for (si, sched) in schedulers.iter().enumerate() {
             let out = one_run(&scratch, device, &platform, bw, &jobs, sched)
                 .await
                 .with_context(|| format!("{sched} run {r}"))?;
@@ -735,7 +742,7 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
             all[si].push((se, ub, dil, out, wse, wdil));
         }
     }
-    for (sched, outs) in SCHEDULERS.iter().zip(all) {
+    for (sched, outs) in schedulers.iter().zip(all) {
         let whole_se = median(outs.iter().map(|o| o.4).collect());
         let whole_dil = median(outs.iter().map(|o| o.5).collect());
         let se = median(outs.iter().map(|o| o.0).collect());

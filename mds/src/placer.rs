@@ -359,9 +359,11 @@ impl Placer {
     /// extents"): one solve for every file's first extent together, then one per later extent position
     /// and per share (files of different sizes have different shares in the same extent), each file's
     /// other planned extents' targets excluded for it (with Lustre's rule that a file which already uses
-    /// every target reuses them all), each solve seeing what the ones before it allocated. The solves run
-    /// the largest share first, the smaller filling in around them (the LPT rule: solved small-first, the
-    /// largest objects came last, on targets already holding small ones). Not one flow over all extents at once: the flow's units
+    /// every target reuses them all), each solve seeing what the ones before it allocated. Under
+    /// `balanced` the solves run the largest share first, the smaller filling in around them (the LPT
+    /// rule: solved small-first, the largest objects came last, on targets already holding small ones),
+    /// then [`Placer::refine`] exchanges objects off the fullest targets; the other policies solve in
+    /// extent order, as files reach their extents. Not one flow over all extents at once: the flow's units
     /// are equal-sized stripes, and a file's extents have different per-stripe shares (Config 1 on a 2 GB
     /// file: 128 MB, 128 MB, 192 MB), while one extent position across files of one size has one share,
     /// so each solve's costs are exact. A later extent whose solve fails (say, it does not fit) is left
@@ -403,8 +405,14 @@ impl Placer {
                 }
             }
         }
-        // The largest objects first, the smaller fill in around them (LPT's rule for the most loaded target).
-        groups.sort_by_key(|(s, pos, _)| (std::cmp::Reverse(*s), *pos));
+        // balanced: the largest objects first, the smaller fill in around them (LPT's rule for the most
+        // loaded target). The other policies place the extents in the order files reach them, as Lustre
+        // does (within a position, the larger shares first).
+        let policy = name.map_or(Ok(self.default), canonical)?;
+        match policy {
+            "balanced" => groups.sort_by_key(|(s, pos, _)| (std::cmp::Reverse(*s), *pos)),
+            _ => groups.sort_by_key(|(s, pos, _)| (*pos, std::cmp::Reverse(*s))),
+        }
         let mut used: Vec<Vec<Slot>> = vec![Vec::new(); n];
         let mut placed: Vec<Vec<Slot>> = vec![Vec::new(); n];
         let mut later: Vec<Vec<Planned>> = vec![Vec::new(); n];
@@ -451,7 +459,6 @@ impl Placer {
         for l in &mut later {
             l.sort_by_key(|p| p.index);
         }
-        let policy = name.map_or(Ok(self.default), canonical)?;
         if policy == "balanced" {
             let exchanges = self.refine(&files, &mut placed, &mut later);
             tracing::debug!(exchanges, "declared files: objects exchanged off the fullest targets after the solves");
