@@ -247,16 +247,8 @@ mod tests {
 
     #[test]
     fn renders_persched_state() {
-        use crate::persched::live::{LiveConfig, Profile, Registry as Live};
-        let mut live = Live::new(LiveConfig {
-            nodes: 8,
-            node_bw: 10e6,
-            total_bw: 30e6,
-            lease_ms: 5_000,
-            k_prime: 10.0,
-            headroom: 0.0,
-            online: None,
-        });
+        use crate::persched::live::{tests::cfg, Profile, Registry as Live};
+        let mut live = Live::new(cfg());
         live.register("p\"1", Profile { nodes: 4, compute_ms: 2_000, volume: 60_000_000 }, 0).unwrap();
         let mut reg = Registry::default();
         add_persched(&mut reg, Arc::new(std::sync::Mutex::new(live)));

@@ -493,10 +493,11 @@ impl From<Status> for PeriodicReport {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn cfg() -> LiveConfig {
+    /// A test cluster: 8 nodes of 10 MB/s, 30 MB/s in all, 5 s leases, no headroom (also the metrics tests').
+    pub(crate) fn cfg() -> LiveConfig {
         LiveConfig {
             nodes: 8,
             node_bw: 10e6,
