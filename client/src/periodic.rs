@@ -70,6 +70,20 @@ pub fn grace_ms(len_ms: u64) -> u64 {
     (len_ms / 10).clamp(50, 1_000)
 }
 
+/// Where `now_ms` falls in the grant's period (ms since the period began).
+fn position(g: &PeriodicGrant, now_ms: u64) -> u64 {
+    now_ms.saturating_sub(g.origin_ms) % g.period_ms.max(1)
+}
+
+/// How long from `pos` until the period next reaches `start_ms` (a whole period when it is `pos` itself).
+fn wait_until(start_ms: u64, pos: u64, period_ms: u64) -> u64 {
+    if start_ms > pos {
+        start_ms - pos
+    } else {
+        start_ms + period_ms - pos
+    }
+}
+
 /// When a transfer of the job may start at `now_ms` and at what rate: `(wait_ms, bytes_per_sec)`.
 /// `None`: no pattern, go now at full speed.
 pub fn next_slot(g: &PeriodicGrant, now_ms: u64) -> Option<(u64, u64)> {
@@ -90,7 +104,7 @@ pub fn next_slot_after(g: &PeriodicGrant, now_ms: u64, last_pass_ms: Option<u64>
         return None;
     }
     let t = g.period_ms;
-    let pos = now_ms.saturating_sub(g.origin_ms) % t;
+    let pos = position(g, now_ms);
     if let Some(i) = g.intervals.iter().find(|i| i.start_ms <= pos && pos < i.end_ms) {
         return Some((0, i.bytes_per_sec));
     }
@@ -104,13 +118,7 @@ pub fn next_slot_after(g: &PeriodicGrant, now_ms: u64, last_pass_ms: Option<u64>
             }
         }
     }
-    g.intervals
-        .iter()
-        .map(|i| {
-            let wait = if i.start_ms > pos { i.start_ms - pos } else { i.start_ms + g.period_ms - pos };
-            (wait, i.bytes_per_sec)
-        })
-        .min_by_key(|x| x.0)
+    g.intervals.iter().map(|i| (wait_until(i.start_ms, pos, t), i.bytes_per_sec)).min_by_key(|x| x.0)
 }
 
 /// Where a new instance of `volume` bytes may begin at `now_ms`: `(wait_ms, bytes_per_sec)`, like
@@ -129,7 +137,7 @@ pub fn instance_slot(g: &PeriodicGrant, now_ms: u64, volume: u64) -> Option<(u64
         return None;
     }
     let t = g.period_ms;
-    let pos = now_ms.saturating_sub(g.origin_ms) % t;
+    let pos = position(g, now_ms);
     let mut iv: Vec<&tessera_proto::msg::PeriodicInterval> =
         g.intervals.iter().filter(|i| i.start_ms < i.end_ms && i.start_ms < t).collect();
     if iv.is_empty() {
@@ -173,10 +181,7 @@ pub fn instance_slot(g: &PeriodicGrant, now_ms: u64, volume: u64) -> Option<(u64
     // that computes cannot have, are taken one by one).
     (0..n)
         .filter(|&k| !continues(k))
-        .map(|k| {
-            let s = iv[k].start_ms;
-            (if s > pos { s - pos } else { s + t - pos }, iv[k].bytes_per_sec)
-        })
+        .map(|k| (wait_until(iv[k].start_ms, pos, t), iv[k].bytes_per_sec))
         .min_by_key(|x| x.0)
         .or_else(|| next_slot(g, now_ms))
 }
@@ -304,14 +309,21 @@ impl Periodic {
         // The grace is for jobs whose volume is unknown: with a volume, an instance's end is known, and the
         // next one begins inside an interval.
         let last = self.last_pass_ms.load(Ordering::Relaxed);
+        let now = now_ms();
         let (wait, bw) = if g.volume > 0 {
-            instance_slot(&g, now_ms(), g.volume)?
+            instance_slot(&g, now, g.volume)?
         } else {
-            next_slot_after(&g, now_ms(), (last > 0).then_some(last))?
+            next_slot_after(&g, now, (last > 0).then_some(last))?
         };
-        if self.moved.load(Ordering::Relaxed) >= g.volume || self.moved.load(Ordering::Relaxed) == 0 {
-            let pos = now_ms().saturating_sub(g.origin_ms) % g.period_ms.max(1);
-            tracing::debug!(epoch = g.epoch, pos, wait, bw, "periodic: an instance waits for its interval");
+        let moved = self.moved.load(Ordering::Relaxed);
+        if moved >= g.volume || moved == 0 {
+            tracing::debug!(
+                epoch = g.epoch,
+                pos = position(&g, now),
+                wait,
+                bw,
+                "periodic: an instance waits for its interval"
+            );
         }
         if wait > 0 {
             tokio::time::sleep(Duration::from_millis(wait)).await;

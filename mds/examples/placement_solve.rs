@@ -112,6 +112,25 @@ fn declared_placer(t: &[TargetInfo]) -> Placer {
     Placer::new(Arc::new(stats), "balanced", Duration::from_secs(1)).expect("placer")
 }
 
+/// Median, min and max over `reps` of one declaration of `files` files of `size(k)` bytes and 8 stripes
+/// under `balanced`, each on a fresh placer over the targets `t`.
+fn time_declare(
+    t: &[TargetInfo],
+    reps: usize,
+    files: usize,
+    size: impl Fn(usize) -> u64,
+) -> (Duration, Duration, Duration) {
+    let mut times = Vec::new();
+    for _ in 0..reps {
+        let placer = declared_placer(t);
+        let batch = (0..files).map(|k| DeclaredCreate::plain(1, format!("f{k}"), request(8, size(k)))).collect();
+        let s = Instant::now();
+        assert_eq!(placer.declare(Some("balanced"), batch).expect("declared"), files);
+        times.push(s.elapsed());
+    }
+    median(times)
+}
+
 fn main() {
     println!("# Solve time: 1,000 creates x 8 stripes (64 MiB each) on 7 x 5 targets of 10 GiB, 10-60% used");
     println!("{:<12} {:>12} {:>12} {:>12} {:>16}", "policy", "median", "min", "max", "one-at-a-time");
@@ -147,29 +166,11 @@ fn main() {
     }
     // What `tessera declare` costs the MDS: the placer's whole declaration (the view, the solve, the
     // exchanges after it, the bookkeeping), a fresh placer each time.
-    let mut times = Vec::new();
-    for _ in 0..21 {
-        let placer = declared_placer(&t);
-        let files = (0..1000).map(|k| DeclaredCreate::plain(1, format!("f{k}"), request(8, 64 * MIB))).collect();
-        let s = Instant::now();
-        assert_eq!(placer.declare(Some("balanced"), files).expect("declared"), 1000);
-        times.push(s.elapsed());
-    }
-    let (med, min, max) = median(times);
+    let (med, min, max) = time_declare(&t, 21, 1000, |_| 64 * MIB);
     println!("{:<12} {med:>12.2?} {min:>12.2?} {max:>12.2?} {:>16}", "declare", "-");
     // The largest declaration the MDS takes (10,000 files), of sizes that are not whole stripe rows (so the
     // objects differ and the exchanges after the solve have work): bounded by REFINE_WORK.
-    let mut times = Vec::new();
-    for _ in 0..5 {
-        let placer = declared_placer(&t);
-        let files = (0..10_000)
-            .map(|k| DeclaredCreate::plain(1, format!("f{k}"), request(8, (4 + k as u64 % 7) * MIB + 512 * 1024)))
-            .collect();
-        let s = Instant::now();
-        assert_eq!(placer.declare(Some("balanced"), files).expect("declared"), 10_000);
-        times.push(s.elapsed());
-    }
-    let (med, min, max) = median(times);
+    let (med, min, max) = time_declare(&t, 5, 10_000, |k| (4 + k as u64 % 7) * MIB + 512 * 1024);
     println!("{:<12} {med:>12.2?} {min:>12.2?} {max:>12.2?} {:>16}", "declare 10k", "-");
 
     println!();

@@ -168,6 +168,11 @@ impl Placer {
         self.default
     }
 
+    /// The canonical name of policy `name`, the cluster's when `None`.
+    fn policy_name(&self, name: Option<&str>) -> FsResult<&'static str> {
+        name.map_or(Ok(self.default), canonical)
+    }
+
     fn policy(&self, name: &str) -> &dyn Placement {
         let i = POLICIES.iter().position(|n| *n == name).unwrap_or(0);
         self.policies[i].as_ref()
@@ -229,10 +234,7 @@ impl Placer {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let name = match name {
-            Some(n) => canonical(n)?,
-            None => self.default,
-        };
+        let name = self.policy_name(name)?;
         let (targets, slots) = self.view();
         if targets.is_empty() {
             return Err(FsError::new(ErrorCode::NoSpace, "no data servers configured"));
@@ -272,10 +274,10 @@ impl Placer {
         let mut load: Vec<u64> = targets.iter().map(|t| t.used).collect();
         let utilisation = |load: &[u64], i: usize| load[i] as f64 / targets[i].capacity.max(1) as f64;
         for (req, mut chosen) in batch.iter().zip(placed) {
-            let n = chosen.len() as u64;
+            let n = chosen.len();
             // Object j holds stripes j, j + n, ...: a file (extent) that is not a whole number of stripe
             // rows has its larger objects first; what each object is expected to hold.
-            let bytes = |j: usize| object_bytes(req, n as usize, j);
+            let bytes = |j: usize| object_bytes(req, n, j);
             if name == "balanced" && !chosen.is_empty() {
                 // The flow gives each file a set of targets; which of them holds stripe 0 rotates from file
                 // to file, or the lowest-ranked target would hold every file's first stripe...
@@ -408,7 +410,7 @@ impl Placer {
         // balanced: the largest objects first, the smaller fill in around them (LPT's rule for the most
         // loaded target). The other policies place the extents in the order files reach them, as Lustre
         // does (within a position, the larger shares first).
-        let policy = name.map_or(Ok(self.default), canonical)?;
+        let policy = self.policy_name(name)?;
         match policy {
             "balanced" => groups.sort_by_key(|(s, pos, _)| (std::cmp::Reverse(*s), *pos)),
             _ => groups.sort_by_key(|(s, pos, _)| (*pos, std::cmp::Reverse(*s))),
@@ -482,12 +484,13 @@ impl Placer {
         let mut at: Vec<(usize, usize, usize)> = Vec::new();
         let mut objects: Vec<placement::balanced::BatchObject> = Vec::new();
         for (f, file) in files.iter().enumerate() {
-            let extents = std::iter::once((&file.first, &first[f])).chain(
-                later[f]
-                    .iter()
-                    .filter_map(|p| file.later.iter().find(|e| e.index == p.index).map(|e| (&e.req, &p.slots))),
-            );
-            for (k, (req, on)) in extents.enumerate() {
+            // k: 0 the first extent, k the k-th planned one, from `later[f]`'s own order (a plan without its
+            // request is skipped without shifting the others).
+            let planned = later[f]
+                .iter()
+                .enumerate()
+                .filter_map(|(k, p)| file.later.iter().find(|e| e.index == p.index).map(|e| (k + 1, &e.req, &p.slots)));
+            for (k, req, on) in std::iter::once((0, &file.first, &first[f])).chain(planned) {
                 for (j, slot) in on.iter().enumerate() {
                     let Some(target) = slots.iter().position(|s| s == slot) else { continue };
                     at.push((f, k, j));
