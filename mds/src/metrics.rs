@@ -125,10 +125,10 @@ fn placement(s: &mut Scrape, placer: &crate::placer::Placer) -> fmt::Result {
 
 /// PerSched's families (specs/periodic.md): per periodic job planned and measured ρ̃ and dilation; the
 /// system's SysEff, its upper bound and the period.
-pub fn add_persched(registry: &mut Registry, p: Arc<std::sync::Mutex<crate::persched::live::Registry>>) {
+pub fn add_persched(registry: &mut Registry, p: Arc<crate::persched::shared::Shared>) {
     registry.register_collector(collector(move |s| {
         let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-        let st = p.lock().unwrap_or_else(|e| e.into_inner()).status(now_ms as u64);
+        let st = p.lock().status(now_ms as u64);
         persched(s, &st)
     }));
 }
@@ -248,10 +248,12 @@ mod tests {
     #[test]
     fn renders_persched_state() {
         use crate::persched::live::{tests::cfg, Profile, Registry as Live};
+        use crate::persched::shared::Shared;
         let mut live = Live::new(cfg());
         live.register("p\"1", Profile { nodes: 4, compute_ms: 2_000, volume: 60_000_000 }, 0).unwrap();
+        live.replan(0);
         let mut reg = Registry::default();
-        add_persched(&mut reg, Arc::new(std::sync::Mutex::new(live)));
+        add_persched(&mut reg, Arc::new(Shared::new(live)));
         let body = render(&reg).unwrap();
         for line in [
             "tessera_persched_period_seconds 4",

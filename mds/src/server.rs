@@ -8,6 +8,7 @@ use crate::lease::Holder;
 use crate::metrics::RequestCounters;
 use crate::namespace::Namespace;
 use crate::orchestrator::{Orchestrator, Params};
+use crate::persched::shared::Shared;
 use crate::stats::StatsView;
 use crate::store::{JournalRecovery, Store, COMMIT_INTERVAL};
 use bytes::Bytes;
@@ -33,7 +34,7 @@ pub struct MdsService {
     orch: Option<Arc<Orchestrator>>,
     counters: Arc<RequestCounters>,
     /// PerSched's registry of periodic jobs and their pattern.
-    persched: Arc<std::sync::Mutex<crate::persched::live::Registry>>,
+    persched: Arc<Shared>,
     /// The job registry and per-job counters.
     jobs: Arc<Jobs>,
     /// Whether metadata calls are counted per job (`[metrics] job_counters`).
@@ -56,14 +57,14 @@ impl MdsService {
             ds_names: Default::default(),
             orch: None,
             counters: Arc::new(RequestCounters::default()),
-            persched: Arc::new(std::sync::Mutex::new(persched)),
+            persched: Arc::new(Shared::new(persched)),
         }
     }
 
     /// PerSched's platform from `[persched]`.
     pub fn with_persched(self, o: &tessera_proto::config::PerschedOptions) -> MdsService {
         let r = crate::persched::live::Registry::new(crate::persched::live::LiveConfig::from_options(o));
-        MdsService { persched: Arc::new(std::sync::Mutex::new(r)), ..self }
+        MdsService { persched: Arc::new(Shared::new(r)), ..self }
     }
 
     /// The job registry's series in windows of `dt` instead of [`JOB_WINDOW`] (before any request).
@@ -73,28 +74,47 @@ impl MdsService {
     }
 
     /// PerSched's registry (for the metrics endpoint).
-    pub fn persched(&self) -> Arc<std::sync::Mutex<crate::persched::live::Registry>> {
+    pub fn persched(&self) -> Arc<Shared> {
         self.persched.clone()
     }
 
-    /// PerSched's requests for the calling job (specs/periodic.md): expired reservations go first.
-    fn periodic(&self, job: &str, req: MdsRequest) -> FsResult<MdsReply> {
-        let now_ms =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-        let mut r = self.persched.lock().unwrap_or_else(|p| p.into_inner());
-        for gone in r.expire(now_ms) {
-            info!(job = %gone, "periodic job stopped polling: reservation dropped");
-        }
-        match req {
-            MdsRequest::PeriodicRegister { profile } => r
-                .register(job, profile.into(), now_ms)
-                .map(|g| MdsReply::Periodic(Some(g.into())))
-                .map_err(FsError::invalid),
-            MdsRequest::PeriodicPoll { done } => Ok(MdsReply::Periodic(r.poll(job, done, now_ms).map(Into::into))),
-            MdsRequest::PeriodicLeave => {
-                r.leave(job, now_ms);
-                Ok(MdsReply::Ok)
+    /// PerSched's requests for the calling job (specs/periodic.md): expired reservations go first. A change
+    /// is planned outside the registry's lock ([`Shared::settle`]): a registration or departure waits for its
+    /// plan, so a registration is answered with its grant; a poll, rate or status that found expired jobs
+    /// answers at once and leaves the plan to a task.
+    async fn periodic(&self, job: &str, req: MdsRequest) -> FsResult<MdsReply> {
+        let now_ms = tessera_proto::types::unix_us() / 1000;
+        let (refused, stale) = {
+            let mut r = self.persched.lock();
+            for gone in r.expire(now_ms) {
+                info!(job = %gone, "periodic job stopped polling: reservation dropped");
             }
+            let refused = match &req {
+                MdsRequest::PeriodicRegister { profile } => r.register(job, (*profile).into(), now_ms).err(),
+                MdsRequest::PeriodicLeave => {
+                    r.leave(job);
+                    None
+                }
+                _ => None,
+            };
+            (refused, r.plan_input().is_some())
+        };
+        if stale {
+            if matches!(req, MdsRequest::PeriodicRegister { .. } | MdsRequest::PeriodicLeave) {
+                self.persched.settle().await;
+            } else {
+                let shared = self.persched.clone();
+                tokio::spawn(async move { shared.settle().await });
+            }
+        }
+        if let Some(e) = refused {
+            return Err(FsError::invalid(e));
+        }
+        let mut r = self.persched.lock();
+        match req {
+            MdsRequest::PeriodicRegister { .. } => Ok(MdsReply::Periodic(r.grant(job).map(Into::into))),
+            MdsRequest::PeriodicPoll { done } => Ok(MdsReply::Periodic(r.poll(job, done, now_ms).map(Into::into))),
+            MdsRequest::PeriodicLeave => Ok(MdsReply::Ok),
             MdsRequest::PeriodicIo { want, done } => r
                 .io(job, want, done, now_ms)
                 .map(MdsReply::PeriodicRate)
@@ -171,7 +191,7 @@ impl MdsService {
             | MdsRequest::PeriodicPoll { .. }
             | MdsRequest::PeriodicLeave
             | MdsRequest::PeriodicStatus
-            | MdsRequest::PeriodicIo { .. } => self.periodic(&origin.job, req),
+            | MdsRequest::PeriodicIo { .. } => self.periodic(&origin.job, req).await,
             MdsRequest::DsJobReport(r) => {
                 self.jobs.on_detail(&r);
                 Ok(MdsReply::Ok)
@@ -417,7 +437,7 @@ pub const DETECT_RECENT: std::time::Duration = std::time::Duration::from_secs(30
 /// jobs with recent I/O go to [`crate::persched::live::Registry::observe`] (periodic jobs join the pattern
 /// as detected, detected ones doing I/O keep it), then detected jobs idle for a few periods leave it.
 pub fn spawn_detector(
-    persched: Arc<std::sync::Mutex<crate::persched::live::Registry>>,
+    persched: Arc<Shared>,
     jobs: Arc<Jobs>,
     every: std::time::Duration,
 ) -> tokio::task::JoinHandle<()> {
@@ -429,13 +449,16 @@ pub fn spawn_detector(
             tick.tick().await;
             let now_us = tessera_proto::types::unix_us();
             let series = jobs.series(now_us.saturating_sub(DETECT_RECENT.as_micros() as u64), now_us);
-            let mut r = persched.lock().unwrap_or_else(|p| p.into_inner());
-            for job in r.observe(&series, &params, now_us / 1000) {
-                info!(%job, "periodic job detected from its I/O: joins the pattern");
+            {
+                let mut r = persched.lock();
+                for job in r.observe(&series, &params, now_us / 1000) {
+                    info!(%job, "periodic job detected from its I/O: joins the pattern");
+                }
+                for job in r.expire(now_us / 1000) {
+                    info!(%job, "periodic job idle or silent: reservation dropped");
+                }
             }
-            for job in r.expire(now_us / 1000) {
-                info!(%job, "periodic job idle or silent: reservation dropped");
-            }
+            persched.settle().await;
         }
     })
 }

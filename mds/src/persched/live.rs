@@ -5,6 +5,13 @@
 //! its reservation after the lease. Jobs that do not register may be detected from their byte counters
 //! ([`Registry::observe`], [`super::detect`]); a detected job keeps its reservation while it does I/O
 //! and loses it after a few idle periods.
+//!
+//! Changes and planning are separate steps, so the MDS can plan outside its lock (PERSCHED takes up to
+//! seconds with K' = 10): a change marks the pattern stale, [`Registry::plan_input`] takes what the planner
+//! needs, [`PlanInput::solve`] is the planner (no registry), and [`Registry::install`] puts its result in
+//! place unless the jobs changed meanwhile. [`Registry::replan`] does the three at once. Until a new pattern
+//! is installed the jobs keep following the old one; a job that is not in it yet gets an empty grant (it is
+//! not delayed).
 
 use super::online::{self, Policy};
 use super::{detect, persched, App, Params, Platform};
@@ -113,6 +120,10 @@ struct Entry {
 pub struct Registry {
     cfg: LiveConfig,
     jobs: BTreeMap<String, Entry>,
+    /// Counts changes to the set of periodic jobs or their profiles.
+    changes: u64,
+    /// The value of `changes` the current pattern was planned for.
+    planned_for: u64,
     epoch: u64,
     origin_ms: u64,
     period_ms: u64,
@@ -146,6 +157,8 @@ impl Registry {
         Registry {
             cfg,
             jobs: BTreeMap::new(),
+            changes: 0,
+            planned_for: 0,
             epoch: 0,
             origin_ms: 0,
             period_ms: 0,
@@ -164,12 +177,12 @@ impl Registry {
         Platform { nodes: f64::from(self.cfg.nodes.max(1)), b: self.cfg.node_bw, big_b: self.cfg.total_bw }
     }
 
-    /// Registers (or updates) `job`'s profile; the pattern is recomputed when the set of periodic jobs or a
-    /// profile changes.
-    pub fn register(&mut self, job: &str, p: Profile, now_ms: u64) -> Result<Grant, String> {
-        let g = self.admit(job, p, now_ms, PeriodicSource::Registered, self.cfg.lease_ms)?;
+    /// Registers (or updates) `job`'s profile; the pattern goes stale when the set of periodic jobs or a
+    /// profile changes (its grant comes with the next plan: [`Registry::replan`], then [`Registry::grant`]).
+    pub fn register(&mut self, job: &str, p: Profile, now_ms: u64) -> Result<(), String> {
+        self.admit(job, p, now_ms, PeriodicSource::Registered, self.cfg.lease_ms)?;
         self.left.remove(job);
-        Ok(g)
+        Ok(())
     }
 
     /// [`Registry::register`] from either source.
@@ -180,7 +193,7 @@ impl Registry {
         now_ms: u64,
         source: PeriodicSource,
         idle_ms: u64,
-    ) -> Result<Grant, String> {
+    ) -> Result<(), String> {
         p.check(&self.cfg)?;
         let known = self.jobs.get(job).map(|e| e.profile);
         if known.is_none() && self.jobs.len() >= MAX_JOBS {
@@ -220,20 +233,20 @@ impl Registry {
             e.registered_ms = now_ms;
             e.done = 0;
             e.io_since_ms = None;
-            self.recompute(now_ms);
+            self.changes += 1;
         }
-        Ok(self.grant(job).unwrap_or_else(|| self.empty_grant()))
+        Ok(())
     }
 
-    /// The job leaves; the pattern is recomputed for the others. It is not detected again (until it
+    /// The job leaves; the pattern goes stale for the others. It is not detected again (until it
     /// registers again): leaving says it is not periodic.
-    pub fn leave(&mut self, job: &str, now_ms: u64) -> bool {
+    pub fn leave(&mut self, job: &str) -> bool {
         if self.left.len() < MAX_LEFT {
             self.left.insert(job.to_string());
         }
         let gone = self.jobs.remove(job).is_some();
         if gone {
-            self.recompute(now_ms);
+            self.changes += 1;
         }
         gone
     }
@@ -289,7 +302,7 @@ impl Registry {
     }
 
     /// Drops the jobs silent for longer than the lease (registered: they stopped following or died;
-    /// detected: no I/O for a few periods) and recomputes the pattern if any went. Returns their names.
+    /// detected: no I/O for a few periods); the pattern goes stale if any went. Returns their names.
     pub fn expire(&mut self, now_ms: u64) -> Vec<String> {
         let gone: Vec<String> = self
             .jobs
@@ -299,9 +312,7 @@ impl Registry {
             .collect();
         for j in &gone {
             self.jobs.remove(j);
-        }
-        if !gone.is_empty() {
-            self.recompute(now_ms);
+            self.changes += 1;
         }
         gone
     }
@@ -318,12 +329,15 @@ impl Registry {
         }
     }
 
+    /// `job`'s grant in the current pattern (`None`: not registered). A job the current pattern was planned
+    /// without (it arrived since, or the planner found no pattern) gets an empty one: no delay.
     pub fn grant(&self, job: &str) -> Option<Grant> {
         let volume = self.jobs.get(job)?.profile.volume;
+        let empty = Grant { volume, ..self.empty_grant() };
         if self.cfg.online.is_some() {
-            return Some(Grant { volume, ..self.empty_grant() });
+            return Some(empty);
         }
-        let iv = self.grants.get(job)?;
+        let Some(iv) = self.grants.get(job) else { return Some(empty) };
         Some(Grant {
             epoch: self.epoch,
             origin_ms: self.origin_ms,
@@ -335,43 +349,42 @@ impl Registry {
         })
     }
 
-    /// **decision**: the new pattern starts at `now` (its origin) for every job at once; jobs pick it up
-    /// at their next poll. Intervals are rounded outwards to whole milliseconds and their bandwidth up to
-    /// whole bytes per second — sub-millisecond precision is beyond what the client's pacing can keep.
+    /// What the planner needs if the pattern is stale (the jobs or their profiles changed since it was
+    /// planned), else `None`.
+    pub fn plan_input(&self) -> Option<PlanInput> {
+        (self.changes != self.planned_for).then(|| PlanInput {
+            changes: self.changes,
+            names: self.jobs.keys().cloned().collect(),
+            apps: self.jobs.values().map(|e| e.profile.app()).collect(),
+            platform: self.platform(),
+            params: self.params(),
+            headroom: self.cfg.headroom,
+            online: self.cfg.online.is_some(),
+        })
+    }
+
+    /// Puts `plan` in place as the current pattern, starting at `now_ms`, unless the jobs changed since its
+    /// input was taken (then it returns `false`: plan again).
     ///
-    /// **decision** (the paper's jobs follow their pattern exactly): a grant's bandwidth is the pattern's
-    /// times (1 + `headroom`). Loop 2 shrinks the period until the instances just fit (the live mix's
-    /// longest job computes and transfers in exactly T), so a job paced to its planned rate has no slack:
-    /// a transfer a little slower than planned makes its next compute end after its next interval began,
-    /// the delay accumulates, and once it passes the interval the job waits a whole period. With headroom a
-    /// job served as planned finishes early and waits for its interval instead.
-    fn recompute(&mut self, now_ms: u64) {
+    /// **decision**: the new pattern starts at `now` (its origin) for every job at once; jobs pick it up at
+    /// their next poll.
+    pub fn install(&mut self, plan: Plan, now_ms: u64) -> bool {
+        if plan.changes != self.changes {
+            return false;
+        }
+        self.planned_for = plan.changes;
         self.epoch += 1;
         self.origin_ms = now_ms;
-        self.grants.clear();
-        self.planned.clear();
-        self.period_ms = 0;
-        if self.cfg.online.is_some() {
-            return;
-        }
-        let names: Vec<String> = self.jobs.keys().cloned().collect();
-        let apps: Vec<App> = self.jobs.values().map(|e| e.profile.app()).collect();
-        let Some(plan) = persched(&self.platform(), &apps, self.params()) else { return };
-        let pat = &plan.pattern;
-        self.period_ms = (pat.period() * 1e3).ceil() as u64;
-        for (k, name) in names.iter().enumerate() {
-            let mut iv: Vec<(u64, u64, u64)> = pat
-                .instances(k)
-                .iter()
-                .flat_map(|i| &i.pieces)
-                .map(|pc| {
-                    let bw = (pc.bw * (1.0 + self.cfg.headroom)).ceil() as u64;
-                    ((pc.start * 1e3).floor() as u64, (pc.end * 1e3).ceil() as u64, bw)
-                })
-                .collect();
-            iv.sort_unstable();
-            self.grants.insert(name.clone(), iv);
-            self.planned.insert(name.clone(), pat.rho_tilde(k));
+        self.period_ms = plan.period_ms;
+        self.grants = plan.grants;
+        self.planned = plan.planned;
+        true
+    }
+
+    /// Plans now, under the caller's borrow, if the pattern is stale (tests and callers that hold no lock).
+    pub fn replan(&mut self, now_ms: u64) {
+        if let Some(input) = self.plan_input() {
+            self.install(input.solve(), now_ms);
         }
     }
 
@@ -425,6 +438,65 @@ impl Registry {
             });
         }
         Status { jobs, period_ms: self.period_ms, syseff: p.syseff(&apps, &eff), upper_bound: p.upper_bound(&apps) }
+    }
+}
+
+/// The planner's input: the jobs in name order and the platform, taken from the registry.
+#[derive(Clone, Debug)]
+pub struct PlanInput {
+    changes: u64,
+    names: Vec<String>,
+    apps: Vec<App>,
+    platform: Platform,
+    params: Params,
+    headroom: f64,
+    online: bool,
+}
+
+/// A pattern to install: per job its intervals (start ms, end ms, bytes/s) modulo `period_ms` and its ρ̃.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    changes: u64,
+    period_ms: u64,
+    grants: BTreeMap<String, Vec<(u64, u64, u64)>>,
+    planned: BTreeMap<String, f64>,
+}
+
+impl PlanInput {
+    /// Runs PERSCHED ([`super::persched`]); online, there is no pattern.
+    ///
+    /// **decision**: intervals are rounded outwards to whole milliseconds and their bandwidth up to whole
+    /// bytes per second — sub-millisecond precision is beyond what the client's pacing can keep.
+    ///
+    /// **decision** (the paper's jobs follow their pattern exactly): a grant's bandwidth is the pattern's
+    /// times (1 + `headroom`). Loop 2 shrinks the period until the instances just fit (the live mix's
+    /// longest job computes and transfers in exactly T), so a job paced to its planned rate has no slack:
+    /// a transfer a little slower than planned makes its next compute end after its next interval began,
+    /// the delay accumulates, and once it passes the interval the job waits a whole period. With headroom a
+    /// job served as planned finishes early and waits for its interval instead.
+    pub fn solve(self) -> Plan {
+        let mut plan = Plan { changes: self.changes, period_ms: 0, grants: BTreeMap::new(), planned: BTreeMap::new() };
+        if self.online {
+            return plan;
+        }
+        let Some(p) = persched(&self.platform, &self.apps, self.params) else { return plan };
+        let pat = &p.pattern;
+        plan.period_ms = (pat.period() * 1e3).ceil() as u64;
+        for (k, name) in self.names.iter().enumerate() {
+            let mut iv: Vec<(u64, u64, u64)> = pat
+                .instances(k)
+                .iter()
+                .flat_map(|i| &i.pieces)
+                .map(|pc| {
+                    let bw = (pc.bw * (1.0 + self.headroom)).ceil() as u64;
+                    ((pc.start * 1e3).floor() as u64, (pc.end * 1e3).ceil() as u64, bw)
+                })
+                .collect();
+            iv.sort_unstable();
+            plan.grants.insert(name.clone(), iv);
+            plan.planned.insert(name.clone(), pat.rho_tilde(k));
+        }
+        plan
     }
 }
 
@@ -513,31 +585,65 @@ pub(crate) mod tests {
         Profile { nodes, compute_ms, volume }
     }
 
+    /// Registers `job`, plans, and returns its grant (what the MDS answers a registration with).
+    pub(crate) fn reg(r: &mut Registry, job: &str, p: Profile, now_ms: u64) -> Result<Grant, String> {
+        r.register(job, p, now_ms)?;
+        r.replan(now_ms);
+        Ok(r.grant(job).expect("registered"))
+    }
+
     #[test]
     fn arrival_and_departure_recompute_the_pattern() {
         let mut r = Registry::new(cfg());
-        let g1 = r.register("a", prof(4, 2_000, 60_000_000), 1_000).unwrap();
+        let g1 = reg(&mut r, "a", prof(4, 2_000, 60_000_000), 1_000).unwrap();
         assert_eq!(g1.epoch, 1);
         assert!(!g1.intervals.is_empty());
         // Alone: 4 nodes × 10 MB/s = 40 > B = 30 MB/s: 2 s of transfer at 30 MB/s.
         assert_eq!(g1.period_ms, 4_000);
         assert_eq!(g1.intervals.iter().map(|i| i.2).max(), Some(30_000_000));
-        let g2 = r.register("b", prof(4, 2_000, 60_000_000), 2_000).unwrap();
+        let g2 = reg(&mut r, "b", prof(4, 2_000, 60_000_000), 2_000).unwrap();
         assert_eq!(g2.epoch, 2);
         assert_eq!(r.poll("a", 0, 2_100).unwrap().epoch, 2);
         // Re-registering the same profile changes nothing.
-        assert_eq!(r.register("b", prof(4, 2_000, 60_000_000), 2_200).unwrap().epoch, 2);
-        assert!(r.leave("b", 3_000));
+        assert_eq!(reg(&mut r, "b", prof(4, 2_000, 60_000_000), 2_200).unwrap().epoch, 2);
+        assert!(r.leave("b"));
+        assert_eq!(r.poll("a", 0, 3_100).unwrap().epoch, 2, "the old pattern until the new one is planned");
+        r.replan(3_000);
         assert_eq!(r.poll("a", 0, 3_100).unwrap().epoch, 3);
         assert!(r.poll("b", 0, 3_100).is_none());
     }
 
     #[test]
+    fn a_plan_for_jobs_that_changed_meanwhile_is_not_installed() {
+        let mut r = Registry::new(cfg());
+        let a = prof(4, 2_000, 60_000_000);
+        r.register("a", a, 0).unwrap();
+        let input = r.plan_input().expect("stale");
+        // b arrives while a's pattern is being planned (outside the MDS's lock).
+        r.register("b", prof(4, 2_000, 60_000_000), 5).unwrap();
+        assert!(!r.install(input.solve(), 10));
+        assert_eq!(r.grant("a").unwrap().period_ms, 0, "nothing installed: a is not delayed meanwhile");
+        assert!(r.install(r.plan_input().expect("still stale").solve(), 20));
+        assert!(r.plan_input().is_none(), "planned");
+        let (ga, gb) = (r.grant("a").unwrap(), r.grant("b").unwrap());
+        assert!(!ga.intervals.is_empty() && !gb.intervals.is_empty());
+        assert_eq!((ga.epoch, ga.origin_ms, gb.epoch), (1, 20, 1), "one pattern for both, from its installation");
+        // The same profile again, or a poll, changes nothing.
+        r.register("a", a, 30).unwrap();
+        r.poll("b", 1, 40);
+        assert!(r.plan_input().is_none());
+        // A profile change or a departure makes it stale again; the old pattern holds until then.
+        r.register("a", prof(2, 2_000, 60_000_000), 50).unwrap();
+        assert!(r.plan_input().is_some());
+        assert_eq!(r.grant("a").unwrap(), ga);
+    }
+
+    #[test]
     fn grants_pace_at_the_patterns_rate_plus_the_headroom() {
         // Alone at B = 30 MB/s (2 s of transfer): granted 33 MB/s with 10% headroom, over the same interval.
-        let plain = Registry::new(cfg()).register("a", prof(4, 2_000, 60_000_000), 0).unwrap();
+        let plain = reg(&mut Registry::new(cfg()), "a", prof(4, 2_000, 60_000_000), 0).unwrap();
         let mut r = Registry::new(LiveConfig { headroom: 0.1, ..cfg() });
-        let g = r.register("a", prof(4, 2_000, 60_000_000), 0).unwrap();
+        let g = reg(&mut r, "a", prof(4, 2_000, 60_000_000), 0).unwrap();
         assert_eq!(g.period_ms, plain.period_ms);
         assert_eq!(g.intervals.len(), plain.intervals.len());
         for (h, p) in g.intervals.iter().zip(&plain.intervals) {
@@ -553,9 +659,9 @@ pub(crate) mod tests {
         // B = 30 MB/s, b = 10 MB/s. a: 2 nodes (peak 20 MB/s), β w / vol small; b: 3 nodes (peak 30),
         // β w / vol large, so online-syseff serves b first.
         let mut r = Registry::new(LiveConfig { online: Some(Policy::MaxSysEff), ..cfg() });
-        let ga = r.register("a", prof(2, 1_000, 100_000_000), 0).unwrap();
+        let ga = reg(&mut r, "a", prof(2, 1_000, 100_000_000), 0).unwrap();
         assert!(ga.online && ga.intervals.is_empty() && ga.period_ms == 0, "no pattern online: {ga:?}");
-        r.register("b", prof(3, 10_000, 10_000_000), 0).unwrap();
+        reg(&mut r, "b", prof(3, 10_000, 10_000_000), 0).unwrap();
         assert_eq!(r.io("a", true, 0, 100), Some(20_000_000), "alone: its peak");
         assert_eq!(r.io("b", true, 0, 200), Some(30_000_000), "b first: all of B");
         assert_eq!(r.io("a", true, 0, 300), Some(0), "a is preempted while b transfers");
@@ -564,14 +670,14 @@ pub(crate) mod tests {
         assert_eq!(r.io("nobody", true, 0, 500), None);
         // online-dilation: the job with no finished instance (infinite dilation) goes first.
         let mut d = Registry::new(LiveConfig { online: Some(Policy::MinDilation), ..cfg() });
-        d.register("a", prof(2, 1_000, 100_000_000), 0).unwrap();
-        d.register("b", prof(3, 10_000, 10_000_000), 0).unwrap();
+        reg(&mut d, "a", prof(2, 1_000, 100_000_000), 0).unwrap();
+        reg(&mut d, "b", prof(3, 10_000, 10_000_000), 0).unwrap();
         d.io("a", true, 5, 10_000);
         assert_eq!(d.io("b", true, 0, 10_100), Some(30_000_000));
         assert_eq!(d.io("a", true, 5, 10_200), Some(0));
         // In pattern mode the arbiter grants nothing: jobs follow their intervals.
         let mut p = Registry::new(cfg());
-        p.register("a", prof(2, 1_000, 100_000_000), 0).unwrap();
+        reg(&mut p, "a", prof(2, 1_000, 100_000_000), 0).unwrap();
         assert_eq!(p.io("a", true, 0, 100), Some(0));
     }
 
@@ -584,7 +690,7 @@ pub(crate) mod tests {
         for k in [10.0, 1.5] {
             let mut r = Registry::new(LiveConfig { k_prime: k, ..cfg() });
             for (j, p) in jobs {
-                r.register(j, p, 0).unwrap();
+                reg(&mut r, j, p, 0).unwrap();
             }
             periods.push(r.grant("a").unwrap().period_ms);
         }
@@ -596,7 +702,7 @@ pub(crate) mod tests {
     fn intervals_never_exceed_the_total_bandwidth() {
         let mut r = Registry::new(cfg());
         for (j, n) in [("a", 2), ("b", 3), ("c", 3)] {
-            r.register(j, prof(n, 1_500, 20_000_000), 0).unwrap();
+            reg(&mut r, j, prof(n, 1_500, 20_000_000), 0).unwrap();
         }
         let gs: Vec<Grant> = ["a", "b", "c"].iter().map(|j| r.grant(j).unwrap()).collect();
         let t = gs[0].period_ms;
@@ -623,38 +729,39 @@ pub(crate) mod tests {
     #[test]
     fn a_silent_job_loses_its_reservation() {
         let mut r = Registry::new(cfg());
-        r.register("a", prof(4, 2_000, 60_000_000), 0).unwrap();
-        r.register("b", prof(4, 2_000, 60_000_000), 0).unwrap();
+        reg(&mut r, "a", prof(4, 2_000, 60_000_000), 0).unwrap();
+        reg(&mut r, "b", prof(4, 2_000, 60_000_000), 0).unwrap();
         r.poll("a", 1, 4_000);
         assert!(r.expire(5_000).is_empty());
         assert_eq!(r.expire(5_001), vec!["b".to_string()]);
         assert!(r.grant("b").is_none());
+        r.replan(5_001);
         assert_eq!(r.grant("a").unwrap().epoch, 3);
     }
 
     #[test]
     fn bad_profiles_are_refused_and_the_registry_is_bounded() {
         let mut r = Registry::new(cfg());
-        assert!(r.register("a", prof(0, 1, 1), 0).is_err());
-        assert!(r.register("a", prof(9, 1, 1), 0).is_err());
-        assert!(r.register("a", prof(1, 0, 1), 0).is_err());
-        assert!(r.register("a", prof(1, MAX_COMPUTE_MS + 1, 1), 0).is_err());
-        assert!(r.register("a", prof(1, 1, 0), 0).is_err());
+        assert!(reg(&mut r, "a", prof(0, 1, 1), 0).is_err());
+        assert!(reg(&mut r, "a", prof(9, 1, 1), 0).is_err());
+        assert!(reg(&mut r, "a", prof(1, 0, 1), 0).is_err());
+        assert!(reg(&mut r, "a", prof(1, MAX_COMPUTE_MS + 1, 1), 0).is_err());
+        assert!(reg(&mut r, "a", prof(1, 1, 0), 0).is_err());
         // Periods too far apart for one pattern: refused, the registry unchanged.
-        r.register("slow", prof(1, MAX_COMPUTE_MS, 1_000), 0).unwrap();
-        let e = r.register("fast", prof(1, 1, 1_000), 0).unwrap_err();
+        reg(&mut r, "slow", prof(1, MAX_COMPUTE_MS, 1_000), 0).unwrap();
+        let e = reg(&mut r, "fast", prof(1, 1, 1_000), 0).unwrap_err();
         assert!(e.contains("differ too much"), "{e}");
-        assert!(r.leave("slow", 0));
+        assert!(r.leave("slow"));
         for i in 0..MAX_JOBS {
-            r.register(&format!("j{i}"), prof(1, 1_000, 1_000), 0).unwrap();
+            reg(&mut r, &format!("j{i}"), prof(1, 1_000, 1_000), 0).unwrap();
         }
-        assert!(r.register("one-more", prof(1, 1_000, 1_000), 0).is_err());
+        assert!(reg(&mut r, "one-more", prof(1, 1_000, 1_000), 0).is_err());
     }
 
     #[test]
     fn status_reports_planned_and_measured_efficiency() {
         let mut r = Registry::new(cfg());
-        r.register("a", prof(4, 2_000, 60_000_000), 0).unwrap();
+        reg(&mut r, "a", prof(4, 2_000, 60_000_000), 0).unwrap();
         let s = r.status(0);
         assert!((s.jobs[0].planned_rho - 0.5).abs() < 1e-9);
         assert_eq!(s.jobs[0].measured_rho, None);
@@ -691,6 +798,8 @@ pub(crate) mod tests {
         assert_eq!(st.jobs.len(), 1);
         let j = &st.jobs[0];
         assert_eq!((j.source, j.profile), (PeriodicSource::Detected, prof(2, 4_000, 20_000_000)));
+        assert!(r.grant("d").is_some_and(|g| g.period_ms == 0), "not planned yet: not delayed");
+        r.replan(100_000);
         assert!(r.grant("d").is_some_and(|g| g.period_ms > 0));
         // Polls of clients that follow it do not keep it; its I/O does. Idle for 3 periods (15 s): gone.
         r.poll("d", 0, 114_000);
@@ -707,18 +816,18 @@ pub(crate) mod tests {
     fn registration_wins_over_detection_and_leaving_opts_out() {
         let mut r = Registry::new(cfg());
         let p = detect::Params::default();
-        r.register("a", prof(1, 9_000, 1_000_000), 0).unwrap();
+        reg(&mut r, "a", prof(1, 9_000, 1_000_000), 0).unwrap();
         assert!(r.observe(&[bursts("a", 4, 5, 20_000_000, 1, 1_000)], &p, 1_000).is_empty());
         assert_eq!(r.status(1_000).jobs[0].profile, prof(1, 9_000, 1_000_000), "the registered profile stays");
         assert_eq!(r.status(1_000).jobs[0].source, PeriodicSource::Registered);
-        assert!(r.leave("a", 1_000));
+        assert!(r.leave("a"));
         assert!(r.observe(&[bursts("a", 4, 5, 20_000_000, 1, 2_000)], &p, 2_000).is_empty(), "it left");
         // A detected job that registers becomes registered.
         r.observe(&[bursts("b", 4, 5, 20_000_000, 1, 2_000)], &p, 2_000);
-        r.register("b", prof(2, 4_000, 20_000_000), 3_000).unwrap();
+        reg(&mut r, "b", prof(2, 4_000, 20_000_000), 3_000).unwrap();
         assert_eq!(r.status(3_000).jobs[0].source, PeriodicSource::Registered);
         // Registering again after leaving: detection may find it again once it leaves by expiry.
-        r.register("a", prof(1, 9_000, 1_000_000), 3_000).unwrap();
+        reg(&mut r, "a", prof(1, 9_000, 1_000_000), 3_000).unwrap();
         assert!(!r.left.contains("a"));
     }
 }

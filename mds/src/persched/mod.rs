@@ -13,6 +13,7 @@ pub mod detect;
 pub mod live;
 pub mod online;
 mod pattern;
+pub mod shared;
 
 pub use pattern::{Instance, Pattern, Piece};
 
