@@ -160,6 +160,11 @@ impl Placer {
         })
     }
 
+    /// Placement measuring load with `probe` instead of this process's own (tests).
+    pub fn with_probe(self, probe: tessera_proto::process::LoadProbe) -> Placer {
+        Placer { probe: Mutex::new(probe), ..self }
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -234,20 +239,34 @@ impl Placer {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let name = self.policy_name(name)?;
+        let name = self.unless_loaded(self.policy_name(name)?, batch.len());
+        self.place_as(name, batch)
+    }
+
+    /// Expensive solves are put off while the MDS is loaded: `balanced` runs as `lustre` then (counted as
+    /// deferred); other policies run as they are.
+    fn unless_loaded(&self, name: &'static str, files: usize) -> &'static str {
+        if name != "balanced" {
+            return name;
+        }
+        let (cpu, memory) = self.probe.lock().unwrap_or_else(|p| p.into_inner()).sample(Instant::now());
+        if !is_loaded(cpu, memory) {
+            return name;
+        }
+        tracing::debug!(cpu, memory, "MDS loaded: a balanced solve of {files} files runs as lustre");
+        self.state().deferred += 1;
+        "lustre"
+    }
+
+    /// [`Placer::place`] with the policy `name` as it is (the load already looked at).
+    fn place_as(&self, name: &'static str, batch: &[CreateRequest]) -> FsResult<Vec<Vec<Slot>>> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
         let (targets, slots) = self.view();
         if targets.is_empty() {
             return Err(FsError::new(ErrorCode::NoSpace, "no data servers configured"));
         }
-        // Expensive solves are put off while the MDS is loaded: the batch is placed the cheap way.
-        let (cpu, memory) = self.probe.lock().unwrap_or_else(|p| p.into_inner()).sample(Instant::now());
-        let name = if name == "balanced" && is_loaded(cpu, memory) {
-            tracing::debug!(cpu, memory, "MDS loaded: a balanced solve of {} files runs as lustre", batch.len());
-            self.state().deferred += 1;
-            "lustre"
-        } else {
-            name
-        };
         let policy = self.policy(name);
         policy.set_now(self.started.elapsed());
         let t0 = Instant::now();
@@ -409,8 +428,9 @@ impl Placer {
         }
         // balanced: the largest objects first, the smaller fill in around them (LPT's rule for the most
         // loaded target). The other policies place the extents in the order files reach them, as Lustre
-        // does (within a position, the larger shares first).
-        let policy = self.policy_name(name)?;
+        // does (within a position, the larger shares first). While the MDS is loaded, the whole
+        // declaration runs as lustre (its solves and the exchanges after them).
+        let policy = self.unless_loaded(self.policy_name(name)?, n);
         match policy {
             "balanced" => groups.sort_by_key(|(s, pos, _)| (std::cmp::Reverse(*s), *pos)),
             _ => groups.sort_by_key(|(s, pos, _)| (*pos, std::cmp::Reverse(*s))),
@@ -433,7 +453,7 @@ impl Placer {
                     CreateRequest { exclude, ..r.clone() }
                 })
                 .collect();
-            let chosen = match self.place(name, &batch) {
+            let chosen = match self.place_as(policy, &batch) {
                 Ok(p) => p,
                 Err(e) if pos > 0 => {
                     tracing::debug!("declared composite files: extent {pos} left to placement on reach: {e}");
@@ -443,7 +463,7 @@ impl Placer {
                 // then give way when the file reaches them), or the declaration fails.
                 Err(e) if used.iter().any(|u| !u.is_empty()) => {
                     tracing::debug!("declared files: first extents placed apart from their later ones: {e}");
-                    self.place(name, &who.iter().map(|&f| files[f].first.clone()).collect::<Vec<_>>())?
+                    self.place_as(policy, &who.iter().map(|&f| files[f].first.clone()).collect::<Vec<_>>())?
                 }
                 Err(e) => return Err(e),
             };
@@ -924,6 +944,34 @@ mod tests {
             let c = cost(&bytes, &cluster);
             assert!(c <= 1.10, "{files} files of {size} bytes: OST cost {c:.3}");
         }
+    }
+
+    /// While the MDS is loaded, a declaration under `balanced` is solved as `lustre` would solve it, the
+    /// exchanges after the solves included (they are skipped), and counts as one deferral.
+    #[test]
+    fn a_declaration_while_the_mds_is_loaded_runs_as_lustre_without_exchanges() {
+        use tessera_proto::process::LoadProbe;
+        let declare = |policy: &str, probe: LoadProbe| {
+            let stats = view(7, 5);
+            for ds in 0..7 {
+                stats.record(report(ds, &[0; 5], 64 << 20));
+            }
+            let p = Placer::new(stats, policy, Duration::from_secs(1)).unwrap().with_probe(probe);
+            p.declare(None, (0..16).map(|k| declared(k, 12 << 20)).collect()).unwrap();
+            let placed: Vec<Vec<Vec<Slot>>> = (0..16)
+                .map(|k| {
+                    let t = p.take_declared(1, &format!("f{k}")).unwrap();
+                    std::iter::once(t.slots).chain(t.later.into_iter().map(|l| l.slots)).collect()
+                })
+                .collect();
+            (placed, p.status())
+        };
+        let (loaded, st) = declare("balanced", LoadProbe::fixed(0.9, 0.1));
+        let (lustre, _) = declare("lustre", LoadProbe::fixed(0.0, 0.0));
+        let (balanced, quiet) = declare("balanced", LoadProbe::fixed(0.0, 0.0));
+        assert_eq!(loaded, lustre);
+        assert_ne!(loaded, balanced, "balanced places this declaration differently");
+        assert_eq!((st.deferred, quiet.deferred), (1, 0));
     }
 
     /// A planned extent whose target filled up (or that the file's own earlier extents now use) is

@@ -95,12 +95,19 @@ pub struct LoadProbe {
     last: Option<(Instant, f64)>,
     cpu: f64,
     memory: f64,
+    /// Reports `cpu` and `memory` as given, never sampling ([`LoadProbe::fixed`]).
+    fixed: bool,
 }
 
 impl LoadProbe {
+    /// A probe that always reports these shares (tests of what load changes).
+    pub fn fixed(cpu: f64, memory: f64) -> LoadProbe {
+        LoadProbe { last: None, cpu, memory, fixed: true }
+    }
+
     /// Samples at most once a second; returns the latest (cpu, memory) shares.
     pub fn sample(&mut self, now: Instant) -> (f64, f64) {
-        if self.last.is_some_and(|(at, _)| now.duration_since(at) < Duration::from_secs(1)) {
+        if self.fixed || self.last.is_some_and(|(at, _)| now.duration_since(at) < Duration::from_secs(1)) {
             return (self.cpu, self.memory);
         }
         if let Some(busy) = process_cpu_seconds() {
