@@ -110,6 +110,8 @@ struct Entry {
     done: u64,
     /// Online mode: since when the job waits for or makes a transfer.
     io_since_ms: Option<u64>,
+    /// Online mode: when the job last asked for a rate.
+    io_asked_ms: u64,
     source: PeriodicSource,
     /// Silent for longer than this: the reservation goes.
     idle_ms: u64,
@@ -222,6 +224,7 @@ impl Registry {
             last_seen_ms: now_ms,
             done: 0,
             io_since_ms: None,
+            io_asked_ms: 0,
             source,
             idle_ms,
         });
@@ -397,18 +400,29 @@ impl Registry {
     /// transferring job learns a changed rate when it next asks (the client asks at least every 100 ms), so
     /// a newcomer may share the bandwidth with the job it preempts for up to that long. Outside online mode
     /// the rate is 0 when a pattern exists (the job follows its intervals).
+    ///
+    /// **decision**: a job that wants to transfer but has not asked for a rate for longer than the lease
+    /// counts as done: a transferring job asks at least every 100 ms and a waiting one every 20 ms, so it
+    /// lost its end message (or stopped mid-transfer) — without this, a job of higher priority that still
+    /// polls would hold the bandwidth from the others for ever.
     pub fn io(&mut self, job: &str, want: bool, done: u64, now_ms: u64) -> Option<u64> {
         let e = self.jobs.get_mut(job)?;
         e.last_seen_ms = now_ms;
         e.done = done;
         e.io_since_ms = if want { Some(e.io_since_ms.unwrap_or(now_ms)) } else { None };
+        e.io_asked_ms = now_ms;
         let Some(policy) = self.cfg.online else { return Some(0) };
         if !want {
             return Some(0);
         }
+        let lease = self.cfg.lease_ms;
         let names: Vec<&String> = self.jobs.keys().collect();
         let apps: Vec<App> = self.jobs.values().map(|e| e.profile.app()).collect();
-        let since: Vec<Option<f64>> = self.jobs.values().map(|e| e.io_since_ms.map(|t| t as f64 / 1e3)).collect();
+        let since: Vec<Option<f64>> = self
+            .jobs
+            .values()
+            .map(|e| e.io_since_ms.filter(|_| now_ms.saturating_sub(e.io_asked_ms) <= lease).map(|t| t as f64 / 1e3))
+            .collect();
         let done: Vec<u64> = self.jobs.values().map(|e| e.done).collect();
         let elapsed: Vec<f64> =
             self.jobs.values().map(|e| now_ms.saturating_sub(e.registered_ms) as f64 / 1e3).collect();
@@ -675,6 +689,18 @@ pub(crate) mod tests {
         d.io("a", true, 5, 10_000);
         assert_eq!(d.io("b", true, 0, 10_100), Some(30_000_000));
         assert_eq!(d.io("a", true, 5, 10_200), Some(0));
+        // A job that wants but stopped asking (its end message lost) holds B only for the lease (5 s here),
+        // though it still polls: then the others are served.
+        let mut s = Registry::new(LiveConfig { online: Some(Policy::MaxSysEff), ..cfg() });
+        reg(&mut s, "a", prof(2, 1_000, 100_000_000), 0).unwrap();
+        reg(&mut s, "b", prof(3, 10_000, 10_000_000), 0).unwrap();
+        assert_eq!(s.io("b", true, 0, 1_000), Some(30_000_000));
+        assert_eq!(s.io("a", true, 0, 1_100), Some(0));
+        s.poll("b", 0, 4_000);
+        assert_eq!(s.io("a", true, 0, 6_000), Some(0), "b asked 5 s ago: still transferring");
+        s.poll("b", 0, 6_000);
+        assert_eq!(s.io("a", true, 0, 6_001), Some(20_000_000), "b has not asked for longer than the lease");
+        assert_eq!(s.io("b", true, 0, 6_100), Some(30_000_000), "asking again, b is served first again");
         // In pattern mode the arbiter grants nothing: jobs follow their intervals.
         let mut p = Registry::new(cfg());
         reg(&mut p, "a", prof(2, 1_000, 100_000_000), 0).unwrap();
