@@ -103,8 +103,7 @@ impl MdsService {
             if matches!(req, MdsRequest::PeriodicRegister { .. } | MdsRequest::PeriodicLeave) {
                 self.persched.settle().await;
             } else {
-                let shared = self.persched.clone();
-                tokio::spawn(async move { shared.settle().await });
+                self.persched.settle_later();
             }
         }
         if let Some(e) = refused {

@@ -31,6 +31,9 @@ pub const MAX_COMPUTE_MS: u64 = 86_400_000;
 pub const MAX_PATTERN_INSTANCES: f64 = 50_000.0;
 /// Jobs remembered as having left on their own (not detected again); beyond this, no more are remembered.
 pub const MAX_LEFT: usize = 1024;
+/// The online arbiter hands out no rate below this share of the job's peak `min(β b, B)`: the job waits
+/// instead (see [`Registry::io`]).
+pub const MIN_RATE_SHARE: f64 = 0.01;
 /// A detected job loses its reservation after this many of its periods without I/O (or the lease, if longer).
 pub const DETECTED_IDLE_PERIODS: u64 = 3;
 
@@ -405,6 +408,11 @@ impl Registry {
     /// counts as done: a transferring job asks at least every 100 ms and a waiting one every 20 ms, so it
     /// lost its end message (or stopped mid-transfer) — without this, a job of higher priority that still
     /// polls would hold the bandwidth from the others for ever.
+    ///
+    /// **decision**: what is left of B after the jobs served first may be a sliver (B = 206.65 MiB/s beside
+    /// 2 b = 206.64 MiB/s leaves 10 KiB/s); a job given it would pace a 1 MiB write over minutes and keep
+    /// that pace after the others finish. A rate below [`MIN_RATE_SHARE`] of the job's peak is 0: it waits
+    /// and asks again.
     pub fn io(&mut self, job: &str, want: bool, done: u64, now_ms: u64) -> Option<u64> {
         let e = self.jobs.get_mut(job)?;
         e.last_seen_ms = now_ms;
@@ -428,7 +436,8 @@ impl Registry {
             self.jobs.values().map(|e| now_ms.saturating_sub(e.registered_ms) as f64 / 1e3).collect();
         let rates = online::rates(&self.platform(), &apps, policy, &since, &done, &elapsed);
         let k = names.iter().position(|n| n.as_str() == job)?;
-        Some(rates[k].max(0.0).ceil() as u64)
+        let peak = self.platform().peak(&apps[k]);
+        Some(if rates[k] >= peak * MIN_RATE_SHARE { rates[k].ceil() as u64 } else { 0 })
     }
 
     pub fn status(&self, now_ms: u64) -> Status {
@@ -689,6 +698,14 @@ pub(crate) mod tests {
         d.io("a", true, 5, 10_000);
         assert_eq!(d.io("b", true, 0, 10_100), Some(30_000_000));
         assert_eq!(d.io("a", true, 5, 10_200), Some(0));
+        // What B leaves beside the first job's peak may be a sliver (100 B/s here): not handed out.
+        let mut v = Registry::new(LiveConfig { online: Some(Policy::MaxSysEff), total_bw: 20_000_100.0, ..cfg() });
+        reg(&mut v, "a", prof(2, 10_000, 10_000_000), 0).unwrap();
+        reg(&mut v, "b", prof(1, 1_000, 100_000_000), 0).unwrap();
+        assert_eq!(v.io("a", true, 0, 100), Some(20_000_000));
+        assert_eq!(v.io("b", true, 0, 200), Some(0), "100 B/s left: b waits");
+        assert_eq!(v.io("a", false, 1, 300), Some(0));
+        assert_eq!(v.io("b", true, 0, 400), Some(10_000_000));
         // A job that wants but stopped asking (its end message lost) holds B only for the lease (5 s here),
         // though it still polls: then the others are served.
         let mut s = Registry::new(LiveConfig { online: Some(Policy::MaxSysEff), ..cfg() });
