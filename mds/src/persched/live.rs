@@ -409,9 +409,9 @@ impl Registry {
     /// lost its end message (or stopped mid-transfer) — without this, a job of higher priority that still
     /// polls would hold the bandwidth from the others for ever.
     ///
-    /// **decision**: what is left of B after the jobs served first may be a sliver (B = 206.65 MiB/s beside
-    /// 2 b = 206.64 MiB/s leaves 10 KiB/s); a job given it would pace a 1 MiB write over minutes and keep
-    /// that pace after the others finish. A rate below [`MIN_RATE_SHARE`] of the job's peak is 0: it waits
+    /// **decision**: what is left of B after the jobs served first may be a sliver (persched-live's
+    /// B = 217527955 B/s beside a 2-node job's 2 b = 217527954 B/s leaves 1 B/s); a job given it would pace
+    /// a 1 MiB write over days and keep that pace after the others finish. A rate below [`MIN_RATE_SHARE`] of the job's peak is 0: it waits
     /// and asks again.
     pub fn io(&mut self, job: &str, want: bool, done: u64, now_ms: u64) -> Option<u64> {
         let e = self.jobs.get_mut(job)?;
