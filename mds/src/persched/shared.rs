@@ -72,18 +72,21 @@ mod tests {
     use super::*;
     use crate::persched::live::{tests::cfg, Profile};
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_lock_is_free_while_a_plan_is_computed() {
-        // Many jobs of unrelated cycles make PERSCHED's sweep long (tens of ms to seconds).
-        let shared = std::sync::Arc::new(Shared::new(Registry::new(cfg())));
+    /// 24 registered jobs of unrelated cycles (PERSCHED's sweep takes ~230 ms on this machine) and a task
+    /// planning them.
+    fn planning_24_jobs() -> (Arc<Shared>, tokio::task::JoinHandle<()>) {
+        let shared = Arc::new(Shared::new(Registry::new(cfg())));
         for i in 0..24u64 {
             let p = Profile { nodes: 1 + (i % 3) as u32, compute_ms: 1_000 + 331 * i, volume: 1_000_000 + 277_777 * i };
             shared.lock().register(&format!("j{i}"), p, 0).unwrap();
         }
-        let planner = tokio::spawn({
-            let s = shared.clone();
-            async move { s.settle().await }
-        });
+        let s = shared.clone();
+        (shared, tokio::spawn(async move { s.settle().await }))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_lock_is_free_while_a_plan_is_computed() {
+        let (shared, planner) = planning_24_jobs();
         // While it plans, reads and polls are served: the lock is never held by the planner.
         let t0 = std::time::Instant::now();
         let mut served_while_planning = 0;
@@ -103,15 +106,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_change_during_a_plan_is_planned_by_one_queued_task() {
-        let shared = std::sync::Arc::new(Shared::new(Registry::new(cfg())));
-        for i in 0..24u64 {
-            let p = Profile { nodes: 1 + (i % 3) as u32, compute_ms: 1_000 + 331 * i, volume: 1_000_000 + 277_777 * i };
-            shared.lock().register(&format!("j{i}"), p, 0).unwrap();
-        }
-        let planner = tokio::spawn({
-            let s = shared.clone();
-            async move { s.settle().await }
-        });
+        let (shared, planner) = planning_24_jobs();
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         // A job leaves while the plan runs; polls answered at once ask for a plan later, many times.
         assert!(shared.lock().leave("j3"));
