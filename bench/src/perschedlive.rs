@@ -76,7 +76,10 @@
 //! K' = 3 the pattern for this three-job mix is 0.88 of UB and gives job B one instance per 9.3 s period
 //! against its own 6.15 s cycle (B sets the Dilation), while the greedy arbiter is bound to no period.
 //! One of the three PerSched runs fell to 0.61 of UB (every job ~35% below its plan); four further runs
-//! (`--schedulers persched --runs 4`, debug traces) all followed the plan; the cause was not found.
+//! (`--schedulers persched --runs 4`, debug traces) all followed the plan. Six later runs
+//! (`results/persched/stop33/`) gave 0.72–0.88, with jobs A and C below their plans in the low ones, with
+//! the MDS's planner inside its lock or outside it alike: 8 of 13 runs reached the plan; the cause of the
+//! others was not found.
 //!
 //! The online heuristics of the authors' earlier work run live too: the MDS's arbiter
 //! (`[persched] scheduler = "online-syseff" | "online-dilation"`) grants each job a rate at every transfer

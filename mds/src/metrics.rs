@@ -127,8 +127,7 @@ fn placement(s: &mut Scrape, placer: &crate::placer::Placer) -> fmt::Result {
 /// system's SysEff, its upper bound and the period.
 pub fn add_persched(registry: &mut Registry, p: Arc<crate::persched::shared::Shared>) {
     registry.register_collector(collector(move |s| {
-        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-        let st = p.lock().status(now_ms as u64);
+        let st = p.lock().status(tessera_proto::types::unix_us() / 1000);
         persched(s, &st)
     }));
 }

@@ -97,7 +97,7 @@ impl MdsService {
                 }
                 _ => None,
             };
-            (refused, r.plan_input().is_some())
+            (refused, r.stale())
         };
         if stale {
             if matches!(req, MdsRequest::PeriodicRegister { .. } | MdsRequest::PeriodicLeave) {

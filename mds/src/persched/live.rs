@@ -355,10 +355,14 @@ impl Registry {
         })
     }
 
-    /// What the planner needs if the pattern is stale (the jobs or their profiles changed since it was
-    /// planned), else `None`.
+    /// Whether the jobs or their profiles changed since the current pattern was planned.
+    pub fn stale(&self) -> bool {
+        self.changes != self.planned_for
+    }
+
+    /// What the planner needs if the pattern is [stale](Registry::stale), else `None`.
     pub fn plan_input(&self) -> Option<PlanInput> {
-        (self.changes != self.planned_for).then(|| PlanInput {
+        self.stale().then(|| PlanInput {
             changes: self.changes,
             names: self.jobs.keys().cloned().collect(),
             apps: self.jobs.values().map(|e| e.profile.app()).collect(),
@@ -411,8 +415,8 @@ impl Registry {
     ///
     /// **decision**: what is left of B after the jobs served first may be a sliver (persched-live's
     /// B = 217527955 B/s beside a 2-node job's 2 b = 217527954 B/s leaves 1 B/s); a job given it would pace
-    /// a 1 MiB write over days and keep that pace after the others finish. A rate below [`MIN_RATE_SHARE`] of the job's peak is 0: it waits
-    /// and asks again.
+    /// a 1 MiB write over days and keep that pace after the others finish. A rate below
+    /// [`MIN_RATE_SHARE`] of the job's peak is 0: it waits and asks again.
     pub fn io(&mut self, job: &str, want: bool, done: u64, now_ms: u64) -> Option<u64> {
         let e = self.jobs.get_mut(job)?;
         e.last_seen_ms = now_ms;
@@ -434,9 +438,10 @@ impl Registry {
         let done: Vec<u64> = self.jobs.values().map(|e| e.done).collect();
         let elapsed: Vec<f64> =
             self.jobs.values().map(|e| now_ms.saturating_sub(e.registered_ms) as f64 / 1e3).collect();
-        let rates = online::rates(&self.platform(), &apps, policy, &since, &done, &elapsed);
+        let platform = self.platform();
+        let rates = online::rates(&platform, &apps, policy, &since, &done, &elapsed);
         let k = names.iter().position(|n| n.as_str() == job)?;
-        let peak = self.platform().peak(&apps[k]);
+        let peak = platform.peak(&apps[k]);
         Some(if rates[k] >= peak * MIN_RATE_SHARE { rates[k].ceil() as u64 } else { 0 })
     }
 
@@ -609,7 +614,7 @@ pub(crate) mod tests {
     }
 
     /// Registers `job`, plans, and returns its grant (what the MDS answers a registration with).
-    pub(crate) fn reg(r: &mut Registry, job: &str, p: Profile, now_ms: u64) -> Result<Grant, String> {
+    fn reg(r: &mut Registry, job: &str, p: Profile, now_ms: u64) -> Result<Grant, String> {
         r.register(job, p, now_ms)?;
         r.replan(now_ms);
         Ok(r.grant(job).expect("registered"))
