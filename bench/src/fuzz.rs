@@ -6,6 +6,11 @@
 //! Meanwhile a well-behaved client (the cluster's client identity, its own connection) asks the server
 //! something small every `--probe-ms` and must keep getting answers, and the server's memory (VmRSS,
 //! VmHWM) is sampled. A connection the server closes is replaced; the server's exit ends the run.
+//!
+//! The run fails (`"ok": false` and the reasons in the JSON, exit code 1) when the server exits, when a
+//! reply is not the protocol's, or when one of the well-behaved client's requests fails: it sends only
+//! requests any server of the target's kind must answer (see [`probe_call`]), so a failure is the
+//! server's, not the probe's.
 
 use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::report::{median, write_json};
@@ -134,7 +139,7 @@ enum Outcome {
     Abandoned,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct Answers {
     ok: u64,
     /// Error replies by error code.
@@ -147,7 +152,7 @@ struct Answers {
     undecodable: u64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct ProbeReport {
     requests: u64,
     answers: u64,
@@ -158,7 +163,7 @@ struct ProbeReport {
     first_failures: Vec<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct RssReport {
     start_kib: u64,
     end_kib: u64,
@@ -170,9 +175,13 @@ struct RssReport {
     samples: Vec<(f64, u64)>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct FuzzReport {
     target: String,
+    /// Whether the run passed: see [`FuzzReport::verdict`].
+    ok: bool,
+    /// Why it did not (empty when it did).
+    failures: Vec<String>,
     server_addr: String,
     server_pid: u32,
     cluster: String,
@@ -320,8 +329,10 @@ async fn fuzz(a: &FuzzArgs, dir: &Path, pid: Option<u32>) -> Result<()> {
     let sent = counts.sent.load(Ordering::Relaxed);
     let max_sampled = samples.iter().map(|s| s.1).max().unwrap_or(rss0);
     let step = samples.len().div_ceil(200).max(1);
-    let report = FuzzReport {
+    let mut report = FuzzReport {
         target: a.target.name().into(),
+        ok: false,
+        failures: Vec::new(),
         server_addr: addr,
         server_pid: pid,
         cluster: if a.cluster.is_some() { dir.display().to_string() } else { "started for the run".into() },
@@ -356,14 +367,40 @@ async fn fuzz(a: &FuzzArgs, dir: &Path, pid: Option<u32>) -> Result<()> {
             samples: samples.iter().step_by(step).copied().collect(),
         },
     };
+    report.failures = report.verdict();
+    report.ok = report.failures.is_empty();
     print_report(&report);
     if let Some(path) = &a.json {
         write_json(path, &report)?;
     }
-    if report.server_crashes > 0 {
-        bail!("the server exited during the run");
+    if !report.ok {
+        bail!("fuzz {} failed: {}", report.target, report.failures.join("; "));
     }
     Ok(())
+}
+
+impl FuzzReport {
+    /// Why the run failed, if it did: the server exited, a reply was not the protocol's, or a request of
+    /// the well-behaved client failed (it was not answered, or answered with an error).
+    fn verdict(&self) -> Vec<String> {
+        let mut why = Vec::new();
+        if self.server_crashes > 0 {
+            let exit = self.server_exit.as_deref().unwrap_or("gone at the end of the run");
+            why.push(format!("the server exited ({exit})"));
+        }
+        if self.answers.undecodable > 0 {
+            why.push(format!("{} replies were not the protocol's", self.answers.undecodable));
+        }
+        let p = &self.probe;
+        if p.failures > 0 || p.answers < p.requests {
+            let first = p.first_failures.first().map(|f| format!(", the first: {f}")).unwrap_or_default();
+            why.push(format!(
+                "the well-behaved client got {} answers to {} requests ({} failed{first})",
+                p.answers, p.requests, p.failures
+            ));
+        }
+        why
+    }
 }
 
 fn print_report(r: &FuzzReport) {
@@ -403,6 +440,14 @@ fn print_report(r: &FuzzReport) {
         r.rss.max_sampled_kib >> 10,
         r.rss.peak_kib >> 10
     );
+    for f in &r.probe.first_failures {
+        println!("  well-behaved client's failure: {f}");
+    }
+    if r.ok {
+        println!("  verdict: ok");
+    } else {
+        println!("  verdict: FAILED: {}", r.failures.join("; "));
+    }
 }
 
 /// Makes the target's requests.
@@ -631,37 +676,56 @@ enum Abandon {
     Hold,
 }
 
-/// The well-behaved client: a small request every `every_ms`, alternating a ping and a real one.
+/// Sequence number of the object the well-behaved client reads (one no file has: reading it answers no
+/// bytes, but takes the data server's whole read path, its device queue included).
+const PROBE_OBJECT_SEQ: u64 = 0x9b0b_0000_0001;
+
+/// One request of the well-behaved client.
+#[derive(Debug)]
+enum ProbeCall {
+    Mds(MdsCall),
+    Ds(DsCall),
+    Ion(IonCall),
+}
+
+/// The well-behaved client's request number `turn` (from 1): a ping on odd turns, a real request on even
+/// ones. Each is one every server of the kind must answer: the data server's read names an object in
+/// target 0, which every data server has (a single-target server has only that one), by proto's own
+/// object id constructor.
+fn probe_call(target: Target, turn: u64) -> ProbeCall {
+    let origin = Origin { job: "probe".into(), client: 0x9b0b, pid: 1 };
+    let real = turn % 2 == 0;
+    let mds = |req| MdsCall { caller: Caller::root(), origin: origin.clone(), req };
+    match target {
+        Target::Mds => ProbeCall::Mds(mds(if real { MdsRequest::StatFs } else { MdsRequest::Ping })),
+        Target::Ds => {
+            let req = if real {
+                let tag = tessera_proto::IoTag { origin: origin.clone(), ino: 1 };
+                DsRequest::Read { tag, object: tessera_proto::object_in(0, PROBE_OBJECT_SEQ), offset: 0, len: 4096 }
+            } else {
+                DsRequest::Ping
+            };
+            ProbeCall::Ds(DsCall::new(0, req))
+        }
+        Target::Ion => ProbeCall::Ion(if real { IonCall::Status } else { IonCall::Mds(mds(MdsRequest::Ping)) }),
+    }
+}
+
+/// The well-behaved client: a small request every `every_ms` (see [`probe_call`]), at least one of each
+/// kind however short the run.
 async fn probe_loop(peer: RpcPeer, target: Target, every_ms: u64, stop: Arc<AtomicBool>) -> ProbeReport {
     let mut lat = Vec::new();
     let mut failures = Vec::new();
     let mut requests = 0u64;
-    let origin = Origin { job: "probe".into(), client: 0x9b0b, pid: 1 };
-    let mds = |req| MdsCall { caller: Caller::root(), origin: origin.clone(), req };
-    let tag = tessera_proto::IoTag { origin: origin.clone(), ino: 1 };
     let mut tick = tokio::time::interval(Duration::from_millis(every_ms.max(1)));
-    while !stop.load(Ordering::Relaxed) {
+    while requests < 2 || !stop.load(Ordering::Relaxed) {
         tick.tick().await;
         requests += 1;
         let t = Instant::now();
-        let real = requests % 2 == 0;
-        let r: Result<(), tessera_proto::FsError> = match target {
-            Target::Mds => {
-                let req = if real { MdsRequest::StatFs } else { MdsRequest::Ping };
-                peer.call::<_, MdsReply>(&mds(req), Bytes::new()).await.map(drop)
-            }
-            Target::Ds => {
-                let req = if real {
-                    DsRequest::Read { tag: tag.clone(), object: 0x9b0b_0000_0000_0001, offset: 0, len: 4096 }
-                } else {
-                    DsRequest::Ping
-                };
-                peer.call::<_, DsReply>(&DsCall::new(0, req), Bytes::new()).await.map(drop)
-            }
-            Target::Ion => {
-                let call = if real { IonCall::Status } else { IonCall::Mds(mds(MdsRequest::Ping)) };
-                peer.call::<_, IonReply>(&call, Bytes::new()).await.map(drop)
-            }
+        let r: Result<(), tessera_proto::FsError> = match probe_call(target, requests) {
+            ProbeCall::Mds(call) => peer.call::<_, MdsReply>(&call, Bytes::new()).await.map(drop),
+            ProbeCall::Ds(call) => peer.call::<_, DsReply>(&call, Bytes::new()).await.map(drop),
+            ProbeCall::Ion(call) => peer.call::<_, IonReply>(&call, Bytes::new()).await.map(drop),
         };
         match r {
             Ok(()) => lat.push(t.elapsed().as_secs_f64() * 1e3),
@@ -743,5 +807,81 @@ mod tests {
         let mut rng = Rng::new(5);
         let ok = gen.frame(&mut rng, &Known::default(), 1);
         assert!(!gen.reserves_space(&ok[..ok.len().min(frame::PREFIX + 3)]));
+    }
+
+    /// The well-behaved client's requests to a data server are ones a data server with a single target
+    /// (the data directory, as `tessera up` and the fuzzer's own cluster make them) serves: the object is
+    /// in target 0, the tag's origin passes the server's check, the read fits a frame. (Its object id
+    /// used to be 0x9b0b000000000001, in target 39691, refused with `Invalid` every other request.)
+    #[test]
+    fn probe_requests_are_valid_for_a_one_target_data_server() {
+        let targets = 1usize;
+        let mut reads = 0;
+        for turn in 1..=6 {
+            let ProbeCall::Ds(call) = probe_call(Target::Ds, turn) else { panic!("turn {turn}: not a DS call") };
+            assert_eq!((call.ds, call.via.is_none()), (0, true), "turn {turn}");
+            match &call.req {
+                DsRequest::Ping => {}
+                DsRequest::Read { tag, object, offset, len } => {
+                    reads += 1;
+                    let t = tessera_proto::target_of(*object);
+                    assert!(usize::from(t) < targets, "object {object:#x} is in target {t}");
+                    tag.origin.check().unwrap();
+                    assert!(*len as usize <= MAX_PAYLOAD && offset.checked_add(u64::from(*len)).is_some());
+                }
+                other => panic!("turn {turn}: the probe sends only pings and reads, not {other:?}"),
+            }
+            frame::encode_head(&call, 0).unwrap();
+        }
+        assert_eq!(reads, 3, "every other request is a real one");
+        for target in [Target::Mds, Target::Ion] {
+            for turn in 1..=2 {
+                match probe_call(target, turn) {
+                    ProbeCall::Mds(c) => c.origin.check().unwrap(),
+                    ProbeCall::Ion(IonCall::Mds(c)) => c.origin.check().unwrap(),
+                    ProbeCall::Ion(IonCall::Status) => {}
+                    other => panic!("{target:?} turn {turn}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    /// A run passes only if the server stayed up, every reply was the protocol's and every one of the
+    /// well-behaved client's requests was answered.
+    #[test]
+    fn a_failed_probe_fails_the_run() {
+        let answered = ProbeReport { requests: 211, answers: 211, ..Default::default() };
+        let good = FuzzReport { probe: answered, ..Default::default() };
+        assert_eq!(good.verdict(), Vec::<String>::new());
+
+        // Issue 34's run: 106 answers and 105 failures, and it exited 0.
+        let first = "0.2 s into the probe: object 0x9b0b000000000001 is in target 39691".to_string();
+        let probe = ProbeReport {
+            requests: 211,
+            answers: 106,
+            failures: 105,
+            first_failures: vec![first],
+            ..Default::default()
+        };
+        let why = FuzzReport { probe, ..Default::default() }.verdict();
+        assert_eq!(why.len(), 1, "{why:?}");
+        assert!(
+            why[0].contains("106 answers to 211 requests (105 failed") && why[0].contains("target 39691"),
+            "{why:?}"
+        );
+
+        // Failures not recorded as such (a request left without either) fail it too.
+        let probe = ProbeReport { requests: 3, answers: 2, ..Default::default() };
+        assert_eq!(FuzzReport { probe, ..Default::default() }.verdict().len(), 1);
+
+        let crashed = FuzzReport {
+            server_crashes: 1,
+            server_exit: Some("pid 7 exited 3.0 s into the run".into()),
+            answers: Answers { undecodable: 2, ..Default::default() },
+            ..Default::default()
+        };
+        let why = crashed.verdict();
+        assert_eq!(why.len(), 2, "{why:?}");
+        assert!(why[0].contains("pid 7 exited") && why[1].contains("2 replies"), "{why:?}");
     }
 }
