@@ -8,87 +8,11 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tessera_proto::child::Child;
-use tessera_test_support::cluster::spawn_ready;
+use tessera_test_support::mount::{fuse_usable, is_root, Mount};
 use tessera_test_support::{pattern, Cluster};
 
 fn fuse_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tessera-fuse"))
-}
-
-/// FUSE needs /dev/fuse and either root (direct mount(2)) or fusermount3.
-fn fuse_usable(test: &str) -> bool {
-    if !Path::new("/dev/fuse").exists() {
-        println!("SKIPPED {test}: /dev/fuse is missing");
-        return false;
-    }
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    let fusermount =
-        Command::new("sh").args(["-c", "command -v fusermount3"]).output().is_ok_and(|o| o.status.success());
-    if !root && !fusermount {
-        println!("SKIPPED {test}: not root and no fusermount3");
-        return false;
-    }
-    true
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-struct Mount {
-    child: Option<Child>,
-    path: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Mount {
-    fn new(cluster: &Cluster, name: &str) -> Mount {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("mnt");
-        std::fs::create_dir(&path).unwrap();
-        let child = spawn_ready(
-            &format!("tessera-fuse {name}"),
-            Command::new(fuse_bin()).arg(&path).arg("--config").arg(&cluster.files.client_config).arg("--allow-other"),
-            &cluster.log(&format!("fuse-{name}")),
-        );
-        Mount { child: Some(child), path, _dir: dir }
-    }
-
-    fn p(&self, rel: &str) -> PathBuf {
-        self.path.join(rel)
-    }
-
-    /// SIGTERM and wait for a clean exit (the mount must be gone afterwards).
-    fn unmount(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let st = c.stop(Duration::from_secs(15));
-            if st.killed {
-                lazy_umount(&self.path);
-                panic!("tessera-fuse did not exit on SIGTERM");
-            }
-            let st = st.status.expect("reaped");
-            assert!(st.success(), "tessera-fuse exited with {st}");
-        }
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            c.stop(Duration::from_secs(5));
-        }
-        lazy_umount(&self.path);
-    }
-}
-
-fn lazy_umount(p: &Path) {
-    if let Ok(c) = CString::new(p.as_os_str().as_bytes()) {
-        // SAFETY: valid path; failure (not mounted) is fine.
-        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-    }
 }
 
 fn cstr(p: &Path) -> CString {
@@ -976,6 +900,27 @@ fn fuse_fallocate_reserves_punches_and_zeroes() {
     f.read_to_end(&mut got).unwrap();
     assert!(got == want, "the same mount reads the holes");
     assert!(std::fs::read(b.p("f")).unwrap() == want, "another mount reads the holes");
+    // Growing again after a truncate (found by fsx): the size the mount knew before the truncate must
+    // not hide the growth (it did: the size stayed at the truncated one, for this mount's and the
+    // kernel's stat, lseek(SEEK_END) and the other mount).
+    use std::io::Seek;
+    for (round, mode) in [0, libc::FALLOC_FL_ZERO_RANGE].into_iter().enumerate() {
+        f.set_len(3 << 20).unwrap();
+        f.sync_all().unwrap();
+        let mut tail = [0u8; 100];
+        // A read across the end: the mount asks the MDS for the size (3 MiB) and keeps it.
+        let read = std::os::unix::fs::FileExt::read_at(&f, &mut tail, (3 << 20) - 10).unwrap();
+        f.set_len(1 << 20).unwrap();
+        let end = (2 << 20) + round as u64 * 12_345;
+        fallocate(&f, mode, (1 << 20) + 4096, (end - (1 << 20) - 4096) as i64).unwrap();
+        assert_eq!(f.metadata().unwrap().len(), end, "fstat after growing past a truncate, mode {mode:#x}");
+        assert_eq!(f.seek(SeekFrom::End(0)).unwrap(), end, "SEEK_END, mode {mode:#x}");
+        assert_eq!(std::fs::metadata(a.p("f")).unwrap().len(), end, "stat, mode {mode:#x}");
+        let other = std::fs::File::open(b.p("f")).unwrap();
+        assert_eq!(other.metadata().unwrap().len(), end, "the other mount's open, mode {mode:#x}");
+        assert_eq!(read, 10, "a read across the end of a file just shrunk, mode {mode:#x}");
+    }
+
     // What Linux refuses, and a descriptor open for reading only.
     assert_eq!(errno_of(fallocate(&f, libc::FALLOC_FL_PUNCH_HOLE, 0, 10)), libc::EOPNOTSUPP, "punch without KEEP_SIZE");
     assert_eq!(errno_of(fallocate(&f, libc::FALLOC_FL_COLLAPSE_RANGE, 0, 4096)), libc::EOPNOTSUPP);

@@ -6,6 +6,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tessera_client::periodic::next_slot;
 use tessera_proto::config::Defaults;
 use tessera_proto::msg::PeriodicProfile;
+use tessera_test_support::mount::Mount;
 use tessera_test_support::Cluster;
 
 fn now_ms() -> u64 {
@@ -179,44 +180,6 @@ async fn a_job_writing_in_bursts_is_detected_and_listed_as_detected() {
     f.close().await.unwrap();
 }
 
-/// `tessera-fuse` mounted on a temporary directory for the test's lifetime.
-struct Mount {
-    child: Option<tessera_proto::child::Child>,
-    path: std::path::PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Mount {
-    fn new(cluster: &Cluster) -> Mount {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("mnt");
-        std::fs::create_dir(&path).unwrap();
-        let child = tessera_test_support::cluster::spawn_ready(
-            "tessera-fuse",
-            std::process::Command::new(env!("CARGO_BIN_EXE_tessera-fuse"))
-                .arg(&path)
-                .arg("--config")
-                .arg(&cluster.files.client_config)
-                .arg("--allow-other"),
-            &cluster.log("fuse-persched"),
-        );
-        Mount { child: Some(child), path, _dir: dir }
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            c.stop(std::time::Duration::from_secs(5));
-        }
-        use std::os::unix::ffi::OsStrExt;
-        if let Ok(c) = std::ffi::CString::new(self.path.as_os_str().as_bytes()) {
-            // SAFETY: a valid path; failing (not mounted) is fine.
-            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-        }
-    }
-}
-
 /// Runs `script` with `TESSERA_JOB=job` on a thread; the Unix ms at which it finished.
 fn run_as_job(job: &str, script: String) -> std::thread::JoinHandle<u64> {
     let job = job.to_string();
@@ -236,7 +199,7 @@ fn the_mount_holds_a_patterned_jobs_write_until_its_interval_and_no_other() {
         return;
     }
     let cluster = platform_cluster("persched", false);
-    let m = Mount::new(&cluster);
+    let m = Mount::new(&cluster, "persched");
     let rt = tokio::runtime::Runtime::new().unwrap();
     // The job registers through the library (its client keeps the lease); its processes write through the mount.
     let lib = rt.block_on(cluster.client()).with_job("pj");

@@ -254,6 +254,9 @@ pub struct OpenInode {
     /// The mode has bits a write by an unprivileged caller clears ([`privileged_bits`]), as last heard
     /// from the MDS through this mount.
     pub privileged: AtomicBool,
+    /// The file's size as last heard from the MDS (each open's reply, a refresh) or set here (a truncate):
+    /// shared by every handle, so an open after another client's close sees that client's size.
+    mds_size: AtomicU64,
 }
 
 /// The mode bits a write or truncate by a caller without CAP_FSETID clears (Linux `should_remove_suid`):
@@ -279,7 +282,19 @@ impl OpenInode {
             changed: Notify::new(),
             wgen: AtomicU64::new(0),
             privileged: AtomicBool::new(false),
+            mds_size: AtomicU64::new(0),
         }
+    }
+
+    /// The size the MDS just gave (an open's reply, a getattr): what this mount knows from now on,
+    /// together with its own writes.
+    pub fn heard_size(&self, size: u64) {
+        self.mds_size.store(size, Ordering::Release);
+    }
+
+    /// The file's size as this mount knows it: the MDS's last word and this mount's writes since.
+    pub fn size(&self) -> u64 {
+        self.mds_size.load(Ordering::Acquire).max(self.local_state().0)
     }
 
     pub fn wgen(&self) -> u64 {
@@ -530,12 +545,21 @@ impl OpenInode {
         mds.sync().await
     }
 
-    /// After a truncate: writes before it no longer extend the file.
+    /// After a truncate: writes before it no longer extend the file, whose size is now `size`.
     pub fn truncated(&self, size: u64) {
         if let Ok(mut st) = self.st.lock() {
             st.written_end = st.written_end.min(size);
         }
+        self.mds_size.store(size, Ordering::Release);
         self.wgen.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// After an `fallocate` that grew the file to `end` (without `KEEP_SIZE`): the size counts it as a
+    /// write would (the attributes this mount answers, the next report to the MDS).
+    pub fn extended(&self, end: u64) {
+        if let Ok(mut st) = self.st.lock() {
+            self.note_write(&mut st, end);
+        }
     }
 
     /// End of the furthest write, and the time of the last unreported write (for attributes).
@@ -607,8 +631,6 @@ pub struct Handle {
     pub client: Client,
     pub writable: bool,
     pub wrote: AtomicBool,
-    /// Size last heard from the MDS.
-    pub mds_size: AtomicU64,
     ra: Mutex<ReadAhead>,
     /// The client's session at the open: an eviction since makes this handle stale.
     session: u64,
@@ -618,6 +640,7 @@ pub struct Handle {
 
 impl Handle {
     pub fn new(inode: Arc<OpenInode>, mds_handle: u64, tag: IoTag, client: Client, writable: bool, size: u64) -> Self {
+        inode.heard_size(size);
         Handle {
             inode,
             mds_handle,
@@ -625,7 +648,6 @@ impl Handle {
             mds: client.mds().clone(),
             writable,
             wrote: AtomicBool::new(false),
-            mds_size: AtomicU64::new(size),
             ra: Mutex::new(ReadAhead::default()),
             session: client.mds().session().epoch(),
             client,
@@ -647,9 +669,9 @@ impl Handle {
     pub async fn size(&self, refresh: bool) -> FsResult<u64> {
         if refresh {
             let attr = self.mds.getattr(self.inode.ino).await?;
-            self.mds_size.store(attr.size, Ordering::Release);
+            self.inode.heard_size(attr.size);
         }
-        Ok(self.mds_size.load(Ordering::Acquire).max(self.inode.local_state().0))
+        Ok(self.inode.size())
     }
 
     pub async fn write(&self, off: u64, data: &[u8]) -> FsResult<()> {
@@ -682,9 +704,11 @@ impl Handle {
         let r = self.client.data().fallocate(&self.tag, &self.inode.layout.get(), offset, len, zero).await;
         self.inode.wgen.fetch_add(1, Ordering::AcqRel);
         r?;
-        if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > self.size(false).await? {
-            self.mds.report_write(self.inode.ino, end).await?;
-            self.mds_size.fetch_max(end, Ordering::AcqRel);
+        if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > self.inode.size() {
+            // The new size is this mount's answer from now on (getattr, lseek, appends), as a write's
+            // would be, and the MDS has it before the call returns.
+            self.inode.extended(end);
+            self.inode.flush(&self.client, &self.mds).await?;
         }
         Ok(())
     }
@@ -750,7 +774,7 @@ impl Handle {
         if let Err(e) = self.inode.check_layout() {
             return Ok(Err(e));
         }
-        let size = self.local_size();
+        let size = self.inode.size();
         let end = off.saturating_add(len);
         if end > size || off >= end || size > self.inode.layout.get().instantiated_end() {
             return Err(PendingRead::Slow); // the size (or a composite layout) may have grown elsewhere
@@ -785,10 +809,6 @@ impl Handle {
             PendingRead::Slow => self.read(off, len).await,
             PendingRead::Parts { off, end, parts } => self.assemble(off, end, parts).await,
         }
-    }
-
-    fn local_size(&self) -> u64 {
-        self.mds_size.load(Ordering::Acquire).max(self.inode.local_state().0)
     }
 
     /// For a read of `off..end` that continues a stream (or falls inside what was fetched already): the

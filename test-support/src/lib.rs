@@ -5,6 +5,8 @@
 pub mod certs;
 /// A real cluster of `tessera-mds`, `tessera-ds` and `tessera-ion` processes on loopback.
 pub mod cluster;
+/// A real FUSE mount of a test cluster.
+pub mod mount;
 /// Deterministic test data.
 pub mod pattern;
 
