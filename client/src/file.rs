@@ -82,7 +82,6 @@ pub struct File {
     /// Stripes written since the last fsync.
     dirty: Mutex<BTreeSet<usize>>,
     /// End of the last `append` reservation, so concurrent appends do not overlap.
-    append_end: Mutex<u64>,
     closed: AtomicBool,
     /// The client's session at the open (see [`crate::session`]).
     session: u64,
@@ -101,7 +100,6 @@ impl File {
             written_end: AtomicU64::new(0),
             wrote: AtomicBool::new(false),
             dirty: Mutex::new(BTreeSet::new()),
-            append_end: Mutex::new(0),
             closed: AtomicBool::new(false),
             session: client.mds().session().epoch(),
             client,
@@ -203,14 +201,16 @@ impl File {
         Ok(out)
     }
 
-    /// Appends at the current known size; returns the offset written at.
+    /// Appends at the file's end as the MDS orders every client's appends ([`MdsClient::append`]);
+    /// returns the offset written at.
     pub async fn append(&self, data: Bytes) -> FsResult<u64> {
-        let offset = {
-            let mut reserved = self.append_end.lock().map_err(|_| FsError::io("append state poisoned"))?;
-            let at = (*reserved).max(self.known_size());
-            *reserved = at + data.len() as u64;
-            at
-        };
+        if !self.flags.write {
+            return Err(FsError::new(ErrorCode::Access, "file not open for writing"));
+        }
+        if data.is_empty() {
+            return self.size().await;
+        }
+        let offset = self.client.mds().append(self.attr.ino, data.len() as u64).await?;
         self.write_at(offset, data).await?;
         Ok(offset)
     }
@@ -229,9 +229,6 @@ impl File {
         self.client.mds().setattr(self.attr.ino, set).await?;
         self.written_end.fetch_min(size, Ordering::AcqRel);
         self.mds_size.store(size, Ordering::Release);
-        if let Ok(mut end) = self.append_end.lock() {
-            *end = (*end).min(size);
-        }
         Ok(())
     }
 

@@ -332,6 +332,15 @@ impl MdsClient {
         ok_of("ReportWrite", self.call(MdsRequest::ReportWrite { ino, size }).await?)
     }
 
+    /// `O_APPEND`: the offset at which `len` bytes go, the file's size already past them (see
+    /// [`MdsRequest::Append`]).
+    pub async fn append(&self, ino: Ino, len: u64) -> FsResult<u64> {
+        match self.call(MdsRequest::Append { ino, len }).await? {
+            MdsReply::Appended { offset } => Ok(offset),
+            r => Err(unexpected("Append", r)),
+        }
+    }
+
     pub async fn statfs(&self) -> FsResult<StatFs> {
         match self.call(MdsRequest::StatFs).await? {
             MdsReply::StatFs(s) => Ok(s),

@@ -79,6 +79,8 @@ struct Inner {
     closed: AtomicBool,
     /// PerSched: each job's pattern as this mount follows it.
     patterns: crate::periodic::Patterns,
+    /// Tells the kernel to drop what it caches (set once the session exists).
+    notifier: std::sync::OnceLock<fuser::Notifier>,
 }
 
 /// A handle on the file system's state that outlives the session (for a clean shutdown).
@@ -86,6 +88,11 @@ struct Inner {
 pub struct FsState(Arc<Inner>);
 
 impl FsState {
+    /// The session's notifier, through which opens make the kernel drop stale attributes.
+    pub fn set_notifier(&self, n: fuser::Notifier) {
+        let _ = self.0.notifier.set(n);
+    }
+
     /// Sends waiting creates and every buffered write, gives up leases, and closes every handle still open (the daemon is going away).
     pub async fn shutdown(&self) {
         self.0.closed.store(true, Ordering::Release);
@@ -240,11 +247,27 @@ impl Inner {
     }
 
     /// The open flags every open and create replies with.
-    fn fopen_flags(&self) -> FopenFlags {
+    /// The open flags of the reply to an open or create with `flags`. An `O_APPEND` descriptor always
+    /// bypasses the page cache: its writes land where the MDS puts them (see `write`), not where the
+    /// kernel's cached size says, and the kernel must not keep them at the offset it chose.
+    fn fopen_flags(&self, flags: i32) -> FopenFlags {
         if self.direct_io.load(Ordering::Relaxed) {
             FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+        } else if flags & libc::O_APPEND != 0 {
+            FopenFlags::FOPEN_DIRECT_IO
         } else {
             FopenFlags::empty()
+        }
+    }
+
+    /// Close-to-open: the kernel's cached attributes of a file just opened may predate another
+    /// client's close, which the open's reply from the MDS holds. They are dropped before the open
+    /// returns, so the `fstat`, `lseek(SEEK_END)` or read at the end that follows asks again. (The
+    /// kernel does not ask at open by itself while its attribute timeout runs.)
+    fn revalidate(&self, ino: INodeNo) {
+        if let Some(n) = self.notifier.get() {
+            // Attributes only (offset < 0); an inode the kernel has forgotten needs nothing.
+            let _ = n.inval_inode(ino, -1, 0);
         }
     }
 
@@ -525,6 +548,7 @@ impl TesseraFs {
             settling: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
             patterns,
+            notifier: std::sync::OnceLock::new(),
         };
         let inner = Arc::new(inner);
         {
@@ -563,7 +587,15 @@ impl TesseraFs {
     /// A write that must wait (its file is not at the MDS yet, set-id bits must be cleared first, or the
     /// write-behind is full): on a task, its bytes copied so the request buffer can be reused at once.
     /// `kill_privs`: the kernel asked for S_ISUID/S_ISGID to be cleared (FUSE_WRITE_KILL_SUIDGID).
-    fn write_on_task(&self, fh: FileHandle, offset: u64, data: &[u8], kill_privs: bool, reply: ReplyWrite) {
+    fn write_on_task(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        append: bool,
+        data: &[u8],
+        kill_privs: bool,
+        reply: ReplyWrite,
+    ) {
         let data = bytes::Bytes::copy_from_slice(data);
         self.spawn(move |inner| async move {
             let r = async {
@@ -573,6 +605,10 @@ impl TesseraFs {
                 }
                 let rate = crate::periodic::gate(&h.periodic, data.len() as u64).await;
                 let t0 = Instant::now();
+                // An O_APPEND write goes where the MDS says, not where the kernel's cached size put it
+                // (libfuse: without the writeback cache the file system handles O_APPEND itself). The
+                // MDS orders the appends of every client; the kernel, those through this mount.
+                let offset = if append { h.mds.append(h.inode.ino, data.len() as u64).await? } else { offset };
                 h.write(offset, &data).await?;
                 crate::periodic::pace(&h.periodic, rate, data.len() as u64, t0).await;
                 Ok(())
@@ -888,7 +924,10 @@ impl Filesystem for TesseraFs {
             let who = inner.who(k);
             let mds = who.mds(inner.client.mds());
             match inner.open(&mds, ino.0, flags.0).await {
-                Ok((fh, _)) => reply.opened(FileHandle(fh), inner.fopen_flags()),
+                Ok((fh, _)) => {
+                    inner.revalidate(ino);
+                    reply.opened(FileHandle(fh), inner.fopen_flags(flags.0))
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -960,22 +999,24 @@ impl Filesystem for TesseraFs {
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
-        _flags: FuseOpenFlags,
+        flags: FuseOpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let kill_privs = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let append = flags.0 & libc::O_APPEND != 0;
         if self.inner.leases.is_pending_fh(fh.0) {
             // The creating open of a file the MDS does not have yet: it gets it first.
-            return self.write_on_task(fh, offset, data, kill_privs, reply);
+            return self.write_on_task(fh, offset, append, data, kill_privs, reply);
         }
         let h = match self.inner.handle(fh) {
             Ok(h) => h,
             Err(e) => return reply.error(errno(&e)),
         };
-        if (kill_privs && h.inode.privileged.load(Ordering::Relaxed)) || h.periodic.active() {
-            // A job with a PerSched pattern: the write waits for its interval.
-            return self.write_on_task(fh, offset, data, kill_privs, reply);
+        if (kill_privs && h.inode.privileged.load(Ordering::Relaxed)) || h.periodic.active() || append {
+            // A job with a PerSched pattern: the write waits for its interval. An append asks the MDS
+            // where it goes.
+            return self.write_on_task(fh, offset, append, data, kill_privs, reply);
         }
         // Most writes only append to the write-behind buffer: answer them from this thread, with one
         // copy and no task.
@@ -987,7 +1028,7 @@ impl Filesystem for TesseraFs {
                 None => {}
             }
         }
-        self.write_on_task(fh, offset, data, kill_privs, reply);
+        self.write_on_task(fh, offset, append, data, kill_privs, reply);
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
@@ -1203,7 +1244,13 @@ impl Filesystem for TesseraFs {
             let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
             let perm = mode & 0o7777 & !umask;
             if let Some(a) = self.inner.leases.try_create(parent.0, &name, perm, &who, open_flags(flags), fh) {
-                return reply.created(&TTL, &file_attr(&a), Generation(0), FileHandle(fh), self.inner.fopen_flags());
+                return reply.created(
+                    &TTL,
+                    &file_attr(&a),
+                    Generation(0),
+                    FileHandle(fh),
+                    self.inner.fopen_flags(flags),
+                );
             }
         }
         self.spawn(move |inner| async move {
@@ -1236,7 +1283,9 @@ impl Filesystem for TesseraFs {
             }
             .await;
             match r {
-                Ok((fh, a)) => reply.created(&TTL, &file_attr(&a), Generation(0), FileHandle(fh), inner.fopen_flags()),
+                Ok((fh, a)) => {
+                    reply.created(&TTL, &file_attr(&a), Generation(0), FileHandle(fh), inner.fopen_flags(flags))
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });

@@ -264,6 +264,7 @@ fn run(args: Args) -> Result<(), String> {
             format!("cannot mount on {}: {e}", mp.display())
         }
     })?;
+    state.set_notifier(session.notifier());
     let mut unmounter = session.unmount_callable();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let serve = std::thread::Builder::new()

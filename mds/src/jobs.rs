@@ -241,7 +241,8 @@ impl MetaEvent {
             | Q::Link { .. }
             | Q::SetLayout { .. }
             | Q::SetCompositeLayout { .. }
-            | Q::InstantiateExtent { .. } => MetaEvent::InodeUpdate,
+            | Q::InstantiateExtent { .. }
+            | Q::Append { .. } => MetaEvent::InodeUpdate,
             Q::DirBatch { dir, entries, .. } => MetaEvent::Batch {
                 dir: *dir,
                 entries: entries

@@ -557,6 +557,7 @@ pub fn mds_request(rng: &mut Rng, known: &Known) -> MdsRequest {
         23 => Q::ListXattr { ino: ino(rng, known) },
         24 => Q::RemoveXattr { ino: ino(rng, known), name: xattr_name(rng) },
         25 if rng.percent(25) => Q::InstantiateExtent { ino: ino(rng, known), offset: rng.interesting_u64() },
+        25 if rng.percent(25) => Q::Append { ino: ino(rng, known), len: rng.interesting_u64() },
         25 => Q::GetLayout { ino: ino(rng, known) },
         26 if rng.percent(25) => Q::SetCompositeLayout { ino: ino(rng, known), extents: extent_specs(rng) },
         26 => Q::SetLayout { ino: ino(rng, known), spec: layout_spec(rng) },

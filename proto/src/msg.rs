@@ -499,6 +499,15 @@ pub enum MdsRequest {
     /// A forwarding node's per-job detail (the jobs whose forwarded requests it counted since its last
     /// one), from forwarding nodes only.
     IonJobReport(Box<IonJobReport>),
+    /// An `O_APPEND` write of `len` bytes: the MDS, the one place every client's appends meet, gives it
+    /// the file's end as its offset and moves the size past it (mtime/ctime now), so appends from any
+    /// number of clients land one after another (as Lustre's full-file lock for `O_APPEND`). The client
+    /// then writes the bytes there; answered with [`MdsReply::Appended`]. Not idempotent: a resent
+    /// request appends again.
+    Append {
+        ino: Ino,
+        len: u64,
+    },
 }
 
 /// Most files one `Declare` names.
@@ -652,6 +661,10 @@ pub enum MdsReply {
     PeriodicRate(u64),
     /// A directory's composite default layout (`GetLayout` on a directory that has one).
     DirComposite(Vec<ExtentSpec>),
+    /// Where an `Append`'s bytes go.
+    Appended {
+        offset: u64,
+    },
 }
 
 /// What `tessera df --policy` shows: the cluster's placement policy and how its solves went.

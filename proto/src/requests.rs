@@ -164,6 +164,7 @@ table! {
     SetCompositeLayout { ino, .. }             => false, Clients,     Inode(*ino);
     InstantiateExtent { ino, .. }              => true,  Clients,     Inode(*ino);
     IonJobReport { .. }                        => false, ForwardingNodes, Nothing;
+    Append { ino, .. }                         => false, Clients,     Inode(*ino);
 }
 
 #[cfg(test)]

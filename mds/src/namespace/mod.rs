@@ -327,6 +327,7 @@ impl Namespace {
                 }
             }
             Q::ReportWrite { ino, size } => self.durable(self.report_write_sync(c, ino, size)).await,
+            Q::Append { ino, len } => self.durable(self.append_sync(c, ino, len)).await,
             Q::StatFs => Ok(self.statfs()),
             Q::Access { ino, mask } => {
                 let i = self.store.begin().inode(ino)?;

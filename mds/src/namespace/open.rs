@@ -10,6 +10,9 @@ use tessera_proto::error::ErrorCode;
 use tessera_proto::msg::{MdsReply, OpenFlags};
 use tessera_proto::{Caller, FileKind, FsError, FsResult, Ino, Timestamp};
 
+/// The largest size a file may reach: what `off_t` holds.
+const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+
 impl Namespace {
     /// A new open handle of `ino` for `client`. Call under the mutation lock, so an unlink sees it and
     /// keeps the file as an orphan.
@@ -147,6 +150,24 @@ impl Namespace {
     }
 
     pub(super) fn report_write_sync(&self, c: &Caller, ino: Ino, size: u64) -> FsResult<MdsReply> {
+        self.written(c, ino, |_| Ok(size)).map(|_| MdsReply::Ok)
+    }
+
+    /// `Append`: the file's end is the append's offset, and the size moves `len` past it.
+    pub(super) fn append_sync(&self, c: &Caller, ino: Ino, len: u64) -> FsResult<MdsReply> {
+        let mut offset = 0;
+        self.written(c, ino, |size| {
+            offset = size;
+            size.checked_add(len).filter(|&end| end <= MAX_FILE_SIZE).ok_or_else(|| {
+                err(ErrorCode::TooBig, format!("an append of {len} bytes at {size} passes the largest file size"))
+            })
+        })?;
+        Ok(MdsReply::Appended { offset })
+    }
+
+    /// A write to `ino` by `c` (who may write it, or holds it open): the size max-merged with what `end`
+    /// makes of the current one, mtime/ctime now.
+    fn written(&self, c: &Caller, ino: Ino, end: impl FnOnce(u64) -> FsResult<u64>) -> FsResult<()> {
         let _g = self.lock();
         let mut tx = self.store.begin();
         let mut i = tx.inode(ino)?;
@@ -159,11 +180,11 @@ impl Namespace {
             perm::check(c, &i.attr, W)?;
         }
         let now = Timestamp::now();
-        i.attr.size = i.attr.size.max(size);
+        i.attr.size = i.attr.size.max(end(i.attr.size)?);
         i.attr.mtime = now;
         i.attr.ctime = now;
         tx.put_inode(&i)?;
         self.commit(tx)?;
-        Ok(MdsReply::Ok)
+        Ok(())
     }
 }

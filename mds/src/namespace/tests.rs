@@ -1369,3 +1369,33 @@ async fn declared_files_in_a_composite_directory_get_the_extents_they_reach_plan
     instantiate(&ns, a.ino, 5 << 20).await;
     assert_eq!(ns.placer.planned_counts(), (1, 0));
 }
+
+#[tokio::test]
+async fn appends_are_given_the_files_end_one_after_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let alice = user(1000);
+    let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap();
+    setattr(&ns, &root(), d.ino, SetAttrs { perm: Some(0o777), ..Default::default() }).await.unwrap();
+    let f = create(&ns, &alice, d.ino, "log").await.unwrap();
+    let append = |len| MdsRequest::Append { ino: f.ino, len };
+    // The end as the MDS knows it, whoever wrote it: a write reported by another client counts.
+    ns.handle(&alice, MdsRequest::ReportWrite { ino: f.ino, size: 100 }).await.unwrap();
+    let before = getattr(&ns, f.ino).await;
+    assert_eq!(ns.handle(&alice, append(10)).await.unwrap(), MdsReply::Appended { offset: 100 });
+    assert_eq!(ns.handle(&alice, append(5)).await.unwrap(), MdsReply::Appended { offset: 110 });
+    let after = getattr(&ns, f.ino).await;
+    assert_eq!(after.size, 115);
+    assert!(after.mtime >= before.mtime && after.ctime >= before.ctime);
+    // A later report of a smaller end does not take the appends back.
+    ns.handle(&alice, MdsRequest::ReportWrite { ino: f.ino, size: 105 }).await.unwrap();
+    assert_eq!(ns.handle(&alice, append(1)).await.unwrap(), MdsReply::Appended { offset: 115 });
+    // Refused: past the largest file size (nothing changes), a directory, a caller who may not write.
+    assert_eq!(code(ns.handle(&alice, append(u64::MAX - 10)).await), ErrorCode::TooBig);
+    assert_eq!(code(ns.handle(&alice, append(i64::MAX as u64)).await), ErrorCode::TooBig);
+    assert_eq!(getattr(&ns, f.ino).await.size, 116);
+    assert_eq!(code(ns.handle(&alice, MdsRequest::Append { ino: d.ino, len: 1 }).await), ErrorCode::IsDir);
+    setattr(&ns, &alice, f.ino, SetAttrs { perm: Some(0o644), ..Default::default() }).await.unwrap();
+    assert_eq!(code(ns.handle(&user(1001), append(1)).await), ErrorCode::Access);
+    assert_eq!(code(ns.handle(&alice, MdsRequest::Append { ino: 999_999, len: 1 }).await), ErrorCode::NotFound);
+}
