@@ -55,8 +55,32 @@ enum Cmd {
     /// Manage the cluster's certificate authority and node certificates.
     #[command(subcommand)]
     Ca(CaCmd),
-    /// Start a whole cluster (MDS and data servers) on this machine until Ctrl-C.
+    /// Start a whole cluster (MDS and data servers) on this machine and keep it running until Ctrl-C.
+    ///
+    /// `tessera up` supervises its servers: one that ends (a crash, `kill -9`) is logged and started
+    /// again with the same arguments, its log appended to, after 0.5 s, doubling while it keeps ending
+    /// soon after a start, up to 30 s (back to 0.5 s once it has served for a minute); the other servers
+    /// keep running. It stops on Ctrl-C or SIGTERM (the forwarding nodes first, then the data servers,
+    /// the MDS last), or, with exit status 1 and the end of that server's log, when a server fails to start
+    /// 5 times in a row. Each server's state, pid, restarts, uptime and last exit are kept in
+    /// DIR/status.json (`tessera status`).
     Up(UpArgs),
+    /// Show the servers a `tessera up` runs: each one's state, pid, restarts, uptime and last exit.
+    ///
+    /// Reads DIR/status.json, which `tessera up` keeps current. Exit status 0 when `tessera up` runs and
+    /// every server is running, 3 when not (a server starting again, or `up` stopped), 1 when there is no
+    /// status to read.
+    Status {
+        /// Cluster directory of `tessera up` (default: the directory of --config / TESSERA_CONFIG, which
+        /// `tessera up` writes as DIR/client.toml).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Print JSON: {"dir", "pid", "state", "message", "updated_at_ms", "up_running", "children": [{"name",
+        /// "state", "pid", "restarts", "started_at_ms", "uptime_s", "last_exit", "last_exit_at_ms",
+        /// "restart_at_ms", "log"}]}; states: waiting, starting, running, backoff, failed, stopping, stopped.
+        #[arg(long)]
+        json: bool,
+    },
     /// List a directory (or show one file).
     Ls {
         /// Long listing: mode, links, owner, group, size, modification time.
@@ -618,6 +642,42 @@ fn exec_mount(config: Option<&Path>, args: &[String]) -> CliResult<ExitCode> {
     Err(CliError::plain(format!("cannot run {}: {e}", fuse.display())))
 }
 
+/// `tessera status`: the status file of the `tessera up` in `dir` (or in the directory of `config`).
+fn up_status(dir: Option<&Path>, config: Option<&Path>, json: bool) -> CliResult<ExitCode> {
+    use crate::supervise::{now_ms, up_process_alive, UpStatus};
+    let dir = match (dir, config) {
+        (Some(d), _) => d.to_path_buf(),
+        (None, Some(c)) => match c.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        },
+        (None, None) => {
+            return Err(CliError::plain(
+                "give --dir DIR (the directory of `tessera up --dir DIR`) or --config DIR/client.toml",
+            ))
+        }
+    };
+    let path = dir.join(tessera_proto::clusterdir::STATUS_FILE);
+    if !path.exists() {
+        return Err(CliError::plain(format!(
+            "{}: no status file: no `tessera up` has run in {} (it writes one while it runs)",
+            path.display(),
+            dir.display()
+        )));
+    }
+    let st = UpStatus::read(&path).map_err(CliError::plain)?;
+    let alive = up_process_alive(st.pid);
+    let now = now_ms();
+    if json {
+        let mut v = st.to_json(if alive { now } else { st.updated_at_ms });
+        v["up_running"] = serde_json::Value::Bool(alive);
+        println!("{}", serde_json::to_string_pretty(&v).map_err(CliError::plain)?);
+    } else {
+        print!("{}", st.table(now, alive));
+    }
+    Ok(if st.healthy(alive) { ExitCode::SUCCESS } else { ExitCode::from(3) })
+}
+
 /// `-E` of `setstripe`: an extent's end (K/M/G suffixes), `-1` or `EOF` for the last.
 fn parse_extent_end(s: &str) -> Result<u64, String> {
     match s {
@@ -715,6 +775,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         Cmd::Mount { args } => return exec_mount(cli.config.as_deref(), args),
+        Cmd::Status { dir, json } => return up_status(dir.as_deref(), cli.config.as_deref(), *json),
         Cmd::Up(a) => {
             let opts = UpOptions {
                 dir: a.dir.clone(),
@@ -733,7 +794,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
     }
     let c = connect(&cli).await?;
     match cli.cmd {
-        Cmd::Ca(_) | Cmd::Up(_) | Cmd::Mount { .. } => {}
+        Cmd::Ca(_) | Cmd::Up(_) | Cmd::Mount { .. } | Cmd::Status { .. } => {}
         Cmd::Ls { long, path } => ls(&c, &path, long).await?,
         Cmd::Stat { path } => stat(&c, &path).await?,
         Cmd::Mkdir { parents, mode, path } => {
@@ -1820,6 +1881,8 @@ mod tests {
         }
         let c = Cli::try_parse_from(["tessera", "up", "--dir", "/tmp/x", "--port-base", "0"]).unwrap();
         assert!(matches!(c.cmd, Cmd::Up(UpArgs { port_base: 0, ds: None, .. })));
+        let c = Cli::try_parse_from(["tessera", "status", "--dir", "/tmp/x", "--json"]).unwrap();
+        assert!(matches!(c.cmd, Cmd::Status { dir: Some(_), json: true }));
         let c =
             Cli::try_parse_from(["tessera", "ca", "issue", "--dir", "d", "--role", "ds", "--name", "n", "--san", "h"])
                 .unwrap();

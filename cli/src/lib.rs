@@ -10,7 +10,9 @@ pub mod jobplots;
 pub mod jobreport;
 /// Progress bars for long transfers.
 pub mod progress;
-/// `tessera up`: a whole cluster on loopback as child processes, until Ctrl-C.
+/// What `tessera up` decides as a supervisor (restart policy) and the status file `tessera status` reads.
+pub mod supervise;
+/// `tessera up`: a whole cluster on loopback as supervised child processes, until Ctrl-C.
 pub mod up;
 /// `--watch`: a status redrawn every second until Ctrl-C.
 pub mod watch;

@@ -203,6 +203,26 @@ impl Child {
         self.ready_outcome(seen, timeout)
     }
 
+    /// [`wait_ready`](Child::wait_ready) without waiting, for a caller that watches several children:
+    /// `None` while the child has printed neither `READY` nor closed its output (or has closed it but not
+    /// exited yet), else what `wait_ready` would return.
+    pub fn poll_ready(&mut self) -> Option<std::io::Result<String>> {
+        match self.ready.get() {
+            Seen::Nothing => None,
+            Seen::Closed if self.try_wait().is_none() => None,
+            seen => Some(self.ready_outcome(seen, Duration::ZERO)),
+        }
+    }
+
+    /// The error of a child that did not print `READY` within `timeout` (as [`wait_ready`](Child::wait_ready)
+    /// gives it, with the end of its log), for a caller that keeps the time itself.
+    pub fn not_ready_error(&mut self, timeout: Duration) -> std::io::Error {
+        match self.ready_outcome(Seen::Nothing, timeout) {
+            Ok(_) => unreachable!("Seen::Nothing is never ready"),
+            Err(e) => e,
+        }
+    }
+
     fn ready_outcome(&mut self, seen: Seen, timeout: Duration) -> std::io::Result<String> {
         let why = match seen {
             Seen::Ready(rest) => return Ok(rest),
@@ -252,6 +272,11 @@ impl Child {
                 libc::kill(self.inner.id() as libc::pid_t, sig);
             }
         }
+    }
+
+    /// SIGTERM: asks it to stop.
+    pub fn terminate(&mut self) {
+        self.signal(libc::SIGTERM);
     }
 
     /// SIGKILL, like a crash, and reap it.
@@ -427,6 +452,36 @@ mod tests {
         drop(c);
         // SAFETY: signal 0 only checks existence; the dropped child was killed and reaped.
         assert_ne!(unsafe { libc::kill(pid as libc::pid_t, 0) }, 0, "dropping kills the child");
+    }
+
+    #[test]
+    fn poll_ready_answers_without_waiting() {
+        let poll = |c: &mut Child| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some(r) = c.poll_ready() {
+                    return r;
+                }
+                assert!(Instant::now() < deadline, "{} never answered", c.name());
+                std::thread::sleep(POLL);
+            }
+        };
+        let mut c = spawn("poller", &mut sh("sleep 0.5; echo READY here; exec sleep 30"), None).unwrap();
+        assert!(c.poll_ready().is_none(), "nothing printed yet");
+        assert_eq!(poll(&mut c).unwrap(), "here");
+        let mut q = spawn("quitter", &mut sh("echo 'no port' >&2; exit 2"), None).unwrap();
+        let e = poll(&mut q).unwrap_err().to_string();
+        assert!(e.contains("quitter exited") && e.contains("before printing READY"), "{e}");
+        let mut s = spawn("silent", &mut sh("exec sleep 30"), None).unwrap();
+        assert!(s.poll_ready().is_none());
+        let e = s.not_ready_error(Duration::from_secs(1)).to_string();
+        assert!(e.contains("silent did not print READY within 1s"), "{e}");
+        s.terminate();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while s.running() && Instant::now() < deadline {
+            std::thread::sleep(POLL);
+        }
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&s.try_wait().unwrap()), Some(libc::SIGTERM));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //!
 //! Directory layout: `tls/` (CA and node certificates), `mds.toml`, `ds<i>.toml`, `ion<i>.toml`,
 //! `client.toml`, `admin.toml` (the same cluster, each with its own `[tls]`), data dirs `mds/`, `ds<i>/`,
-//! and `logs/`.
+//! `logs/`, and while `tessera up` runs there, its servers' state in `status.json` ([`STATUS_FILE`]).
 
 use crate::ca::CaDir;
 use crate::config::{ClusterConfig, Defaults, DsNode, IonNode, MdsNode, TransportOptions};
@@ -40,6 +40,11 @@ impl ClusterFiles {
     /// Log file of a server (`mds`, `ds0`, ...).
     pub fn log_path(&self, name: &str) -> PathBuf {
         self.dir.join("logs").join(format!("{name}.log"))
+    }
+
+    /// Where `tessera up` keeps its servers' state (`tessera status` reads it).
+    pub fn status_path(&self) -> PathBuf {
+        self.dir.join(STATUS_FILE)
     }
 
     fn server(name: String, binary: &'static str, config: &Path, flag: Option<(&str, usize)>) -> Server {
@@ -82,6 +87,9 @@ impl ClusterFiles {
         stages
     }
 }
+
+/// The file in a cluster directory where `tessera up` keeps the state of the servers it runs.
+pub const STATUS_FILE: &str = "status.json";
 
 /// A server of a prepared cluster as a launcher starts it.
 #[derive(Clone, Debug, PartialEq, Eq)]
