@@ -26,7 +26,7 @@ cluster_files() {
 }
 
 # start_by_hand DIR DATA_SERVERS: a cluster's files written into DIR by `tessera up`, then its MDS and data
-# servers started one by one (`tessera up` stops the whole cluster when one server exits), logs in $work;
+# servers started one by one, with no supervisor (`tessera up` would start a killed server again), logs in $work;
 # data server i's pid is ${ds_pid[i]}, the MDS's $mds_pid; exports TESSERA_CONFIG.
 start_by_hand() {
   cluster_files "$1" "$2"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fail fast, recover by itself (issue 18): a cluster of the MDS and DS data servers started by hand from a
-# `tessera up` directory (`tessera up` stops the whole cluster when one server exits), one FUSE mount.
+# `tessera up` directory (not under `tessera up`, which would start the killed server again at once: see
+# supervisor-kill.sh), one FUSE mount.
 # A writer (dd, 1 MiB blocks, fsync) runs through the mount; data server 0 is killed with SIGKILL; the script
 # prints how long the writer took to get its error, what `ls` and a read of a small file on the dead server
 # did meanwhile, whether a new file can be written while the server is down (6 s after the kill, when the MDS
