@@ -10,8 +10,9 @@
 #    client1 through ion0, client2 through ion1); on a new cluster, checks that each client's I/O goes
 #    through its own ION (`tessera ion status --json`), then a failover test (ion0 killed while client1
 #    reads through it: the read must complete correctly or fail cleanly, in bounded time) and a fault
-#    test (a data server killed while a client writes), then removes everything it made and stops its
-#    dockerd.
+#    test (a data server killed while a client writes), a restart-policy test (a data server's process
+#    killed from the host: Docker must start it again by itself), then removes everything it made and stops
+#    its dockerd.
 # Last line: `docker demo: N passed, M failed`; exit status non-zero on any failure.
 set -euo pipefail
 
@@ -382,6 +383,34 @@ after=$(on client2 timeout 60 sha256sum $MNT/wide/after | cut -d' ' -f1 || true)
 on client1 tessera getstripe /wide/after || true
 check "after the restart, a new file over all data servers is written and read back" \
   test -n "$after" -a "$after" = "$(cat "$WORK/after.sum")"
+
+# ---- a server whose process dies is started again by Docker (restart: unless-stopped) -----------------
+
+log "restart policy: ds$victim's server process killed, Docker starts it again"
+# `docker kill` counts as a stop by hand (no restart); a process that dies by itself is what the policy is
+# for, so the server (the container's main process) is killed from the host, as a crash would end it.
+restarts_before=$($DOCKER inspect --format '{{.RestartCount}}' "$(cid ds$victim)")
+kill -9 "$($DOCKER inspect --format '{{.State.Pid}}' "$(cid ds$victim)")"
+t_start=$SECONDS
+wait_ok=1
+restarts_now=$restarts_before
+for _ in $(seq 1 60); do
+  sleep 1
+  restarts_now=$($DOCKER inspect --format '{{.RestartCount}}' "$(cid ds$victim)")
+  st=$($DOCKER inspect --format '{{.State.Health.Status}}' "$(cid ds$victim)")
+  [ "$restarts_now" -gt "$restarts_before" ] && [ "$st" = healthy ] && { wait_ok=0; break; }
+done
+check "ds$victim started again by Docker on its own, healthy after $((SECONDS - t_start)) s (restarts $restarts_before -> $restarts_now)" \
+  [ "$wait_ok" = 0 ]
+on client1 sh -c "head -c 16M /dev/urandom > /tmp/again && sha256sum /tmp/again" | cut -d' ' -f1 >"$WORK/again.sum"
+ok_write=1
+for _ in $(seq 1 20); do
+  on client1 timeout 60 cp /tmp/again $MNT/wide/again 2>/dev/null && { ok_write=0; break; }
+  sleep 1
+done
+again=$(on client2 timeout 60 sha256sum $MNT/wide/again | cut -d' ' -f1 || true)
+check "after Docker's restart, a new file over all data servers is written and read back" \
+  test "$ok_write" = 0 -a -n "$again" -a "$again" = "$(cat "$WORK/again.sum")"
 
 log "tear down"
 bash "$ROOT/deploy/demo.sh" down >/dev/null 2>&1 || true
