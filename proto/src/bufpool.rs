@@ -14,7 +14,7 @@ use std::sync::Mutex;
 /// Smallest pooled buffer; smaller ones are ordinary allocations.
 pub const POOLED_MIN: usize = 64 << 10;
 /// Largest pooled buffer (a frame's largest payload).
-pub const POOLED_MAX: usize = crate::frame::MAX_PAYLOAD;
+pub const POOLED_MAX: usize = crate::wire::MAX_PAYLOAD;
 /// Idle bytes kept per size class; what is freed beyond that goes back to the allocator.
 pub const IDLE_PER_CLASS: usize = 32 << 20;
 /// Alignment of every buffer's start (a data server writes them with `O_DIRECT`).

@@ -4,14 +4,13 @@
 //! Sizes are checked before anything is allocated.
 
 use crate::bufpool::PoolBuf;
+pub use crate::wire::MAX_PAYLOAD;
 use crate::wire::{self, MAX_HEADER};
 use crate::PROTOCOL_VERSION;
 use bytes::{Bytes, BytesMut};
 use serde::{de::DeserializeOwned, Serialize};
 
 pub const MAGIC: [u8; 2] = *b"TS";
-/// Largest payload of one request or response (data requests are split below this).
-pub const MAX_PAYLOAD: usize = 64 << 20;
 /// Bytes of a frame before its header: magic, version, header length, payload length.
 pub const PREFIX: usize = 12;
 

@@ -4,6 +4,9 @@ use serde::{de::DeserializeOwned, Serialize};
 
 /// Largest encoded header accepted (payload data is never encoded, so headers are small).
 pub const MAX_HEADER: usize = 1 << 20;
+/// Largest payload of one request or response (data requests are split below this); raw bytes after
+/// the header, never encoded (re-exported by [`crate::frame`]).
+pub const MAX_PAYLOAD: usize = 64 << 20;
 
 fn config<const LIMIT: usize>() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<LIMIT>()
