@@ -81,6 +81,11 @@ impl Backoff {
         Decision::Restart(delay.min(self.policy.max_delay))
     }
 
+    /// The policy it follows.
+    pub fn policy(&self) -> &RestartPolicy {
+        &self.policy
+    }
+
     /// Failed starts in a row so far.
     pub fn start_failures(&self) -> u32 {
         self.start_failures

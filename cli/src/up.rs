@@ -85,8 +85,8 @@ struct Supervised {
     ever_ready: bool,
     /// When the current process started (Unix ms).
     started_at_ms: Option<u64>,
-    /// How the last process ended, when (Unix ms), and its pid.
-    last_exit: Option<(String, u64, u32)>,
+    /// How the last process ended, when (Unix ms), and its pid (none if it could not be started).
+    last_exit: Option<(String, u64, Option<u32>)>,
 }
 
 impl Supervised {
@@ -243,9 +243,10 @@ impl Supervisor {
         let now = format_utc((now_ms() / 1000) as i64);
         let note = match &k.last_exit {
             Some((why, at, pid)) => format!(
-                "{LOG_MARK}: restart {} of {} at {now} UTC; the previous process (pid {pid}) ended at {} UTC: {why} ===",
+                "{LOG_MARK}: restart {} of {} at {now} UTC; the previous {} ended at {} UTC: {why} ===",
                 k.restarts,
                 k.server.name,
+                pid.map_or("attempt".to_string(), |p| format!("process (pid {p})")),
                 format_utc((at / 1000) as i64),
             ),
             None => format!("{LOG_MARK} (pid {}): start of {} at {now} UTC ===", std::process::id(), k.server.name),
@@ -282,7 +283,7 @@ impl Supervisor {
     ) -> Result<(), String> {
         let k = &mut self.kids[i];
         k.run = Run::Stopped;
-        k.last_exit = Some((why.clone(), now_ms(), pid.unwrap_or(0)));
+        k.last_exit = Some((why.clone(), now_ms(), pid));
         let name = k.server.name.clone();
         let pid_text = pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
         let log = k.log.display().to_string();
@@ -298,7 +299,7 @@ impl Supervisor {
                     None => eprintln!(
                         "tessera up: {name}{pid_text} failed to start ({} of {} in a row): {why}; trying again in {} (log {log})",
                         k.backoff.start_failures(),
-                        RestartPolicy::default().max_start_failures,
+                        k.backoff.policy().max_start_failures,
                         short_duration(d)
                     ),
                 }
