@@ -1,7 +1,25 @@
 //! The job id this process's I/O is tagged with, found like Lustre's `jobid_var`: an explicit
 //! `TESSERA_JOB`, else the batch scheduler's job id, else the login session.
 
-use tessera_proto::types::JOB_ID_MAX;
+use crate::mds_client::MdsClient;
+use tessera_proto::types::{Caller, JOB_ID_MAX};
+
+/// The caller of one request: the credentials sent to the MDS, the job id the data servers see, and
+/// the calling process (0: the kernel itself). The mount finds them from the calling process in /proc;
+/// the library's own calls are its process's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Who {
+    pub caller: Caller,
+    pub job: String,
+    pub pid: u32,
+}
+
+impl Who {
+    /// The MDS connection calling for this process: its credentials, job and process id.
+    pub fn mds(&self, base: &MdsClient) -> MdsClient {
+        base.for_process(self.caller.clone(), &self.job, self.pid)
+    }
+}
 
 /// Explicit job id; wins over everything else.
 pub const JOB_ENV: &str = "TESSERA_JOB";

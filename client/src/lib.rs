@@ -10,6 +10,8 @@
 //! # Ok(()) }
 //! ```
 
+/// The I/O engine under open files: write-behind per inode, read-ahead per handle, directory leases.
+pub mod cache;
 /// The path-level `Client` API.
 pub mod client;
 /// Data path: one connection and in-flight limit per data server, stripe splitting, read assembly.
@@ -18,7 +20,7 @@ pub mod data;
 pub mod file;
 /// The route through forwarding nodes (IONs), with failover to the next ION or direct access.
 pub mod forward;
-/// Job id of this process (`TESSERA_JOB`, batch-scheduler variables, else the session id).
+/// Job id of this process (`TESSERA_JOB`, batch-scheduler variables, else the session id); who calls.
 pub mod job;
 /// A file's layout kept current as composite-layout extents are instantiated.
 pub mod live_layout;

@@ -5,28 +5,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_client::job;
-use tessera_client::{Caller, MdsClient};
+pub use tessera_client::job::Who;
+use tessera_client::Caller;
 
 /// Most processes remembered; the cache is emptied when it grows past this.
 const CACHE_MAX: usize = 4096;
 /// How long a process's groups and job id are trusted (a process may change its groups).
 const CACHE_TTL: Duration = Duration::from_secs(10);
-
-/// The caller of one request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Who {
-    pub caller: Caller,
-    pub job: String,
-    /// The calling process (0: the kernel itself).
-    pub pid: u32,
-}
-
-impl Who {
-    /// The MDS connection calling for this process: its credentials, job and process id.
-    pub fn mds(&self, base: &MdsClient) -> MdsClient {
-        base.for_process(self.caller.clone(), &self.job, self.pid)
-    }
-}
 
 type Cache = HashMap<(u32, u32, u32), (Instant, Arc<Who>)>;
 

@@ -2,8 +2,10 @@
 //! process's credentials sent to the MDS (which enforces permissions) and its job id on the data path.
 
 use crate::creds::{Creds, Who};
-use crate::dirlease::{self, DirLeases};
-use crate::io::{privileged_bits, Handle, OpenInode};
+use tessera_client::cache::dir_lease::{self as dirlease, DirLeases};
+use tessera_client::cache::open_file::Handle;
+use tessera_client::cache::write_behind::{privileged_bits, OpenInode};
+use tessera_client::periodic::patterns as periodic;
 use bytes::Bytes;
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
@@ -78,7 +80,7 @@ struct Inner {
     /// Shut down: the ticker stops.
     closed: AtomicBool,
     /// PerSched: each job's pattern as this mount follows it.
-    patterns: crate::periodic::Patterns,
+    patterns: periodic::Patterns,
     /// Tells the kernel to drop what it caches (set once the session exists).
     notifier: std::sync::OnceLock<fuser::Notifier>,
 }
@@ -533,7 +535,7 @@ impl Inner {
 
 impl TesseraFs {
     pub fn new(client: Client, opts: FsOptions, rt: tokio::runtime::Handle) -> TesseraFs {
-        let patterns = crate::periodic::Patterns::new(client.config().persched.lease_ms);
+        let patterns = periodic::Patterns::new(client.config().persched.lease_ms);
         let inner = Inner {
             client,
             creds: Creds::new(),
@@ -556,7 +558,7 @@ impl TesseraFs {
             let weak = Arc::downgrade(&inner);
             rt.spawn(async move {
                 loop {
-                    tokio::time::sleep(crate::periodic::IDLE / 6).await;
+                    tokio::time::sleep(periodic::IDLE / 6).await;
                     let Some(inner) = weak.upgrade() else { break };
                     if inner.closed.load(Ordering::Acquire) {
                         break;
@@ -603,14 +605,14 @@ impl TesseraFs {
                 if kill_privs && h.inode.privileged.load(Ordering::Relaxed) {
                     inner.clear_privileges(&h).await?;
                 }
-                let rate = crate::periodic::gate(&h.periodic, data.len() as u64).await;
+                let rate = periodic::gate(&h.periodic, data.len() as u64).await;
                 let t0 = Instant::now();
                 // An O_APPEND write goes where the MDS says, not where the kernel's cached size put it
                 // (libfuse: without the writeback cache the file system handles O_APPEND itself). The
                 // MDS orders the appends of every client; the kernel, those through this mount.
                 let offset = if append { h.mds.append(h.inode.ino, data.len() as u64).await? } else { offset };
                 h.write(offset, &data).await?;
-                crate::periodic::pace(&h.periodic, rate, data.len() as u64, t0).await;
+                periodic::pace(&h.periodic, rate, data.len() as u64, t0).await;
                 Ok(())
             };
             match r.await {
@@ -959,12 +961,12 @@ impl Filesystem for TesseraFs {
             return self.spawn(move |inner| async move {
                 match inner.handle(fh) {
                     Ok(h) => {
-                        let rate = crate::periodic::gate(&h.periodic, u64::from(size)).await;
+                        let rate = periodic::gate(&h.periodic, u64::from(size)).await;
                         let t0 = Instant::now();
                         match h.read(offset, size as u64).await {
                             Ok(d) => {
                                 let len = d.iter().map(|b| b.len() as u64).sum();
-                                crate::periodic::pace(&h.periodic, rate, len, t0).await;
+                                periodic::pace(&h.periodic, rate, len, t0).await;
                                 reply_pieces(reply, &d)
                             }
                             Err(e) => reply.error(errno(&e)),
@@ -1045,7 +1047,7 @@ impl Filesystem for TesseraFs {
         self.spawn(move |_inner| async move {
             // What is still buffered goes in the job's interval.
             if h.inode.has_pending() {
-                crate::periodic::gate(&h.periodic, 0).await;
+                periodic::gate(&h.periodic, 0).await;
             }
             reply_empty(reply, h.inode.flush(&h.client, &h.mds).await)
         });

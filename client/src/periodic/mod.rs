@@ -19,6 +19,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tessera_proto::error::FsResult;
 use tessera_proto::msg::{PeriodicGrant, PeriodicProfile};
 
+/// The patterns of the jobs a mount serves, and the gate their reads and writes pass.
+pub mod patterns;
+
 /// The job's current grant and what it reports back.
 #[derive(Default)]
 pub struct Periodic {

@@ -1,4 +1,4 @@
-//! Directory leases on the mount's side (asynchronous creates and unlinks, as Ceph's async dirops). The
+//! Directory leases on the client's side (asynchronous creates and unlinks, as Ceph's async dirops). The
 //! first create in a directory this mount made, or the second unlink this mount sends to the MDS in any
 //! directory, asks the MDS for its lease, granted while no other client uses it, with the directory's
 //! names and kinds: the mount then answers lookups of other names as absent, and creates and removes
@@ -12,15 +12,16 @@
 //! What a change that did not reach the MDS yet costs on a crash of this process: it is lost, like a
 //! write still in the write-behind buffer. fsync of the file or the directory sends it first.
 
-use crate::creds::Who;
+use crate::job::Who;
+use crate::mds_client::MdsClient;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tessera_client::{
-    AsyncCreate, Attr, DirLease, DirOp, FileKind, FsError, FsResult, Ino, Layout, MdsClient, OpenFlags,
-};
-use tessera_client::{ErrorCode, Timestamp};
+use tessera_proto::error::{ErrorCode, FsError, FsResult};
+use tessera_proto::layout::Layout;
+use tessera_proto::msg::{AsyncCreate, DirLease, DirOp, OpenFlags};
+use tessera_proto::types::{Attr, FileKind, Ino, Timestamp};
 
 /// A create or unlink waits at most this long before it is sent.
 pub const BATCH_AGE: Duration = Duration::from_millis(20);
@@ -667,7 +668,7 @@ fn install(h: &mut Held, l: &DirLease, sent: Instant) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_client::Caller;
+    use tessera_proto::types::Caller;
 
     /// A lease as if the MDS had just granted it.
     fn leases_with(dir: Ino, perm: u32, inos: Vec<Ino>, valid: Duration) -> DirLeases {

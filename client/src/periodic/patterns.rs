@@ -13,8 +13,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tessera_client::periodic::Periodic;
-use tessera_client::MdsClient;
+use super::Periodic;
+use crate::mds_client::MdsClient;
 
 /// A job's state is dropped this long after its last open once none of its files is open here.
 pub const IDLE: Duration = Duration::from_secs(60);
@@ -107,7 +107,7 @@ pub async fn pace(p: &Periodic, rate: Option<u64>, len: u64, t0: Instant) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_client::proto::msg::{PeriodicGrant, PeriodicInterval};
+    use tessera_proto::msg::{PeriodicGrant, PeriodicInterval};
 
     fn now_ms() -> u64 {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64

@@ -1,5 +1,5 @@
 //! Read-ahead decisions of one handle: which reads belong to a stream worth fetching ahead of, and how
-//! far ahead. Pure (no I/O, no clock); [`crate::io::Handle`] does the fetching. Modelled on Linux's
+//! far ahead. Pure (no I/O, no clock); [`super::open_file::Handle`] does the fetching. Modelled on Linux's
 //! on-demand read-ahead (`mm/readahead.c`):
 //! - a stream is recognised from the reads themselves — a read that starts where one of the last few
 //!   ended (the kernel's own read-ahead sends several reads at once, which reach us slightly out of

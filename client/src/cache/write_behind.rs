@@ -1,5 +1,5 @@
-//! The data path of open files: write-behind per inode and read-ahead per handle, both inside
-//! close-to-open consistency: `flush` drains and reports the size to the MDS, `open` starts afresh.
+//! Write-behind per open inode, inside close-to-open consistency: `flush` drains and reports the size
+//! to the MDS, `open` starts afresh (the handles over it are [`super::open_file`]).
 //!
 //! Write-behind keeps an inode's buffered writes in a map by file offset, never overlapping: a write
 //! that falls inside, overlaps or continues buffered data is merged into it, so a rewrite costs no
@@ -7,20 +7,21 @@
 //! parts of a shared file): each is sent on its own once it holds [`WRITE_CHUNK`], and the least
 //! recently written one when more than [`WRITE_STREAMS`] are buffered. Shorter buffers are scattered
 //! writes: once [`BATCH_BYTES`] or [`BATCH_RUNS`] of them are buffered they go together, one vectored
-//! request per object ([`tessera_client::data::DataPlane::write_runs`]). A buffer never leaves while a
+//! request per object ([`crate::data::DataPlane::write_runs`]). A buffer never leaves while a
 //! write it overlaps is in flight (the data servers could apply the two in either order): it waits in
 //! the map until that one has landed, and the writer does not wait for it.
 
-use bytes::Bytes;
-use futures::future::{BoxFuture, FutureExt, Shared};
+use crate::client::Client;
+use crate::data::WriteRun;
+use crate::live_layout::LiveLayout;
+use crate::mds_client::MdsClient;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tessera_client::data::{ReadData, WriteRun};
-use tessera_client::live_layout::LiveLayout;
-use tessera_client::{Client, FsError, FsResult, Ino, IoTag, Layout, MdsClient, Timestamp};
 use tessera_proto::bufpool::PoolBuf;
-use tessera_proto::msg::MAX_EXTENTS;
+use tessera_proto::error::{FsError, FsResult};
+use tessera_proto::layout::Layout;
+use tessera_proto::types::{Ino, IoTag, Timestamp};
 use tokio::sync::Notify;
 
 /// Largest buffer: a stream is sent when it holds this much (one asynchronous `DataPlane::write`).
@@ -42,8 +43,6 @@ pub const SCATTERED_MAX: u64 = 4 << 20;
 pub const WRITE_INFLIGHT_MAX: u64 = 64 << 20;
 /// Bytes buffered and in flight per inode before writers wait.
 pub const WRITE_BEHIND_MAX: u64 = WRITE_INFLIGHT_MAX + (WRITE_STREAMS * WRITE_CHUNK) as u64;
-use crate::readahead::{Plan, Stream};
-pub use crate::readahead::{RA_AHEAD, RA_CHUNK};
 
 struct WBuf {
     /// Recycled: a streaming writer goes through 8 MiB chunks at the rate it writes.
@@ -250,7 +249,7 @@ pub struct OpenInode {
     st: Mutex<WState>,
     changed: Notify,
     /// Bumped by every write, so read-ahead data fetched before it is dropped.
-    wgen: AtomicU64,
+    pub(super) wgen: AtomicU64,
     /// The mode has bits a write by an unprivileged caller clears ([`privileged_bits`]), as last heard
     /// from the MDS through this mount.
     pub privileged: AtomicBool,
@@ -301,7 +300,7 @@ impl OpenInode {
         self.wgen.load(Ordering::Acquire)
     }
 
-    fn check_layout(&self) -> FsResult<()> {
+    pub(super) fn check_layout(&self) -> FsResult<()> {
         if self.layout.get().targets.is_empty() {
             return Err(FsError::invalid(format!("inode {} has no data layout", self.ino)));
         }
@@ -339,7 +338,7 @@ impl OpenInode {
     /// is sent goes by spawned tasks).
     pub fn try_write(self: &Arc<Self>, client: &Client, tag: &IoTag, off: u64, data: &[u8]) -> Option<FsResult<()>> {
         let Some(end) = off.checked_add(data.len() as u64) else {
-            return Some(Err(FsError::new(tessera_client::ErrorCode::TooBig, "write beyond the largest offset")));
+            return Some(Err(FsError::new(tessera_proto::error::ErrorCode::TooBig, "write beyond the largest offset")));
         };
         if end > self.layout.get().instantiated_end() {
             return None; // extents to place first: the MDS must be asked (see `write`)
@@ -566,395 +565,6 @@ impl OpenInode {
     pub fn local_state(&self) -> (u64, Option<Timestamp>) {
         self.st.lock().map(|st| (st.written_end, st.unreported.then_some(st.last_write))).unwrap_or((0, None))
     }
-}
-
-/// One read-ahead chunk on its way: its replies are kept apart, so a read inside one costs no copy.
-pub type Fetch = Shared<BoxFuture<'static, Result<ReadData, FsError>>>;
-
-/// One window of a strided stream's blocks on its way (one [`ReadData`] per block).
-pub type BlocksFetch = Shared<BoxFuture<'static, Result<Arc<Vec<ReadData>>, FsError>>>;
-
-/// A strided stream's blocks fetched together: `count` blocks of `len` bytes every `stride` bytes
-/// from the window's start (the last may be shorter: the file ended).
-#[derive(Clone)]
-struct Window {
-    stride: u64,
-    len: u64,
-    count: u64,
-    fetch: BlocksFetch,
-}
-
-impl Window {
-    /// The index of the block that holds all of `off..end`, if one does.
-    fn block_of(&self, start: u64, off: u64, end: u64) -> Option<usize> {
-        let k = off.checked_sub(start)? / self.stride;
-        let block = start + k * self.stride;
-        (k < self.count && end <= block + self.len).then_some(k as usize)
-    }
-}
-
-/// Where a read's data comes from.
-#[derive(Clone)]
-pub enum Part {
-    /// Read-ahead chunk `c`.
-    Chunk(u64, Fetch),
-    /// One block of a strided window.
-    Block(BlocksFetch, usize),
-}
-
-/// Read-ahead state of one handle.
-#[derive(Default)]
-pub struct ReadAhead {
-    wgen: u64,
-    /// Which reads form a stream, and how far ahead to fetch ([`crate::readahead`]).
-    stream: Stream,
-    chunks: BTreeMap<u64, Fetch>,
-    /// A strided stream's windows, by the offset of their first block.
-    windows: BTreeMap<u64, Window>,
-}
-
-impl ReadAhead {
-    /// The fetched block that holds all of `off..end`.
-    fn block(&self, off: u64, end: u64) -> Option<Part> {
-        let (&start, w) = self.windows.range(..=off).next_back()?;
-        w.block_of(start, off, end).map(|i| Part::Block(w.fetch.clone(), i))
-    }
-}
-
-/// One open file handle.
-pub struct Handle {
-    pub inode: Arc<OpenInode>,
-    pub mds_handle: u64,
-    pub tag: IoTag,
-    /// The opener's credentials.
-    pub mds: MdsClient,
-    pub client: Client,
-    pub writable: bool,
-    pub wrote: AtomicBool,
-    ra: Mutex<ReadAhead>,
-    /// The client's session at the open: an eviction since makes this handle stale.
-    session: u64,
-    /// The opener's job's PerSched pattern (inactive: the job is not delayed).
-    pub periodic: Arc<tessera_client::periodic::Periodic>,
-}
-
-impl Handle {
-    pub fn new(inode: Arc<OpenInode>, mds_handle: u64, tag: IoTag, client: Client, writable: bool, size: u64) -> Self {
-        inode.heard_size(size);
-        Handle {
-            inode,
-            mds_handle,
-            tag,
-            mds: client.mds().clone(),
-            writable,
-            wrote: AtomicBool::new(false),
-            ra: Mutex::new(ReadAhead::default()),
-            session: client.mds().session().epoch(),
-            client,
-            periodic: Arc::default(),
-        }
-    }
-
-    /// The handle following its job's pattern `p`.
-    pub fn with_periodic(self, p: Arc<tessera_client::periodic::Periodic>) -> Self {
-        Handle { periodic: p, ..self }
-    }
-
-    /// Fails (EIO) once the MDS has evicted this client since the open (see `tessera_client::session`).
-    pub fn check_session(&self) -> FsResult<()> {
-        self.mds.session().check(self.session)
-    }
-
-    /// The size as far as this handle knows; `refresh` asks the MDS.
-    pub async fn size(&self, refresh: bool) -> FsResult<u64> {
-        if refresh {
-            let attr = self.mds.getattr(self.inode.ino).await?;
-            self.inode.heard_size(attr.size);
-        }
-        Ok(self.inode.size())
-    }
-
-    pub async fn write(&self, off: u64, data: &[u8]) -> FsResult<()> {
-        self.check_writable()?;
-        self.inode.write(&self.client, &self.tag, off, data).await
-    }
-
-    /// [`Handle::write`] if it needs no waiting (see [`OpenInode::try_write`]).
-    pub fn try_write(&self, off: u64, data: &[u8]) -> Option<FsResult<()>> {
-        if let Err(e) = self.check_writable() {
-            return Some(Err(e));
-        }
-        self.inode.try_write(&self.client, &self.tag, off, data)
-    }
-
-    /// `fallocate(2)` through this handle: mode 0 or `FALLOC_FL_KEEP_SIZE` reserve space,
-    /// `FALLOC_FL_PUNCH_HOLE` (with `KEEP_SIZE`) and `FALLOC_FL_ZERO_RANGE` make the range read as zeros.
-    /// Buffered writes land first (a later punch must win over an earlier write); read-ahead fetched
-    /// before is dropped; the size grows to the range's end unless `KEEP_SIZE`.
-    pub async fn fallocate(&self, offset: u64, len: u64, mode: i32) -> FsResult<()> {
-        self.check_writable()?;
-        let end = offset
-            .checked_add(len)
-            .ok_or_else(|| FsError::new(tessera_client::ErrorCode::TooBig, "range past the largest offset"))?;
-        let zero = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0;
-        self.inode.drain(&self.client).await?;
-        if !zero {
-            self.inode.layout.for_write(&self.mds, end).await?;
-        }
-        let r = self.client.data().fallocate(&self.tag, &self.inode.layout.get(), offset, len, zero).await;
-        self.inode.wgen.fetch_add(1, Ordering::AcqRel);
-        r?;
-        if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > self.inode.size() {
-            // The new size is this mount's answer from now on (getattr, lseek, appends), as a write's
-            // would be, and the MDS has it before the call returns.
-            self.inode.extended(end);
-            self.inode.flush(&self.client, &self.mds).await?;
-        }
-        Ok(())
-    }
-
-    fn check_writable(&self) -> FsResult<()> {
-        if !self.writable {
-            return Err(FsError::new(tessera_client::ErrorCode::Invalid, "file not open for writing"));
-        }
-        self.wrote.store(true, Ordering::Release);
-        Ok(())
-    }
-
-    fn fetch(&self, off: u64, len: u64) -> Fetch {
-        let client = self.client.clone();
-        let tag = self.tag.clone();
-        let layout = self.inode.layout.get();
-        async move { client.data().read_data(&tag, &layout, off, len).await }.boxed().shared()
-    }
-
-    /// Fetches the blocks `(offset, len)` as vectored requests ([`tessera_client::data::DataPlane::read_runs`]).
-    fn fetch_blocks(&self, blocks: Vec<(u64, u64)>) -> BlocksFetch {
-        let client = self.client.clone();
-        let tag = self.tag.clone();
-        let layout = self.inode.layout.get();
-        async move { client.data().read_runs(&tag, &layout, &blocks).await.map(Arc::new) }.boxed().shared()
-    }
-
-    /// Reads up to `len` bytes at `off`: short only at the end of the file. The data comes as the pieces
-    /// it arrived in (see [`ReadData::slices`]).
-    pub async fn read(&self, off: u64, len: u64) -> FsResult<Vec<Bytes>> {
-        if self.inode.has_pending() {
-            // Our own buffered writes must be visible to our reads.
-            self.inode.drain(&self.client).await?;
-        }
-        self.inode.check_layout()?;
-        let mut size = self.size(false).await?;
-        if off.saturating_add(len) > size {
-            size = self.size(true).await?;
-        }
-        let end = off.saturating_add(len).min(size);
-        if off >= end {
-            return Ok(Vec::new());
-        }
-        // A composite layout whose extents another client placed since our open: fetch it again (and
-        // drop read-ahead fetched with the old one, which read those extents as holes).
-        let known = self.inode.layout.get().instantiated_end();
-        if size > known && self.inode.layout.for_read(&self.mds, size).await?.instantiated_end() > known {
-            self.inode.wgen.fetch_add(1, Ordering::AcqRel);
-        }
-        match self.plan_read(off, end, size)? {
-            Some(parts) => self.assemble(off, end, parts).await,
-            None => self.read_direct(off, end).await,
-        }
-    }
-
-    /// A read answered without waiting when its read-ahead chunks have arrived (the common case of a
-    /// sequential reader), else what is left to do, for [`Handle::finish_read`]. Call it inside the
-    /// tokio runtime's context (read-ahead is started by spawned tasks).
-    pub fn try_read(&self, off: u64, len: u64) -> Result<FsResult<Vec<Bytes>>, PendingRead> {
-        if self.inode.has_pending() {
-            return Err(PendingRead::Slow);
-        }
-        if let Err(e) = self.inode.check_layout() {
-            return Ok(Err(e));
-        }
-        let size = self.inode.size();
-        let end = off.saturating_add(len);
-        if end > size || off >= end || size > self.inode.layout.get().instantiated_end() {
-            return Err(PendingRead::Slow); // the size (or a composite layout) may have grown elsewhere
-        }
-        let parts = match self.plan_read(off, end, size) {
-            Ok(Some(parts)) => parts,
-            Ok(None) => return Err(PendingRead::Slow),
-            Err(e) => return Ok(Err(e)),
-        };
-        let ready: Option<Vec<Vec<Bytes>>> = parts
-            .iter()
-            .map(|p| match p {
-                Part::Chunk(c, f) => match f.peek() {
-                    Some(Ok(data)) => Self::piece(off, end, *c, data),
-                    _ => None,
-                },
-                Part::Block(f, i) => match f.peek() {
-                    Some(Ok(blocks)) => Self::block_piece(off, end, &blocks[*i]),
-                    _ => None,
-                },
-            })
-            .collect();
-        match ready {
-            Some(pieces) => Ok(Ok(pieces.concat())),
-            None => Err(PendingRead::Parts { off, end, parts }),
-        }
-    }
-
-    /// Completes a read [`Handle::try_read`] could not answer at once.
-    pub async fn finish_read(&self, off: u64, len: u64, pending: PendingRead) -> FsResult<Vec<Bytes>> {
-        match pending {
-            PendingRead::Slow => self.read(off, len).await,
-            PendingRead::Parts { off, end, parts } => self.assemble(off, end, parts).await,
-        }
-    }
-
-    /// For a read of `off..end` that continues a stream (or falls inside what was fetched already): the
-    /// read-ahead chunks covering it or the strided block holding it, starting the fetches of those
-    /// missing and of the ones ahead. `None`: a random read, read directly ([`crate::readahead`] decides).
-    fn plan_read(&self, off: u64, end: u64, size: u64) -> FsResult<Option<Vec<Part>>> {
-        // A job following a PerSched pattern reads only what it asks for, each read gated to its intervals
-        // and paced (fs.rs): fetches ahead would move bytes outside them, and past the granted rate.
-        if self.periodic.active() {
-            return Ok(None);
-        }
-        let first = off / RA_CHUNK;
-        let last = (end - 1) / RA_CHUNK;
-        let mut ra = self.ra.lock().map_err(|_| FsError::io("read-ahead state poisoned"))?;
-        let wgen = self.inode.wgen();
-        if ra.wgen != wgen {
-            ra.chunks.clear();
-            ra.windows.clear();
-            ra.wgen = wgen;
-        }
-        // A write buffered since the caller drained (the kernel writes back mmap'ed pages on its own
-        // schedule) is not on the data servers yet: chunks fetched now would be stale under this
-        // generation. Read directly instead; the next read after the write sees a new generation.
-        if self.inode.has_pending() {
-            return Ok(None);
-        }
-        let chunked = (first..=last).all(|c| ra.chunks.contains_key(&c));
-        let block = ra.block(off, end);
-        let ahead = match ra.stream.plan(off, end, chunked || block.is_some()) {
-            Plan::Direct => return Ok(None),
-            Plan::Chunks { ahead: 0 } if !chunked => return Ok(block.map(|b| vec![b])),
-            Plan::Chunks { ahead } => ahead,
-            Plan::Strided { base, stride, ahead } => {
-                self.fetch_windows(&mut ra, base, stride, off, end - off, ahead, size);
-                return Ok(ra.block(off, end).map(|b| vec![b]));
-            }
-        };
-        // Keep a little behind us (late out-of-order reads), drop the rest; fetch what is ahead.
-        let keep_from = first.saturating_sub(2);
-        let keep_to = last + RA_AHEAD + 1;
-        ra.chunks.retain(|&c, _| c >= keep_from && c <= keep_to);
-        let ahead_end = ((last + 1 + ahead) * RA_CHUNK).min(size);
-        let mut c = first;
-        while c * RA_CHUNK < ahead_end {
-            if let std::collections::btree_map::Entry::Vacant(v) = ra.chunks.entry(c) {
-                let start = c * RA_CHUNK;
-                let f = self.fetch(start, RA_CHUNK.min(size - start));
-                if c > last {
-                    tokio::spawn(f.clone().map(|_| ()));
-                }
-                v.insert(f);
-            }
-            c += 1;
-        }
-        Ok(Some((first..=last).filter_map(|c| ra.chunks.get(&c).map(|f| Part::Chunk(c, f.clone()))).collect()))
-    }
-
-    /// For a strided stream's read at `off` of `len` bytes: fetches the window of blocks
-    /// (`base + k * stride`, `len` bytes each, [`RA_CHUNK`] bytes of blocks per window) that holds it,
-    /// unless fetched, and `ahead` windows beyond; drops the windows behind it. Blocks past `size` are
-    /// not fetched.
-    #[allow(clippy::too_many_arguments)]
-    fn fetch_windows(&self, ra: &mut ReadAhead, base: u64, stride: u64, off: u64, len: u64, ahead: u64, size: u64) {
-        let per = (RA_CHUNK / len).clamp(1, MAX_EXTENTS as u64);
-        let span = per * stride;
-        let w0 = (off - base) / span;
-        ra.windows.retain(|&start, w| {
-            start + w.count * w.stride > off.saturating_sub(span) && start <= off + (ahead + 1) * span
-        });
-        for w in w0..=w0 + ahead {
-            let start = base + w * span;
-            if start >= size {
-                break;
-            }
-            let covered = ra.windows.get(&start).is_some_and(|x| x.stride == stride && x.len == len);
-            if covered {
-                continue;
-            }
-            let blocks: Vec<(u64, u64)> = (0..per)
-                .map(|k| start + k * stride)
-                .take_while(|&b| b < size)
-                .map(|b| (b, len.min(size - b)))
-                .collect();
-            let count = blocks.len() as u64;
-            let fetch = self.fetch_blocks(blocks);
-            if w > w0 {
-                tokio::spawn(fetch.clone().map(|_| ()));
-            }
-            ra.windows.insert(start, Window { stride, len, count, fetch });
-        }
-    }
-
-    /// The part of chunk `c`'s data inside `off..end`; `None` if the chunk was fetched when the file
-    /// was shorter.
-    fn piece(off: u64, end: u64, c: u64, data: &ReadData) -> Option<Vec<Bytes>> {
-        let cstart = c * RA_CHUNK;
-        let from = off.max(cstart);
-        let to = end.min(cstart + RA_CHUNK);
-        (data.offset() + data.len() >= to).then(|| data.slices(from, to))
-    }
-
-    /// A read around the read-ahead.
-    async fn read_direct(&self, off: u64, end: u64) -> FsResult<Vec<Bytes>> {
-        let data = self.client.data().read_data(&self.tag, &self.inode.layout.get(), off, end - off).await?;
-        Ok(data.slices(off, end))
-    }
-
-    /// The part of a strided block's data inside `off..end`; `None` unless the block holds all of it
-    /// (it was fetched when the file was shorter).
-    fn block_piece(off: u64, end: u64, data: &ReadData) -> Option<Vec<Bytes>> {
-        (data.offset() <= off && data.offset() + data.len() >= end).then(|| data.slices(off, end))
-    }
-
-    async fn assemble(&self, off: u64, end: u64, parts: Vec<Part>) -> FsResult<Vec<Bytes>> {
-        let mut pieces = Vec::with_capacity(parts.len());
-        for part in parts {
-            let piece = match &part {
-                Part::Chunk(c, f) => Self::piece(off, end, *c, &f.clone().await?),
-                Part::Block(f, i) => Self::block_piece(off, end, &f.clone().await?[*i]),
-            };
-            match piece {
-                Some(p) => pieces.push(p),
-                None => {
-                    // Fetched when the file was shorter: read directly.
-                    if let Ok(mut ra) = self.ra.lock() {
-                        match part {
-                            Part::Chunk(c, _) => {
-                                ra.chunks.remove(&c);
-                            }
-                            Part::Block(..) => ra.windows.clear(),
-                        }
-                    }
-                    return self.read_direct(off, end).await;
-                }
-            }
-        }
-        Ok(pieces.concat())
-    }
-}
-
-/// What is left of a read [`Handle::try_read`] could not answer at once.
-pub enum PendingRead {
-    /// Start over on the asynchronous path (size refresh, draining our writes, random access).
-    Slow,
-    /// Wait for these read-ahead chunks or this block.
-    Parts { off: u64, end: u64, parts: Vec<Part> },
 }
 
 #[cfg(test)]
