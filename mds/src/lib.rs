@@ -1,12 +1,12 @@
 //! Tessera's metadata server (MDS).
 //!
-//! - [`store`]: the sled database — trees, records, and the overlay that commits as one transaction.
+//! - [`store`]: the sled database (`Store`, `Txn`): records, pending overlay, group commit, replay, migration.
 //! - [`journal`]: the redo journal that makes an acknowledged change survive an MDS crash before fsync.
 //! - [`lease`]: directory leases, which let a client create files in a directory without waiting.
 //! - [`perm`]: POSIX permission checks from the caller's credentials.
 //! - [`namespace`]: every metadata operation with POSIX semantics.
-//! - [`placement`]: placement policies choosing storage targets for new files (round-robin, lustre, balanced).
-//! - [`placer`]: the placement subsystem around them: the targets as placement sees them, declared creates, status.
+//! - [`placement`]: placement policies (round-robin, lustre, balanced) and `placer`, the subsystem around them.
+//! - [`fsck`]: `tessera fsck`: what is inconsistent and what repair does; `online`: scan, confirmation, repair.
 //! - [`stats`]: the latest report of each data server and its age.
 //! - [`dsclient`]: the MDS as a client of the data servers (truncate, remove, serve commands).
 //! - [`destroy`]: background worker draining the destroy log.
@@ -30,7 +30,6 @@ pub mod orchestrator;
 pub mod perm;
 pub mod persched;
 pub mod placement;
-pub mod placer;
 pub mod server;
 pub mod session;
 pub mod stats;
@@ -39,4 +38,5 @@ pub mod store;
 #[cfg(test)]
 mod fuzz_tests;
 
+pub use placement::placer;
 pub use server::{main_entry, run, MdsService, Options};

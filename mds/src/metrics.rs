@@ -71,11 +71,11 @@ pub fn registry(orch: Arc<Orchestrator>, counters: &RequestCounters) -> Registry
 
 /// Placement's families (specs/placement.md): each target's capacity and use as the placer sees it (reports
 /// plus space allocated since), the OST cost, and the policy's solves.
-pub fn add_placement(registry: &mut Registry, placer: Arc<crate::placer::Placer>) {
+pub fn add_placement(registry: &mut Registry, placer: Arc<crate::placement::placer::Placer>) {
     registry.register_collector(collector(move |s| placement(s, &placer)));
 }
 
-fn placement(s: &mut Scrape, placer: &crate::placer::Placer) -> fmt::Result {
+fn placement(s: &mut Scrape, placer: &crate::placement::placer::Placer) -> fmt::Result {
     let (targets, _) = placer.view();
     let label = |t: &crate::placement::TargetInfo| (t.server.to_string(), t.target.to_string());
     let mut f = s.gauge("tessera_placement_target_capacity_bytes", "A storage target's capacity.")?;
@@ -280,7 +280,9 @@ mod tests {
                 ..Default::default()
             });
         }
-        let placer = Arc::new(crate::placer::Placer::new(stats, "lustre", std::time::Duration::from_secs(1)).unwrap());
+        let placer = Arc::new(
+            crate::placement::placer::Placer::new(stats, "lustre", std::time::Duration::from_secs(1)).unwrap(),
+        );
         let mut reg = Registry::default();
         add_placement(&mut reg, placer);
         let body = render(&reg).unwrap();

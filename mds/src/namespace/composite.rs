@@ -7,9 +7,10 @@
 //!
 //! Instantiation places outside the namespace lock: on the targets planned for the extent when the file
 //! was declared (`tessera declare` with an expected size: its extents were solved in one batch with the
-//! other declared files', [`crate::placer::Placer::declare`]) if they still have room, else now, with the
-//! file's policy (its own `tessera.placement`, else the directory it was created in, else the cluster's),
-//! avoiding the targets the file's earlier extents use ([`crate::placer::Placer::place_avoiding`]:
+//! other declared files', [`crate::placement::placer::Placer::declare`]) if they still have room, else
+//! now, with the file's policy (its own `tessera.placement`, else the directory it was created in, else the
+//! cluster's), avoiding the targets the file's earlier extents use
+//! ([`crate::placement::placer::Placer::place_avoiding`]:
 //! distinct targets, the file stops growing once it has a stripe on every target). Then, under the lock, each extent still without objects gets fresh
 //! object ids. Two clients racing to instantiate the same extent both place it; the first commit wins and
 //! the other's placement only stays counted as pending allocation for a while. Reaching an extent
@@ -18,8 +19,8 @@
 use super::entries::Placed;
 use super::{err, Namespace};
 use crate::perm::{self, W};
+use crate::placement::placer::Slot;
 use crate::placement::CreateRequest;
-use crate::placer::Slot;
 use crate::store::{Inode, Txn};
 use tessera_proto::error::ErrorCode;
 use tessera_proto::layout::{validate_extents, Component, ExtentSpec, Layout, LayoutSpec, StripeTarget, EOF};

@@ -3,8 +3,8 @@
 use super::entries::POLICY_XATTR;
 use super::{entry, err, validate_name, Namespace};
 use crate::perm::{self, W, X};
+use crate::placement::placer::{DeclaredCreate, PlannedExtent};
 use crate::placement::CreateRequest;
-use crate::placer::{DeclaredCreate, PlannedExtent};
 use crate::store::{xattr_key, Inode, T};
 use tessera_proto::error::ErrorCode;
 use tessera_proto::layout::{ExtentSpec, LayoutSpec, EOF};

@@ -3,8 +3,8 @@
 
 use super::{validate_name, Namespace};
 use crate::perm::{self, W, X};
+use crate::placement::placer::{Planned, Slot};
 use crate::placement::CreateRequest;
-use crate::placer::{Planned, Slot};
 use crate::store::{xattr_key, Dentry, Inode, Txn, T};
 use tessera_proto::layout::{Component, Layout, LayoutSpec, StripeTarget};
 use tessera_proto::{object_in, Attr, Caller, FileKind, FsError, FsResult, Ino, Timestamp};
@@ -27,7 +27,7 @@ pub const POLICY_XATTR: &str = "tessera.placement";
 impl Namespace {
     /// Adds `name → ino` to `parent` with a fresh readdir position; parent size/nlink/times follow.
     /// Returns the parent's new attributes.
-    pub(super) fn add_entry(
+    pub(crate) fn add_entry(
         &self,
         tx: &mut Txn<'_>,
         parent: Ino,

@@ -20,14 +20,15 @@
 //! - `composite`: composite (progressive) layouts: setting them, instantiating their extents.
 //! - `lease`: directory leases and their batches of creates.
 //! - `entries`: entry helpers the mutations share.
-//! - `fsck`: `tessera fsck`'s scan, confirmation and repair (its decisions are `crate::fsck`).
+//!
+//! `tessera fsck`'s scan, confirmation and repair are an `impl Namespace` block too, in
+//! [`crate::fsck::online`] (next to its decisions).
 
 mod attr;
 mod composite;
 mod create;
 mod dir;
 mod entries;
-mod fsck;
 mod lease;
 mod lookup;
 mod open;
@@ -41,7 +42,7 @@ pub(crate) mod tests;
 use crate::dsclient::DataServers;
 use crate::lease::{Holder, Leases};
 use crate::perm;
-use crate::placer::Placer;
+use crate::placement::placer::Placer;
 use crate::session::Sessions;
 use crate::stats::StatsView;
 use crate::store::{Inode, Store, Txn};
@@ -80,7 +81,7 @@ fn entry(i: Inode) -> MdsReply {
 }
 
 pub struct Namespace {
-    store: Arc<Store>,
+    pub(crate) store: Arc<Store>,
     /// Serialises mutations (reads never take it).
     mutate: Mutex<()>,
     /// Open handles per inode (in memory: they do not survive a restart).
@@ -92,9 +93,9 @@ pub struct Namespace {
     /// Which client holds which handle, and when each was last heard from (eviction).
     sessions: Mutex<Sessions>,
     placer: Arc<Placer>,
-    stats: Arc<StatsView>,
+    pub(crate) stats: Arc<StatsView>,
     defaults: LayoutSpec,
-    data: Arc<dyn DataServers>,
+    pub(crate) data: Arc<dyn DataServers>,
     destroy_wake: Arc<Notify>,
     destroy_pending: AtomicBool,
     leases: Leases,
@@ -186,11 +187,11 @@ impl Namespace {
         self.data.clone()
     }
 
-    fn lock(&self) -> MutexGuard<'_, ()> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ()> {
         self.mutate.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn opens(&self) -> MutexGuard<'_, HashMap<Ino, HashSet<u64>>> {
+    pub(crate) fn opens(&self) -> MutexGuard<'_, HashMap<Ino, HashSet<u64>>> {
         self.opens.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -235,15 +236,15 @@ impl Namespace {
     }
 
     /// Whether a setattr is changing the file's objects' sizes right now.
-    fn is_truncating(&self, ino: Ino) -> bool {
+    pub(crate) fn is_truncating(&self, ino: Ino) -> bool {
         self.truncating().contains_key(&ino)
     }
 
-    fn is_open(&self, ino: Ino) -> bool {
+    pub(crate) fn is_open(&self, ino: Ino) -> bool {
         self.opens().get(&ino).is_some_and(|h| !h.is_empty())
     }
 
-    fn commit(&self, tx: Txn<'_>) -> FsResult<()> {
+    pub(crate) fn commit(&self, tx: Txn<'_>) -> FsResult<()> {
         let destroys = tx.has_destroys();
         tx.commit()?;
         if destroys {
@@ -254,7 +255,7 @@ impl Namespace {
 
     /// Waits until a mutation's result is durable (journaled already, or fsync'ed in `fsync` commit
     /// mode), then wakes the destroyer if it has work.
-    async fn durable<V>(&self, r: FsResult<V>) -> FsResult<V> {
+    pub(crate) async fn durable<V>(&self, r: FsResult<V>) -> FsResult<V> {
         let v = r?;
         if self.store.sync_commits() {
             self.store.flush().await?;

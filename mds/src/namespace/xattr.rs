@@ -172,7 +172,8 @@ impl Namespace {
             // Stored under its canonical name; an unknown one is refused.
             XattrNs::Placement => {
                 let text = std::str::from_utf8(value).map_err(|_| FsError::invalid("policy name is not UTF-8"))?;
-                crate::placer::canonical(text.trim_matches(|c: char| c == '\0' || c.is_whitespace()))?.as_bytes()
+                crate::placement::placer::canonical(text.trim_matches(|c: char| c == '\0' || c.is_whitespace()))?
+                    .as_bytes()
             }
             _ => value,
         };

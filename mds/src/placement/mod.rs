@@ -5,7 +5,8 @@
 //! allocator, LSA), [`balanced`] (Tarazu's min-cost max-flow). `[defaults] placement` names one.
 //!
 //! Policies are pure: they see the targets as the caller describes them ([`TargetInfo`]), do no I/O and read
-//! no clock (time-dependent state, Lustre's penalty decay, follows [`Placement::set_now`]).
+//! no clock (time-dependent state, Lustre's penalty decay, follows [`Placement::set_now`]). [`placer`] is the
+//! subsystem around them in the MDS: the targets as placement sees them, declared creates, status.
 //!
 //! Rules common to every policy (see [`resolve`]):
 //! - a target is a candidate for a request when it is `usable`, not in the request's `exclude` list and has
@@ -19,6 +20,7 @@
 
 pub mod balanced;
 pub mod lustre;
+pub mod placer;
 pub mod round_robin;
 
 pub use balanced::Balanced;

@@ -1,10 +1,10 @@
 //! `tessera fsck`'s decisions: what is inconsistent in a scan of the namespace and of the data
 //! servers' objects, and what repair does about it (issue 18; no paper — the checks are e2fsck's and
 //! LFSCK's namespace and layout checks). Pure: the scan is taken, and every finding confirmed under
-//! the mutation lock and repaired, by `namespace::fsck`.
+//! the mutation lock and repaired, by [`online`] (the namespace's `fsck`).
 //!
 //! Online, the scan is not a snapshot: mutations go on while it reads. Two rules make its candidates
-//! trustworthy, and `namespace::fsck` confirms each one against the store under the lock before it is
+//! trustworthy, and [`online`] confirms each one against the store under the lock before it is
 //! reported or repaired:
 //! - **the ctime rule**: every change to the entries naming an inode updates that inode's ctime, and
 //!   every change to a directory's entries updates the directory's ctime (link, unlink, rename, create,
@@ -17,6 +17,8 @@
 //!   afterwards names and the destroy log does not hold is named by nothing: a file deleted meanwhile
 //!   had its objects in the destroy log, scanned after the inodes, or already destroyed, scanned after
 //!   that.
+
+pub mod online;
 
 use crate::store::{Dentry, DestroyEntry, Inode, T};
 use std::collections::{BTreeMap, BTreeSet, HashMap};

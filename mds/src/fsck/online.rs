@@ -1,12 +1,12 @@
 //! `tessera fsck`, online: the scan (`crate::fsck` documents what makes it trustworthy while
 //! mutations go on), the confirmation of each finding against the store under the mutation lock, and
-//! repair. Repair checks again after fixing (a removed entry can leave an inode unreachable, a moved
-//! one a count to fix), up to [`MAX_PASSES`] passes, so a second run finds nothing.
+//! repair, as [`Namespace::fsck`]. Repair checks again after fixing (a removed entry can leave an inode
+//! unreachable, a moved one a count to fix), up to [`MAX_PASSES`] passes, so a second run finds nothing.
 
-use super::Namespace;
+use super::{check, Finding, Fix, Record, Scan, LOST_FOUND};
 use crate::destroy;
 use crate::dsclient::list_all_objects;
-use crate::fsck::{self, Finding, Fix, Record, Scan, LOST_FOUND};
+use crate::namespace::Namespace;
 use crate::store::{dirseq_key, key_ino, Dentry, DestroyEntry, Inode, Txn, T};
 use std::collections::HashSet;
 use std::time::Instant;
@@ -71,7 +71,7 @@ impl Namespace {
             report.entries = scan.dentries.len() as u64;
             report.objects = scan.objects.values().filter_map(|r| r.as_ref().ok()).map(|l| l.len() as u64).sum();
             report.servers = scan.objects.values().filter(|r| r.is_ok()).count() as u32;
-            let found = fsck::check(&scan);
+            let found = check(&scan);
             let (confirmed, repaired) = self.fsck_confirm(found, &scan, repair).await?;
             report.repaired += repaired;
             for f in confirmed {
