@@ -33,7 +33,7 @@ struct Shared {
     // Kept so the endpoint outlives every peer using it.
     _endpoint: quinn::Endpoint,
     /// Renews this client's session with the MDS while the client exists.
-    _keep_alive: crate::session::KeepAlive,
+    _keep_alive: crate::mds_client::KeepAlive,
     /// PerSched: the job's grant; inactive (no delay at all) unless the job registered or follows one.
     periodic: Arc<crate::periodic::Periodic>,
 }
@@ -120,7 +120,7 @@ impl Client {
             let via = fwd.as_ref().and_then(|f| f.current_name()).map(|n| format!(" through forwarding node {n}"));
             FsError::new(e.code, format!("metadata server {}{}: {}", cfg.mds.addr, via.unwrap_or_default(), e.detail))
         })?;
-        let _keep_alive = crate::session::spawn_keep_alive(mds.clone());
+        let _keep_alive = crate::mds_client::spawn_keep_alive(mds.clone());
         let periodic: Arc<crate::periodic::Periodic> = Arc::default();
         periodic.set_lease_hint(cfg.persched.lease_ms);
         let shared = Arc::new(Shared { cfg: cfg.clone(), data, _endpoint: endpoint, _keep_alive, periodic });

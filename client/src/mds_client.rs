@@ -507,3 +507,27 @@ impl MdsClient {
         ok_of("SetOrchestratorMode", self.call(MdsRequest::SetOrchestratorMode { mode }).await?)
     }
 }
+
+/// Sends a client's keep-alives until dropped (with the client's last clone).
+pub(crate) struct KeepAlive(tokio::task::JoinHandle<()>);
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Starts sending `mds`'s keep-alives, the first at once, then every third of the eviction timeout the
+/// MDS answers with ([`crate::session::period`]).
+pub(crate) fn spawn_keep_alive(mds: MdsClient) -> KeepAlive {
+    KeepAlive(tokio::spawn(async move {
+        let mut every = crate::session::FIRST_PERIOD;
+        loop {
+            match mds.keep_alive().await {
+                Ok(timeout) => every = crate::session::period(timeout),
+                Err(e) => tracing::debug!("keep-alive: {e}"),
+            }
+            tokio::time::sleep(every).await;
+        }
+    }))
+}

@@ -3,13 +3,12 @@
 //! a session the MDS has ended (it closed them, and destroyed the files they kept alive after an
 //! unlink), so their reads, writes and fsyncs fail with EIO; new opens work as before.
 
-use crate::mds_client::MdsClient;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
 
 /// Keep-alive period before the MDS has said its eviction timeout.
-const FIRST_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const FIRST_PERIOD: Duration = Duration::from_secs(10);
 /// Shortest keep-alive period, however short the timeout.
 const MIN_PERIOD: Duration = Duration::from_millis(500);
 
@@ -96,29 +95,6 @@ impl Session {
 /// The keep-alive period for an eviction timeout.
 pub fn period(timeout: Duration) -> Duration {
     (timeout / 3).max(MIN_PERIOD)
-}
-
-/// Sends keep-alives until dropped (with the client's last clone).
-pub(crate) struct KeepAlive(tokio::task::JoinHandle<()>);
-
-impl Drop for KeepAlive {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Starts sending `mds`'s keep-alives, the first at once.
-pub(crate) fn spawn_keep_alive(mds: MdsClient) -> KeepAlive {
-    KeepAlive(tokio::spawn(async move {
-        let mut every = FIRST_PERIOD;
-        loop {
-            match mds.keep_alive().await {
-                Ok(timeout) => every = period(timeout),
-                Err(e) => tracing::debug!("keep-alive: {e}"),
-            }
-            tokio::time::sleep(every).await;
-        }
-    }))
 }
 
 #[cfg(test)]

@@ -2,10 +2,6 @@
 //! process's credentials sent to the MDS (which enforces permissions) and its job id on the data path.
 
 use crate::creds::{Creds, Who};
-use tessera_client::cache::dir_lease::{self as dirlease, DirLeases};
-use tessera_client::cache::open_file::Handle;
-use tessera_client::cache::write_behind::{privileged_bits, OpenInode};
-use tessera_client::periodic::patterns as periodic;
 use bytes::Bytes;
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
@@ -20,7 +16,11 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
+use tessera_client::cache::dir_lease::{self as dirlease, DirLeases};
+use tessera_client::cache::open_file::Handle;
+use tessera_client::cache::write_behind::{privileged_bits, OpenInode};
 use tessera_client::mds_client::{LayoutReply, Opened};
+use tessera_client::periodic::patterns as periodic;
 use tessera_client::proto::types::NAME_MAX;
 use tessera_client::{
     Attr, Caller, Client, ErrorCode, FileKind, FsError, FsResult, Ino, IoTag, MdsClient, OpenFlags, RenameFlags,

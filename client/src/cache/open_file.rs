@@ -10,8 +10,8 @@ use crate::data::ReadData;
 use crate::mds_client::MdsClient;
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt, Shared};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::msg::MAX_EXTENTS;
@@ -142,9 +142,8 @@ impl Handle {
     /// before is dropped; the size grows to the range's end unless `KEEP_SIZE`.
     pub async fn fallocate(&self, offset: u64, len: u64, mode: i32) -> FsResult<()> {
         self.check_writable()?;
-        let end = offset
-            .checked_add(len)
-            .ok_or_else(|| FsError::new(ErrorCode::TooBig, "range past the largest offset"))?;
+        let end =
+            offset.checked_add(len).ok_or_else(|| FsError::new(ErrorCode::TooBig, "range past the largest offset"))?;
         let zero = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0;
         self.inode.drain(&self.client).await?;
         if !zero {

@@ -10,11 +10,11 @@
 //! buffer (what it buffers is sent at once or at the close, which waits for the interval too when data
 //! is still buffered), a read before it is answered. Read-ahead the mount issues on its own is not gated.
 
+use super::Periodic;
+use crate::mds_client::MdsClient;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use super::Periodic;
-use crate::mds_client::MdsClient;
 
 /// A job's state is dropped this long after its last open once none of its files is open here.
 pub const IDLE: Duration = Duration::from_secs(60);
