@@ -6,9 +6,9 @@
 //! - [`msg`]: request/response messages of the metadata and data services.
 //! - [`requests`]: the table of metadata requests: name, idempotence, senders, what each touches.
 //! - [`frame`]: length-prefixed bincode headers plus raw payloads on QUIC streams.
-//! - [`tls`]: the cluster CA, per-node certificates with roles and validity, rustls configs.
+//! - [`tls`]: the cluster CA, node certificates with roles and validity (`tls/cert.rs`: what one says), rustls configs.
 //! - [`ca`]: the CA directory: issue, renew, revoke, the record of issued certificates, the revocation list.
-//! - [`crl`]: the revocation list on the nodes, reloaded when it changes, checked in both directions.
+//! - [`crl`] (in `tls/`): the revocation list on the nodes, reloaded when it changes, checked in both directions.
 //! - [`rpc`]: QUIC endpoints, the RPC client (one stream per call) and the server accept loop.
 //! - [`config`]: the cluster's TOML configuration.
 //! - [`wire`]: bincode encoding with bounded decoding.
@@ -28,7 +28,6 @@ pub mod characterize;
 pub mod child;
 pub mod clusterdir;
 pub mod config;
-pub mod crl;
 pub mod error;
 pub mod fileio;
 pub mod frame;
@@ -44,6 +43,9 @@ pub mod tls;
 pub mod types;
 pub mod units;
 pub mod wire;
+
+/// The revocation list lives with TLS (`tls/crl.rs`); `crate::crl` names it as before.
+pub use tls::crl;
 
 pub use error::{FsError, FsResult};
 pub use types::*;

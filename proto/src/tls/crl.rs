@@ -12,7 +12,7 @@
 //! refusal is logged with the peer's role, name and serial and the reason (revoked, expired, not yet
 //! valid...).
 
-use crate::tls::{CertInfo, TlsError};
+use crate::tls::cert::{CertInfo, TlsError};
 use crate::types::format_utc;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
@@ -270,7 +270,7 @@ fn read_list(path: &Path, ca: &CertificateDer<'static>, own: &CertificateDer<'st
     for crl in &crls {
         let (_, parsed) = x509_parser::parse_x509_crl(crl).map_err(|e| format!("not a revocation list: {e}"))?;
         numbers.push(parsed.crl_number().map(|n| n.to_string()).unwrap_or_else(|| "?".into()));
-        revoked.extend(parsed.iter_revoked_certificates().map(|r| crate::tls::hex(r.raw_serial())));
+        revoked.extend(parsed.iter_revoked_certificates().map(|r| crate::tls::cert::hex(r.raw_serial())));
     }
     // Tried on this node's own certificate: a list that is not the CA's (or is corrupt) makes every
     // check fail, so it must not be taken into use.
@@ -292,7 +292,7 @@ fn roots(ca: &CertificateDer<'static>) -> Result<Arc<rustls::RootCertStore>, Str
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    crate::tls::crypto_provider()
+    crate::tls::cert::crypto_provider()
 }
 
 fn build_client(
