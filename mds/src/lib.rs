@@ -15,6 +15,7 @@
 //! - [`metrics`]: Prometheus `GET /metrics` (requests by type, orchestrator state).
 //! - [`session`]: client sessions and the eviction of silent clients.
 //! - [`jobs`]: the job registry (sled tree `jobs`), per-job metadata counters, data counters and time series.
+//! - [`persched`]: PerSched — the planner, the registry of periodic jobs, its requests and its detector task.
 //! - [`server`]: the RPC service and the `tessera-mds` process entry point.
 
 pub mod destroy;

@@ -78,50 +78,6 @@ impl MdsService {
         self.persched.clone()
     }
 
-    /// PerSched's requests for the calling job (specs/periodic.md): expired reservations go first. A change
-    /// is planned outside the registry's lock ([`Shared::settle`]): a registration or departure waits for its
-    /// plan, so a registration is answered with its grant; a poll, rate or status that found expired jobs
-    /// answers at once and leaves the plan to a task.
-    async fn periodic(&self, job: &str, req: MdsRequest) -> FsResult<MdsReply> {
-        let now_ms = tessera_proto::types::unix_us() / 1000;
-        let (refused, stale) = {
-            let mut r = self.persched.lock();
-            for gone in r.expire(now_ms) {
-                info!(job = %gone, "periodic job stopped polling: reservation dropped");
-            }
-            let refused = match &req {
-                MdsRequest::PeriodicRegister { profile } => r.register(job, (*profile).into(), now_ms).err(),
-                MdsRequest::PeriodicLeave => {
-                    r.leave(job);
-                    None
-                }
-                _ => None,
-            };
-            (refused, r.stale())
-        };
-        if stale {
-            if matches!(req, MdsRequest::PeriodicRegister { .. } | MdsRequest::PeriodicLeave) {
-                self.persched.settle().await;
-            } else {
-                self.persched.settle_later();
-            }
-        }
-        if let Some(e) = refused {
-            return Err(FsError::invalid(e));
-        }
-        let mut r = self.persched.lock();
-        match req {
-            MdsRequest::PeriodicRegister { .. } => Ok(MdsReply::Periodic(r.grant(job).map(Into::into))),
-            MdsRequest::PeriodicPoll { done } => Ok(MdsReply::Periodic(r.poll(job, done, now_ms).map(Into::into))),
-            MdsRequest::PeriodicLeave => Ok(MdsReply::Ok),
-            MdsRequest::PeriodicIo { want, done } => r
-                .io(job, want, done, now_ms)
-                .map(MdsReply::PeriodicRate)
-                .ok_or_else(|| FsError::invalid("this job is not registered as periodic")),
-            _ => Ok(MdsReply::PeriodicStatus(r.status(now_ms).into())),
-        }
-    }
-
     /// Counts metadata calls per job only if `on` (`[metrics] job_counters`).
     pub fn with_job_counters(self, on: bool) -> MdsService {
         MdsService { job_counters: on, ..self }
@@ -190,7 +146,7 @@ impl MdsService {
             | MdsRequest::PeriodicPoll { .. }
             | MdsRequest::PeriodicLeave
             | MdsRequest::PeriodicStatus
-            | MdsRequest::PeriodicIo { .. } => self.periodic(&origin.job, req).await,
+            | MdsRequest::PeriodicIo { .. } => crate::persched::service::serve(&self.persched, &origin.job, req).await,
             MdsRequest::DsJobReport(r) => {
                 self.jobs.on_detail(&r);
                 Ok(MdsReply::Ok)
@@ -358,7 +314,7 @@ pub async fn run(
     let job_flusher = crate::jobs::spawn_flusher(jobs.clone());
     let detector = cfg.persched.detect.then(|| {
         let every = std::time::Duration::from_millis(cfg.persched.detect_interval_ms.max(100));
-        spawn_detector(service.persched(), jobs.clone(), every)
+        crate::persched::detect_task::spawn_detector(service.persched(), jobs.clone(), every)
     });
     let metrics = match &cfg.metrics.mds_addr {
         Some(addr) => {
@@ -425,39 +381,6 @@ fn signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}
-        }
-    })
-}
-
-/// Jobs whose last I/O is older than this are not looked at by PerSched's detection.
-pub const DETECT_RECENT: std::time::Duration = std::time::Duration::from_secs(300);
-
-/// PerSched's detection (specs/periodic.md, `[persched] detect`): every `every`, the byte series of the
-/// jobs with recent I/O go to [`crate::persched::live::Registry::observe`] (periodic jobs join the pattern
-/// as detected, detected ones doing I/O keep it), then detected jobs idle for a few periods leave it.
-pub fn spawn_detector(
-    persched: Arc<Shared>,
-    jobs: Arc<Jobs>,
-    every: std::time::Duration,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let params = crate::persched::detect::Params::default();
-        loop {
-            tick.tick().await;
-            let now_us = tessera_proto::types::unix_us();
-            let series = jobs.series(now_us.saturating_sub(DETECT_RECENT.as_micros() as u64), now_us);
-            {
-                let mut r = persched.lock();
-                for job in r.observe(&series, &params, now_us / 1000) {
-                    info!(%job, "periodic job detected from its I/O: joins the pattern");
-                }
-                for job in r.expire(now_us / 1000) {
-                    info!(%job, "periodic job idle or silent: reservation dropped");
-                }
-            }
-            persched.settle().await;
         }
     })
 }

@@ -8,11 +8,18 @@
 //!
 //! Units are the caller's: times in seconds, volumes and bandwidths in any consistent unit (the simulator
 //! uses GB and GB/s, the file system bytes and bytes/s).
+//!
+//! In the file system (specs/periodic.md): [`live`] is the MDS's registry of periodic jobs (pure),
+//! [`detect`] finds periodic jobs in their byte series (pure), [`shared`] is the registry behind its lock
+//! with planning outside it; the MDS's side is [`service`] (the periodic requests) and [`detect_task`]
+//! (the task running the detection).
 
 pub mod detect;
+pub mod detect_task;
 pub mod live;
 pub mod online;
 mod pattern;
+pub mod service;
 pub mod shared;
 
 pub use pattern::{Instance, Pattern, Piece};
