@@ -3,13 +3,13 @@
 //! - [`types`]: inode numbers, attributes, timestamps, credentials, job tags.
 //! - [`error`]: the file-system error carried on the wire, with its errno.
 //! - [`layout`]: stripe layouts and the stripe math shared by clients, forwarders and the MDS.
-//! - [`msg`]: request/response messages of the metadata and data services.
+//! - [`msg`]: request/response messages, one file per service (MDS, DS, ION, reports, orchestrator, PerSched, jobs).
 //! - [`requests`]: the table of metadata requests: name, idempotence, senders, what each touches.
 //! - [`frame`]: length-prefixed bincode headers plus raw payloads on QUIC streams.
 //! - [`tls`]: the cluster CA, node certificates with roles and validity (`tls/cert.rs`: what one says), rustls configs.
 //! - [`ca`]: the CA directory: issue, renew, revoke, the record of issued certificates, the revocation list.
 //! - [`crl`] (in `tls/`): the revocation list on the nodes, reloaded when it changes, checked in both directions.
-//! - [`rpc`]: QUIC endpoints, the RPC client (one stream per call) and the server accept loop.
+//! - [`rpc`]: QUIC endpoints, the RPC client (`rpc/client.rs`, one stream per call) and server (`rpc/server.rs`).
 //! - [`config`]: the cluster's TOML configuration.
 //! - [`wire`]: bincode encoding with bounded decoding.
 //! - [`process`]: allocator settings, logging and async-runtime start-up shared by the binaries.
