@@ -13,6 +13,7 @@
 //! Category 3 — parallelism: [`parallelism`] (P'_IO, P_IO), [`same_file_concurrency`].
 
 use crate::msg::SizeHistogram;
+pub use crate::msg::{ProcWindow, Spatial, Window};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,46 +23,6 @@ pub const DT_DEFAULT_S: f64 = 1.0;
 pub const C_DEFAULT: u64 = 1 << 20;
 /// Default s_small: requests of at most this many bytes are small.
 pub const SMALL_DEFAULT: u64 = 4096;
-
-/// What one process moved in one window.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
-#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
-pub struct ProcWindow {
-    /// The process's index in the job (see [`Processes`]).
-    pub process: u32,
-    pub read_bytes: u64,
-    pub write_bytes: u64,
-}
-
-/// One window of length Δt of a job: what moved in total and per process (empty `procs`: unknown,
-/// the job counts as one process).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
-#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
-pub struct Window {
-    pub read_bytes: u64,
-    pub write_bytes: u64,
-    pub read_ops: u64,
-    pub write_ops: u64,
-    pub procs: Vec<ProcWindow>,
-}
-
-impl Window {
-    fn add(&mut self, o: &Window) {
-        self.read_bytes += o.read_bytes;
-        self.write_bytes += o.write_bytes;
-        self.read_ops += o.read_ops;
-        self.write_ops += o.write_ops;
-        for p in &o.procs {
-            match self.procs.iter_mut().find(|q| q.process == p.process) {
-                Some(q) => {
-                    q.read_bytes += p.read_bytes;
-                    q.write_bytes += p.write_bytes;
-                }
-                None => self.procs.push(p.clone()),
-            }
-        }
-    }
-}
 
 /// Which direction a criterion looks at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,50 +232,6 @@ pub fn file_access(processes_touching: usize, p: u32) -> (Access, f64) {
 /// that sent requests to it in that window.
 pub fn same_file_concurrency(procs_per_window: &[BTreeSet<u32>], p: u32) -> Vec<f64> {
     procs_per_window.iter().map(|s| if p == 0 { 0.0 } else { s.len() as f64 / f64::from(p) }).collect()
-}
-
-/// The spatial access pattern of a sequence of requests (classification 2.7).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
-#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
-pub enum Spatial {
-    /// Each request starts where the one before ended (also: a single request).
-    #[default]
-    Contiguous,
-    /// A constant step between request starts (the stride, bytes).
-    Strided(u64),
-    /// Forward steps repeating with a period of two or more (inner and outer strides).
-    NestedStrided,
-    Random,
-}
-
-impl Spatial {
-    pub fn name(self) -> &'static str {
-        match self {
-            Spatial::Contiguous => "contiguous",
-            Spatial::Strided(_) => "strided",
-            Spatial::NestedStrided => "nested-strided",
-            Spatial::Random => "random",
-        }
-    }
-
-    pub fn stride(self) -> Option<u64> {
-        match self {
-            Spatial::Strided(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// The class of requests from several streams of one process and file (one per object or data
-    /// server): the shared class if all agree, else the more general one.
-    pub fn merge(self, o: Spatial) -> Spatial {
-        use Spatial::*;
-        match (self, o) {
-            (a, b) if a == b => a,
-            (Random, _) | (_, Random) => Random,
-            (NestedStrided, _) | (_, NestedStrided) | (Strided(_), Strided(_)) => NestedStrided,
-            (Contiguous, s) | (s, Contiguous) => s,
-        }
-    }
 }
 
 /// Longest period looked for in nested strides.

@@ -1,6 +1,7 @@
 //! Per-job statistics (specs/characterization.md): the data counters a data server or forwarding node
 //! reports per job (and per stream), the MDS's job registry as `tessera jobstats` shows it, and traced
-//! requests.
+//! requests; with the counts the criteria are computed from ([`Window`] of a time series, a stream's
+//! [`Spatial`] class), which the characterisation itself (`tessera-iostats`) uses as they are here.
 
 use super::common::SizeHistogram;
 use crate::types::*;
@@ -12,6 +13,91 @@ pub const SMALL_REQUEST: u64 = 4096;
 pub const MAX_STREAMS_PER_JOB: usize = 128;
 /// Jobs in one [`DsJobReport`].
 pub const MAX_JOBS_PER_DETAIL: usize = 64;
+
+/// What one process moved in one window.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct ProcWindow {
+    /// The process's index in the job (see `Processes` in `tessera_iostats::characterize`).
+    pub process: u32,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
+/// One window of length Δt of a job: what moved in total and per process (empty `procs`: unknown,
+/// the job counts as one process).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct Window {
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub read_ops: u64,
+    pub write_ops: u64,
+    pub procs: Vec<ProcWindow>,
+}
+
+impl Window {
+    /// Adds another window's counts (per process by index).
+    pub fn add(&mut self, o: &Window) {
+        self.read_bytes += o.read_bytes;
+        self.write_bytes += o.write_bytes;
+        self.read_ops += o.read_ops;
+        self.write_ops += o.write_ops;
+        for p in &o.procs {
+            match self.procs.iter_mut().find(|q| q.process == p.process) {
+                Some(q) => {
+                    q.read_bytes += p.read_bytes;
+                    q.write_bytes += p.write_bytes;
+                }
+                None => self.procs.push(p.clone()),
+            }
+        }
+    }
+}
+
+/// The spatial access pattern of a sequence of requests (classification 2.7).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub enum Spatial {
+    /// Each request starts where the one before ended (also: a single request).
+    #[default]
+    Contiguous,
+    /// A constant step between request starts (the stride, bytes).
+    Strided(u64),
+    /// Forward steps repeating with a period of two or more (inner and outer strides).
+    NestedStrided,
+    Random,
+}
+
+impl Spatial {
+    pub fn name(self) -> &'static str {
+        match self {
+            Spatial::Contiguous => "contiguous",
+            Spatial::Strided(_) => "strided",
+            Spatial::NestedStrided => "nested-strided",
+            Spatial::Random => "random",
+        }
+    }
+
+    pub fn stride(self) -> Option<u64> {
+        match self {
+            Spatial::Strided(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The class of requests from several streams of one process and file (one per object or data
+    /// server): the shared class if all agree, else the more general one.
+    pub fn merge(self, o: Spatial) -> Spatial {
+        use Spatial::*;
+        match (self, o) {
+            (a, b) if a == b => a,
+            (Random, _) | (_, Random) => Random,
+            (NestedStrided, _) | (_, NestedStrided) | (Strided(_), Strided(_)) => NestedStrided,
+            (Contiguous, s) | (s, Contiguous) => s,
+        }
+    }
+}
 
 /// One process's reads or writes of one object of one file, at one data server, since it started.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
@@ -26,7 +112,7 @@ pub struct StreamCounters {
     pub bytes: u64,
     /// The stream's spatial class so far (object offsets; the same steps as in the file while they
     /// stay within a stripe).
-    pub spatial: crate::characterize::Spatial,
+    pub spatial: Spatial,
 }
 
 /// One job's data counters at one node since the node's counter generation began (monotonic).
@@ -107,7 +193,7 @@ pub struct JobFile {
 #[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct SeriesPoint {
     pub start_unix_us: u64,
-    pub window: crate::characterize::Window,
+    pub window: Window,
 }
 
 /// One job as the MDS knows it (`tessera jobstats`, `tessera report`).
