@@ -24,7 +24,7 @@
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use tessera_proto::characterize::Window;
+use tessera_proto::msg::Window;
 
 const MIB: f64 = 1048576.0;
 

@@ -7,8 +7,8 @@ use crate::model::{self, BurstBuffer, CounterErrors, JobLog, Params, ServerCache
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
-use tessera_proto::characterize::Window;
 use tessera_proto::msg::JobInfo;
+use tessera_proto::msg::Window;
 use tessera_proto::units::parse_size;
 
 #[derive(clap::Args, Debug)]

@@ -6,8 +6,8 @@
 use anyhow::Result;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
+use tessera_iostats::characterize::{Access, JobReport};
 use tessera_plots::{err, init_font, FONT};
-use tessera_proto::characterize::{Access, JobReport};
 
 const READ: RGBColor = RGBColor(30, 100, 200);
 const WRITE: RGBColor = RGBColor(230, 140, 30);
@@ -110,7 +110,8 @@ fn files(r: &JobReport, path: &Path) -> Result<()> {
     let h = (120 + 28 * shown.len().max(1)) as u32;
     let root = BitMapBackend::new(path, (1000, h)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let mib = |f: &tessera_proto::characterize::FileReport| (f.read_bytes + f.write_bytes) as f64 / (1u64 << 20) as f64;
+    let mib =
+        |f: &tessera_iostats::characterize::FileReport| (f.read_bytes + f.write_bytes) as f64 / (1u64 << 20) as f64;
     let xmax = shown.iter().map(mib).fold(0.0f64, f64::max).max(1e-3) * 1.6;
     let k = shown.len().max(1) as f64;
     let mut chart = ChartBuilder::on(&root)

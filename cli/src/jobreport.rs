@@ -1,5 +1,5 @@
 //! `tessera jobstats` (per-job counters per node, like Lustre's `job_stats`) and `tessera report JOB`
-//! (the job's I/O criteria, `tessera_proto::characterize`, as a text page, JSON and PNG plots).
+//! (the job's I/O criteria, `tessera_iostats::characterize`, as a text page, JSON and PNG plots).
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use tessera_client::client::Client;
 use tessera_client::mds_client::LayoutReply;
-use tessera_proto::characterize::{self, JobReport, C_DEFAULT, SMALL_DEFAULT};
+use tessera_iostats::characterize::{self, JobReport, C_DEFAULT, SMALL_DEFAULT};
 use tessera_proto::layout::Layout;
 use tessera_proto::msg::{DsReply, DsRequest, TraceRecord, MAX_TRACE_PAGE};
 use tessera_proto::msg::{JobDetail, JobInfo, SizeHistogram};

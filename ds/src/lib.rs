@@ -18,8 +18,8 @@
 //! - [`daemon`]: the `tessera-ds` command line and start-up: config, identity, tasks, READY, shutdown.
 
 pub mod address;
-/// The per-job counters ([`tessera_proto::jobcounters`], shared with the forwarding nodes).
-pub use tessera_proto::jobcounters as counters;
+/// The per-job counters ([`tessera_iostats::counters`], shared with the forwarding nodes).
+pub use tessera_iostats::counters;
 pub mod daemon;
 pub mod device;
 pub mod jobtrace;

@@ -2,7 +2,7 @@
 //! requests leave the clients (the application's read or write a request is part of), arrive here and
 //! leave here (merged), the mean offset distance of the stream leaving to each data server, the median
 //! inter-arrival time, and per job its reads and writes as a data server counts them
-//! ([`tessera_proto::jobcounters`]: requests, bytes, Darshan's size buckets, streams), reported to the
+//! ([`tessera_iostats::counters`]: requests, bytes, Darshan's size buckets, streams), reported to the
 //! MDS ([`crate::report`]).
 //!
 //! Offset distance: between two consecutive requests leaving to the same data server for the same
@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use tessera_proto::jobcounters::Counters;
+use tessera_iostats::counters::Counters;
 use tessera_proto::msg::{IonJob, IonStatus, SizeHistogram};
 use tessera_proto::types::{DsId, IoTag, ObjectId};
 
@@ -192,7 +192,7 @@ mod tests {
         assert_eq!((d.read_small, d.read_sizes.counts[SizeHistogram::bucket(100)]), (1, 1));
         let w: Vec<_> = d.streams.iter().filter(|s| s.write).collect();
         assert_eq!(w.len(), 2);
-        assert!(w.iter().all(|s| s.spatial == tessera_proto::characterize::Spatial::Strided(65536)));
+        assert!(w.iter().all(|s| s.spatial == tessera_proto::msg::Spatial::Strided(65536)));
         // Switched off: the node's totals count, the jobs do not.
         let off = Stats::switched(false);
         off.answered(&tag("ior", 0), 70, 0, 100, false);

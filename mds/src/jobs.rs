@@ -13,10 +13,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
-use tessera_proto::characterize::{ProcWindow, Window};
 use tessera_proto::msg::{
     DirOp, DsJobReport, IonJobReport, JobDetail, JobFile, JobInfo, MdsReply, MdsRequest, MetaCounters, SeriesPoint,
 };
+use tessera_proto::msg::{ProcWindow, Window};
 use tessera_proto::types::{job_entry, unix_us};
 use tessera_proto::{wire, DsId, FsResult, Ino, Origin, ROOT_INO};
 
@@ -761,7 +761,7 @@ pub fn spawn_flusher(jobs: std::sync::Arc<Jobs>) -> tokio::task::JoinHandle<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_proto::characterize::Spatial;
+    use tessera_proto::msg::Spatial;
     use tessera_proto::msg::StreamCounters;
     use tessera_proto::{Attr, FileKind, Timestamp};
 

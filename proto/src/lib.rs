@@ -19,12 +19,9 @@
 //! - [`fileio`]: positional reads into a buffer's spare capacity (data servers, benchmarks).
 //! - [`fuzz`] (feature `arbitrary`): message values from raw bytes and frame mutations, for fuzzing.
 //! - [`units`]: sizes with K/M/G/T suffixes, parsed and formatted the same everywhere.
-//! - [`characterize`]: a job's I/O criteria (volume, rates, intensity, burstiness, spatial class, parallelism).
-//! - [`jobcounters`]: per-job data counters of a node (data servers, forwarding nodes), switchable.
 
 pub mod bufpool;
 pub mod ca;
-pub mod characterize;
 pub mod child;
 pub mod clusterdir;
 pub mod config;
@@ -33,7 +30,6 @@ pub mod fileio;
 pub mod frame;
 #[cfg(any(test, feature = "arbitrary"))]
 pub mod fuzz;
-pub mod jobcounters;
 pub mod layout;
 pub mod msg;
 pub mod process;

@@ -2,7 +2,7 @@
 //! from its byte counters over time (bursts and gaps) instead of waiting for it to register its profile.
 //! Pure: the input is the job's series of bytes per window Δt (the job registry's, `crate::jobs`).
 //!
-//! What counts as a burst reuses the characterisation criteria (`tessera_proto::characterize`): a window
+//! What counts as a burst reuses the characterisation criteria (`tessera_iostats::characterize`): a window
 //! has I/O when H(t) says so ([`h_series`] with threshold c over the job's total), and bursts and gaps
 //! are the runs of H ([`runs`], the runs burstiness averages over).
 //!
@@ -28,7 +28,7 @@
 //! - The profile: w = the mean gap between a burst's end and the next one's start, vol = the mean volume;
 //!   β is the caller's (the job's clients in the registry, one per node).
 
-use tessera_proto::characterize::{h_series, runs, Dir, Window};
+use tessera_iostats::characterize::{h_series, runs, Dir, Window};
 
 /// Detection's parameters (see the decisions at the top).
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -2,9 +2,10 @@
 //!
 //! The I/O criteria of a job as pure functions over what servers count: a time series of Δt windows
 //! (bytes and requests, in total and per process), request-size histograms, the processes touching each
-//! file and the offsets they touch. Lives in `proto` because every layer uses it: the MDS (per-job
-//! series and metrics), the data servers (the online spatial tracker), and the CLI and benchmarks on
-//! top of the client (`tessera report`, experiments); layers only look down, and `proto` is the bottom.
+//! file and the offsets they touch. Used by the MDS (per-job series and metrics, PerSched's detector),
+//! the data servers and forwarding nodes (the online spatial tracker, [`crate::counters`]) and the CLI
+//! (`tessera report`); what it reads are messages of `tessera_proto::msg` ([`Window`] and [`Spatial`] are
+//! re-exported here).
 //!
 //! Category 1 — volume and rate: [`Volume`], [`bandwidth`], [`iops`], [`intensity`].
 //! Category 2 — pattern: [`SizeHistogram`] distribution and [`cdf`], [`small_fraction`], [`read_share`],
@@ -12,10 +13,10 @@
 //! [`burstiness`].
 //! Category 3 — parallelism: [`parallelism`] (P'_IO, P_IO), [`same_file_concurrency`].
 
-use crate::msg::SizeHistogram;
-pub use crate::msg::{ProcWindow, Spatial, Window};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use tessera_proto::msg::SizeHistogram;
+pub use tessera_proto::msg::{ProcWindow, Spatial, Window};
 
 /// Default window length Δt, seconds.
 pub const DT_DEFAULT_S: f64 = 1.0;
@@ -584,12 +585,12 @@ pub fn apply_trace(files: &mut [FileReport], traced: &BTreeMap<u64, TracedFile>,
 /// Most windows a job's series is filled out to (longer idle spans are not filled).
 const MAX_FILLED: u64 = 1 << 20;
 
-/// What `tessera report` computes a job's criteria from: the MDS's [`JobInfo`](crate::msg::JobInfo)
+/// What `tessera report` computes a job's criteria from: the MDS's [`JobInfo`](tessera_proto::msg::JobInfo)
 /// (registry, counters summed over data servers, series with the windows without I/O filled in, files
 /// with their processes and spatial classes from the data servers' per-stream counters).
-pub fn inputs_from_info(info: &crate::msg::JobInfo, c: u64, small_bytes: u64) -> JobInputs {
+pub fn inputs_from_info(info: &tessera_proto::msg::JobInfo, c: u64, small_bytes: u64) -> JobInputs {
     let dt_us = info.dt_us.max(1);
-    let mut total = crate::msg::JobDetail::default();
+    let mut total = tessera_proto::msg::JobDetail::default();
     for (_, d) in &info.nodes {
         total.add(d);
     }
@@ -650,7 +651,7 @@ pub fn inputs_from_info(info: &crate::msg::JobInfo, c: u64, small_bytes: u64) ->
         })
         .collect();
     files.sort_by(|a, b| a.path.cmp(&b.path));
-    let count = |f: fn(&crate::msg::JobFile) -> bool| info.files.iter().filter(|x| f(x)).count() as u64;
+    let count = |f: fn(&tessera_proto::msg::JobFile) -> bool| info.files.iter().filter(|x| f(x)).count() as u64;
     JobInputs {
         job: info.job.clone(),
         duration_s,
@@ -923,7 +924,7 @@ mod tests {
 
     #[test]
     fn inputs_from_the_mds_view_of_a_strided_shared_file() {
-        use crate::msg::{JobDetail, JobFile, JobInfo, SeriesPoint, StreamCounters};
+        use tessera_proto::msg::{JobDetail, JobFile, JobInfo, SeriesPoint, StreamCounters};
         let stream = |pid, object, ops| StreamCounters {
             ino: 7,
             client: 1,
@@ -1010,7 +1011,7 @@ mod tests {
         assert_eq!(files[0].concurrency_max, Some(0.5));
     }
 
-    /// The field names a serde serializer sees (proto has no JSON crate): a tiny key collector.
+    /// The field names a serde serializer sees (no JSON crate here): a tiny key collector.
     fn serde_json_like(r: &JobReport) -> String {
         // Serialize with the toml crate's serializer through a map of names: field names are what matter.
         let t = toml::Value::try_from(r).expect("serializable");

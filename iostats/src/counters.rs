@@ -3,13 +3,13 @@
 //! counts and online spatial class (`crate::characterize`).
 
 use crate::characterize::SpatialTracker;
-use crate::msg::{
-    JobCounters, JobDetail, SizeHistogram, StreamCounters, MAX_JOBS_PER_DETAIL, MAX_STREAMS_PER_JOB, SMALL_REQUEST,
-};
-use crate::types::job_entry;
-use crate::{IoTag, ObjectId};
 use std::collections::HashMap;
 use std::sync::Mutex;
+use tessera_proto::msg::{
+    JobCounters, JobDetail, SizeHistogram, StreamCounters, MAX_JOBS_PER_DETAIL, MAX_STREAMS_PER_JOB, SMALL_REQUEST,
+};
+use tessera_proto::types::job_entry;
+use tessera_proto::{IoTag, ObjectId};
 
 /// Request sizes and forwarded requests since the server started.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -62,7 +62,7 @@ impl Counters {
             jobs: Mutex::default(),
             details: Mutex::default(),
             traffic: Mutex::default(),
-            generation: crate::types::unix_us(),
+            generation: tessera_proto::types::unix_us(),
             enabled,
         }
     }
@@ -210,8 +210,8 @@ impl Counters {
 mod tests {
     use super::*;
     use crate::characterize::Spatial;
-    use crate::types::{MAX_JOBS, OVERFLOW_JOB};
-    use crate::Origin;
+    use tessera_proto::types::{MAX_JOBS, OVERFLOW_JOB};
+    use tessera_proto::Origin;
 
     fn tag(job: &str, ino: u64, pid: u32) -> IoTag {
         IoTag { origin: Origin { job: job.into(), client: 9, pid }, ino }
