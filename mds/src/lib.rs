@@ -16,9 +16,11 @@
 //! - [`session`]: client sessions and the eviction of silent clients.
 //! - [`jobs`]: the job registry (sled tree `jobs`), per-job metadata counters, data counters and time series.
 //! - [`persched`]: PerSched — the planner, the registry of periodic jobs, its requests and its detector task.
+//! - `dispatch`: the one dispatch of metadata requests, driven by proto's request table.
 //! - [`server`]: the RPC service and the `tessera-mds` process entry point.
 
 pub mod destroy;
+mod dispatch;
 pub mod driver;
 pub mod dsclient;
 pub mod fsck;

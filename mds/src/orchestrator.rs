@@ -7,8 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tessera_proto::config::OrchestratorOptions;
 use tessera_proto::msg::{
-    JobLocality, JobView, LocalityReport, MdsReply, MdsRequest, OrchestratorMode, OrchestratorStatus, PlanSlice,
-    ServeTarget,
+    JobLocality, JobView, LocalityReport, MdsReply, OrchestratorMode, OrchestratorStatus, PlanSlice, ServeTarget,
 };
 use tessera_proto::{DsId, FsResult};
 
@@ -536,25 +535,26 @@ impl Orchestrator {
         g.epoch
     }
 
-    /// Serves the orchestrator's requests; any other request is handed back.
-    pub fn handle(&self, req: MdsRequest) -> Result<FsResult<MdsReply>, MdsRequest> {
-        match req {
-            MdsRequest::LocalityReport(r) => {
-                let ds = r.ds;
-                if !self.record(r, Instant::now()) {
-                    tracing::debug!(ds, "locality report from an unconfigured data server");
-                }
-                Ok(Ok(MdsReply::Ok))
-            }
-            MdsRequest::SetOrchestratorMode { mode } => {
-                let old = self.mode();
-                self.set_mode(mode);
-                tracing::info!(%old, new = %mode, "orchestrator mode changed");
-                Ok(Ok(MdsReply::Ok))
-            }
-            MdsRequest::OrchestratorStatus => Ok(Ok(MdsReply::Orchestrator(self.status(Instant::now())))),
-            other => Err(other),
+    /// `LocalityReport`: kept (one from an unconfigured data server is dropped).
+    pub fn report(&self, r: LocalityReport) -> FsResult<MdsReply> {
+        let ds = r.ds;
+        if !self.record(r, Instant::now()) {
+            tracing::debug!(ds, "locality report from an unconfigured data server");
         }
+        Ok(MdsReply::Ok)
+    }
+
+    /// `SetOrchestratorMode`: the mode changed (and logged).
+    pub fn change_mode(&self, mode: OrchestratorMode) -> FsResult<MdsReply> {
+        let old = self.mode();
+        self.set_mode(mode);
+        tracing::info!(%old, new = %mode, "orchestrator mode changed");
+        Ok(MdsReply::Ok)
+    }
+
+    /// `OrchestratorStatus`: the mode, the window, each server's and job's state, the plan.
+    pub fn status_reply(&self) -> FsResult<MdsReply> {
+        Ok(MdsReply::Orchestrator(self.status(Instant::now())))
     }
 
     /// Keeps a data server's report; false (and nothing kept) for an unconfigured server.
@@ -1150,24 +1150,21 @@ mod tests {
     }
 
     #[test]
-    fn requests_are_routed() {
+    fn requests_are_answered() {
         // Who may send them (the admin certificate or root for the mode, data servers for reports) is the
-        // request table's (tessera_proto::requests), checked before the orchestrator sees a request.
+        // request table's (tessera_proto::requests), checked before the MDS's dispatch hands them here.
         let o = Orchestrator::new(Params::default(), OrchestratorMode::IOrchestrator, vec![0]);
-        let set = |m| MdsRequest::SetOrchestratorMode { mode: m };
-        assert!(o.handle(set(OrchestratorMode::Even)).unwrap().is_ok());
+        assert!(o.change_mode(OrchestratorMode::Even).is_ok());
         assert_eq!(o.mode(), OrchestratorMode::Even);
-        assert!(o.handle(set(OrchestratorMode::Off)).unwrap().is_ok());
+        assert!(o.change_mode(OrchestratorMode::Off).is_ok());
         assert_eq!(o.mode(), OrchestratorMode::Off);
-        let rep = MdsRequest::LocalityReport(LocalityReport { ds: 0, ..Default::default() });
-        assert_eq!(o.handle(rep).unwrap().unwrap(), MdsReply::Ok);
-        match o.handle(MdsRequest::OrchestratorStatus).unwrap().unwrap() {
+        assert_eq!(o.report(LocalityReport { ds: 0, ..Default::default() }).unwrap(), MdsReply::Ok);
+        match o.status_reply().unwrap() {
             MdsReply::Orchestrator(s) => {
                 assert_eq!((s.mode, s.window_ms, s.servers.len()), (OrchestratorMode::Off, 500, 1))
             }
             r => panic!("{r:?}"),
         }
-        assert_eq!(o.handle(MdsRequest::Ping).unwrap_err(), MdsRequest::Ping);
     }
 
     #[test]

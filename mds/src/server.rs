@@ -3,8 +3,7 @@
 //! SIGINT/SIGTERM.
 
 use crate::dsclient::{DataServers, RpcDataServers};
-use crate::jobs::{Jobs, MetaEvent};
-use crate::lease::Holder;
+use crate::jobs::Jobs;
 use crate::metrics::RequestCounters;
 use crate::namespace::Namespace;
 use crate::orchestrator::{Orchestrator, Params};
@@ -18,27 +17,26 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use tessera_proto::config::ClusterConfig;
-use tessera_proto::error::ErrorCode;
-use tessera_proto::msg::{MdsCall, MdsReply, MdsRequest, OrchestratorMode};
-use tessera_proto::requests::Properties;
+use tessera_proto::msg::{MdsCall, MdsReply, OrchestratorMode};
 use tessera_proto::rpc::{self, PeerInfo, Service};
 use tessera_proto::tls::NodeIdentity;
-use tessera_proto::{FsError, FsResult, Role};
-use tracing::{debug, info};
+use tessera_proto::{FsResult, Role};
+use tracing::info;
 
+/// The RPC service: every request goes through the one dispatch (`crate::dispatch`).
 pub struct MdsService {
-    ns: Arc<Namespace>,
+    pub(crate) ns: Arc<Namespace>,
     /// The data server each data-server certificate name reported as (to cut one off when revoked).
     ds_names: std::sync::Mutex<std::collections::HashMap<String, tessera_proto::DsId>>,
     /// Answers the orchestrator's requests (without one they are unsupported).
-    orch: Option<Arc<Orchestrator>>,
-    counters: Arc<RequestCounters>,
+    pub(crate) orch: Option<Arc<Orchestrator>>,
+    pub(crate) counters: Arc<RequestCounters>,
     /// PerSched's registry of periodic jobs and their pattern.
-    persched: Arc<Shared>,
+    pub(crate) persched: Arc<Shared>,
     /// The job registry and per-job counters.
-    jobs: Arc<Jobs>,
+    pub(crate) jobs: Arc<Jobs>,
     /// Whether metadata calls are counted per job (`[metrics] job_counters`).
-    job_counters: bool,
+    pub(crate) job_counters: bool,
 }
 
 impl MdsService {
@@ -97,83 +95,10 @@ impl MdsService {
         self.counters.clone()
     }
 
-    /// Every metadata request passes here. Its properties (the table in [`tessera_proto::requests`])
-    /// decide who may send it, what it is counted as and which directory lease it waits for; then it
-    /// goes to the part of the server that owns it.
-    async fn dispatch(&self, peer: &PeerInfo, call: MdsCall) -> FsResult<MdsReply> {
-        let props = call.req.properties();
-        let r = self.serve(peer, props, call).await;
-        self.counters.count(props.name, r.is_ok());
-        r
-    }
-
     /// Remembers which data server a data-server certificate reports as.
-    fn learn_name(&self, peer: &PeerInfo, ds: tessera_proto::DsId) {
+    pub(crate) fn learn_name(&self, peer: &PeerInfo, ds: tessera_proto::DsId) {
         if peer.role == Role::Ds {
             self.ds_names.lock().unwrap_or_else(|p| p.into_inner()).insert(peer.name.clone(), ds);
-        }
-    }
-
-    async fn serve(&self, peer: &PeerInfo, props: Properties, call: MdsCall) -> FsResult<MdsReply> {
-        props.senders.admit(peer.role, &call.caller).map_err(FsError::perm)?;
-        call.origin.check().map_err(FsError::invalid)?;
-        if let MdsRequest::DirBatch { entries, .. } = &call.req {
-            for e in entries {
-                tessera_proto::check_job_id(e.by().0).map_err(FsError::invalid)?;
-            }
-        }
-        let MdsCall { caller, origin, req } = call;
-        match req {
-            MdsRequest::DsReport(r) => {
-                if !self.ns.stats().is_configured(r.ds) {
-                    debug!(ds = r.ds, peer = %peer.name, "report from an unconfigured data server");
-                }
-                self.learn_name(peer, r.ds);
-                self.ns.stats().record(*r);
-                Ok(MdsReply::Ok)
-            }
-            MdsRequest::LocalityReport(_) | MdsRequest::SetOrchestratorMode { .. } | MdsRequest::OrchestratorStatus => {
-                if let MdsRequest::LocalityReport(l) = &req {
-                    self.learn_name(peer, l.ds);
-                }
-                let unsupported = || FsError::new(ErrorCode::Unsupported, "orchestrator not available");
-                match &self.orch {
-                    Some(o) => o.handle(req).unwrap_or_else(|_| Err(unsupported())),
-                    None => Err(unsupported()),
-                }
-            }
-            MdsRequest::PeriodicRegister { .. }
-            | MdsRequest::PeriodicPoll { .. }
-            | MdsRequest::PeriodicLeave
-            | MdsRequest::PeriodicStatus
-            | MdsRequest::PeriodicIo { .. } => crate::persched::service::serve(&self.persched, &origin.job, req).await,
-            MdsRequest::DsJobReport(r) => {
-                self.jobs.on_detail(&r);
-                Ok(MdsReply::Ok)
-            }
-            MdsRequest::JobStats { job } => Ok(MdsReply::Jobs(self.jobs.info(job.as_deref(), self.ns.store()))),
-            MdsRequest::IonJobReport(r) => {
-                self.jobs.on_ion_detail(&r);
-                Ok(MdsReply::Ok)
-            }
-            req => {
-                let event = self.job_counters.then(|| MetaEvent::of(&req)).flatten().map(|ev| match ev {
-                    // The inode an unlink removes, for the job's files.
-                    MetaEvent::Unlink { parent, name, .. } => {
-                        let ino = self.ns.store().begin().dentry(parent, &name).ok().flatten().map(|d| d.ino);
-                        MetaEvent::Unlink { parent, name, ino }
-                    }
-                    ev => ev,
-                });
-                // A lease is held by one client on one connection (many share one through a forwarding node).
-                let holder = Holder { conn: peer.conn, client: origin.client };
-                let _admitted = self.ns.leases().admit(holder, &req).await;
-                let r = self.ns.handle_lease(&caller, holder, req).await;
-                if let Some(ev) = event {
-                    self.jobs.on_metadata(&origin, caller.uid, ev, &r);
-                }
-                r
-            }
         }
     }
 }
@@ -388,7 +313,8 @@ fn signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
 #[cfg(test)]
 mod job_counter_tests {
     use super::*;
-    use tessera_proto::msg::{IonJobReport, JobDetail};
+    use tessera_proto::error::ErrorCode;
+    use tessera_proto::msg::{IonJobReport, JobDetail, MdsRequest};
     use tessera_proto::{Caller, Origin};
 
     async fn call(svc: &MdsService, role: Role, req: MdsRequest) -> FsResult<MdsReply> {

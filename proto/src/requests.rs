@@ -1,6 +1,7 @@
 //! The table of metadata requests: each [`MdsRequest`]'s properties, in one place. The MDS takes from it
-//! the request's name (metrics), who may send it and what it touches (directory leases); clients take
-//! whether it may be sent again after a lost reply. A new request is one line here plus its handler.
+//! the request's name (metrics), who may send it, what it touches (directory leases) and the part of the
+//! server that handles it (its dispatch, `tessera_mds::dispatch`); clients take whether it may be sent
+//! again after a lost reply. A new request is one line here plus its arm in the MDS's dispatch.
 
 use crate::error::FsResult;
 use crate::msg::{MdsCall, MdsReply, MdsRequest};
@@ -75,6 +76,28 @@ pub enum Touches {
     Any,
 }
 
+/// The part of the metadata server that handles a request; the steps the MDS takes before handing it over
+/// follow from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handler {
+    /// The namespace: counted per job, waits for the directory leases it touches, renews the client's
+    /// session (and is refused once the client was evicted).
+    Namespace,
+    /// Directory leases and their batches of creates: the namespace, with the caller's connection and client.
+    Lease,
+    /// The client's session (its keep-alive): as the namespace, but answered after an eviction too (it is
+    /// how the client learns of it).
+    Session,
+    /// The data servers' reports (the statistics placement and `df` use).
+    Stats,
+    /// IOrchestrator.
+    Orchestrator,
+    /// PerSched: periodic jobs.
+    Periodic,
+    /// The job registry and its counters.
+    Jobs,
+}
+
 /// One request's properties.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Properties {
@@ -88,10 +111,11 @@ pub struct Properties {
     pub idempotent: bool,
     pub senders: Senders,
     pub touches: Touches,
+    pub handler: Handler,
 }
 
 macro_rules! table {
-    ($( $variant:ident $fields:tt => $idempotent:expr, $senders:ident, $touches:expr; )*) => {
+    ($( $variant:ident $fields:tt => $idempotent:expr, $senders:ident, $touches:expr, $handler:ident; )*) => {
         /// Every request type's name, in table order.
         pub const NAMES: &[&str] = &[$( stringify!($variant) ),*];
 
@@ -105,6 +129,7 @@ macro_rules! table {
                         idempotent: $idempotent,
                         senders: Senders::$senders,
                         touches: $touches,
+                        handler: Handler::$handler,
                     }, )*
                 }
             }
@@ -115,56 +140,56 @@ macro_rules! table {
 use Touches::{Any, Inode, Nothing};
 
 table! {
-    // request                                    idempotent  senders      touches
-    Ping {}                                    => false, Anyone,      Nothing;
-    Lookup { parent, .. }                      => true,  Clients,     Inode(*parent);
-    LookupPath { .. }                          => true,  Clients,     Any;
-    GetAttr { ino }                            => true,  Clients,     Inode(*ino);
-    SetAttr { ino, .. }                        => true,  Clients,     Inode(*ino);
-    Create { parent, .. }                      => false, Clients,     Inode(*parent);
-    Mkdir { parent, .. }                       => false, Clients,     Inode(*parent);
-    Symlink { parent, .. }                     => false, Clients,     Inode(*parent);
-    Readlink { ino }                           => true,  Clients,     Inode(*ino);
-    Link { new_parent, .. }                    => false, Clients,     Inode(*new_parent);
-    Unlink { parent, .. }                      => false, Clients,     Inode(*parent);
-    Rmdir { .. }                               => false, Clients,     Any;
-    Rename { .. }                              => false, Clients,     Any;
-    ReadDir { ino, .. }                        => true,  Clients,     Inode(*ino);
-    Open { ino, flags }                        => !flags.truncate, Clients, Inode(*ino);
-    Close { .. }                               => true,  Clients,     Nothing;
-    CreateOpen { parent, .. }                  => false, Clients,     Inode(*parent);
-    Sync {}                                    => true,  Clients,     Nothing;
-    ReportWrite { .. }                         => true,  Clients,     Nothing;
-    StatFs {}                                  => true,  Clients,     Nothing;
-    Access { ino, .. }                         => true,  Clients,     Inode(*ino);
-    GetXattr { ino, .. }                       => true,  Clients,     Inode(*ino);
-    SetXattr { ino, .. }                       => false, Clients,     Inode(*ino);
-    ListXattr { ino }                          => true,  Clients,     Inode(*ino);
-    RemoveXattr { ino, .. }                    => false, Clients,     Inode(*ino);
-    GetLayout { ino }                          => true,  Clients,     Inode(*ino);
-    SetLayout { ino, .. }                      => false, Clients,     Inode(*ino);
-    DsReport { .. }                            => false, DataServers, Nothing;
-    ClusterStatus {}                           => true,  Clients,     Nothing;
-    LocalityReport { .. }                      => false, DataServers, Nothing;
-    SetOrchestratorMode { .. }                 => false, Admins,      Nothing;
-    OrchestratorStatus {}                      => true,  Clients,     Nothing;
-    LeaseDir { .. }                            => false, Clients,     Nothing;
-    DirBatch { .. }                            => true,  Clients,     Nothing;
-    KeepAlive {}                               => true,  Clients,     Nothing;
-    Fsck { .. }                                => false, Admins,      Nothing;
-    PlacementStatus {}                         => true,  Clients,     Nothing;
-    Declare { .. }                             => false, Clients,     Any;
-    PeriodicRegister { .. }                    => true,  Clients,     Nothing;
-    PeriodicPoll { .. }                        => true,  Clients,     Nothing;
-    PeriodicLeave {}                           => true,  Clients,     Nothing;
-    PeriodicStatus {}                          => true,  Clients,     Nothing;
-    DsJobReport { .. }                         => false, DataServers, Nothing;
-    JobStats { .. }                            => true,  Clients,     Nothing;
-    PeriodicIo { .. }                          => true,  Clients,     Nothing;
-    SetCompositeLayout { ino, .. }             => false, Clients,     Inode(*ino);
-    InstantiateExtent { ino, .. }              => true,  Clients,     Inode(*ino);
-    IonJobReport { .. }                        => false, ForwardingNodes, Nothing;
-    Append { ino, .. }                         => false, Clients,     Inode(*ino);
+    // request                                    idempotent  senders      touches              handler
+    Ping {}                                    => false, Anyone,      Nothing,             Namespace;
+    Lookup { parent, .. }                      => true,  Clients,     Inode(*parent),      Namespace;
+    LookupPath { .. }                          => true,  Clients,     Any,                 Namespace;
+    GetAttr { ino }                            => true,  Clients,     Inode(*ino),         Namespace;
+    SetAttr { ino, .. }                        => true,  Clients,     Inode(*ino),         Namespace;
+    Create { parent, .. }                      => false, Clients,     Inode(*parent),      Namespace;
+    Mkdir { parent, .. }                       => false, Clients,     Inode(*parent),      Namespace;
+    Symlink { parent, .. }                     => false, Clients,     Inode(*parent),      Namespace;
+    Readlink { ino }                           => true,  Clients,     Inode(*ino),         Namespace;
+    Link { new_parent, .. }                    => false, Clients,     Inode(*new_parent),  Namespace;
+    Unlink { parent, .. }                      => false, Clients,     Inode(*parent),      Namespace;
+    Rmdir { .. }                               => false, Clients,     Any,                 Namespace;
+    Rename { .. }                              => false, Clients,     Any,                 Namespace;
+    ReadDir { ino, .. }                        => true,  Clients,     Inode(*ino),         Namespace;
+    Open { ino, flags }                        => !flags.truncate, Clients, Inode(*ino),     Namespace;
+    Close { .. }                               => true,  Clients,     Nothing,             Namespace;
+    CreateOpen { parent, .. }                  => false, Clients,     Inode(*parent),      Namespace;
+    Sync {}                                    => true,  Clients,     Nothing,             Namespace;
+    ReportWrite { .. }                         => true,  Clients,     Nothing,             Namespace;
+    StatFs {}                                  => true,  Clients,     Nothing,             Namespace;
+    Access { ino, .. }                         => true,  Clients,     Inode(*ino),         Namespace;
+    GetXattr { ino, .. }                       => true,  Clients,     Inode(*ino),         Namespace;
+    SetXattr { ino, .. }                       => false, Clients,     Inode(*ino),         Namespace;
+    ListXattr { ino }                          => true,  Clients,     Inode(*ino),         Namespace;
+    RemoveXattr { ino, .. }                    => false, Clients,     Inode(*ino),         Namespace;
+    GetLayout { ino }                          => true,  Clients,     Inode(*ino),         Namespace;
+    SetLayout { ino, .. }                      => false, Clients,     Inode(*ino),         Namespace;
+    DsReport { .. }                            => false, DataServers, Nothing,             Stats;
+    ClusterStatus {}                           => true,  Clients,     Nothing,             Namespace;
+    LocalityReport { .. }                      => false, DataServers, Nothing,             Orchestrator;
+    SetOrchestratorMode { .. }                 => false, Admins,      Nothing,             Orchestrator;
+    OrchestratorStatus {}                      => true,  Clients,     Nothing,             Orchestrator;
+    LeaseDir { .. }                            => false, Clients,     Nothing,             Lease;
+    DirBatch { .. }                            => true,  Clients,     Nothing,             Lease;
+    KeepAlive {}                               => true,  Clients,     Nothing,             Session;
+    Fsck { .. }                                => false, Admins,      Nothing,             Namespace;
+    PlacementStatus {}                         => true,  Clients,     Nothing,             Namespace;
+    Declare { .. }                             => false, Clients,     Any,                 Namespace;
+    PeriodicRegister { .. }                    => true,  Clients,     Nothing,             Periodic;
+    PeriodicPoll { .. }                        => true,  Clients,     Nothing,             Periodic;
+    PeriodicLeave {}                           => true,  Clients,     Nothing,             Periodic;
+    PeriodicStatus {}                          => true,  Clients,     Nothing,             Periodic;
+    DsJobReport { .. }                         => false, DataServers, Nothing,             Jobs;
+    JobStats { .. }                            => true,  Clients,     Nothing,             Jobs;
+    PeriodicIo { .. }                          => true,  Clients,     Nothing,             Periodic;
+    SetCompositeLayout { ino, .. }             => false, Clients,     Inode(*ino),         Namespace;
+    InstantiateExtent { ino, .. }              => true,  Clients,     Inode(*ino),         Namespace;
+    IonJobReport { .. }                        => false, ForwardingNodes, Nothing,         Jobs;
+    Append { ino, .. }                         => false, Clients,     Inode(*ino),         Namespace;
 }
 
 #[cfg(test)]
@@ -200,6 +225,17 @@ mod tests {
         assert!(MdsRequest::SetAttr { ino: 1, set: SetAttrs::default() }.properties().idempotent);
         assert!(!MdsRequest::Unlink { parent: 1, name: "x".into() }.properties().idempotent);
         assert!(!MdsRequest::Ping.properties().idempotent, "tools ping to see whether the MDS is up");
+    }
+
+    #[test]
+    fn who_handles_what() {
+        assert_eq!(MdsRequest::Lookup { parent: 1, name: "x".into() }.properties().handler, Handler::Namespace);
+        assert_eq!(MdsRequest::LeaseDir { dir: 1 }.properties().handler, Handler::Lease);
+        assert_eq!(MdsRequest::KeepAlive.properties().handler, Handler::Session, "answered after an eviction");
+        assert_eq!(MdsRequest::DsReport(Default::default()).properties().handler, Handler::Stats);
+        assert_eq!(MdsRequest::OrchestratorStatus.properties().handler, Handler::Orchestrator);
+        assert_eq!(MdsRequest::PeriodicStatus.properties().handler, Handler::Periodic);
+        assert_eq!(MdsRequest::JobStats { job: None }.properties().handler, Handler::Jobs);
     }
 
     #[test]

@@ -73,7 +73,20 @@ impl Namespace {
         Ok(())
     }
 
-    pub(super) async fn setattr(&self, c: &Caller, ino: Ino, set: SetAttrs) -> FsResult<MdsReply> {
+    pub(crate) fn getattr(&self, ino: Ino) -> FsResult<MdsReply> {
+        Ok(MdsReply::Attr(self.store.begin().inode(ino)?.attr))
+    }
+
+    /// `Access`: whether `c` may read, write or search `ino` (as `mask`'s low three bits ask).
+    pub(crate) fn access(&self, c: &Caller, ino: Ino, mask: u32) -> FsResult<MdsReply> {
+        let i = self.store.begin().inode(ino)?;
+        if mask & 7 != 0 {
+            perm::check(c, &i.attr, mask & 7)?;
+        }
+        Ok(MdsReply::Ok)
+    }
+
+    pub(crate) async fn setattr(&self, c: &Caller, ino: Ino, set: SetAttrs) -> FsResult<MdsReply> {
         let mut cur = self.store.begin().inode(ino)?;
         // Validate before touching the data servers.
         self.apply_setattr(c, &mut cur.clone(), &set, Timestamp::now())?;
@@ -99,7 +112,7 @@ impl Namespace {
         self.durable(r).await
     }
 
-    pub(super) fn statfs(&self) -> MdsReply {
+    pub(crate) fn statfs(&self) -> MdsReply {
         let (capacity, free) = self.stats.totals();
         let files = self.store.inode_count();
         MdsReply::StatFs(StatFs {

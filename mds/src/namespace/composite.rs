@@ -68,6 +68,10 @@ impl Namespace {
 
     /// `SetCompositeLayout`: a directory's composite default (replacing its plain one), or an empty
     /// file's new layout (its first extent placed now, its old objects destroyed); EBUSY on a file with data.
+    pub(crate) async fn set_composite(&self, c: &Caller, ino: Ino, specs: &[ExtentSpec]) -> FsResult<MdsReply> {
+        self.durable(self.set_composite_sync(c, ino, specs)).await
+    }
+
     pub(super) fn set_composite_sync(&self, c: &Caller, ino: Ino, specs: &[ExtentSpec]) -> FsResult<MdsReply> {
         validate_extents(specs)?;
         let placed = {
@@ -114,7 +118,7 @@ impl Namespace {
 
     /// `InstantiateExtent`: places the extent of `ino` holding `offset` and every one before it that has
     /// no objects yet; returns the file's layout (unchanged if they all have objects already).
-    pub(super) async fn instantiate(&self, c: &Caller, ino: Ino, offset: u64) -> FsResult<Layout> {
+    pub(crate) async fn instantiate(&self, c: &Caller, ino: Ino, offset: u64) -> FsResult<Layout> {
         let (i, policy) = {
             let rd = self.store.begin();
             let i = rd.inode(ino)?;

@@ -8,16 +8,69 @@ use crate::placement::CreateRequest;
 use crate::store::{xattr_key, Inode, T};
 use tessera_proto::error::ErrorCode;
 use tessera_proto::layout::{ExtentSpec, LayoutSpec, EOF};
-use tessera_proto::msg::{DeclaredFile, MdsReply, MAX_DECLARE};
+use tessera_proto::msg::{DeclaredFile, MdsReply, OpenFlags, MAX_DECLARE};
 use tessera_proto::{Attr, Caller, FileKind, FsError, FsResult, Ino, Timestamp, PATH_MAX};
 
 impl Namespace {
+    /// `Create`: a file, FIFO, socket or device (or, not `exclusive`, the regular file of that name).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn create(
+        &self,
+        c: &Caller,
+        parent: Ino,
+        name: &str,
+        kind: FileKind,
+        perm: u32,
+        rdev: u32,
+        exclusive: bool,
+        layout: Option<LayoutSpec>,
+    ) -> FsResult<MdsReply> {
+        let r = self.create_sync(c, parent, name, kind, perm, rdev, exclusive, layout, None);
+        self.durable(r.map(|(i, _)| entry(i))).await
+    }
+
+    /// `CreateOpen`: a new file, opened for `client`; an existing one is opened as by `Open`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn create_open(
+        &self,
+        c: &Caller,
+        client: u64,
+        parent: Ino,
+        name: &str,
+        perm: u32,
+        exclusive: bool,
+        layout: Option<LayoutSpec>,
+        flags: OpenFlags,
+    ) -> FsResult<MdsReply> {
+        let open = Some(client);
+        let r = self.create_sync(c, parent, name, FileKind::File, perm, 0, exclusive, layout, open);
+        match self.durable(r).await? {
+            (i, Some((handle, parent))) => {
+                Ok(MdsReply::Opened { attr: i.attr, layout: i.layout, handle, parent: Some(parent) })
+            }
+            // It existed: an ordinary open, with its permission checks and O_TRUNC.
+            (i, None) => self.open(c, client, i.attr.ino, flags).await,
+        }
+    }
+
+    pub(crate) async fn mkdir(&self, c: &Caller, parent: Ino, name: &str, perm: u32) -> FsResult<MdsReply> {
+        self.durable(self.mkdir_sync(c, parent, name, perm)).await
+    }
+
+    pub(crate) async fn symlink(&self, c: &Caller, parent: Ino, name: &str, target: &str) -> FsResult<MdsReply> {
+        self.durable(self.symlink_sync(c, parent, name, target)).await
+    }
+
+    pub(crate) async fn link(&self, c: &Caller, ino: Ino, new_parent: Ino, new_name: &str) -> FsResult<MdsReply> {
+        self.durable(self.link_sync(c, ino, new_parent, new_name)).await
+    }
+
     /// Creates `name` (or, if `exclusive` is false, finds the regular file of that name). With `open`
     /// (the client to open it for), a NEW file is also opened, registered under the same lock so no unlink can slip in between:
     /// its handle is returned with the parent's new attributes; for an existing file it is `None` and
     /// the caller opens it normally.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn create_sync(
+    fn create_sync(
         &self,
         c: &Caller,
         parent: Ino,
@@ -72,7 +125,7 @@ impl Namespace {
     /// one batch per placement policy; kept by the placer until the create arrives. In a directory with a
     /// composite default layout, every extent the expected size reaches is placed in that batch too (the
     /// first extent with the declared stripe count, if one is given).
-    pub(super) fn declare(&self, c: &Caller, files: Vec<DeclaredFile>) -> FsResult<MdsReply> {
+    pub(crate) fn declare(&self, c: &Caller, files: Vec<DeclaredFile>) -> FsResult<MdsReply> {
         if files.len() > MAX_DECLARE {
             return Err(FsError::invalid(format!("{} files in one declaration (at most {MAX_DECLARE})", files.len())));
         }
@@ -138,7 +191,7 @@ impl Namespace {
         DeclaredCreate { parent: f.parent, name: f.name.clone(), first, later }
     }
 
-    pub(super) fn mkdir_sync(&self, c: &Caller, parent: Ino, name: &str, perm: u32) -> FsResult<MdsReply> {
+    fn mkdir_sync(&self, c: &Caller, parent: Ino, name: &str, perm: u32) -> FsResult<MdsReply> {
         let _g = self.lock();
         let mut tx = self.store.begin();
         let p = self.parent_for_new(&tx, c, parent, name)?;
@@ -159,7 +212,7 @@ impl Namespace {
         Ok(entry(i))
     }
 
-    pub(super) fn symlink_sync(&self, c: &Caller, parent: Ino, name: &str, target: &str) -> FsResult<MdsReply> {
+    fn symlink_sync(&self, c: &Caller, parent: Ino, name: &str, target: &str) -> FsResult<MdsReply> {
         if target.is_empty() {
             return Err(FsError::not_found("empty symlink target"));
         }
@@ -181,7 +234,7 @@ impl Namespace {
         Ok(entry(i))
     }
 
-    pub(super) fn link_sync(&self, c: &Caller, ino: Ino, new_parent: Ino, new_name: &str) -> FsResult<MdsReply> {
+    fn link_sync(&self, c: &Caller, ino: Ino, new_parent: Ino, new_name: &str) -> FsResult<MdsReply> {
         let _g = self.lock();
         let mut tx = self.store.begin();
         let i = tx.inode(ino)?;

@@ -9,7 +9,7 @@ use tessera_proto::{Caller, FsResult, Ino};
 const READDIR_MAX: usize = 8192;
 
 impl Namespace {
-    pub(super) fn readdir(&self, c: &Caller, ino: Ino, offset: u64, max: u32) -> FsResult<MdsReply> {
+    pub(crate) fn readdir(&self, c: &Caller, ino: Ino, offset: u64, max: u32) -> FsResult<MdsReply> {
         let rd = self.store.begin();
         let d = rd.dir(ino)?;
         perm::check(c, &d.attr, R)?;

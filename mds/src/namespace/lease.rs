@@ -44,7 +44,7 @@ impl Namespace {
 
     /// Grants `holder` the lease on directory `dir`, with its names, if `c` may create and remove in it and
     /// its names fit in the grant.
-    pub(super) fn lease_dir(&self, c: &Caller, holder: Holder, dir: Ino) -> FsResult<DirLease> {
+    pub(crate) fn lease_dir(&self, c: &Caller, holder: Holder, dir: Ino) -> FsResult<DirLease> {
         // Under the mutation lock: no entry can change between the listing and the grant.
         let _g = self.lock();
         let mut tx = self.store.begin();
@@ -62,7 +62,7 @@ impl Namespace {
     }
 
     /// Applies a lease holder's batch of creates and unlinks, then renews or ends its lease.
-    pub(super) async fn dir_batch(
+    pub(crate) async fn dir_batch(
         &self,
         holder: Holder,
         dir: Ino,

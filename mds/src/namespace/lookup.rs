@@ -12,7 +12,7 @@ use tessera_proto::{Caller, FileKind, FsError, FsResult, Ino, NAME_MAX, PATH_MAX
 const MAX_SYMLINK_HOPS: usize = 40;
 
 impl Namespace {
-    pub(super) fn lookup(&self, c: &Caller, parent: Ino, name: &str) -> FsResult<MdsReply> {
+    pub(crate) fn lookup(&self, c: &Caller, parent: Ino, name: &str) -> FsResult<MdsReply> {
         let rd = self.store.begin();
         let p = rd.dir(parent)?;
         perm::check(c, &p.attr, X)?;
@@ -26,6 +26,20 @@ impl Namespace {
             }
         };
         Ok(entry(i))
+    }
+
+    /// `LookupPath`: [`Namespace::resolve`].
+    pub(crate) fn lookup_path(&self, c: &Caller, path: &str, follow: bool) -> FsResult<MdsReply> {
+        self.resolve(c, path, follow).map(entry)
+    }
+
+    /// `Readlink`: a symlink's target.
+    pub(crate) fn readlink(&self, ino: Ino) -> FsResult<MdsReply> {
+        let i = self.store.begin().inode(ino)?;
+        match i.target {
+            Some(t) if i.attr.kind == FileKind::Symlink => Ok(MdsReply::Target(t)),
+            _ => Err(FsError::invalid(format!("inode {ino} is not a symlink"))),
+        }
     }
 
     /// Resolves an absolute path like the kernel's path walk.

@@ -6,8 +6,9 @@
 //! (in `fsync` commit mode only) wait for durability, concurrent flushes sharing one fsync. The
 //! mutex also keeps the journal in the order the changes were applied. Reads take no lock.
 //!
-//! This module holds the [`Namespace`], its construction, the shared helpers (lock, commit, durable)
-//! and the dispatch of requests; each family of operations is an `impl Namespace` block of its own:
+//! This module holds the [`Namespace`], its construction, the shared helpers (lock, commit, durable),
+//! sessions and the entry points into the dispatch of requests (`crate::dispatch`, which calls the
+//! operations); each family of operations is an `impl Namespace` block of its own:
 //!
 //! - `lookup`: lookups and path resolution.
 //! - `create`: creating files, special files, directories, symlinks and hard links.
@@ -39,9 +40,9 @@ mod xattr;
 #[cfg(test)]
 pub(crate) mod tests;
 
+use crate::dispatch::Context;
 use crate::dsclient::DataServers;
 use crate::lease::{Holder, Leases};
-use crate::perm;
 use crate::placement::placer::Placer;
 use crate::session::Sessions;
 use crate::stats::StatsView;
@@ -266,131 +267,48 @@ impl Namespace {
         Ok(v)
     }
 
-    /// Serves one request (everything except the data-server report, which needs the peer's role) for a
-    /// caller without a session (client 0: the MDS's own callers and tests).
+    /// Serves one request of the namespace (not the data servers', the orchestrator's, PerSched's or the
+    /// job registry's, which need the rest of the server) for a caller without a session (client 0: the
+    /// MDS's own callers and tests), through the one dispatch (`crate::dispatch`).
     pub async fn handle(&self, c: &Caller, req: MdsRequest) -> FsResult<MdsReply> {
-        self.serve(c, 0, req).await
+        let cx = Context { ns: self, caller: c, holder: None, remote: None };
+        crate::dispatch::serve(&cx, req).await
     }
 
-    /// Serves one request of `client` (handles it opens are its own, evicted with it).
-    async fn serve(&self, c: &Caller, client: u64, req: MdsRequest) -> FsResult<MdsReply> {
-        use MdsRequest as Q;
-        match req {
-            Q::Ping => Ok(MdsReply::Pong { version: PROTOCOL_VERSION }),
-            Q::KeepAlive => {
-                let mut s = self.sessions();
-                let evicted = s.keep_alive(client, Instant::now());
-                let timeout_ms = s.timeout().as_millis().min(u64::MAX as u128) as u64;
-                Ok(MdsReply::Session { evicted, timeout_ms })
-            }
-            Q::Lookup { parent, name } => self.lookup(c, parent, &name),
-            Q::LookupPath { path, follow } => self.resolve(c, &path, follow).map(entry),
-            Q::GetAttr { ino } => Ok(MdsReply::Attr(self.store.begin().inode(ino)?.attr)),
-            Q::SetAttr { ino, set } => self.setattr(c, ino, set).await,
-            Q::Create { parent, name, kind, perm, rdev, exclusive, layout } => {
-                let r = self.create_sync(c, parent, &name, kind, perm, rdev, exclusive, layout, None);
-                self.durable(r.map(|(i, _)| entry(i))).await
-            }
-            Q::CreateOpen { parent, name, perm, exclusive, layout, flags } => {
-                let open = Some(client);
-                let r = self.create_sync(c, parent, &name, FileKind::File, perm, 0, exclusive, layout, open);
-                match self.durable(r).await? {
-                    (i, Some((handle, parent))) => {
-                        Ok(MdsReply::Opened { attr: i.attr, layout: i.layout, handle, parent: Some(parent) })
-                    }
-                    // It existed: an ordinary open, with its permission checks and O_TRUNC.
-                    (i, None) => self.open(c, client, i.attr.ino, flags).await,
-                }
-            }
-            Q::Sync => self.store.flush().await.map(|_| MdsReply::Ok),
-            Q::Mkdir { parent, name, perm } => self.durable(self.mkdir_sync(c, parent, &name, perm)).await,
-            Q::Symlink { parent, name, target } => self.durable(self.symlink_sync(c, parent, &name, &target)).await,
-            Q::Readlink { ino } => {
-                let i = self.store.begin().inode(ino)?;
-                match i.target {
-                    Some(t) if i.attr.kind == FileKind::Symlink => Ok(MdsReply::Target(t)),
-                    _ => Err(FsError::invalid(format!("inode {ino} is not a symlink"))),
-                }
-            }
-            Q::Link { ino, new_parent, new_name } => self.durable(self.link_sync(c, ino, new_parent, &new_name)).await,
-            Q::Unlink { parent, name } => self.durable(self.unlink_sync(c, parent, &name)).await,
-            Q::Rmdir { parent, name } => self.durable(self.rmdir_sync(c, parent, &name)).await,
-            Q::Rename { parent, name, new_parent, new_name, flags } => {
-                self.durable(self.rename_sync(c, parent, &name, new_parent, &new_name, flags)).await
-            }
-            Q::ReadDir { ino, offset, max } => self.readdir(c, ino, offset, max),
-            Q::Open { ino, flags } => self.open(c, client, ino, flags).await,
-            Q::Close { ino, handle, size, wrote } => {
-                // A close that changed nothing (no write, no orphan removed) has nothing to make durable.
-                match self.close_sync(ino, handle, size, wrote) {
-                    Ok((reply, true)) => self.durable(Ok(reply)).await,
-                    other => other.map(|(reply, _)| reply),
-                }
-            }
-            Q::ReportWrite { ino, size } => self.durable(self.report_write_sync(c, ino, size)).await,
-            Q::Append { ino, len } => self.durable(self.append_sync(c, ino, len)).await,
-            Q::StatFs => Ok(self.statfs()),
-            Q::Access { ino, mask } => {
-                let i = self.store.begin().inode(ino)?;
-                if mask & 7 != 0 {
-                    perm::check(c, &i.attr, mask & 7)?;
-                }
-                Ok(MdsReply::Ok)
-            }
-            Q::GetXattr { ino, name } => self.get_xattr(c, ino, &name),
-            Q::SetXattr { ino, name, value, mode } => {
-                self.durable(self.set_xattr_sync(c, ino, &name, &value, mode)).await
-            }
-            Q::ListXattr { ino } => self.list_xattr(c, ino),
-            Q::RemoveXattr { ino, name } => self.durable(self.remove_xattr_sync(c, ino, &name)).await,
-            Q::GetLayout { ino } => self.get_layout(ino),
-            Q::SetLayout { ino, spec } => self.durable(self.set_layout_sync(c, ino, spec)).await,
-            Q::SetCompositeLayout { ino, extents } => self.durable(self.set_composite_sync(c, ino, &extents)).await,
-            Q::InstantiateExtent { ino, offset } => self.instantiate(c, ino, offset).await.map(MdsReply::Layout),
-            Q::ClusterStatus => Ok(MdsReply::Cluster(self.stats.cluster_status())),
-            Q::PlacementStatus => Ok(MdsReply::Placement(self.placer.status())),
-            Q::Declare { files } => self.declare(c, files),
-            // The server's dispatch (`crate::server`) hands these to the stats view and the orchestrator.
-            Q::DsReport(_)
-            | Q::LocalityReport(_)
-            | Q::SetOrchestratorMode { .. }
-            | Q::OrchestratorStatus
-            | Q::PeriodicRegister { .. }
-            | Q::PeriodicPoll { .. }
-            | Q::PeriodicLeave
-            | Q::PeriodicStatus
-            | Q::PeriodicIo { .. }
-            | Q::DsJobReport(_)
-            | Q::IonJobReport(_)
-            | Q::JobStats { .. } => Err(FsError::new(ErrorCode::Unsupported, "not a namespace request")),
-            Q::Fsck { repair } => self.fsck(repair).await.map(MdsReply::Fsck),
-            Q::LeaseDir { .. } | Q::DirBatch { .. } => {
-                Err(FsError::new(ErrorCode::Unsupported, "lease requests need the caller's connection and client"))
-            }
-        }
+    /// Serves one request of the namespace from `holder`, a client on a connection: its session is renewed
+    /// (an evicted client is told so and the request not applied), handles it opens are its own (evicted
+    /// with it), and it may hold directory leases. Requests from the network are served the same way, after
+    /// admission and with the rest of the server (`crate::dispatch`).
+    pub async fn handle_client(&self, c: &Caller, holder: Holder, req: MdsRequest) -> FsResult<MdsReply> {
+        let cx = Context { ns: self, caller: c, holder: Some(holder), remote: None };
+        crate::dispatch::serve(&cx, req).await
     }
 
-    /// The requests that belong to a lease holder (a client on a connection): directory leases and their
-    /// batches of creates.
-    /// Every request from a client passes here, and renews its session.
-    pub async fn handle_lease(&self, c: &Caller, holder: Holder, req: MdsRequest) -> FsResult<MdsReply> {
-        if !matches!(req, MdsRequest::KeepAlive) {
-            let mut s = self.sessions();
-            s.touch(holder.client, Instant::now());
-            if s.tell_evicted(holder.client) {
-                return Err(err(
-                    ErrorCode::Evicted,
-                    "this client was evicted (silent for longer than the eviction timeout): its open files were \
-                     closed and this request was not applied",
-                ));
-            }
+    /// Every request of a client but its keep-alive renews its session; one evicted meanwhile is told so
+    /// (once), and its request is not applied.
+    pub(crate) fn renew_session(&self, client: u64) -> FsResult<()> {
+        let mut s = self.sessions();
+        s.touch(client, Instant::now());
+        if s.tell_evicted(client) {
+            return Err(err(
+                ErrorCode::Evicted,
+                "this client was evicted (silent for longer than the eviction timeout): its open files were \
+                 closed and this request was not applied",
+            ));
         }
-        match req {
-            MdsRequest::LeaseDir { dir } => self.lease_dir(c, holder, dir).map(MdsReply::Lease),
-            MdsRequest::DirBatch { dir, token, entries, keep } => {
-                self.dir_batch(holder, dir, token, entries, keep).await
-            }
-            other => self.serve(c, holder.client, other).await,
-        }
+        Ok(())
+    }
+
+    /// `KeepAlive`: renews `client`'s session, and says whether it was evicted and the timeout.
+    pub(crate) fn keep_alive(&self, client: u64) -> MdsReply {
+        let mut s = self.sessions();
+        let evicted = s.keep_alive(client, Instant::now());
+        let timeout_ms = s.timeout().as_millis().min(u64::MAX as u128) as u64;
+        MdsReply::Session { evicted, timeout_ms }
+    }
+
+    /// `Sync`: every committed change durable.
+    pub(crate) async fn sync(&self) -> FsResult<MdsReply> {
+        self.store.flush().await.map(|_| MdsReply::Ok)
     }
 }

@@ -54,7 +54,7 @@ impl Namespace {
         Ok(())
     }
 
-    pub(super) async fn open(&self, c: &Caller, client: u64, ino: Ino, flags: OpenFlags) -> FsResult<MdsReply> {
+    pub(crate) async fn open(&self, c: &Caller, client: u64, ino: Ino, flags: OpenFlags) -> FsResult<MdsReply> {
         let cur = self.store.begin().inode(ino)?;
         Self::check_open(c, &cur, flags)?;
         let truncate = flags.truncate && cur.attr.kind == FileKind::File;
@@ -86,15 +86,17 @@ impl Namespace {
         }
     }
 
+    /// `Close`. A close that changed nothing (no write, no orphan removed) has nothing to make durable.
+    pub(crate) async fn close(&self, ino: Ino, handle: u64, size: Option<u64>, wrote: bool) -> FsResult<MdsReply> {
+        match self.close_sync(ino, handle, size, wrote) {
+            Ok((reply, true)) => self.durable(Ok(reply)).await,
+            other => other.map(|(reply, _)| reply),
+        }
+    }
+
     /// A client's close: [`Namespace::close_handle`], unless eviction closed the handle already (ESTALE:
     /// the writes it covered may be lost).
-    pub(super) fn close_sync(
-        &self,
-        ino: Ino,
-        handle: u64,
-        size: Option<u64>,
-        wrote: bool,
-    ) -> FsResult<(MdsReply, bool)> {
+    fn close_sync(&self, ino: Ino, handle: u64, size: Option<u64>, wrote: bool) -> FsResult<(MdsReply, bool)> {
         if self.sessions().closed(handle) == Closed::Evicted {
             return Err(err(
                 ErrorCode::Stale,
@@ -149,12 +151,20 @@ impl Namespace {
         Ok((MdsReply::Ok, changed))
     }
 
-    pub(super) fn report_write_sync(&self, c: &Caller, ino: Ino, size: u64) -> FsResult<MdsReply> {
+    pub(crate) async fn report_write(&self, c: &Caller, ino: Ino, size: u64) -> FsResult<MdsReply> {
+        self.durable(self.report_write_sync(c, ino, size)).await
+    }
+
+    pub(crate) async fn append(&self, c: &Caller, ino: Ino, len: u64) -> FsResult<MdsReply> {
+        self.durable(self.append_sync(c, ino, len)).await
+    }
+
+    fn report_write_sync(&self, c: &Caller, ino: Ino, size: u64) -> FsResult<MdsReply> {
         self.written(c, ino, |_| Ok(size)).map(|_| MdsReply::Ok)
     }
 
     /// `Append`: the file's end is the append's offset, and the size moves `len` past it.
-    pub(super) fn append_sync(&self, c: &Caller, ino: Ino, len: u64) -> FsResult<MdsReply> {
+    fn append_sync(&self, c: &Caller, ino: Ino, len: u64) -> FsResult<MdsReply> {
         let mut offset = 0;
         self.written(c, ino, |size| {
             offset = size;

@@ -18,7 +18,15 @@ impl Namespace {
         Ok((p, d, i))
     }
 
-    pub(super) fn unlink_sync(&self, c: &Caller, parent: Ino, name: &str) -> FsResult<MdsReply> {
+    pub(crate) async fn unlink(&self, c: &Caller, parent: Ino, name: &str) -> FsResult<MdsReply> {
+        self.durable(self.unlink_sync(c, parent, name)).await
+    }
+
+    pub(crate) async fn rmdir(&self, c: &Caller, parent: Ino, name: &str) -> FsResult<MdsReply> {
+        self.durable(self.rmdir_sync(c, parent, name)).await
+    }
+
+    fn unlink_sync(&self, c: &Caller, parent: Ino, name: &str) -> FsResult<MdsReply> {
         validate_name(name)?;
         let _g = self.lock();
         let mut tx = self.store.begin();
@@ -35,7 +43,7 @@ impl Namespace {
         Ok(MdsReply::Attr(parent_attr))
     }
 
-    pub(super) fn rmdir_sync(&self, c: &Caller, parent: Ino, name: &str) -> FsResult<MdsReply> {
+    fn rmdir_sync(&self, c: &Caller, parent: Ino, name: &str) -> FsResult<MdsReply> {
         match name {
             "." => return Err(FsError::invalid("cannot remove '.'")),
             ".." => return Err(err(ErrorCode::NotEmpty, "cannot remove '..'")),

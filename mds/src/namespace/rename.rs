@@ -24,7 +24,19 @@ impl Namespace {
         Err(FsError::io("directory parent chain too deep"))
     }
 
-    pub(super) fn rename_sync(
+    pub(crate) async fn rename(
+        &self,
+        c: &Caller,
+        parent: Ino,
+        name: &str,
+        new_parent: Ino,
+        new_name: &str,
+        flags: RenameFlags,
+    ) -> FsResult<MdsReply> {
+        self.durable(self.rename_sync(c, parent, name, new_parent, new_name, flags)).await
+    }
+
+    fn rename_sync(
         &self,
         c: &Caller,
         parent: Ino,

@@ -325,32 +325,32 @@ async fn a_silent_client_is_evicted_its_orphans_destroyed_and_it_is_told_once() 
     };
     let f = create(&ns, &r, ROOT_INO, "f").await.unwrap();
     let l = layout(&ns, f.ino).await;
-    let h7 = handle_of(ns.handle_lease(&r, gone, open(f.ino)).await.unwrap());
-    let h8 = handle_of(ns.handle_lease(&r, live, open(f.ino)).await.unwrap());
+    let h7 = handle_of(ns.handle_client(&r, gone, open(f.ino)).await.unwrap());
+    let h8 = handle_of(ns.handle_client(&r, live, open(f.ino)).await.unwrap());
     unlink(&ns, &r, ROOT_INO, "f").await.unwrap();
     // Client 7 falls silent; client 8 keeps its session.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    ns.handle_lease(&r, live, MdsRequest::KeepAlive).await.unwrap();
+    ns.handle_client(&r, live, MdsRequest::KeepAlive).await.unwrap();
     assert_eq!(ns.evict_silent().await, 1, "client 7 only");
     assert_eq!(getattr(&ns, f.ino).await.nlink, 0, "client 8 still holds the orphan");
     assert!(destroyed_objects(&ns).is_empty());
     // Client 7 is told once (its request is not applied), then goes on; its old handle is stale.
-    assert_eq!(code(ns.handle_lease(&r, gone, MdsRequest::GetAttr { ino: ROOT_INO }).await), ErrorCode::Evicted);
-    ns.handle_lease(&r, gone, MdsRequest::GetAttr { ino: ROOT_INO }).await.unwrap();
+    assert_eq!(code(ns.handle_client(&r, gone, MdsRequest::GetAttr { ino: ROOT_INO }).await), ErrorCode::Evicted);
+    ns.handle_client(&r, gone, MdsRequest::GetAttr { ino: ROOT_INO }).await.unwrap();
     let close7 = MdsRequest::Close { ino: f.ino, handle: h7, size: None, wrote: false };
-    assert_eq!(code(ns.handle_lease(&r, gone, close7).await), ErrorCode::Stale);
+    assert_eq!(code(ns.handle_client(&r, gone, close7).await), ErrorCode::Stale);
     // Client 8 falls silent too: the last handle closes and the orphan is destroyed.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    ns.handle_lease(&r, gone, MdsRequest::KeepAlive).await.unwrap();
+    ns.handle_client(&r, gone, MdsRequest::KeepAlive).await.unwrap();
     assert_eq!(ns.evict_silent().await, 1, "client 8; client 7 kept its new session");
     assert_eq!(code(ns.handle(&r, MdsRequest::GetAttr { ino: f.ino }).await), ErrorCode::NotFound);
     assert_eq!(destroyed_objects(&ns), objects(&l));
-    match ns.handle_lease(&r, live, MdsRequest::KeepAlive).await.unwrap() {
+    match ns.handle_client(&r, live, MdsRequest::KeepAlive).await.unwrap() {
         MdsReply::Session { evicted, timeout_ms } => assert!(evicted && timeout_ms == 300),
         o => panic!("{o:?}"),
     }
     let close8 = MdsRequest::Close { ino: f.ino, handle: h8, size: None, wrote: false };
-    assert_eq!(code(ns.handle_lease(&r, live, close8).await), ErrorCode::Stale);
+    assert_eq!(code(ns.handle_client(&r, live, close8).await), ErrorCode::Stale);
 }
 
 #[tokio::test]
@@ -868,7 +868,7 @@ async fn batch(
     entries: Vec<DirOp>,
 ) -> (Vec<BatchResult>, Attr, Option<DirLease>) {
     let req = MdsRequest::DirBatch { dir, token, entries, keep: true };
-    match ns.handle_lease(&root(), conn(1), req).await.unwrap() {
+    match ns.handle_client(&root(), conn(1), req).await.unwrap() {
         MdsReply::Batch { results, dir_attr, lease } => (results, dir_attr, lease),
         other => panic!("not a batch reply: {other:?}"),
     }
@@ -877,7 +877,7 @@ async fn batch(
 /// Connection 1 gives its lease on `dir` up.
 async fn give_up(ns: &Namespace, dir: Ino, token: u64) {
     let req = MdsRequest::DirBatch { dir, token, entries: vec![], keep: false };
-    ns.handle_lease(&root(), conn(1), req).await.unwrap();
+    ns.handle_client(&root(), conn(1), req).await.unwrap();
 }
 
 #[tokio::test]
@@ -885,7 +885,7 @@ async fn a_lease_holder_unlinks_in_batches() {
     let dir = tempfile::tempdir().unwrap();
     let (ns, data) = open_ns(dir.path());
     let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap().ino;
-    let l = leased(ns.handle_lease(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
+    let l = leased(ns.handle_client(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
     let (made, _, l2) = batch(&ns, d, l.token, vec![async_create(l.inos[0], "kept", false)]).await;
     assert_eq!(made[0].result, Ok(None));
     assert!(l2.is_some());
@@ -939,13 +939,13 @@ async fn a_lease_holder_creates_in_batches() {
     let full = mkdir(&ns, &root(), ROOT_INO, "full").await.unwrap().ino;
     create(&ns, &root(), full, "x").await.unwrap();
     let lease_req = |dir| MdsRequest::LeaseDir { dir };
-    let f = leased(ns.handle_lease(&root(), conn(1), lease_req(full)).await);
+    let f = leased(ns.handle_client(&root(), conn(1), lease_req(full)).await);
     assert_eq!(f.entries, vec![("x".to_string(), FileKind::File)], "a directory's names come with its grant");
     give_up(&ns, full, f.token).await;
-    assert_eq!(code(ns.handle_lease(&user(1000), conn(1), lease_req(d)).await), ErrorCode::Access, "not writable");
-    let l = leased(ns.handle_lease(&root(), conn(1), lease_req(d)).await);
+    assert_eq!(code(ns.handle_client(&user(1000), conn(1), lease_req(d)).await), ErrorCode::Access, "not writable");
+    let l = leased(ns.handle_client(&root(), conn(1), lease_req(d)).await);
     assert_eq!(l.inos.len(), crate::lease::RESERVED_INOS);
-    assert_eq!(code(ns.handle_lease(&root(), conn(2), lease_req(d)).await), ErrorCode::Busy, "held by connection 1");
+    assert_eq!(code(ns.handle_client(&root(), conn(2), lease_req(d)).await), ErrorCode::Busy, "held by connection 1");
     let entries = vec![
         async_create(l.inos[0], "a", false),
         async_create(l.inos[1], "b", true),
@@ -964,14 +964,14 @@ async fn a_lease_holder_creates_in_batches() {
     assert_eq!((a.ino, a.uid, a.gid, a.perm, a.nlink), (l.inos[0], 1000, 1000, 0o640, 1));
     // Sent again (a lost reply): the entries made are taken as done.
     let again = MdsRequest::DirBatch { dir: d, token: l.token, entries: entries[..2].to_vec(), keep: false };
-    let MdsReply::Batch { results, lease, .. } = ns.handle_lease(&root(), conn(1), again).await.unwrap() else {
+    let MdsReply::Batch { results, lease, .. } = ns.handle_client(&root(), conn(1), again).await.unwrap() else {
         panic!("not a batch reply")
     };
     assert!(results.iter().all(|r| r.result.is_ok()), "{results:?}");
     assert!(lease.is_none(), "given up");
     assert_eq!(getattr(&ns, d).await.size, 2);
     // Given up: another connection may take it once the directory is empty again.
-    let again = leased(ns.handle_lease(&root(), conn(2), lease_req(d)).await);
+    let again = leased(ns.handle_client(&root(), conn(2), lease_req(d)).await);
     let mut names: Vec<_> = again.entries.into_iter().map(|(n, _)| n).collect();
     names.sort();
     assert_eq!(names, ["a", "b"], "another connection takes it once given up");
@@ -988,11 +988,11 @@ async fn a_directory_whose_names_do_not_fit_in_a_grant_is_not_leased() {
     for i in 0..fit {
         create(&ns, &root(), d, &format!("{long}{i:04}")).await.unwrap();
     }
-    let l = leased(ns.handle_lease(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
+    let l = leased(ns.handle_client(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
     assert_eq!(l.entries.len(), fit);
     give_up(&ns, d, l.token).await;
     create(&ns, &root(), d, &format!("{long}{fit:04}")).await.unwrap();
-    assert_eq!(code(ns.handle_lease(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await), ErrorCode::Busy);
+    assert_eq!(code(ns.handle_client(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await), ErrorCode::Busy);
 }
 
 #[tokio::test]
@@ -1001,20 +1001,20 @@ async fn another_clients_request_waits_for_the_holders_batch() {
     let (ns, _) = open_ns(dir.path());
     let ns = Arc::new(ns);
     let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap().ino;
-    let l = leased(ns.handle_lease(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
+    let l = leased(ns.handle_client(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
     let other = tokio::spawn({
         let ns = ns.clone();
         async move {
             let req = MdsRequest::Lookup { parent: d, name: "f".into() };
             ns.leases().admit(conn(2), &req).await;
-            ns.handle_lease(&root(), conn(2), req).await.map(attr_of)
+            ns.handle_client(&root(), conn(2), req).await.map(attr_of)
         }
     });
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     assert!(!other.is_finished(), "held while the lease lasts");
     let batch =
         MdsRequest::DirBatch { dir: d, token: l.token, entries: vec![async_create(l.inos[0], "f", false)], keep: true };
-    let MdsReply::Batch { lease, .. } = ns.handle_lease(&root(), conn(1), batch).await.unwrap() else { panic!() };
+    let MdsReply::Batch { lease, .. } = ns.handle_client(&root(), conn(1), batch).await.unwrap() else { panic!() };
     assert!(lease.is_none(), "recalled: the reply says so");
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     assert!(!other.is_finished(), "held until the holder gives it up");
@@ -1030,14 +1030,14 @@ async fn a_batch_after_an_mds_restart_uses_the_inode_numbers_reserved_before() {
         let (ns, _) = open_ns(dir.path());
         let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap().ino;
         let used = create(&ns, &root(), ROOT_INO, "used").await.unwrap().ino;
-        let l = leased(ns.handle_lease(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
+        let l = leased(ns.handle_client(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
         ns.store().flush_sync().unwrap();
         (d, l, used)
     };
     let (ns, _) = open_ns(dir.path());
     let entries = vec![async_create(l.inos[0], "a", false), async_create(used, "b", false)];
     let batch = MdsRequest::DirBatch { dir: d, token: l.token, entries, keep: true };
-    let MdsReply::Batch { results, lease, .. } = ns.handle_lease(&root(), conn(7), batch).await.unwrap() else {
+    let MdsReply::Batch { results, lease, .. } = ns.handle_client(&root(), conn(7), batch).await.unwrap() else {
         panic!()
     };
     assert_eq!(results[0].result, Ok(None), "reserved before the restart");
@@ -1058,7 +1058,7 @@ async fn after_a_restart_directories_wait_out_the_leases_of_the_previous_run() {
             tokio::time::timeout(quick, ns.leases().admit(conn(5), &lookup)).await.is_ok(),
             "no lease yet: no wait"
         );
-        leased(ns.handle_lease(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
+        leased(ns.handle_client(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
         ns.store().flush_sync().unwrap();
     }
     let (ns, _) = open_ns(dir.path());

@@ -41,7 +41,7 @@ fn xattr_ns(name: &str) -> FsResult<XattrNs> {
 }
 
 impl Namespace {
-    pub(super) fn get_layout(&self, ino: Ino) -> FsResult<MdsReply> {
+    pub(crate) fn get_layout(&self, ino: Ino) -> FsResult<MdsReply> {
         let rd = self.store.begin();
         let i = rd.inode(ino)?;
         match (i.attr.kind, i.layout) {
@@ -79,7 +79,11 @@ impl Namespace {
         tx.put_inode(i)
     }
 
-    pub(super) fn set_layout_sync(&self, c: &Caller, ino: Ino, spec: LayoutSpec) -> FsResult<MdsReply> {
+    pub(crate) async fn set_layout(&self, c: &Caller, ino: Ino, spec: LayoutSpec) -> FsResult<MdsReply> {
+        self.durable(self.set_layout_sync(c, ino, spec)).await
+    }
+
+    fn set_layout_sync(&self, c: &Caller, ino: Ino, spec: LayoutSpec) -> FsResult<MdsReply> {
         spec.validate()?;
         let _g = self.lock();
         let mut tx = self.store.begin();
@@ -89,7 +93,7 @@ impl Namespace {
         Ok(MdsReply::Ok)
     }
 
-    pub(super) fn get_xattr(&self, c: &Caller, ino: Ino, name: &str) -> FsResult<MdsReply> {
+    pub(crate) fn get_xattr(&self, c: &Caller, ino: Ino, name: &str) -> FsResult<MdsReply> {
         let ns = xattr_ns(name)?;
         let rd = self.store.begin();
         let i = rd.inode(ino)?;
@@ -140,7 +144,7 @@ impl Namespace {
         }
     }
 
-    pub(super) fn set_xattr_sync(
+    pub(crate) async fn set_xattr(
         &self,
         c: &Caller,
         ino: Ino,
@@ -148,6 +152,10 @@ impl Namespace {
         value: &[u8],
         mode: XattrMode,
     ) -> FsResult<MdsReply> {
+        self.durable(self.set_xattr_sync(c, ino, name, value, mode)).await
+    }
+
+    fn set_xattr_sync(&self, c: &Caller, ino: Ino, name: &str, value: &[u8], mode: XattrMode) -> FsResult<MdsReply> {
         let ns = xattr_ns(name)?;
         if value.len() > XATTR_SIZE_MAX {
             return Err(err(ErrorCode::Range, format!("xattr value of {} bytes (max {XATTR_SIZE_MAX})", value.len())));
@@ -200,7 +208,7 @@ impl Namespace {
         Ok(MdsReply::Ok)
     }
 
-    pub(super) fn list_xattr(&self, c: &Caller, ino: Ino) -> FsResult<MdsReply> {
+    pub(crate) fn list_xattr(&self, c: &Caller, ino: Ino) -> FsResult<MdsReply> {
         let rd = self.store.begin();
         rd.inode(ino)?;
         let prefix = xattr_prefix(ino);
@@ -213,7 +221,11 @@ impl Namespace {
         Ok(MdsReply::XattrNames(names))
     }
 
-    pub(super) fn remove_xattr_sync(&self, c: &Caller, ino: Ino, name: &str) -> FsResult<MdsReply> {
+    pub(crate) async fn remove_xattr(&self, c: &Caller, ino: Ino, name: &str) -> FsResult<MdsReply> {
+        self.durable(self.remove_xattr_sync(c, ino, name)).await
+    }
+
+    fn remove_xattr_sync(&self, c: &Caller, ino: Ino, name: &str) -> FsResult<MdsReply> {
         let ns = xattr_ns(name)?;
         let _g = self.lock();
         let mut tx = self.store.begin();
