@@ -35,6 +35,8 @@ pub const MAX_WRITE: u32 = 1 << 20;
 const BLKSIZE: u32 = 1 << 20;
 /// Directory entries asked from the MDS per kernel readdir (a reply holds about one page).
 const READDIR_BATCH: u32 = 128;
+/// The most one `copy_file_range` copies (its reply counts in 32 bits; the caller asks again for the rest).
+const COPY_MAX: u64 = 1 << 30;
 /// Directory parents remembered for "..".
 const PARENTS_MAX: usize = 65536;
 const FRESH_DIR_ATTRS_MAX: usize = 1024;
@@ -1318,6 +1320,44 @@ impl Filesystem for TesseraFs {
                 Err(e) => Err(e),
             };
             reply_empty(reply, r)
+        });
+    }
+
+    /// `copy_file_range(2)` within the mount: the mount copies through its engine in pieces of
+    /// [`tessera_client::cache::open_file::COPY_PIECE`], instead of the kernel's fallback of one 4 KiB read and
+    /// write after another (which made large copies crawl). The VFS has already refused overlapping ranges
+    /// in one file, O_APPEND destinations and files on other mounts.
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        if !flags.is_empty() {
+            return reply.error(Errno::EINVAL);
+        }
+        // The reply counts bytes in 32 bits; a shorter copy makes the caller ask again for the rest.
+        let len = len.min(COPY_MAX);
+        self.spawn(move |inner| async move {
+            let r = async {
+                let (src, dst) = (inner.handle(fh_in)?, inner.handle(fh_out)?);
+                let rate = periodic::gate(&dst.periodic, len).await;
+                let t0 = Instant::now();
+                let n = src.copy_range(offset_in, &dst, offset_out, len).await?;
+                periodic::pace(&dst.periodic, rate, n, t0).await;
+                Ok(n)
+            };
+            match r.await {
+                Ok(n) => reply.written(n as u32),
+                Err(e) => reply.error(errno(&e)),
+            }
         });
     }
 

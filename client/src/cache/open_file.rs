@@ -17,6 +17,10 @@ use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::msg::MAX_EXTENTS;
 use tessera_proto::types::IoTag;
 
+/// The piece [`Handle::copy_range`] reads and writes at a time (4 MiB: a whole stripe on the default
+/// layouts, one write-behind flush).
+pub const COPY_PIECE: u64 = 4 << 20;
+
 /// One read-ahead chunk on its way: its replies are kept apart, so a read inside one costs no copy.
 pub type Fetch = Shared<BoxFuture<'static, Result<ReadData, FsError>>>;
 
@@ -159,6 +163,30 @@ impl Handle {
             self.inode.flush(&self.client, &self.mds).await?;
         }
         Ok(())
+    }
+
+    /// `copy_file_range(2)` from this handle to `dst`: up to `len` bytes at `off_in` are read here and
+    /// written at `off_out` through `dst` in pieces of [`COPY_PIECE`], so a copy of any length holds at
+    /// most one piece in memory. Returns how many bytes were copied: short only at this file's end. The
+    /// caller clamps `len` to what its reply can count.
+    pub async fn copy_range(&self, off_in: u64, dst: &Handle, off_out: u64, len: u64) -> FsResult<u64> {
+        dst.check_writable()?;
+        off_out.checked_add(len).ok_or_else(|| FsError::new(ErrorCode::TooBig, "range past the largest offset"))?;
+        let mut done = 0u64;
+        while done < len {
+            let want = (len - done).min(COPY_PIECE);
+            let pieces = self.read(off_in + done, want).await?;
+            let mut got = 0u64;
+            for p in &pieces {
+                dst.write(off_out + done + got, p).await?;
+                got += p.len() as u64;
+            }
+            done += got;
+            if got < want {
+                break; // the end of the source
+            }
+        }
+        Ok(done)
     }
 
     fn check_writable(&self) -> FsResult<()> {
