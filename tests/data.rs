@@ -166,3 +166,55 @@ async fn concurrent_clients_write_disjoint_ranges_of_a_shared_file() {
         assert!(all[off as usize..(off + xfer) as usize] == expect[..], "wrong data at {off}");
     }
 }
+
+/// Files opened with the engine's cache (write-behind, read-ahead), as the mount's handles: two of one
+/// inode in one client share its state, so each reads the other's writes (and size) before any flush, and
+/// so does a write-through file of the same inode in a clone of the client; after the closes another
+/// client reads everything, and the inode's state is gone with its last handle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_files_of_one_inode_in_one_client_see_each_others_writes() {
+    let cluster = Cluster::start(3);
+    let client = cluster.client().await;
+    let spec = LayoutSpec { stripe_size: Some(256 << 10), stripe_count: Some(3) };
+    let cached = rw().with_cache();
+    let a = client.create_with("/cached", OpenOptions { create: true, exclusive: true, ..cached }, Some(spec));
+    let a = a.await.unwrap();
+    let b = client.open("/cached", cached).await.unwrap();
+    assert!(a.cached() && b.cached());
+    // 3 MiB in 64 KiB writes, into a's write-behind.
+    let data = pattern(7, 3 << 20);
+    for (i, piece) in data.chunks(64 << 10).enumerate() {
+        a.write_at(i as u64 * (64 << 10), Bytes::copy_from_slice(piece)).await.unwrap();
+    }
+    assert_eq!(b.size().await.unwrap(), 3 << 20, "b knows a's size");
+    assert!(b.read_at(0, 4 << 20).await.unwrap() == data[..], "b reads a's writes");
+    b.write_at(100, Bytes::from_static(b"from b")).await.unwrap();
+    assert_eq!(&a.read_at(98, 10).await.unwrap()[..], &[&data[98..100], b"from b", &data[106..108]].concat()[..]);
+    // Without the cache, through a clone of the client (another job): the same inode state.
+    let c = client.clone().with_job("other-job").open("/cached", rw()).await.unwrap();
+    assert!(!c.cached());
+    assert_eq!(&c.read_at(100, 6).await.unwrap()[..], b"from b");
+    c.write_at((3 << 20) - 4, Bytes::from_static(b"tail")).await.unwrap();
+    assert_eq!(&b.read_at((3 << 20) - 4, 100).await.unwrap()[..], b"tail");
+    assert_eq!(client.engine().open_inodes(), 1);
+    for f in [a, b, c] {
+        f.close().await.unwrap();
+    }
+    assert_eq!(client.engine().open_inodes(), 0, "the last close drops the inode's state");
+    let mut want = data;
+    want[100..106].copy_from_slice(b"from b");
+    want[(3 << 20) - 4..].copy_from_slice(b"tail");
+    let other = cluster.client().await;
+    assert_eq!(other.stat("/cached").await.unwrap().size, 3 << 20);
+    assert!(other.read_file("/cached").await.unwrap() == want, "another client after the closes");
+    // A cached file dropped without close is flushed and closed in the background.
+    let d = client.open("/cached", cached).await.unwrap();
+    d.write_at(3 << 20, Bytes::from_static(b"dropped")).await.unwrap();
+    drop(d);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while other.stat("/cached").await.unwrap().size != (3 << 20) + 7 {
+        assert!(std::time::Instant::now() < deadline, "a dropped file's buffered write never landed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(&other.read_file("/cached").await.unwrap()[3 << 20..], b"dropped");
+}

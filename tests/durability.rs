@@ -47,6 +47,42 @@ async fn kill9_after_fsync_loses_nothing() {
     assert_eq!(c.stat("/proj/data").await.unwrap().size, (5 << 20) + 4);
 }
 
+/// A file opened with the engine's cache (write-behind): what its fsync acknowledged survives `kill -9`
+/// of the MDS and the data servers; a buffered write its data server never got fails the close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_writes_are_durable_after_fsync_and_their_errors_reach_close() {
+    let mut cluster = Cluster::start(3);
+    let spec = LayoutSpec { stripe_size: Some(256 << 10), stripe_count: Some(3) };
+    let data = pattern(43, 5 << 20);
+    {
+        let c = cluster.client().await;
+        let opts = OpenOptions { read: true, write: true, create: true, exclusive: true, ..Default::default() };
+        let f = c.create_with("/cached", opts.with_cache(), Some(spec)).await.unwrap();
+        // 5 MiB in 64 KiB writes: buffered, sent in the background.
+        for (i, piece) in data.chunks(64 << 10).enumerate() {
+            f.write_at(i as u64 * (64 << 10), Bytes::copy_from_slice(piece)).await.unwrap();
+        }
+        f.fsync().await.unwrap();
+        cluster.kill9_mds();
+        for i in 0..3 {
+            cluster.kill9_ds(i);
+        }
+        drop(f);
+    }
+    for i in 0..3 {
+        cluster.start_ds(i);
+    }
+    cluster.start_mds();
+    let c = cluster.client().await;
+    assert_eq!(c.stat("/cached").await.unwrap().size, 5 << 20, "fsync'ed size lost");
+    assert!(c.read_file("/cached").await.unwrap() == data, "fsync'ed data lost");
+    // A write over every stripe stays buffered while its data server dies: the close says so.
+    let f = c.open("/cached", OpenOptions { write: true, ..Default::default() }.with_cache()).await.unwrap();
+    f.write_at(0, Bytes::from(pattern(44, 768 << 10))).await.unwrap();
+    cluster.kill9_ds(1);
+    assert!(f.close().await.is_err(), "a buffered write that never landed must fail the close");
+}
+
 /// A client keeps working through an MDS restart: a stat, a close and a directory listing issued while
 /// the MDS is dead wait for it and complete once it is back (with the default transport settings).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -74,7 +74,7 @@ impl TesseraBackend {
 }
 
 fn open_opts(read: bool, write: bool) -> OpenOptions {
-    OpenOptions { read, write, create: false, exclusive: false, truncate: false, append: false, perm: 0o644 }
+    OpenOptions { read, write, perm: 0o644, ..OpenOptions::default() }
 }
 
 impl Backend for TesseraBackend {

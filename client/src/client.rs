@@ -1,5 +1,6 @@
 //! The path-level client: resolves paths with the MDS, opens files, and the usual file-system calls.
 
+use crate::cache::{Engine, HandleOptions};
 use crate::data::{DataPlane, Route};
 use crate::file::{File, OpenOptions};
 use crate::forward::Forwarding;
@@ -13,8 +14,8 @@ use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::{text, ExtentSpec, Layout, LayoutSpec};
 use tessera_proto::msg::{
-    DeclaredFile, DirEntry, DsStatus, IonCall, IonReply, IonStatus, OpenFlags, PlacementStatus, RenameFlags,
-    SchedulerSetting, SetAttrs, StatFs, MAX_DECLARE,
+    DeclaredFile, DirEntry, DsStatus, IonCall, IonReply, IonStatus, PlacementStatus, RenameFlags, SchedulerSetting,
+    SetAttrs, StatFs, MAX_DECLARE,
 };
 use tessera_proto::rpc::{client_endpoint, resolve, RpcPeer};
 use tessera_proto::tls::NodeIdentity;
@@ -29,7 +30,8 @@ const READ_FILE_CHUNK: u64 = 64 << 20;
 
 struct Shared {
     cfg: ClusterConfig,
-    data: DataPlane,
+    /// The data servers and the inodes open through this client (the I/O engine, [`crate::cache`]).
+    engine: Arc<Engine>,
     // Kept so the endpoint outlives every peer using it.
     _endpoint: quinn::Endpoint,
     /// Renews this client's session with the MDS while the client exists.
@@ -123,7 +125,8 @@ impl Client {
         let _keep_alive = crate::mds_client::spawn_keep_alive(mds.clone());
         let periodic: Arc<crate::periodic::Periodic> = Arc::default();
         periodic.set_lease_hint(cfg.persched.lease_ms);
-        let shared = Arc::new(Shared { cfg: cfg.clone(), data, _endpoint: endpoint, _keep_alive, periodic });
+        let engine = Arc::new(Engine::new(data));
+        let shared = Arc::new(Shared { cfg: cfg.clone(), engine, _endpoint: endpoint, _keep_alive, periodic });
         Ok(Client { shared, mds })
     }
 
@@ -165,7 +168,12 @@ impl Client {
 
     /// The data servers' connections.
     pub fn data(&self) -> &DataPlane {
-        &self.shared.data
+        self.shared.engine.data()
+    }
+
+    /// The I/O engine: the data servers and the inodes open through this client (and its clones).
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.shared.engine
     }
 
     /// PerSched state of this client (the job's grant, if it follows a pattern).
@@ -187,15 +195,6 @@ impl Client {
         self.shared.periodic.follow(self.mds.clone());
     }
 
-    /// PerSched with detection (`[persched] detect`): the MDS may find this job periodic from its I/O and
-    /// give it a pattern without registration, so a client that transfers data follows its job's grant
-    /// from its first transfer on (a poll in the background; one atomic load per transfer after that).
-    pub(crate) fn periodic_detectable(&self) {
-        if self.shared.cfg.persched.detect && !self.shared.periodic.following() {
-            self.shared.periodic.follow(self.mds.clone());
-        }
-    }
-
     /// PerSched: this job stops being periodic.
     pub async fn periodic_leave(&self) -> FsResult<()> {
         self.shared.periodic.leave(&self.mds).await
@@ -208,12 +207,12 @@ impl Client {
 
     /// Round-trip time to data server `ds`.
     pub async fn ping_ds(&self, ds: DsId) -> FsResult<Duration> {
-        self.shared.data.ping(ds).await
+        self.data().ping(ds).await
     }
 
     /// Data server ids of the configuration.
     pub fn ds_ids(&self) -> Vec<DsId> {
-        self.shared.data.ids()
+        self.data().ids()
     }
 
     async fn resolve(&self, path: &str, follow: bool) -> FsResult<(Attr, Option<Layout>)> {
@@ -274,14 +273,21 @@ impl Client {
 
     /// Creates a new file (O_CREAT|O_EXCL|O_RDWR), optionally with its own layout.
     pub async fn create(&self, path: &str, perm: u32, layout: Option<LayoutSpec>) -> FsResult<File> {
+        let opts = OpenOptions { read: true, write: true, create: true, exclusive: true, perm, ..Default::default() };
+        self.create_with(path, opts, layout).await
+    }
+
+    /// Creates a new file with its own layout (or the directory's default) and opens it as `opts` say
+    /// (O_CREAT is implied; O_EXCL as `opts.exclusive`: without it an existing file is opened, and keeps
+    /// its layout).
+    pub async fn create_with(&self, path: &str, opts: OpenOptions, layout: Option<LayoutSpec>) -> FsResult<File> {
         if let Some(spec) = &layout {
             spec.validate()?;
         }
         let (parent, name) = self.parent_of(path).await?;
-        let opts = OpenOptions { read: true, write: true, create: true, exclusive: true, perm, ..Default::default() };
         let flags = opts.open_flags();
-        let opened = self.mds.create_open(parent, &name, opts.create_perm(), true, layout, flags).await?;
-        self.file_from(opened, flags).await
+        let opened = self.mds.create_open(parent, &name, opts.create_perm(), opts.exclusive, layout, flags).await?;
+        self.file_from(opened, opts).await
     }
 
     /// Opens (and with `create`, creates) a file; fetches fresh attributes and layout (close-to-open).
@@ -304,40 +310,27 @@ impl Client {
         } else {
             self.mds.open(self.resolve(path, true).await?.0.ino, flags).await?
         };
-        self.file_from(opened, flags).await
+        self.file_from(opened, opts).await
     }
 
     /// Opens an inode directly (for the FUSE layer); `create`/`exclusive`/`perm` are ignored.
     pub async fn open_ino(&self, ino: Ino, opts: OpenOptions) -> FsResult<File> {
         let flags = opts.open_flags();
         let opened = self.mds.open(ino, flags).await?;
-        self.file_from(opened, flags).await
+        self.file_from(opened, opts).await
     }
 
     /// The open file for a handle the MDS granted (released again if it is not a regular file).
-    async fn file_from(&self, opened: Opened, flags: OpenFlags) -> FsResult<File> {
-        let ino = opened.attr.ino;
-        if opened.attr.kind != FileKind::File {
-            // Release the handle the MDS counted before refusing.
-            let _ = self.mds.close(ino, opened.handle, None, false).await;
-            let code = if opened.attr.kind == FileKind::Dir { ErrorCode::IsDir } else { ErrorCode::Invalid };
-            return Err(FsError::new(code, format!("inode {ino} is not a regular file")));
-        }
-        let layout = match opened.layout {
-            Some(l) => l,
-            None => match self.mds.get_layout(ino).await {
-                Ok(LayoutReply::File(l)) => l,
-                Ok(LayoutReply::Dir(_) | LayoutReply::DirComposite(_)) => {
-                    let _ = self.mds.close(ino, opened.handle, None, false).await;
-                    return Err(FsError::protocol(format!("MDS returned a directory layout for file {ino}")));
-                }
-                Err(e) => {
-                    let _ = self.mds.close(ino, opened.handle, None, false).await;
-                    return Err(e);
-                }
-            },
+    async fn file_from(&self, opened: Opened, opts: OpenOptions) -> FsResult<File> {
+        let (attr, flags) = (opened.attr.clone(), opts.open_flags());
+        let how = HandleOptions {
+            flags,
+            cached: opts.cached,
+            periodic: self.shared.periodic.clone(),
+            detect_periodic: self.shared.cfg.persched.detect,
         };
-        Ok(File::new(self.clone(), opened.attr, Some(layout), opened.handle, flags))
+        let handle = self.shared.engine.open(&self.mds, opened, how).await?;
+        Ok(File::new(handle, attr, flags))
     }
 
     pub async fn unlink(&self, path: &str) -> FsResult<()> {

@@ -1,15 +1,27 @@
-//! Open files. Writes and reads go straight to the data servers, split per object and sent in parallel;
-//! the MDS learns the new size at fsync and close (close-to-open consistency, like NFS).
+//! Open files, over the client's I/O engine ([`crate::cache`]): every `File` is an engine
+//! [`Handle`], as every open of the FUSE mount is, and all `File`s of one inode in one [`crate::Client`]
+//! (and its clones) share the inode's state, so each sees the others' writes.
+//!
+//! By default a `File` writes through and reads exactly: `write_at` returns once the data servers have
+//! the bytes (its errors come back from it), `read_at` fetches just its range. Opened with
+//! [`OpenOptions::cached`] it runs as the mount does — writes behind, reads ahead: `write_at` returns once
+//! the bytes are buffered, and an error of a buffered write comes back from a later `write_at`, or from
+//! [`File::flush`], [`File::fsync`] or [`File::close`]. Either way the MDS learns the new size at flush,
+//! fsync and close (close-to-open consistency, like NFS): another client that opens the file after our
+//! close (or flush, or fsync) sees our writes.
+//!
+//! Close a `File` with [`File::close`] to learn whether its writes landed. One dropped without it is
+//! flushed and closed by a task on the current tokio runtime, which can only log what fails (a
+//! `tracing` warning); dropped outside a runtime (or as the runtime shuts down) it is not closed at all
+//! and buffered writes are lost, which is logged too.
 
-use crate::client::Client;
+use crate::cache::Handle;
 use bytes::Bytes;
-use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::Arc;
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::Layout;
-use tessera_proto::msg::{OpenFlags, SetAttrs};
-use tessera_proto::types::{Attr, FileKind, Ino, IoTag};
+use tessera_proto::msg::OpenFlags;
+use tessera_proto::types::{Attr, Ino, IoTag};
 
 /// How to open a file (POSIX `open(2)` flags). `OpenOptions::default()` opens read-only.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -26,6 +38,10 @@ pub struct OpenOptions {
     pub append: bool,
     /// Permission bits for a created file; 0 → 0o644.
     pub perm: u32,
+    /// Write-behind and read-ahead, as the FUSE mount does: `write_at` returns once the bytes are
+    /// buffered, and errors of buffered writes come back from a later write, `flush`, `fsync` or
+    /// `close`. Off (the default): writes go through, reads read exactly (see [`File`]).
+    pub cached: bool,
 }
 
 impl OpenOptions {
@@ -42,6 +58,11 @@ impl OpenOptions {
     /// O_WRONLY|O_CREAT|O_TRUNC, what `>` in a shell does.
     pub fn write_truncate() -> OpenOptions {
         OpenOptions { write: true, create: true, truncate: true, ..Default::default() }
+    }
+
+    /// The same, with the cache on ([`OpenOptions::cached`]).
+    pub fn with_cache(self) -> OpenOptions {
+        OpenOptions { cached: true, ..self }
     }
 
     /// The flags sent with `Open`: no access mode means read (O_RDONLY is 0); append and truncate need
@@ -68,43 +89,15 @@ impl OpenOptions {
 
 /// An open regular file. Methods take `&self`: several tasks may read and write disjoint ranges at once.
 pub struct File {
-    client: Client,
+    /// Shared with the task that closes a dropped `File`.
+    handle: Arc<Handle>,
     attr: Attr,
-    layout: crate::live_layout::LiveLayout,
-    handle: u64,
-    tag: IoTag,
     flags: OpenFlags,
-    /// Size last heard from the MDS.
-    mds_size: AtomicU64,
-    /// End of the furthest write through this handle.
-    written_end: AtomicU64,
-    wrote: AtomicBool,
-    /// Stripes written since the last fsync.
-    dirty: Mutex<BTreeSet<usize>>,
-    /// End of the last `append` reservation, so concurrent appends do not overlap.
-    closed: AtomicBool,
-    /// The client's session at the open (see [`crate::session`]).
-    session: u64,
 }
 
 impl File {
-    pub(crate) fn new(client: Client, attr: Attr, layout: Option<Layout>, handle: u64, flags: OpenFlags) -> File {
-        let tag = IoTag { origin: client.mds().origin().clone(), ino: attr.ino };
-        let layout = layout.unwrap_or(Layout::plain(0, Vec::new()));
-        File {
-            mds_size: AtomicU64::new(attr.size),
-            layout: crate::live_layout::LiveLayout::new(attr.ino, layout),
-            handle,
-            tag,
-            flags,
-            written_end: AtomicU64::new(0),
-            wrote: AtomicBool::new(false),
-            dirty: Mutex::new(BTreeSet::new()),
-            closed: AtomicBool::new(false),
-            session: client.mds().session().epoch(),
-            client,
-            attr,
-        }
+    pub(crate) fn new(handle: Handle, attr: Attr, flags: OpenFlags) -> File {
+        File { handle: Arc::new(handle), attr, flags }
     }
 
     /// Attributes as of the open.
@@ -117,32 +110,27 @@ impl File {
     }
 
     /// The layout as last known (composite layouts gain extents as the file reaches them).
-    pub fn layout(&self) -> std::sync::Arc<Layout> {
-        self.layout.get()
+    pub fn layout(&self) -> Arc<Layout> {
+        self.handle.inode.layout.get()
     }
 
     /// The MDS handle of this open.
     pub fn handle(&self) -> u64 {
-        self.handle
+        self.handle.mds_handle
     }
 
     /// The tag every data request of this file carries.
     pub fn io_tag(&self) -> &IoTag {
-        &self.tag
+        &self.handle.tag
     }
 
-    fn known_size(&self) -> u64 {
-        self.mds_size.load(Ordering::Acquire).max(self.written_end.load(Ordering::Acquire))
+    /// Whether this file writes behind and reads ahead ([`OpenOptions::cached`]).
+    pub fn cached(&self) -> bool {
+        self.handle.cached()
     }
 
-    fn check_data_file(&self) -> FsResult<()> {
-        if self.attr.kind != FileKind::File || self.layout.get().targets.is_empty() {
-            return Err(FsError::new(ErrorCode::Invalid, format!("inode {} has no data layout", self.attr.ino)));
-        }
-        Ok(())
-    }
-
-    /// Writes `data` at `offset` (pwrite): all its object requests in parallel.
+    /// Writes `data` at `offset` (pwrite). Without the cache all its object requests go in parallel and
+    /// it returns once they are written; with it, once the bytes are buffered.
     pub async fn write_at(&self, offset: u64, data: Bytes) -> FsResult<()> {
         if !self.flags.write {
             return Err(FsError::new(ErrorCode::Access, "file not open for writing"));
@@ -150,58 +138,30 @@ impl File {
         if data.is_empty() {
             return Ok(());
         }
-        self.check_data_file()?;
-        self.client.mds().session().check(self.session)?;
-        let end = offset
+        self.handle.inode.check_layout()?;
+        self.handle.check_session()?;
+        offset
             .checked_add(data.len() as u64)
             .ok_or_else(|| FsError::new(ErrorCode::TooBig, "write beyond the largest file offset"))?;
         // PerSched: a job with a pattern waits for its interval and is paced; others pass (one atomic load).
-        self.client.periodic_detectable();
-        let len = data.len() as u64;
-        let paced = if self.client.periodic().active() { self.client.periodic().wait_slot(len).await } else { None };
-        let t0 = std::time::Instant::now();
-        let layout = self.layout.for_write(self.client.mds(), end).await?;
-        let stripes = self.client.data().write(&self.tag, &layout, offset, data).await?;
-        if let Some(bw) = paced {
-            self.client.periodic().pace(len, bw, t0).await;
-        }
-        if let Ok(mut d) = self.dirty.lock() {
-            d.extend(stripes);
-        }
-        self.wrote.store(true, Ordering::Release);
-        self.written_end.fetch_max(end, Ordering::AcqRel);
-        Ok(())
+        self.handle.write_paced(offset, data).await
     }
 
     /// Reads up to `len` bytes at `offset` (pread): short only at the end of the file; holes read as zeros.
     pub async fn read_at(&self, offset: u64, len: u64) -> FsResult<Bytes> {
-        if len == 0 {
-            return Ok(Bytes::new());
-        }
-        let mut size = self.known_size();
-        if offset.saturating_add(len) > size {
-            // Near the end: someone may have extended the file and closed since our open.
-            size = self.size().await?;
-        }
-        let end = offset.saturating_add(len).min(size);
-        if offset >= end {
-            return Ok(Bytes::new());
-        }
-        self.check_data_file()?;
-        self.client.mds().session().check(self.session)?;
-        self.client.periodic_detectable();
-        let paced =
-            if self.client.periodic().active() { self.client.periodic().wait_slot(end - offset).await } else { None };
-        let t0 = std::time::Instant::now();
-        let layout = self.layout.for_read(self.client.mds(), end).await?;
-        let out = self.client.data().read(&self.tag, &layout, offset, end - offset).await?;
-        if let Some(bw) = paced {
-            self.client.periodic().pace(out.len() as u64, bw, t0).await;
-        }
-        Ok(out)
+        Ok(tessera_proto::frame::concat(self.read_pieces(offset, len).await?))
     }
 
-    /// Appends at the file's end as the MDS orders every client's appends ([`MdsClient::append`]);
+    /// [`File::read_at`] with the data in the pieces it arrived in (no gathering copy).
+    pub async fn read_pieces(&self, offset: u64, len: u64) -> FsResult<Vec<Bytes>> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        self.handle.check_session()?;
+        self.handle.read_paced(offset, len).await
+    }
+
+    /// Appends at the file's end as the MDS orders every client's appends ([`crate::MdsClient::append`]);
     /// returns the offset written at.
     pub async fn append(&self, data: Bytes) -> FsResult<u64> {
         if !self.flags.write {
@@ -210,73 +170,62 @@ impl File {
         if data.is_empty() {
             return self.size().await;
         }
-        let offset = self.client.mds().append(self.attr.ino, data.len() as u64).await?;
+        let offset = self.handle.mds.append(self.attr.ino, data.len() as u64).await?;
         self.write_at(offset, data).await?;
         Ok(offset)
     }
 
-    /// The file size: the MDS's, or the end of our own writes if that is further.
+    /// The file size: the MDS's, or the end of this client's writes if that is further.
     pub async fn size(&self) -> FsResult<u64> {
-        let attr = self.client.mds().getattr(self.attr.ino).await?;
-        self.mds_size.store(attr.size, Ordering::Release);
-        Ok(self.known_size())
+        self.handle.size(true).await
     }
 
-    /// Truncates or extends the file (ftruncate): the MDS cuts the objects, and this handle forgets
-    /// writes beyond the new end, so its close does not grow the file back.
+    /// Truncates or extends the file (ftruncate): the MDS cuts the objects, and this client forgets
+    /// writes beyond the new end, so a close does not grow the file back.
     pub async fn set_len(&self, size: u64) -> FsResult<()> {
-        let set = SetAttrs { size: Some(size), ..Default::default() };
-        self.client.mds().setattr(self.attr.ino, set).await?;
-        self.written_end.fetch_min(size, Ordering::AcqRel);
-        self.mds_size.store(size, Ordering::Release);
-        Ok(())
+        self.handle.set_len(size).await
+    }
+
+    /// Sends what is buffered and tells the MDS the size: a client that opens the file from now on sees
+    /// every write made so far.
+    pub async fn flush(&self) -> FsResult<()> {
+        self.handle.check_session()?;
+        self.handle.flush().await
     }
 
     /// Makes everything written so far durable on the data servers and tells the MDS the size.
     pub async fn fsync(&self) -> FsResult<()> {
-        self.client.mds().session().check(self.session)?;
-        let stripes: Vec<usize> = match self.dirty.lock() {
-            Ok(mut d) => std::mem::take(&mut *d).into_iter().collect(),
-            Err(_) => return Err(FsError::io("fsync state poisoned")),
-        };
-        if let Err(e) = self.client.data().fsync(&self.tag, &self.layout.get(), &stripes).await {
-            if let Ok(mut d) = self.dirty.lock() {
-                d.extend(stripes);
-            }
-            return Err(e);
-        }
-        if self.wrote.load(Ordering::Acquire) {
-            self.client.mds().report_write(self.attr.ino, self.written_end.load(Ordering::Acquire)).await?;
-        }
-        // The file's metadata (its creation, size, times) must be on disk too.
-        self.client.mds().sync().await
+        self.handle.check_session()?;
+        self.handle.fsync().await
     }
 
-    /// Closes the handle; the MDS merges the end of our furthest write into the size.
+    /// Flushes and closes the handle; the MDS merges the end of our furthest write into the size.
     pub async fn close(self) -> FsResult<()> {
-        self.closed.store(true, Ordering::Release);
-        let wrote = self.wrote.load(Ordering::Acquire);
-        let size = wrote.then(|| self.written_end.load(Ordering::Acquire));
-        self.client.mds().close(self.attr.ino, self.handle, size, wrote).await
+        self.handle.release().await
     }
 }
 
 impl Drop for File {
-    /// A file dropped without `close` is closed in the background so the MDS does not keep the handle.
+    /// A file dropped without `close` is flushed and closed in the background (see the module's notes).
     fn drop(&mut self) {
-        if self.closed.swap(true, Ordering::AcqRel) {
+        if self.handle.released() {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
-        let mds = self.client.mds().clone();
-        let (ino, handle) = (self.attr.ino, self.handle);
-        let wrote = self.wrote.load(Ordering::Acquire);
-        let size = wrote.then(|| self.written_end.load(Ordering::Acquire));
-        rt.spawn(async move {
-            if let Err(e) = mds.close(ino, handle, size, wrote).await {
-                tracing::debug!(ino, "background close failed: {e}");
+        let h = self.handle.clone();
+        let ino = self.attr.ino;
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    if let Err(e) = h.release().await {
+                        tracing::warn!(ino, "closing a file dropped without close: {e}");
+                    }
+                });
             }
-        });
+            Err(_) if h.inode.has_pending() => {
+                tracing::warn!(ino, "a file dropped outside a tokio runtime: not closed, buffered writes lost")
+            }
+            Err(_) => tracing::debug!(ino, "a file dropped outside a tokio runtime: not closed"),
+        }
     }
 }
 
@@ -296,6 +245,15 @@ mod tests {
         assert_eq!(f, OpenFlags { read: true, write: true, truncate: true });
         assert_eq!(OpenOptions::write_truncate().open_flags(), OpenFlags { read: false, write: true, truncate: true });
         assert_eq!(OpenOptions::read_write().open_flags(), OpenFlags { read: true, write: true, truncate: false });
+    }
+
+    #[test]
+    fn the_cache_is_opt_in_and_changes_no_flag() {
+        assert!(!OpenOptions::default().cached && !OpenOptions::read_write().cached);
+        let o = OpenOptions::write_truncate().with_cache();
+        assert!(o.cached);
+        assert_eq!(o.open_flags(), OpenOptions::write_truncate().open_flags());
+        assert_eq!(OpenOptions { cached: false, ..o }, OpenOptions::write_truncate());
     }
 
     #[test]

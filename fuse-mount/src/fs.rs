@@ -17,14 +17,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tessera_client::cache::dir_lease::{self as dirlease, DirLeases};
-use tessera_client::cache::open_file::Handle;
 use tessera_client::cache::write_behind::{privileged_bits, OpenInode};
-use tessera_client::mds_client::{LayoutReply, Opened};
+use tessera_client::cache::{Handle, HandleOptions};
+use tessera_client::mds_client::Opened;
 use tessera_client::periodic::patterns as periodic;
 use tessera_client::proto::types::NAME_MAX;
 use tessera_client::{
-    Attr, Caller, Client, ErrorCode, FileKind, FsError, FsResult, Ino, IoTag, MdsClient, OpenFlags, RenameFlags,
-    SetAttrs, TimeSet, Timestamp, XattrMode, ROOT_INO,
+    Attr, Caller, Client, ErrorCode, FileKind, FsError, FsResult, Ino, MdsClient, OpenFlags, RenameFlags, SetAttrs,
+    TimeSet, Timestamp, XattrMode, ROOT_INO,
 };
 
 /// How long the kernel may cache attributes and entries.
@@ -60,8 +60,6 @@ struct Inner {
     opts: FsOptions,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     next_fh: AtomicU64,
-    /// Open inodes with the number of handles on each.
-    inodes: Mutex<HashMap<Ino, (usize, Arc<OpenInode>)>>,
     parents: Mutex<HashMap<Ino, Ino>>,
     /// Directory attributes a create or removal just returned, with when: the kernel drops its cached
     /// attributes of the parent after such a change and asks for them again before the next one, which
@@ -107,10 +105,9 @@ impl FsState {
             Err(_) => return,
         };
         for (_, h) in handles {
-            if let Err(e) = h.inode.flush(&h.client, &h.mds).await {
-                tracing::warn!(ino = h.inode.ino, "writes lost at shutdown: {e}");
+            if let Err(e) = h.release().await {
+                tracing::warn!(ino = h.inode.ino, "release at shutdown (writes may be lost): {e}");
             }
-            let _ = h.mds.close(h.inode.ino, h.mds_handle, None, false).await;
         }
     }
 }
@@ -297,7 +294,7 @@ impl Inner {
     }
 
     fn open_inode(&self, ino: Ino) -> Option<Arc<OpenInode>> {
-        self.inodes.lock().ok()?.get(&ino).map(|(_, i)| i.clone())
+        self.client.engine().open_inode(ino)
     }
 
     /// Attributes as this mount sees them: our unreported writes extend the size and move mtime.
@@ -378,7 +375,8 @@ impl Inner {
         self.attach_as(None, mds, opened, of).await
     }
 
-    /// [`Inner::attach`] under file handle number `fh` (`None`: a new one).
+    /// [`Inner::attach`] under file handle number `fh` (`None`: a new one): the engine's handle, with the
+    /// write-behind and read-ahead on and the job's PerSched pattern as this mount follows it.
     async fn attach_as(
         &self,
         fh: Option<u64>,
@@ -386,43 +384,13 @@ impl Inner {
         opened: Opened,
         of: OpenFlags,
     ) -> FsResult<(u64, Attr)> {
-        let (ino, write, truncate) = (opened.attr.ino, of.write, of.truncate);
-        let fail = |e: FsError| async move {
-            let _ = mds.close(ino, opened.handle, None, false).await;
-            Err(e)
-        };
-        if opened.attr.kind != FileKind::File {
-            let code = if opened.attr.kind == FileKind::Dir { ErrorCode::IsDir } else { ErrorCode::Invalid };
-            return fail(err(code, "not a regular file")).await;
-        }
-        let layout = match opened.layout {
-            Some(l) => l,
-            None => match mds.get_layout(ino).await {
-                Ok(LayoutReply::File(l)) => l,
-                Ok(LayoutReply::Dir(_) | LayoutReply::DirComposite(_)) => {
-                    return fail(FsError::protocol("directory layout for a file")).await
-                }
-                Err(e) => return fail(e).await,
-            },
-        };
-        let inode = {
-            let mut m = self.inodes.lock().map_err(|_| FsError::io("inode table poisoned"))?;
-            let e = m.entry(ino).or_insert_with(|| (0, Arc::new(OpenInode::new(ino, layout))));
-            e.0 += 1;
-            e.1.clone()
-        };
-        if truncate {
-            inode.truncated(0);
-        }
-        inode.privileged.store(privileged_bits(opened.attr.perm) != 0, Ordering::Relaxed);
-        let tag = IoTag { origin: mds.origin().clone(), ino };
-        let client = self.client.clone().with_mds(mds.clone());
+        let attr = opened.attr.clone();
         let periodic = self.patterns.of(mds).await;
-        let h =
-            Arc::new(Handle::new(inode, opened.handle, tag, client, write, opened.attr.size).with_periodic(periodic));
+        let opts = HandleOptions { flags: of, cached: true, periodic, detect_periodic: false };
+        let h = Arc::new(self.client.engine().open(mds, opened, opts).await?);
         let fh = fh.unwrap_or_else(|| self.next_fh.fetch_add(1, Ordering::Relaxed));
         self.handles.lock().map_err(|_| FsError::io("handle table poisoned"))?.insert(fh, h);
-        Ok((fh, self.fix(opened.attr)))
+        Ok((fh, self.fix(attr)))
     }
 
     async fn release(&self, fh: FileHandle) -> FsResult<()> {
@@ -432,24 +400,7 @@ impl Inner {
             .map_err(|_| FsError::io("handle table poisoned"))?
             .remove(&fh.0)
             .ok_or_else(|| err(ErrorCode::Invalid, "unknown file handle"))?;
-        let ino = h.inode.ino;
-        let flushed = if h.wrote.load(Ordering::Acquire) { h.inode.flush(&h.client, &h.mds).await } else { Ok(()) };
-        // Reported by the flush: the close need not move size or mtime again.
-        let (size, wrote) = match &flushed {
-            Ok(()) => (None, false),
-            Err(_) => (Some(h.inode.local_state().0), h.wrote.load(Ordering::Acquire)),
-        };
-        let closed = h.mds.close(ino, h.mds_handle, size, wrote).await;
-        if let Ok(mut m) = self.inodes.lock() {
-            if let Some(e) = m.get_mut(&ino) {
-                e.0 -= 1;
-                if e.0 == 0 {
-                    m.remove(&ino);
-                }
-            }
-        }
-        flushed?;
-        closed
+        h.release().await
     }
 
     async fn setattr(&self, k: Key, ino: Ino, set: SetAttrs, fh: Option<FileHandle>) -> FsResult<Attr> {
@@ -460,7 +411,7 @@ impl Inner {
                 // Earlier writes land (and are reported) before the truncate or the explicit mtime.
                 let h = fh.and_then(|fh| self.handle(fh).ok());
                 let m = h.as_ref().map(|h| h.mds.clone()).unwrap_or_else(|| mds.clone());
-                i.flush(&self.client, &m).await?;
+                i.flush(&m).await?;
             }
         }
         let only_size = set.perm.is_none() && set.uid.is_none() && set.gid.is_none() && set.atime.is_none();
@@ -544,7 +495,6 @@ impl TesseraFs {
             opts,
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            inodes: Mutex::new(HashMap::new()),
             parents: Mutex::new(HashMap::new()),
             fresh_dir_attrs: Mutex::new(HashMap::new()),
             direct_io: AtomicBool::new(false),
@@ -1051,7 +1001,7 @@ impl Filesystem for TesseraFs {
             if h.inode.has_pending() {
                 periodic::gate(&h.periodic, 0).await;
             }
-            reply_empty(reply, h.inode.flush(&h.client, &h.mds).await)
+            reply_empty(reply, h.flush().await)
         });
     }
 
@@ -1080,7 +1030,7 @@ impl Filesystem for TesseraFs {
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         self.spawn(move |inner| async move {
             let r = match inner.handle(fh) {
-                Ok(h) => h.inode.fsync(&h.client, &h.mds, &h.tag).await,
+                Ok(h) => h.fsync().await,
                 Err(e) => Err(e),
             };
             reply_empty(reply, r)

@@ -1,20 +1,24 @@
 //! One open file handle over the inode's write-behind ([`super::write_behind`]): its reads (answered from
 //! read-ahead chunks and strided windows where [`super::read_ahead`] sees a stream, else read exactly),
-//! writes, `fallocate` and size, inside close-to-open consistency.
+//! writes, `fallocate`, size, flush, fsync and release, inside close-to-open consistency. A handle
+//! opened without the cache ([`HandleOptions::cached`] false) writes through and reads exactly, over the
+//! same inode state.
 
+use super::engine::{Engine, HandleOptions};
 use super::read_ahead::{Plan, Stream};
 pub use super::read_ahead::{RA_AHEAD, RA_CHUNK};
 use super::write_behind::OpenInode;
-use crate::client::Client;
 use crate::data::ReadData;
 use crate::mds_client::MdsClient;
+use crate::periodic::{patterns, Periodic};
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
-use tessera_proto::msg::MAX_EXTENTS;
+use tessera_proto::msg::{SetAttrs, MAX_EXTENTS};
 use tessera_proto::types::IoTag;
 
 /// The piece [`Handle::copy_range`] reads and writes at a time (4 MiB: a whole stripe on the default
@@ -74,43 +78,57 @@ impl ReadAhead {
     }
 }
 
-/// One open file handle.
+/// One open file handle (made by [`Engine::open`]).
 pub struct Handle {
     pub inode: Arc<OpenInode>,
     pub mds_handle: u64,
     pub tag: IoTag,
     /// The opener's credentials.
     pub mds: MdsClient,
-    pub client: Client,
+    engine: Arc<Engine>,
     pub writable: bool,
+    /// Write-behind and read-ahead, or write-through and exact reads.
+    cached: bool,
     pub wrote: AtomicBool,
+    released: AtomicBool,
     ra: Mutex<ReadAhead>,
     /// The client's session at the open: an eviction since makes this handle stale.
     session: u64,
     /// The opener's job's PerSched pattern (inactive: the job is not delayed).
-    pub periodic: Arc<crate::periodic::Periodic>,
+    pub periodic: Arc<Periodic>,
+    detect_periodic: bool,
 }
 
 impl Handle {
-    pub fn new(inode: Arc<OpenInode>, mds_handle: u64, tag: IoTag, client: Client, writable: bool, size: u64) -> Self {
+    pub(super) fn new(
+        engine: Arc<Engine>,
+        inode: Arc<OpenInode>,
+        mds_handle: u64,
+        mds: MdsClient,
+        size: u64,
+        opts: HandleOptions,
+    ) -> Self {
         inode.heard_size(size);
         Handle {
+            tag: IoTag { origin: mds.origin().clone(), ino: inode.ino },
             inode,
             mds_handle,
-            tag,
-            mds: client.mds().clone(),
-            writable,
+            session: mds.session().epoch(),
+            mds,
+            engine,
+            writable: opts.flags.write,
+            cached: opts.cached,
             wrote: AtomicBool::new(false),
+            released: AtomicBool::new(false),
             ra: Mutex::new(ReadAhead::default()),
-            session: client.mds().session().epoch(),
-            client,
-            periodic: Arc::default(),
+            periodic: opts.periodic,
+            detect_periodic: opts.detect_periodic,
         }
     }
 
-    /// The handle following its job's pattern `p`.
-    pub fn with_periodic(self, p: Arc<crate::periodic::Periodic>) -> Self {
-        Handle { periodic: p, ..self }
+    /// Whether this handle writes behind and reads ahead.
+    pub fn cached(&self) -> bool {
+        self.cached
     }
 
     /// Fails (EIO) once the MDS has evicted this client since the open (see [`crate::session`]).
@@ -127,17 +145,128 @@ impl Handle {
         Ok(self.inode.size())
     }
 
+    /// Writes `data` at `off`: into the write-behind (returns once buffered; an error of an earlier
+    /// buffered write may come back here), or without the cache to the data servers.
     pub async fn write(&self, off: u64, data: &[u8]) -> FsResult<()> {
-        self.check_writable()?;
-        self.inode.write(&self.client, &self.tag, off, data).await
+        if self.cached {
+            self.write_buffered(off, data).await
+        } else {
+            self.write_through(off, Bytes::copy_from_slice(data)).await
+        }
     }
 
-    /// [`Handle::write`] if it needs no waiting (see [`OpenInode::try_write`]).
+    /// [`Handle::write`] of bytes the caller owns: without the cache they are sent as they are.
+    pub async fn write_bytes(&self, off: u64, data: Bytes) -> FsResult<()> {
+        if self.cached {
+            self.write_buffered(off, &data).await
+        } else {
+            self.write_through(off, data).await
+        }
+    }
+
+    async fn write_buffered(&self, off: u64, data: &[u8]) -> FsResult<()> {
+        self.check_writable()?;
+        self.inode.write(&self.mds, &self.tag, off, data).await
+    }
+
+    async fn write_through(&self, off: u64, data: Bytes) -> FsResult<()> {
+        if !self.writable {
+            return Err(FsError::new(ErrorCode::Invalid, "file not open for writing"));
+        }
+        self.inode.write_through(&self.mds, &self.tag, off, data).await?;
+        self.wrote.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// [`Handle::write`] if it needs no waiting (see [`OpenInode::try_write`]); `None` without the cache.
     pub fn try_write(&self, off: u64, data: &[u8]) -> Option<FsResult<()>> {
+        if !self.cached {
+            return None;
+        }
         if let Err(e) = self.check_writable() {
             return Some(Err(e));
         }
-        self.inode.try_write(&self.client, &self.tag, off, data)
+        self.inode.try_write(&self.tag, off, data)
+    }
+
+    /// Waits for the job's PerSched interval when it has a pattern (see [`patterns::gate`]); with
+    /// detection on, the first transfer starts following the job's pattern.
+    pub async fn gate(&self, len: u64) -> Option<u64> {
+        if self.detect_periodic && !self.periodic.following() {
+            self.periodic.follow(self.mds.clone());
+        }
+        patterns::gate(&self.periodic, len).await
+    }
+
+    /// [`Handle::write_bytes`] in the job's PerSched interval, paced to its rate.
+    pub async fn write_paced(&self, off: u64, data: Bytes) -> FsResult<()> {
+        let len = data.len() as u64;
+        let rate = self.gate(len).await;
+        let t0 = Instant::now();
+        self.write_bytes(off, data).await?;
+        patterns::pace(&self.periodic, rate, len, t0).await;
+        Ok(())
+    }
+
+    /// [`Handle::read`] in the job's PerSched interval, paced to its rate: clamped to the size first,
+    /// so a read at the end waits for nothing.
+    pub async fn read_paced(&self, off: u64, len: u64) -> FsResult<Vec<Bytes>> {
+        let Some((end, size)) = self.bounds(off, len).await? else { return Ok(Vec::new()) };
+        let rate = self.gate(end - off).await;
+        let t0 = Instant::now();
+        let out = self.read_within(off, end, size).await?;
+        patterns::pace(&self.periodic, rate, out.iter().map(|b| b.len() as u64).sum(), t0).await;
+        Ok(out)
+    }
+
+    /// Sends what is buffered and tells the MDS the size: others who open the file from now on see
+    /// every write made through this client (close-to-open).
+    pub async fn flush(&self) -> FsResult<()> {
+        self.inode.flush(&self.mds).await
+    }
+
+    /// Makes everything written to the inode durable on the data servers, and the size and the file's
+    /// metadata on the MDS.
+    pub async fn fsync(&self) -> FsResult<()> {
+        self.inode.fsync(&self.mds, &self.tag).await
+    }
+
+    /// Truncates or extends the file (ftruncate): earlier writes land first, and none before it
+    /// extends the file again.
+    pub async fn set_len(&self, size: u64) -> FsResult<()> {
+        if self.cached || self.inode.has_pending() {
+            self.inode.flush(&self.mds).await?;
+        }
+        self.mds.setattr(self.inode.ino, SetAttrs { size: Some(size), ..Default::default() }).await?;
+        self.inode.truncated(size);
+        Ok(())
+    }
+
+    /// Closes the handle (once; later calls do nothing): what it wrote is flushed and the MDS merges its
+    /// end into the size, then the MDS forgets the handle. A handle without the cache tells the size with
+    /// the close (one round trip). The first error is returned; the handle is closed either way.
+    pub async fn release(&self) -> FsResult<()> {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let ino = self.inode.ino;
+        let wrote = self.wrote.load(Ordering::Acquire);
+        let flushed =
+            if wrote && (self.cached || self.inode.has_pending()) { self.inode.flush(&self.mds).await } else { Ok(()) };
+        // Reported by the flush: the close need not move size or mtime again.
+        let (size, report) = match &flushed {
+            Ok(()) if self.cached || !wrote => (None, false),
+            _ => (Some(self.inode.local_state().0), wrote),
+        };
+        let closed = self.mds.close(ino, self.mds_handle, size, report).await;
+        self.engine.detach(ino);
+        flushed?;
+        closed
+    }
+
+    /// True once [`Handle::release`] ran.
+    pub fn released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
     }
 
     /// `fallocate(2)` through this handle: mode 0 or `FALLOC_FL_KEEP_SIZE` reserve space,
@@ -149,18 +278,18 @@ impl Handle {
         let end =
             offset.checked_add(len).ok_or_else(|| FsError::new(ErrorCode::TooBig, "range past the largest offset"))?;
         let zero = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0;
-        self.inode.drain(&self.client).await?;
+        self.inode.drain().await?;
         if !zero {
             self.inode.layout.for_write(&self.mds, end).await?;
         }
-        let r = self.client.data().fallocate(&self.tag, &self.inode.layout.get(), offset, len, zero).await;
+        let r = self.engine.data().fallocate(&self.tag, &self.inode.layout.get(), offset, len, zero).await;
         self.inode.wgen.fetch_add(1, Ordering::AcqRel);
         r?;
         if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > self.inode.size() {
             // The new size is this mount's answer from now on (getattr, lseek, appends), as a write's
             // would be, and the MDS has it before the call returns.
             self.inode.extended(end);
-            self.inode.flush(&self.client, &self.mds).await?;
+            self.inode.flush(&self.mds).await?;
         }
         Ok(())
     }
@@ -198,26 +327,36 @@ impl Handle {
     }
 
     fn fetch(&self, off: u64, len: u64) -> Fetch {
-        let client = self.client.clone();
+        let data = self.engine.data().clone();
         let tag = self.tag.clone();
         let layout = self.inode.layout.get();
-        async move { client.data().read_data(&tag, &layout, off, len).await }.boxed().shared()
+        async move { data.read_data(&tag, &layout, off, len).await }.boxed().shared()
     }
 
     /// Fetches the blocks `(offset, len)` as vectored requests ([`crate::data::DataPlane::read_runs`]).
     fn fetch_blocks(&self, blocks: Vec<(u64, u64)>) -> BlocksFetch {
-        let client = self.client.clone();
+        let data = self.engine.data().clone();
         let tag = self.tag.clone();
         let layout = self.inode.layout.get();
-        async move { client.data().read_runs(&tag, &layout, &blocks).await.map(Arc::new) }.boxed().shared()
+        async move { data.read_runs(&tag, &layout, &blocks).await.map(Arc::new) }.boxed().shared()
     }
 
     /// Reads up to `len` bytes at `off`: short only at the end of the file. The data comes as the pieces
     /// it arrived in (see [`ReadData::slices`]).
     pub async fn read(&self, off: u64, len: u64) -> FsResult<Vec<Bytes>> {
+        match self.bounds(off, len).await? {
+            Some((end, size)) => self.read_within(off, end, size).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Where a read of `len` bytes at `off` ends, and the size it was clamped to; `None`: nothing to
+    /// read there. Our own buffered writes land first, and a composite layout whose extents another
+    /// client placed since our open is fetched again.
+    async fn bounds(&self, off: u64, len: u64) -> FsResult<Option<(u64, u64)>> {
         if self.inode.has_pending() {
             // Our own buffered writes must be visible to our reads.
-            self.inode.drain(&self.client).await?;
+            self.inode.drain().await?;
         }
         self.inode.check_layout()?;
         let mut size = self.size(false).await?;
@@ -226,7 +365,7 @@ impl Handle {
         }
         let end = off.saturating_add(len).min(size);
         if off >= end {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         // A composite layout whose extents another client placed since our open: fetch it again (and
         // drop read-ahead fetched with the old one, which read those extents as holes).
@@ -234,6 +373,11 @@ impl Handle {
         if size > known && self.inode.layout.for_read(&self.mds, size).await?.instantiated_end() > known {
             self.inode.wgen.fetch_add(1, Ordering::AcqRel);
         }
+        Ok(Some((end, size)))
+    }
+
+    /// Reads `off..end` of a file of `size` bytes (see [`Handle::bounds`]).
+    async fn read_within(&self, off: u64, end: u64, size: u64) -> FsResult<Vec<Bytes>> {
         match self.plan_read(off, end, size)? {
             Some(parts) => self.assemble(off, end, parts).await,
             None => self.read_direct(off, end).await,
@@ -244,7 +388,7 @@ impl Handle {
     /// sequential reader), else what is left to do, for [`Handle::finish_read`]. Call it inside the
     /// tokio runtime's context (read-ahead is started by spawned tasks).
     pub fn try_read(&self, off: u64, len: u64) -> Result<FsResult<Vec<Bytes>>, PendingRead> {
-        if self.inode.has_pending() {
+        if !self.cached || self.inode.has_pending() {
             return Err(PendingRead::Slow);
         }
         if let Err(e) = self.inode.check_layout() {
@@ -292,8 +436,9 @@ impl Handle {
     /// missing and of the ones ahead. `None`: a random read, read directly ([`super::read_ahead`] decides).
     fn plan_read(&self, off: u64, end: u64, size: u64) -> FsResult<Option<Vec<Part>>> {
         // A job following a PerSched pattern reads only what it asks for, each read gated to its intervals
-        // and paced (fs.rs): fetches ahead would move bytes outside them, and past the granted rate.
-        if self.periodic.active() {
+        // and paced: fetches ahead would move bytes outside them, and past the granted rate. A handle
+        // without the cache reads exactly too.
+        if !self.cached || self.periodic.active() {
             return Ok(None);
         }
         let first = off / RA_CHUNK;
@@ -388,7 +533,7 @@ impl Handle {
 
     /// A read around the read-ahead.
     async fn read_direct(&self, off: u64, end: u64) -> FsResult<Vec<Bytes>> {
-        let data = self.client.data().read_data(&self.tag, &self.inode.layout.get(), off, end - off).await?;
+        let data = self.engine.data().read_data(&self.tag, &self.inode.layout.get(), off, end - off).await?;
         Ok(data.slices(off, end))
     }
 

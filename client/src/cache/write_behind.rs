@@ -11,15 +11,15 @@
 //! write it overlaps is in flight (the data servers could apply the two in either order): it waits in
 //! the map until that one has landed, and the writer does not wait for it.
 
-use crate::client::Client;
-use crate::data::WriteRun;
+use crate::data::{DataPlane, WriteRun};
 use crate::live_layout::LiveLayout;
 use crate::mds_client::MdsClient;
+use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tessera_proto::bufpool::PoolBuf;
-use tessera_proto::error::{FsError, FsResult};
+use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::Layout;
 use tessera_proto::types::{Ino, IoTag, Timestamp};
 use tokio::sync::Notify;
@@ -85,7 +85,7 @@ struct WState {
     next_id: u64,
     /// Writes through this inode so far.
     writes: u64,
-    /// End of the furthest write through this mount (buffered bytes included).
+    /// End of the furthest write through this client (buffered bytes included).
     written_end: u64,
     /// Stripes written since the last fsync.
     dirty: BTreeSet<usize>,
@@ -241,9 +241,12 @@ impl WState {
     }
 }
 
-/// One inode open through this mount: shared by all its handles.
+/// One inode open through this client (a mount, a library user): shared by all its handles
+/// ([`super::engine::Engine`] keeps the table).
 pub struct OpenInode {
     pub ino: Ino,
+    /// The client's data servers, where the buffers go.
+    data: Arc<DataPlane>,
     /// Composite layouts gain extents as the file reaches them ([`LiveLayout`]).
     pub layout: LiveLayout,
     st: Mutex<WState>,
@@ -251,7 +254,7 @@ pub struct OpenInode {
     /// Bumped by every write, so read-ahead data fetched before it is dropped.
     pub(super) wgen: AtomicU64,
     /// The mode has bits a write by an unprivileged caller clears ([`privileged_bits`]), as last heard
-    /// from the MDS through this mount.
+    /// from the MDS through this client.
     pub privileged: AtomicBool,
     /// The file's size as last heard from the MDS (each open's reply, a refresh) or set here (a truncate):
     /// shared by every handle, so an open after another client's close sees that client's size.
@@ -273,9 +276,10 @@ fn poisoned() -> FsError {
 }
 
 impl OpenInode {
-    pub fn new(ino: Ino, layout: Layout) -> OpenInode {
+    pub fn new(ino: Ino, layout: Layout, data: Arc<DataPlane>) -> OpenInode {
         OpenInode {
             ino,
+            data,
             layout: LiveLayout::new(ino, layout),
             st: Mutex::new(WState::default()),
             changed: Notify::new(),
@@ -285,13 +289,13 @@ impl OpenInode {
         }
     }
 
-    /// The size the MDS just gave (an open's reply, a getattr): what this mount knows from now on,
+    /// The size the MDS just gave (an open's reply, a getattr): what this client knows from now on,
     /// together with its own writes.
     pub fn heard_size(&self, size: u64) {
         self.mds_size.store(size, Ordering::Release);
     }
 
-    /// The file's size as this mount knows it: the MDS's last word and this mount's writes since.
+    /// The file's size as this client knows it: the MDS's last word and this client's writes since.
     pub fn size(&self) -> u64 {
         self.mds_size.load(Ordering::Acquire).max(self.local_state().0)
     }
@@ -300,7 +304,8 @@ impl OpenInode {
         self.wgen.load(Ordering::Acquire)
     }
 
-    pub(super) fn check_layout(&self) -> FsResult<()> {
+    /// Fails (EINVAL) if the file has no data layout to read or write through.
+    pub fn check_layout(&self) -> FsResult<()> {
         if self.layout.get().targets.is_empty() {
             return Err(FsError::invalid(format!("inode {} has no data layout", self.ino)));
         }
@@ -308,20 +313,20 @@ impl OpenInode {
     }
 
     /// Buffers a write; returns once it is buffered or sent (errors of earlier writes come back here).
-    pub async fn write(self: &Arc<Self>, client: &Client, tag: &IoTag, off: u64, data: &[u8]) -> FsResult<()> {
+    pub async fn write(self: &Arc<Self>, mds: &MdsClient, tag: &IoTag, off: u64, data: &[u8]) -> FsResult<()> {
         if data.is_empty() {
             return Ok(());
         }
         self.check_layout()?;
         // A write reaching extents of a composite layout not placed yet has them placed first.
         let end = off.saturating_add(data.len() as u64);
-        self.layout.for_write(client.mds(), end).await?;
+        self.layout.for_write(mds, end).await?;
         let t0 = std::time::Instant::now();
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(r) = self.try_write(client, tag, off, data) {
+            if let Some(r) = self.try_write(tag, off, data) {
                 if t0.elapsed() > std::time::Duration::from_millis(10) {
                     let (b, f) = self.st.lock().map(|st| (st.buffered, st.inflight_bytes)).unwrap_or_default();
                     tracing::debug!(ino = self.ino, "a write waited {:?} (buffered {b}, in flight {f})", t0.elapsed());
@@ -336,9 +341,9 @@ impl OpenInode {
     /// Buffers a write if that needs no waiting: `None` when too much is buffered and in flight. Never
     /// blocks, so the FUSE thread can answer at once; call it inside the tokio runtime's context (what
     /// is sent goes by spawned tasks).
-    pub fn try_write(self: &Arc<Self>, client: &Client, tag: &IoTag, off: u64, data: &[u8]) -> Option<FsResult<()>> {
+    pub fn try_write(self: &Arc<Self>, tag: &IoTag, off: u64, data: &[u8]) -> Option<FsResult<()>> {
         let Some(end) = off.checked_add(data.len() as u64) else {
-            return Some(Err(FsError::new(tessera_proto::error::ErrorCode::TooBig, "write beyond the largest offset")));
+            return Some(Err(FsError::new(ErrorCode::TooBig, "write beyond the largest offset")));
         };
         if end > self.layout.get().instantiated_end() {
             return None; // extents to place first: the MDS must be asked (see `write`)
@@ -353,24 +358,24 @@ impl OpenInode {
         let len = data.len() as u64;
         let held = |st: &WState| st.buffered + st.inflight_bytes;
         if held(&st) > 0 && held(&st) + len > WRITE_BEHIND_MAX {
-            self.send_ready(&mut st, client);
+            self.send_ready(&mut st);
             if held(&st) > 0 && held(&st) + len > WRITE_BEHIND_MAX {
                 return None;
             }
         }
         if st.scattered_bytes >= SCATTERED_MAX {
             // The data servers take scattered writes slower than they come: wait for a batch to land.
-            self.send_batch(&mut st, client);
+            self.send_batch(&mut st);
             return None;
         }
         let (key, older) = st.absorb(off, end, data, tag)?;
         self.note_write(&mut st, end);
         for b in older {
-            self.send_bufs(&mut st, vec![b], false, client);
+            self.send_bufs(&mut st, vec![b], false);
         }
         // A full stream goes now.
         if st.bufs.get(&key).is_some_and(|b| b.data.len() >= WRITE_CHUNK) {
-            self.send(&mut st, &[key], false, client);
+            self.send(&mut st, &[key], false);
         }
         // Too many streams: the least recently written goes.
         while st.streams > WRITE_STREAMS {
@@ -382,16 +387,38 @@ impl OpenInode {
                 .map(|(&k, _)| k);
             match lru {
                 Some(k) => {
-                    self.send(&mut st, &[k], false, client);
+                    self.send(&mut st, &[k], false);
                 }
                 None => break,
             }
         }
         // Enough scattered writes: a batch, unless enough are on their way.
         if st.scattered_bytes >= BATCH_BYTES || st.scattered_runs >= BATCH_RUNS {
-            self.send_batch(&mut st, client);
+            self.send_batch(&mut st);
         }
         Some(Ok(()))
+    }
+
+    /// A write sent at once, not buffered (an open without the cache): returns once the data servers
+    /// have it; its stripes count for the next fsync and its end for the size, as a buffered write's.
+    /// Buffered writes of other handles land first, so the servers never apply an older one after it.
+    pub async fn write_through(self: &Arc<Self>, mds: &MdsClient, tag: &IoTag, off: u64, data: Bytes) -> FsResult<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.check_layout()?;
+        let end = off
+            .checked_add(data.len() as u64)
+            .ok_or_else(|| FsError::new(ErrorCode::TooBig, "write beyond the largest file offset"))?;
+        if self.has_pending() {
+            self.drain().await?;
+        }
+        let layout = self.layout.for_write(mds, end).await?;
+        let stripes = self.data.write(tag, &layout, off, data).await?;
+        let mut st = self.st.lock().map_err(|_| poisoned())?;
+        st.dirty.extend(stripes);
+        self.note_write(&mut st, end);
+        Ok(())
     }
 
     fn note_write(&self, st: &mut WState, end: u64) {
@@ -403,27 +430,27 @@ impl OpenInode {
 
     /// Sends the buffers at `keys` that no write in flight holds back (`batch`: as a batch of
     /// scattered writes); returns whether it sent any.
-    fn send(self: &Arc<Self>, st: &mut WState, keys: &[u64], batch: bool, client: &Client) -> bool {
+    fn send(self: &Arc<Self>, st: &mut WState, keys: &[u64], batch: bool) -> bool {
         let bufs = keys.iter().filter(|&&k| !st.blocked(k)).copied().collect::<Vec<_>>();
         let bufs: Vec<_> = bufs.into_iter().filter_map(|k| st.take(k).map(|b| (k, b))).collect();
         let sent = !bufs.is_empty();
-        self.send_bufs(st, bufs, batch, client);
+        self.send_bufs(st, bufs, batch);
         sent
     }
 
     /// Sends the scattered writes as one batch if fewer than [`BATCHES_INFLIGHT`] are on their way
     /// and the last attempt was not held back since.
-    fn send_batch(self: &Arc<Self>, st: &mut WState, client: &Client) {
+    fn send_batch(self: &Arc<Self>, st: &mut WState) {
         if st.batches >= BATCHES_INFLIGHT || st.batch_held {
             return;
         }
         let keys = st.next_batch();
-        st.batch_held = !self.send(st, &keys, true, client);
+        st.batch_held = !self.send(st, &keys, true);
     }
 
     /// Sends buffers taken out of the map as one asynchronous write: a single buffer as a plain
     /// write, several as a batch.
-    fn send_bufs(self: &Arc<Self>, st: &mut WState, bufs: Vec<(u64, WBuf)>, batch: bool, client: &Client) {
+    fn send_bufs(self: &Arc<Self>, st: &mut WState, bufs: Vec<(u64, WBuf)>, batch: bool) {
         let id = st.next_id;
         let mut runs = Vec::with_capacity(bufs.len());
         let mut bytes = 0;
@@ -440,11 +467,10 @@ impl OpenInode {
         st.inflight_bytes += bytes;
         st.batches += usize::from(batch);
         let me = self.clone();
-        let client = client.clone();
         tokio::spawn(async move {
             let res = match &runs[..] {
-                [run] => client.data().write(&run.tag, &me.layout.get(), run.offset, run.data.clone()).await,
-                _ => client.data().write_runs(&me.layout.get(), &runs).await,
+                [run] => me.data.write(&run.tag, &me.layout.get(), run.offset, run.data.clone()).await,
+                _ => me.data.write_runs(&me.layout.get(), &runs).await,
             };
             if let Ok(mut st) = me.st.lock() {
                 for run in &runs {
@@ -471,13 +497,13 @@ impl OpenInode {
 
     /// Sends every buffer not held back by a write in flight: streams one by one, scattered writes as
     /// one batch.
-    fn send_ready(self: &Arc<Self>, st: &mut WState, client: &Client) {
+    fn send_ready(self: &Arc<Self>, st: &mut WState) {
         let (streams, scattered): (Vec<u64>, Vec<u64>) =
             st.bufs.keys().partition(|k| st.bufs.get(*k).is_some_and(|b| is_stream(b.len())));
         for k in streams {
-            self.send(st, &[k], false, client);
+            self.send(st, &[k], false);
         }
-        self.send(st, &scattered, true, client);
+        self.send(st, &scattered, true);
     }
 
     /// True if writes are buffered or in flight.
@@ -486,14 +512,14 @@ impl OpenInode {
     }
 
     /// Sends the buffers and waits until nothing is in flight; returns (and clears) the first write error.
-    pub async fn drain(self: &Arc<Self>, client: &Client) -> FsResult<()> {
+    pub async fn drain(self: &Arc<Self>) -> FsResult<()> {
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             {
                 let mut st = self.st.lock().map_err(|_| poisoned())?;
-                self.send_ready(&mut st, client);
+                self.send_ready(&mut st);
                 if st.bufs.is_empty() && st.inflight.is_empty() {
                     return match st.error.take() {
                         Some(e) => Err(e),
@@ -507,8 +533,8 @@ impl OpenInode {
     }
 
     /// Drains, then tells the MDS the size if there were writes since the last report.
-    pub async fn flush(self: &Arc<Self>, client: &Client, mds: &MdsClient) -> FsResult<()> {
-        self.drain(client).await?;
+    pub async fn flush(self: &Arc<Self>, mds: &MdsClient) -> FsResult<()> {
+        self.drain().await?;
         let report = {
             let mut st = self.st.lock().map_err(|_| poisoned())?;
             let r = st.unreported.then_some(st.written_end);
@@ -527,19 +553,19 @@ impl OpenInode {
     }
 
     /// Drains, makes the written stripes durable and reports the size.
-    pub async fn fsync(self: &Arc<Self>, client: &Client, mds: &MdsClient, tag: &IoTag) -> FsResult<()> {
-        self.drain(client).await?;
+    pub async fn fsync(self: &Arc<Self>, mds: &MdsClient, tag: &IoTag) -> FsResult<()> {
+        self.drain().await?;
         let stripes: Vec<usize> = {
             let mut st = self.st.lock().map_err(|_| poisoned())?;
             std::mem::take(&mut st.dirty).into_iter().collect()
         };
-        if let Err(e) = client.data().fsync(tag, &self.layout.get(), &stripes).await {
+        if let Err(e) = self.data.fsync(tag, &self.layout.get(), &stripes).await {
             if let Ok(mut st) = self.st.lock() {
                 st.dirty.extend(stripes);
             }
             return Err(e);
         }
-        self.flush(client, mds).await?;
+        self.flush(mds).await?;
         // The file's metadata (its creation, size, times) must be on the MDS's disk too.
         mds.sync().await
     }
@@ -554,7 +580,7 @@ impl OpenInode {
     }
 
     /// After an `fallocate` that grew the file to `end` (without `KEEP_SIZE`): the size counts it as a
-    /// write would (the attributes this mount answers, the next report to the MDS).
+    /// write would (the attributes a mount answers, the next report to the MDS).
     pub fn extended(&self, end: u64) {
         if let Ok(mut st) = self.st.lock() {
             self.note_write(&mut st, end);
