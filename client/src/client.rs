@@ -325,7 +325,8 @@ impl Client {
         let (attr, flags) = (opened.attr.clone(), opts.open_flags());
         let how = HandleOptions {
             flags,
-            cached: opts.cached,
+            write_behind: opts.write_behind,
+            read_ahead: opts.read_ahead,
             periodic: self.shared.periodic.clone(),
             detect_periodic: self.shared.cfg.persched.detect,
         };

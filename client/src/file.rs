@@ -3,10 +3,11 @@
 //! (and its clones) share the inode's state, so each sees the others' writes.
 //!
 //! By default a `File` writes through and reads exactly: `write_at` returns once the data servers have
-//! the bytes (its errors come back from it), `read_at` fetches just its range. Opened with
-//! [`OpenOptions::cached`] it runs as the mount does — writes behind, reads ahead: `write_at` returns once
-//! the bytes are buffered, and an error of a buffered write comes back from a later `write_at`, or from
-//! [`File::flush`], [`File::fsync`] or [`File::close`]. Either way the MDS learns the new size at flush,
+//! the bytes (its errors come back from it), `read_at` fetches just its range. With
+//! [`OpenOptions::write_behind`] `write_at` returns once the bytes are buffered, and an error of a buffered
+//! write comes back from a later `write_at`, or from [`File::flush`], [`File::fsync`] or [`File::close`];
+//! with [`OpenOptions::read_ahead`] a stream of reads is fetched ahead. [`OpenOptions::with_cache`] turns
+//! both on: the file runs as the mount's files do. Either way the MDS learns the new size at flush,
 //! fsync and close (close-to-open consistency, like NFS): another client that opens the file after our
 //! close (or flush, or fsync) sees our writes.
 //!
@@ -38,10 +39,13 @@ pub struct OpenOptions {
     pub append: bool,
     /// Permission bits for a created file; 0 → 0o644.
     pub perm: u32,
-    /// Write-behind and read-ahead, as the FUSE mount does: `write_at` returns once the bytes are
-    /// buffered, and errors of buffered writes come back from a later write, `flush`, `fsync` or
-    /// `close`. Off (the default): writes go through, reads read exactly (see [`File`]).
-    pub cached: bool,
+    /// Write-behind, as the FUSE mount's: `write_at` returns once the bytes are buffered, and errors of
+    /// buffered writes come back from a later write, `flush`, `fsync` or `close`. Off (the default): each
+    /// write reaches the data servers before it returns (see [`File`]).
+    pub write_behind: bool,
+    /// Read-ahead, as the FUSE mount's: sequential and strided streams of reads are fetched ahead. Off
+    /// (the default): each read fetches exactly its range.
+    pub read_ahead: bool,
 }
 
 impl OpenOptions {
@@ -60,9 +64,9 @@ impl OpenOptions {
         OpenOptions { write: true, create: true, truncate: true, ..Default::default() }
     }
 
-    /// The same, with the cache on ([`OpenOptions::cached`]).
+    /// The same with the engine's cache on, as the mount opens files: write-behind and read-ahead.
     pub fn with_cache(self) -> OpenOptions {
-        OpenOptions { cached: true, ..self }
+        OpenOptions { write_behind: true, read_ahead: true, ..self }
     }
 
     /// The flags sent with `Open`: no access mode means read (O_RDONLY is 0); append and truncate need
@@ -124,13 +128,18 @@ impl File {
         &self.handle.tag
     }
 
-    /// Whether this file writes behind and reads ahead ([`OpenOptions::cached`]).
-    pub fn cached(&self) -> bool {
-        self.handle.cached()
+    /// Whether this file's writes go into the write-behind ([`OpenOptions::write_behind`]).
+    pub fn write_behind(&self) -> bool {
+        self.handle.write_behind()
     }
 
-    /// Writes `data` at `offset` (pwrite). Without the cache all its object requests go in parallel and
-    /// it returns once they are written; with it, once the bytes are buffered.
+    /// Whether this file's streams of reads are fetched ahead ([`OpenOptions::read_ahead`]).
+    pub fn read_ahead(&self) -> bool {
+        self.handle.read_ahead()
+    }
+
+    /// Writes `data` at `offset` (pwrite). Without write-behind all its object requests go in parallel
+    /// and it returns once they are written; with it, once the bytes are buffered.
     pub async fn write_at(&self, offset: u64, data: Bytes) -> FsResult<()> {
         if !self.flags.write {
             return Err(FsError::new(ErrorCode::Access, "file not open for writing"));
@@ -249,11 +258,12 @@ mod tests {
 
     #[test]
     fn the_cache_is_opt_in_and_changes_no_flag() {
-        assert!(!OpenOptions::default().cached && !OpenOptions::read_write().cached);
+        let plain = OpenOptions::read_write();
+        assert!(!plain.write_behind && !plain.read_ahead && !OpenOptions::default().write_behind);
         let o = OpenOptions::write_truncate().with_cache();
-        assert!(o.cached);
+        assert!(o.write_behind && o.read_ahead);
         assert_eq!(o.open_flags(), OpenOptions::write_truncate().open_flags());
-        assert_eq!(OpenOptions { cached: false, ..o }, OpenOptions::write_truncate());
+        assert_eq!(OpenOptions { write_behind: false, read_ahead: false, ..o }, OpenOptions::write_truncate());
     }
 
     #[test]

@@ -10,13 +10,15 @@
 //! # Ok(()) }
 //! ```
 
-/// The I/O engine under open files: write-behind per inode, read-ahead per handle, directory leases.
+/// The I/O engine under every open file (the mount's and `File`): the per-client table of open inodes,
+/// handles, write-behind per inode, read-ahead per handle, directory leases.
 pub mod cache;
 /// The path-level `Client` API.
 pub mod client;
 /// Data path: one connection and in-flight limit per data server, stripe splitting, read assembly.
 pub mod data;
-/// Open files: parallel striped reads/writes, close-to-open consistency, fsync/close.
+/// Open files, each an engine handle: write-through or write-behind, exact reads or read-ahead,
+/// close-to-open consistency, flush/fsync/close.
 pub mod file;
 /// The route through forwarding nodes (IONs), with failover to the next ION or direct access.
 pub mod forward;

@@ -386,7 +386,7 @@ impl Inner {
     ) -> FsResult<(u64, Attr)> {
         let attr = opened.attr.clone();
         let periodic = self.patterns.of(mds).await;
-        let opts = HandleOptions { flags: of, cached: true, periodic, detect_periodic: false };
+        let opts = HandleOptions { flags: of, write_behind: true, read_ahead: true, periodic, detect_periodic: false };
         let h = Arc::new(self.client.engine().open(mds, opened, opts).await?);
         let fh = fh.unwrap_or_else(|| self.next_fh.fetch_add(1, Ordering::Relaxed));
         self.handles.lock().map_err(|_| FsError::io("handle table poisoned"))?.insert(fh, h);

@@ -20,9 +20,12 @@ use tessera_proto::types::{FileKind, Ino};
 pub struct HandleOptions {
     /// The flags the MDS granted the open with (write access, truncate).
     pub flags: OpenFlags,
-    /// Write-behind and read-ahead ([`super::write_behind`], [`super::read_ahead`]); without, each write
-    /// reaches the data servers before it returns and each read reads exactly its range.
-    pub cached: bool,
+    /// Writes go into the inode's write-behind ([`super::write_behind`]); without, each write reaches the
+    /// data servers before it returns.
+    pub write_behind: bool,
+    /// Reads of a stream are fetched ahead ([`super::read_ahead`]); without, each read reads exactly its
+    /// range (as `POSIX_FADV_RANDOM` asks of a local file system).
+    pub read_ahead: bool,
     /// The opener's job's PerSched state (inactive: never delayed).
     pub periodic: Arc<Periodic>,
     /// `[persched] detect`: the handle's first transfer starts following the job's pattern (a client's

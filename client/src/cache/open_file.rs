@@ -1,8 +1,8 @@
 //! One open file handle over the inode's write-behind ([`super::write_behind`]): its reads (answered from
 //! read-ahead chunks and strided windows where [`super::read_ahead`] sees a stream, else read exactly),
 //! writes, `fallocate`, size, flush, fsync and release, inside close-to-open consistency. A handle
-//! opened without the cache ([`HandleOptions::cached`] false) writes through and reads exactly, over the
-//! same inode state.
+//! opened without write-behind ([`HandleOptions::write_behind`]) writes through, one without read-ahead
+//! ([`HandleOptions::read_ahead`]) reads exactly, over the same inode state.
 
 use super::engine::{Engine, HandleOptions};
 use super::read_ahead::{Plan, Stream};
@@ -87,8 +87,10 @@ pub struct Handle {
     pub mds: MdsClient,
     engine: Arc<Engine>,
     pub writable: bool,
-    /// Write-behind and read-ahead, or write-through and exact reads.
-    cached: bool,
+    /// Writes into the write-behind, or through.
+    write_behind: bool,
+    /// Reads through read-ahead, or exactly.
+    read_ahead: bool,
     pub wrote: AtomicBool,
     released: AtomicBool,
     ra: Mutex<ReadAhead>,
@@ -117,7 +119,8 @@ impl Handle {
             mds,
             engine,
             writable: opts.flags.write,
-            cached: opts.cached,
+            write_behind: opts.write_behind,
+            read_ahead: opts.read_ahead,
             wrote: AtomicBool::new(false),
             released: AtomicBool::new(false),
             ra: Mutex::new(ReadAhead::default()),
@@ -126,9 +129,14 @@ impl Handle {
         }
     }
 
-    /// Whether this handle writes behind and reads ahead.
-    pub fn cached(&self) -> bool {
-        self.cached
+    /// Whether this handle's writes go into the write-behind.
+    pub fn write_behind(&self) -> bool {
+        self.write_behind
+    }
+
+    /// Whether this handle's reads of a stream are fetched ahead.
+    pub fn read_ahead(&self) -> bool {
+        self.read_ahead
     }
 
     /// Fails (EIO) once the MDS has evicted this client since the open (see [`crate::session`]).
@@ -148,17 +156,19 @@ impl Handle {
     /// Writes `data` at `off`: into the write-behind (returns once buffered; an error of an earlier
     /// buffered write may come back here), or without the cache to the data servers.
     pub async fn write(&self, off: u64, data: &[u8]) -> FsResult<()> {
-        if self.cached {
+        if self.write_behind {
             self.write_buffered(off, data).await
         } else {
             self.write_through(off, Bytes::copy_from_slice(data)).await
         }
     }
 
-    /// [`Handle::write`] of bytes the caller owns: without the cache they are sent as they are.
+    /// [`Handle::write`] of bytes the caller owns: they are sent as they are without write-behind, and
+    /// with it when they make a whole chunk of their own ([`OpenInode::write_owned`]).
     pub async fn write_bytes(&self, off: u64, data: Bytes) -> FsResult<()> {
-        if self.cached {
-            self.write_buffered(off, &data).await
+        if self.write_behind {
+            self.check_writable()?;
+            self.inode.write_owned(&self.mds, &self.tag, off, data).await
         } else {
             self.write_through(off, data).await
         }
@@ -178,9 +188,9 @@ impl Handle {
         Ok(())
     }
 
-    /// [`Handle::write`] if it needs no waiting (see [`OpenInode::try_write`]); `None` without the cache.
+    /// [`Handle::write`] if it needs no waiting (see [`OpenInode::try_write`]); `None` without write-behind.
     pub fn try_write(&self, off: u64, data: &[u8]) -> Option<FsResult<()>> {
-        if !self.cached {
+        if !self.write_behind {
             return None;
         }
         if let Err(e) = self.check_writable() {
@@ -234,7 +244,7 @@ impl Handle {
     /// Truncates or extends the file (ftruncate): earlier writes land first, and none before it
     /// extends the file again.
     pub async fn set_len(&self, size: u64) -> FsResult<()> {
-        if self.cached || self.inode.has_pending() {
+        if self.write_behind || self.inode.has_pending() {
             self.inode.flush(&self.mds).await?;
         }
         self.mds.setattr(self.inode.ino, SetAttrs { size: Some(size), ..Default::default() }).await?;
@@ -251,11 +261,14 @@ impl Handle {
         }
         let ino = self.inode.ino;
         let wrote = self.wrote.load(Ordering::Acquire);
-        let flushed =
-            if wrote && (self.cached || self.inode.has_pending()) { self.inode.flush(&self.mds).await } else { Ok(()) };
+        let flushed = if wrote && (self.write_behind || self.inode.has_pending()) {
+            self.inode.flush(&self.mds).await
+        } else {
+            Ok(())
+        };
         // Reported by the flush: the close need not move size or mtime again.
         let (size, report) = match &flushed {
-            Ok(()) if self.cached || !wrote => (None, false),
+            Ok(()) if self.write_behind || !wrote => (None, false),
             _ => (Some(self.inode.local_state().0), wrote),
         };
         let closed = self.mds.close(ino, self.mds_handle, size, report).await;
@@ -388,7 +401,7 @@ impl Handle {
     /// sequential reader), else what is left to do, for [`Handle::finish_read`]. Call it inside the
     /// tokio runtime's context (read-ahead is started by spawned tasks).
     pub fn try_read(&self, off: u64, len: u64) -> Result<FsResult<Vec<Bytes>>, PendingRead> {
-        if !self.cached || self.inode.has_pending() {
+        if !self.read_ahead || self.inode.has_pending() {
             return Err(PendingRead::Slow);
         }
         if let Err(e) = self.inode.check_layout() {
@@ -437,8 +450,8 @@ impl Handle {
     fn plan_read(&self, off: u64, end: u64, size: u64) -> FsResult<Option<Vec<Part>>> {
         // A job following a PerSched pattern reads only what it asks for, each read gated to its intervals
         // and paced: fetches ahead would move bytes outside them, and past the granted rate. A handle
-        // without the cache reads exactly too.
-        if !self.cached || self.periodic.active() {
+        // without read-ahead reads exactly too.
+        if !self.read_ahead || self.periodic.active() {
             return Ok(None);
         }
         let first = off / RA_CHUNK;

@@ -338,6 +338,55 @@ impl OpenInode {
         }
     }
 
+    /// [`OpenInode::write`] of bytes the caller hands over: a write of at least [`WRITE_CHUNK`] that no
+    /// buffered or in-flight write overlaps or touches goes out as it is, without a copy into a buffer
+    /// (a whole stream chunk: `tessera put`'s blocks, large transfers); any other is buffered as ever.
+    pub async fn write_owned(self: &Arc<Self>, mds: &MdsClient, tag: &IoTag, off: u64, data: Bytes) -> FsResult<()> {
+        if data.len() < WRITE_CHUNK {
+            return self.write(mds, tag, off, &data).await;
+        }
+        self.check_layout()?;
+        self.layout.for_write(mds, off.saturating_add(data.len() as u64)).await?;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(r) = self.try_write_owned(tag, off, &data) {
+                return r;
+            }
+            notified.await;
+        }
+    }
+
+    /// [`OpenInode::try_write`] for [`OpenInode::write_owned`].
+    fn try_write_owned(self: &Arc<Self>, tag: &IoTag, off: u64, data: &Bytes) -> Option<FsResult<()>> {
+        let Some(end) = off.checked_add(data.len() as u64) else {
+            return Some(Err(FsError::new(ErrorCode::TooBig, "write beyond the largest offset")));
+        };
+        {
+            let mut st = match self.st.lock() {
+                Ok(st) => st,
+                Err(_) => return Some(Err(poisoned())),
+            };
+            let clear = end <= self.layout.get().instantiated_end()
+                && st.error.is_none()
+                && st.touching(off, end).is_empty()
+                && !st.in_flight(off, end);
+            if clear {
+                let held = st.buffered + st.inflight_bytes;
+                if held > 0 && held + data.len() as u64 > WRITE_BEHIND_MAX {
+                    self.send_ready(&mut st);
+                    return None;
+                }
+                st.writes += 1;
+                self.note_write(&mut st, end);
+                self.send_runs(&mut st, vec![WriteRun { tag: tag.clone(), offset: off, data: data.clone() }], false);
+                return Some(Ok(()));
+            }
+        }
+        self.try_write(tag, off, data)
+    }
+
     /// Buffers a write if that needs no waiting: `None` when too much is buffered and in flight. Never
     /// blocks, so the FUSE thread can answer at once; call it inside the tokio runtime's context (what
     /// is sent goes by spawned tasks).
@@ -451,17 +500,22 @@ impl OpenInode {
     /// Sends buffers taken out of the map as one asynchronous write: a single buffer as a plain
     /// write, several as a batch.
     fn send_bufs(self: &Arc<Self>, st: &mut WState, bufs: Vec<(u64, WBuf)>, batch: bool) {
-        let id = st.next_id;
-        let mut runs = Vec::with_capacity(bufs.len());
-        let mut bytes = 0;
-        for (k, b) in bufs {
-            let len = b.len();
-            st.inflight.insert(k, (k + len, id));
-            bytes += len;
-            runs.push(WriteRun { tag: b.tag, offset: k, data: b.data.freeze() });
-        }
+        let runs = bufs.into_iter().map(|(k, b)| WriteRun { tag: b.tag, offset: k, data: b.data.freeze() }).collect();
+        self.send_runs(st, runs, batch);
+    }
+
+    /// Sends writes (taken out of the buffers, or handed over whole) as one asynchronous write: a single
+    /// run as a plain write, several as a batch. They are in flight until it lands.
+    fn send_runs(self: &Arc<Self>, st: &mut WState, runs: Vec<WriteRun>, batch: bool) {
         if runs.is_empty() {
             return;
+        }
+        let id = st.next_id;
+        let mut bytes = 0;
+        for run in &runs {
+            let len = run.data.len() as u64;
+            st.inflight.insert(run.offset, (run.offset + len, id));
+            bytes += len;
         }
         st.next_id += 1;
         st.inflight_bytes += bytes;
