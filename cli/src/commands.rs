@@ -22,12 +22,15 @@ use tessera_proto::types::{format_utc, Attr, DsId, FileKind, Role, Timestamp};
 use tessera_proto::units::parse_size;
 use tokio::io::AsyncWriteExt;
 
-/// Bytes per data request batch when streaming a file in or out.
-const STREAM_BLOCK: u64 = 8 << 20;
+/// `put` reads the local file in blocks of the engine's write-behind chunk: each block is a whole chunk,
+/// which the engine sends as it is (no copy into its buffers).
+const PUT_BLOCK: u64 = tessera_client::cache::write_behind::WRITE_CHUNK as u64;
+/// `get` and `cat` read in the engine's read-ahead chunks.
+const GET_BLOCK: u64 = tessera_client::cache::read_ahead::RA_CHUNK;
 /// Name used for standard output in errors.
 const STDOUT: &str = "stdout";
-/// Batches in flight while streaming.
-const STREAM_DEPTH: usize = 4;
+/// Blocks of the local file `put` reads ahead of its writes.
+const PUT_AHEAD: usize = 2;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -1153,6 +1156,8 @@ async fn put(c: &Client, local: &Path, path: &str, spec: Option<LayoutSpec>, qui
             dst = join_path(&clean_path(&dst).at(&dst)?, &file_name(local)?);
         }
     }
+    // The engine's write-behind: blocks are sent in the background (their errors come back at the
+    // latest from the close), as the mount's writes are.
     let file = match spec {
         Some(spec) => {
             // A layout is fixed at creation: replace an existing file.
@@ -1161,17 +1166,19 @@ async fn put(c: &Client, local: &Path, path: &str, spec: Option<LayoutSpec>, qui
                 Err(e) if e.code == ErrorCode::NotFound => {}
                 Err(e) => return Err(CliError::at(&dst, e)),
             }
-            c.create(&dst, perm, Some(spec)).await.at(&dst)?
+            let opts =
+                OpenOptions { read: true, write: true, create: true, exclusive: true, perm, ..Default::default() };
+            c.create_with(&dst, opts.with_cache(), Some(spec)).await.at(&dst)?
         }
-        None => c.open(&dst, OpenOptions { perm, ..OpenOptions::write_truncate() }).await.at(&dst)?,
+        None => c.open(&dst, OpenOptions { perm, ..OpenOptions::write_truncate() }.with_cache()).await.at(&dst)?,
     };
     let bar = progress::transfer_bar(total, "put", quiet);
     let lf = Arc::new(lf);
-    let res: CliResult<()> = futures::stream::iter((0..total).step_by(STREAM_BLOCK as usize))
+    let res: CliResult<()> = futures::stream::iter((0..total).step_by(PUT_BLOCK as usize))
         .map(|off| {
-            let (lf, file, bar, lname, dst) = (lf.clone(), &file, &bar, &lname, &dst);
+            let (lf, lname) = (lf.clone(), &lname);
             async move {
-                let len = STREAM_BLOCK.min(total - off) as usize;
+                let len = PUT_BLOCK.min(total - off) as usize;
                 let buf = tokio::task::spawn_blocking(move || {
                     let mut b = vec![0u8; len];
                     lf.read_exact_at(&mut b, off).map(|_| b)
@@ -1179,21 +1186,27 @@ async fn put(c: &Client, local: &Path, path: &str, spec: Option<LayoutSpec>, qui
                 .await
                 .map_err(|e| CliError::at(lname, e))?
                 .at(lname)?;
+                Ok::<_, CliError>((off, buf))
+            }
+        })
+        .buffered(PUT_AHEAD)
+        .try_for_each(|(off, buf)| {
+            let (file, bar, dst) = (&file, &bar, &dst);
+            async move {
+                let len = buf.len() as u64;
                 file.write_at(off, Bytes::from(buf)).await.at(dst)?;
-                bar.inc(len as u64);
+                bar.inc(len);
                 Ok(())
             }
         })
-        .buffer_unordered(STREAM_DEPTH)
-        .try_collect()
         .await;
-    bar.finish_and_clear();
     let closed = file.close().await;
+    bar.finish_and_clear();
     res?;
     closed.at(&dst)
 }
 
-/// Streams `file` in blocks (several in flight, delivered in order) into `out`.
+/// Copies `file` into `out` in the engine's read-ahead chunks, in the pieces they arrive in.
 async fn stream_out<W: tokio::io::AsyncWrite + Unpin>(
     file: &File,
     path: &str,
@@ -1201,22 +1214,20 @@ async fn stream_out<W: tokio::io::AsyncWrite + Unpin>(
     out: &mut W,
     out_name: &str,
 ) -> CliResult<u64> {
-    let size = file.size().await.at(path)?;
-    let blocks = futures::stream::iter((0..size).step_by(STREAM_BLOCK as usize))
-        .map(|off| async move { file.read_at(off, STREAM_BLOCK).await })
-        .buffered(STREAM_DEPTH);
-    futures::pin_mut!(blocks);
     let mut done = 0u64;
-    while let Some(b) = blocks.next().await {
-        let b = b.at(path)?;
-        out.write_all(&b).await.at(out_name)?;
-        done += b.len() as u64;
-        bar.inc(b.len() as u64);
-        if (b.len() as u64) < STREAM_BLOCK {
-            break;
+    loop {
+        let pieces = file.read_pieces(done, GET_BLOCK).await.at(path)?;
+        let mut got = 0u64;
+        for p in &pieces {
+            out.write_all(p).await.at(out_name)?;
+            got += p.len() as u64;
+        }
+        done += got;
+        bar.inc(got);
+        if got < GET_BLOCK {
+            return Ok(done);
         }
     }
-    Ok(done)
 }
 
 async fn get(c: &Client, path: &str, local: &Path, quiet: bool) -> CliResult<()> {
@@ -1227,7 +1238,7 @@ async fn get(c: &Client, path: &str, local: &Path, quiet: bool) -> CliResult<()>
         local.to_path_buf()
     };
     let lname = local.display().to_string();
-    let file = c.open(path, OpenOptions::read_only()).await.at(path)?;
+    let file = c.open(path, OpenOptions::read_only().with_cache()).await.at(path)?;
     let out = tokio::fs::File::create(&local).await.at(&lname)?;
     let bar = progress::transfer_bar(file.attr().size, "get", quiet);
     let mut w = tokio::io::BufWriter::with_capacity(1 << 20, out);
@@ -1240,7 +1251,7 @@ async fn get(c: &Client, path: &str, local: &Path, quiet: bool) -> CliResult<()>
 }
 
 async fn cat(c: &Client, path: &str) -> CliResult<()> {
-    let file = c.open(path, OpenOptions::read_only()).await.at(path)?;
+    let file = c.open(path, OpenOptions::read_only().with_cache()).await.at(path)?;
     let mut out = tokio::io::stdout();
     let res = stream_out(&file, path, &indicatif::ProgressBar::hidden(), &mut out, STDOUT).await;
     let closed = file.close().await;
