@@ -34,6 +34,15 @@ fn ior_through_the_library_rewrites_the_files_it_kept() {
         args.extend_from_slice(layout);
         let out = bench(&args, Some(&cfg));
         assert!(out.contains("read"), "{out}");
+        // Through the engine's read-ahead (checked), and without --verify (the reads' pieces, ungathered).
+        for extra in [&["--verify", "--read-ahead"][..], &[][..]] {
+            let mut args = vec!["ior", "-a", "tessera", "-r", "-k", "-t", "64k", "-b", "1m", "-N", "2"];
+            args.extend_from_slice(&["-o", "/rewrite/f"]);
+            args.extend_from_slice(extra);
+            args.extend_from_slice(layout);
+            let out = bench(&args, Some(&cfg));
+            assert!(out.contains("read"), "{out}");
+        }
     }
 }
 

@@ -28,6 +28,12 @@ pub trait Backend: Send + Sync + 'static {
     fn write_at(&self, f: &Self::File, offset: u64, data: Bytes) -> impl Future<Output = Result<()>> + Send;
     /// Reads exactly `len` bytes; a short read is an error.
     fn read_at(&self, f: &Self::File, offset: u64, len: usize) -> impl Future<Output = Result<Bytes>> + Send;
+    /// [`Backend::read_at`] for a caller that does not look at the bytes as one buffer (IOR without
+    /// `--verify`): the Tessera library hands them over in the pieces they arrived in, without gathering
+    /// them (`File::read_pieces`); POSIX reads into one buffer as ever.
+    fn read_pieces(&self, f: &Self::File, offset: u64, len: usize) -> impl Future<Output = Result<Vec<Bytes>>> + Send {
+        async move { Ok(vec![self.read_at(f, offset, len).await?]) }
+    }
     fn fsync(&self, f: &Self::File) -> impl Future<Output = Result<()>> + Send;
     fn close(&self, f: Self::File) -> impl Future<Output = Result<()>> + Send;
     fn stat(&self, path: &str) -> impl Future<Output = Result<Meta>> + Send;
@@ -56,10 +62,15 @@ pub struct ClusterArgs {
     pub json: Option<PathBuf>,
 }
 
-/// The Tessera client library; each task owns its own connection.
+/// The Tessera client library; each task owns its own connection. Files are opened on the client's I/O
+/// engine, the data path the mount and `tessera put/get` run on: writes go into its write-behind (their
+/// errors come back from `fsync` or `close`); reads are exact unless [`TesseraBackend::with_read_ahead`]:
+/// a benchmark asks for the reads it wants, and read-ahead costs the client CPU and memory for its window
+/// (`results/house/engine-ab.md`).
 #[derive(Clone)]
 pub struct TesseraBackend {
     client: Client,
+    read_ahead: bool,
 }
 
 impl TesseraBackend {
@@ -69,12 +80,18 @@ impl TesseraBackend {
             Some(j) => client.with_job(j),
             None => client,
         };
-        Ok(TesseraBackend { client })
+        Ok(TesseraBackend { client, read_ahead: false })
     }
-}
 
-fn open_opts(read: bool, write: bool) -> OpenOptions {
-    OpenOptions { read, write, perm: 0o644, ..OpenOptions::default() }
+    /// Reads through the engine's read-ahead too, as the mount's.
+    pub fn with_read_ahead(self, read_ahead: bool) -> TesseraBackend {
+        TesseraBackend { read_ahead, ..self }
+    }
+
+    fn open_opts(&self, read: bool, write: bool) -> OpenOptions {
+        let o = OpenOptions { read, write, perm: 0o644, write_behind: true, ..OpenOptions::default() };
+        OpenOptions { read_ahead: self.read_ahead, ..o }
+    }
 }
 
 impl Backend for TesseraBackend {
@@ -83,19 +100,20 @@ impl Backend for TesseraBackend {
     /// Creates with `layout`; a file that exists already is truncated and keeps its layout (IOR's
     /// `O_CREAT | O_TRUNC`, as the posix backend does), so a run with `-k` can be repeated.
     async fn create(&self, path: &str, layout: Option<LayoutSpec>) -> Result<Self::File> {
-        match self.client.create(path, 0o644, layout).await {
+        let opts = OpenOptions { create: true, exclusive: true, ..self.open_opts(true, true) };
+        match self.client.create_with(path, opts, layout).await {
             Err(e) if e.code == ErrorCode::Exists => {
-                let opts = OpenOptions { truncate: true, ..open_opts(false, true) };
+                let opts = OpenOptions { truncate: true, ..self.open_opts(false, true) };
                 self.client.open(path, opts).await.with_context(|| format!("open {path} for rewriting"))
             }
             r => r.with_context(|| format!("create {path}")),
         }
     }
     async fn open_write(&self, path: &str) -> Result<Self::File> {
-        self.client.open(path, open_opts(false, true)).await.with_context(|| format!("open {path} for writing"))
+        self.client.open(path, self.open_opts(false, true)).await.with_context(|| format!("open {path} for writing"))
     }
     async fn open_read(&self, path: &str) -> Result<Self::File> {
-        self.client.open(path, open_opts(true, false)).await.with_context(|| format!("open {path} for reading"))
+        self.client.open(path, self.open_opts(true, false)).await.with_context(|| format!("open {path} for reading"))
     }
     async fn write_at(&self, f: &Self::File, offset: u64, data: Bytes) -> Result<()> {
         let len = data.len();
@@ -106,6 +124,15 @@ impl Backend for TesseraBackend {
             f.read_at(offset, len as u64).await.with_context(|| format!("read {len} bytes at offset {offset}"))?;
         if data.len() != len {
             return Err(anyhow!("short read at offset {offset}: got {} of {len} bytes", data.len()));
+        }
+        Ok(data)
+    }
+    async fn read_pieces(&self, f: &Self::File, offset: u64, len: usize) -> Result<Vec<Bytes>> {
+        let data =
+            f.read_pieces(offset, len as u64).await.with_context(|| format!("read {len} bytes at offset {offset}"))?;
+        let got: usize = data.iter().map(Bytes::len).sum();
+        if got != len {
+            return Err(anyhow!("short read at offset {offset}: got {got} of {len} bytes"));
         }
         Ok(data)
     }

@@ -102,6 +102,9 @@ pub struct IorArgs {
     /// Write a pattern derived from offset and task and check every byte on read.
     #[arg(long)]
     pub verify: bool,
+    /// Reads through the client engine's read-ahead, as the mount's (tessera; else each read is exact).
+    #[arg(long = "read-ahead")]
+    pub read_ahead: bool,
 }
 
 /// Where each task's transfers go.
@@ -318,9 +321,11 @@ async fn read_task<B: Backend>(b: Arc<B>, w: Arc<Work>, task: usize, start: Arc<
     let file = b.open_read(&path).await?;
     let opened = Instant::now();
     for &off in &offsets {
-        let data = b.read_at(&file, off, xfer).await.with_context(|| format!("task {task}: {path}"))?;
         if w.verify {
+            let data = b.read_at(&file, off, xfer).await.with_context(|| format!("task {task}: {path}"))?;
             check_pattern(&data, off, src, &mut scratch).with_context(|| format!("task {task}: {path}"))?;
+        } else {
+            b.read_pieces(&file, off, xfer).await.with_context(|| format!("task {task}: {path}"))?;
         }
     }
     let io_done = Instant::now();
@@ -410,8 +415,8 @@ fn plan(args: IorArgs) -> Result<Plan> {
     } else {
         None
     };
-    if args.api == Api::Posix && (layout.is_some() || args.cluster.job.is_some()) {
-        tracing::warn!("--stripe-size/--stripe-count/--job only apply to -a tessera; ignored");
+    if args.api == Api::Posix && (layout.is_some() || args.cluster.job.is_some() || args.read_ahead) {
+        tracing::warn!("--stripe-size/--stripe-count/--job/--read-ahead only apply to -a tessera; ignored");
     }
     Ok(Plan { args, geo, write, read, layout })
 }
@@ -424,7 +429,8 @@ pub async fn run(args: IorArgs) -> Result<()> {
             let cfg = ClusterConfig::locate(p.args.cluster.config.as_deref())?;
             let mut backends = Vec::with_capacity(p.geo.tasks);
             for _ in 0..p.geo.tasks {
-                backends.push(Arc::new(TesseraBackend::connect(&cfg, p.args.cluster.job.as_deref()).await?));
+                let b = TesseraBackend::connect(&cfg, p.args.cluster.job.as_deref()).await?;
+                backends.push(Arc::new(b.with_read_ahead(p.args.read_ahead)));
             }
             run_with(&p, &backends).await
         }
@@ -662,7 +668,8 @@ mod tests {
             parse(&["-a", "posix", "-o", "/x", "-w", "-t", "1m", "-b", "16M", "-s", "2", "-F", "-e", "-C", "-N", "3"]);
         assert_eq!((a.api, a.path.as_deref(), a.write, a.read), (Api::Posix, Some("/x"), true, false));
         assert_eq!((a.xfer, a.block, a.segments, a.tasks), (1 << 20, 16 << 20, 2, 3));
-        assert!(a.file_per_task && a.fsync && a.reorder && !a.keep);
+        assert!(a.file_per_task && a.fsync && a.reorder && !a.keep && !a.read_ahead);
+        assert!(parse(&["--read-ahead"]).read_ahead);
         let p = plan(parse(&["-S", "64k", "-c", "2", "--tasks", "2", "-i", "3", "-k"])).unwrap();
         assert!(p.write && p.read, "neither -w nor -r means both");
         assert_eq!(p.layout, Some(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(2) }));
