@@ -3,19 +3,20 @@
 # 2 tasks) through each, and optionally through the library (LIB=1), REPS rounds. Device model none.
 #
 #   bench/scripts/mount-options-ab.sh            # A = default options, B = -o sync_creates
-#   env: A_OPTS= B_OPTS=sync_creates REPS=3 MDFILES=10000 LIB=0 DS=4 BIN=target/release
+#   B_BIN=DIR B_OPTS= bench/scripts/mount-options-ab.sh   # two builds of the mount, same options (B = DIR's)
+#   env: A_OPTS= B_OPTS=sync_creates REPS=3 MDFILES=10000 LIB=0 DS=4 BIN=target/release B_BIN=$BIN
 # Prints one line per run: round, mount (options), creates/s, stats/s, reads/s, removes/s.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${BIN:-$here/target/release}
+bin=${BIN:-$here/target/release}; b_bin=${B_BIN:-$bin}
 reps=${REPS:-3}; n=${MDFILES:-10000}; nds=${DS:-4}
-a_opts=${A_OPTS:-}; b_opts=${B_OPTS:-sync_creates}
+a_opts=${A_OPTS:-}; b_opts=${B_OPTS-sync_creates}  # B_OPTS= (empty): default options
 work=$(mktemp -d /tmp/tessera-ab.XXXXXX)
 . "$here/bench/scripts/cluster.sh"
 start_cluster "$nds"
 "$bin/tessera" mkdir -p /md
 mount_fuse "$work/a" "$work/fa.log" "$a_opts"
-mount_fuse "$work/b" "$work/fb.log" "$b_opts"
+bin=$b_bin mount_fuse "$work/b" "$work/fb.log" "$b_opts"
 run() { # label, mdtest args...
   local label=$1; shift
   "$bin/tessera-bench" mdtest -n "$n" -N 2 "$@" --json "$work/r.json" > "$work/r.txt" 2>&1
