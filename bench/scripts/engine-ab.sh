@@ -72,7 +72,7 @@ for r in $(seq "$reps"); do
   order="a b"; [ $((r % 2)) = 0 ] && order="b a"
   for wl in put get ior-lib ior-lib-small ior-lib-ra ior-lib-small-ra ior-mount; do
     if [ "${QUIET:-0}" = 1 ]; then
-      for _ in $(seq 600); do pgrep -x 'rustc|cc1|cc1plus' > /dev/null || break; sleep 1; done
+      for _ in $(seq 600); do pgrep -x rustc > /dev/null || pgrep -x cc1 > /dev/null || break; sleep 1; done
     fi
     for side in $order; do run "$r" "$wl" "$side"; done
   done

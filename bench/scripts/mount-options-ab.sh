@@ -19,6 +19,8 @@ mount_fuse "$work/a" "$work/fa.log" "$a_opts"
 bin=$b_bin mount_fuse "$work/b" "$work/fb.log" "$b_opts"
 run() { # label, mdtest args...
   local label=$1; shift
+  # A job of its own: PerSched's detection would take the same job's repeated runs for a periodic one.
+  runs=$((${runs:-0} + 1)); export TESSERA_JOB=mdab-$runs
   "$bin/tessera-bench" mdtest -n "$n" -N 2 "$@" --json "$work/r.json" > "$work/r.txt" 2>&1
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], f\"{d['create_ops_s']:.0f} {d['stat_ops_s']:.0f} {d['read_ops_s']:.0f} {d['remove_ops_s']:.0f}\")" "$work/r.json" "$label"
 }

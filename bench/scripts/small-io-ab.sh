@@ -37,7 +37,9 @@ for m in w a b; do need_ready "mount $m" "$work/f$m.log"; done
 served() {
   "$b_bin/tessera" df --json | python3 -c '
 import json, sys
-print(sum(j["read_bytes"] for s in json.load(sys.stdin) if s.get("report") for j in s["report"]["jobs"]))'
+d = json.load(sys.stdin)
+servers = d["servers"] if isinstance(d, dict) else d  # `tessera df --json`: {"servers": [...], ...}
+print(sum(j["read_bytes"] for s in servers if s.get("report") for j in s["report"]["jobs"]))'
 }
 # The servers report every second: wait for reports that include the last run.
 settle() { sleep 2.5; }
@@ -52,6 +54,8 @@ mkdir -p "$work/w/fio"
 # run ROUND WORKLOAD MOUNT: one measurement, appended to runs.tsv.
 run() {
   local round=$1 wl=$2 m=$3 json=$work/r.json before after value unit
+  # A job of its own: PerSched's detection would take the same job's repeated runs for a periodic one.
+  export TESSERA_JOB=smallio-$round-$wl-$m
   drop_caches; settle
   before=$(served)
   local randmap=(); [ "${RANDMAP:-1}" = 0 ] && randmap=(--norandommap)

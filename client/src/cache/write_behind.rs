@@ -43,6 +43,10 @@ pub const SCATTERED_MAX: u64 = 4 << 20;
 pub const WRITE_INFLIGHT_MAX: u64 = 64 << 20;
 /// Bytes buffered and in flight per inode before writers wait.
 pub const WRITE_BEHIND_MAX: u64 = WRITE_INFLIGHT_MAX + (WRITE_STREAMS * WRITE_CHUNK) as u64;
+/// Bytes buffered and in flight per inode before a write handed over whole ([`OpenInode::write_owned`])
+/// waits: its chunks are the caller's fresh memory, not recycled buffers, so a writer that reads its data
+/// into new blocks (`tessera put`) holds 4 chunks at most, as it did with its own streams.
+pub const OWNED_MAX: u64 = 4 * WRITE_CHUNK as u64;
 
 struct WBuf {
     /// Recycled: a streaming writer goes through 8 MiB chunks at the rate it writes.
@@ -374,7 +378,7 @@ impl OpenInode {
                 && !st.in_flight(off, end);
             if clear {
                 let held = st.buffered + st.inflight_bytes;
-                if held > 0 && held + data.len() as u64 > WRITE_BEHIND_MAX {
+                if held > 0 && held + data.len() as u64 > OWNED_MAX {
                     self.send_ready(&mut st);
                     return None;
                 }
