@@ -184,12 +184,10 @@ async fn a_client_whose_forwarding_node_dies_moves_on() {
 /// The mount works through a forwarding node unchanged: files written and read back through it, the
 /// metadata and the data visible in the ION's counters.
 #[test]
+#[cfg_attr(not(tessera_fuse), ignore = "needs /dev/fuse and root or fusermount3")]
 fn a_mount_goes_through_its_forwarding_node() {
     use std::process::Command;
-    if !std::path::Path::new("/dev/fuse").exists() {
-        println!("SKIPPED a_mount_goes_through_its_forwarding_node: /dev/fuse is missing");
-        return;
-    }
+    tessera_test_support::mount::require_fuse();
     let cluster = Cluster::start_shape(Shape { ds: 2, ion: 2, ..Shape::default() }, small_stripes());
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("mnt");
