@@ -183,27 +183,20 @@ pub struct Record {
     pub runs: u32,
 }
 
-pub fn csv_text(records: &[Record]) -> String {
-    let mut s = String::from("benchmark,op,mode,param,device_model,throughput_mib_s,runs\n");
-    for r in records {
-        let param = r.param.map(|p| p.to_string()).unwrap_or_default();
-        s.push_str(&format!(
-            "\"{}\",{},{},{},{},{:.3},{}\n",
-            r.benchmark.replace('"', "'"),
-            r.op,
-            r.mode,
-            param,
-            r.device_model,
-            r.throughput_mib_s,
-            r.runs
-        ));
-    }
-    s
+pub fn csv_text(records: &[Record]) -> Result<String> {
+    crate::report::csv_text(
+        &["benchmark", "op", "mode", "param", "device_model", "throughput_mib_s", "runs"],
+        records.iter().map(|r| {
+            let param = r.param.map(|p| p.to_string()).unwrap_or_default();
+            let t = format!("{:.3}", r.throughput_mib_s);
+            [r.benchmark.clone(), r.op.clone(), r.mode.clone(), param, r.device_model.clone(), t, r.runs.to_string()]
+        }),
+    )
 }
 
 /// Writes OUT/NAME.json and OUT/NAME.csv.
 pub fn write_records(out: &Path, name: &str, records: &[Record]) -> Result<()> {
-    write_outputs(out, name, records, &csv_text(records))
+    write_outputs(out, name, records, &csv_text(records)?)
 }
 
 /// Writes OUT/NAME.json (the records) and OUT/NAME.csv (`csv`): every experiment's output files.
@@ -911,9 +904,14 @@ mod tests {
         assert_eq!(arr[1]["runs"].as_u64(), Some(3));
         let back: Vec<Record> = serde_json::from_value(v).unwrap();
         assert_eq!(back, rs);
-        let csv = csv_text(&rs);
+        let csv = csv_text(&rs).unwrap();
         assert!(csv.starts_with("benchmark,op,mode,param,device_model,throughput_mib_s,runs\n"));
-        assert!(csv.contains("\"mpi-io-test x2\",read,iorchestrator,10,hdd,20.000,3"));
+        assert!(csv.contains("mpi-io-test x2,read,iorchestrator,10,hdd,20.000,3"));
+        // A name with the separator and quotes reads back whole.
+        let odd = Record { benchmark: "a, \"b\"".into(), ..rs[1].clone() };
+        let text = csv_text(&[odd]).unwrap();
+        let row = csv::Reader::from_reader(text.as_bytes()).records().next().unwrap().unwrap();
+        assert_eq!((&row[0], &row[1], row.len()), ("a, \"b\"", "read", 7));
     }
 
     #[test]

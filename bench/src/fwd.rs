@@ -427,7 +427,7 @@ pub async fn run(e: Experiment, a: &ExperimentArgs) -> Result<()> {
             eprintln!("warning: no {name}-trace outputs: {err:#}");
         }
     }
-    crate::experiment::write_outputs(&a.out, name, &records, &csv_text(&records))?;
+    crate::experiment::write_outputs(&a.out, name, &records, &csv_text(&records)?)?;
     println!("wrote {}/{name}.json and {name}.csv", a.out.display());
     let png = a.out.join(format!("{name}.png"));
     match plot(e, &records, &png) {
@@ -630,28 +630,40 @@ fn write_traces(out: &Path, name: &str, traced: &[Traced], device: &str) -> Resu
     Ok(())
 }
 
-pub fn csv_text(records: &[FwdRecord]) -> String {
-    let mut s = String::from(
-        "pattern,op,request_kib,scheduler,ions,window_ms,device_model,throughput_mib_s,makespan_s,runs,ion_offset_distance,ds_sl_bytes\n",
-    );
-    for r in records {
-        s.push_str(&format!(
-            "{},{},{},{},{},{},{},{:.3},{:.4},{},{},{}\n",
-            r.pattern,
-            r.op,
-            r.request_kib,
-            r.scheduler,
-            r.ions,
-            r.window_ms.map(|w| w.to_string()).unwrap_or_default(),
-            r.device_model,
-            r.throughput_mib_s,
-            r.makespan_s,
-            r.runs,
-            r.ion_offset_distance.map(|d| format!("{d:.0}")).unwrap_or_default(),
-            r.ds_sl_bytes.map(|d| format!("{d:.0}")).unwrap_or_default()
-        ));
-    }
-    s
+pub fn csv_text(records: &[FwdRecord]) -> Result<String> {
+    let header = [
+        "pattern",
+        "op",
+        "request_kib",
+        "scheduler",
+        "ions",
+        "window_ms",
+        "device_model",
+        "throughput_mib_s",
+        "makespan_s",
+        "runs",
+        "ion_offset_distance",
+        "ds_sl_bytes",
+    ];
+    crate::report::csv_text(
+        &header,
+        records.iter().map(|r| {
+            [
+                r.pattern.to_string(),
+                r.op.to_string(),
+                r.request_kib.to_string(),
+                r.scheduler.to_string(),
+                r.ions.to_string(),
+                r.window_ms.map(|w| w.to_string()).unwrap_or_default(),
+                r.device_model.to_string(),
+                format!("{:.3}", r.throughput_mib_s),
+                format!("{:.4}", r.makespan_s),
+                r.runs.to_string(),
+                r.ion_offset_distance.map(|d| format!("{d:.0}")).unwrap_or_default(),
+                r.ds_sl_bytes.map(|d| format!("{d:.0}")).unwrap_or_default(),
+            ]
+        }),
+    )
 }
 
 /// A scheduler as figures and progress lines name it: TWINS with its window.
@@ -801,6 +813,6 @@ mod tests {
         plot(Experiment::Schedulers, &[none.clone(), r.clone()], &png).unwrap();
         assert!(std::fs::metadata(&png).unwrap().len() > 1000);
         plot(Experiment::Ions, &[none, r], &png).unwrap();
-        assert!(csv_text(&[]).starts_with("pattern,op,request_kib"));
+        assert!(csv_text(&[]).unwrap().starts_with("pattern,op,request_kib"));
     }
 }

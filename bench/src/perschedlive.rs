@@ -792,35 +792,34 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
         });
     }
     let _ = std::fs::remove_dir_all(&scratch);
-    let mut csv = String::from(
-        "scheduler,job,tasks,compute_s,volume,instances,rho,planned_rho,measured_rho,whole_run_rho,dilation,syseff,upper_bound,syseff_ub,system_dilation,total_bandwidth,node_bandwidth,period_s,runs\n",
-    );
-    for r in &records {
-        for j in &r.jobs {
-            csv.push_str(&format!(
-                "{},{},{},{},{},{},{:.4},{},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.0},{:.0},{},{}\n",
-                r.scheduler,
-                j.job,
-                j.tasks,
-                j.compute_s,
-                j.volume,
-                j.instances,
-                j.rho,
+    let header = "scheduler,job,tasks,compute_s,volume,instances,rho,planned_rho,measured_rho,whole_run_rho,dilation,\
+                  syseff,upper_bound,syseff_ub,system_dilation,total_bandwidth,node_bandwidth,period_s,runs";
+    let rows = records.iter().flat_map(|r| {
+        r.jobs.iter().map(move |j| {
+            vec![
+                r.scheduler.to_string(),
+                j.job.to_string(),
+                j.tasks.to_string(),
+                j.compute_s.to_string(),
+                j.volume.to_string(),
+                j.instances.to_string(),
+                format!("{:.4}", j.rho),
                 j.planned_rho.map_or(String::new(), |p| format!("{p:.4}")),
-                j.measured_rho,
-                j.whole_run_rho,
-                j.dilation,
-                r.syseff,
-                r.upper_bound,
-                r.syseff_ub,
-                r.dilation,
-                r.total_bandwidth,
-                r.node_bandwidth,
+                format!("{:.4}", j.measured_rho),
+                format!("{:.4}", j.whole_run_rho),
+                format!("{:.4}", j.dilation),
+                format!("{:.4}", r.syseff),
+                format!("{:.4}", r.upper_bound),
+                format!("{:.4}", r.syseff_ub),
+                format!("{:.4}", r.dilation),
+                format!("{:.0}", r.total_bandwidth),
+                format!("{:.0}", r.node_bandwidth),
                 r.period_s.map_or(String::new(), |p| format!("{p:.3}")),
-                r.runs
-            ));
-        }
-    }
+                r.runs.to_string(),
+            ]
+        })
+    });
+    let csv = crate::report::csv_text(&header.split(',').collect::<Vec<_>>(), rows)?;
     write_outputs(&a.out, NAME, &records, &csv)?;
     plot(&records, &a.out.join(format!("{NAME}.png")))?;
     println!("wrote {}/{NAME}.{{json,csv,png}}", a.out.display());

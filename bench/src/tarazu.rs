@@ -459,22 +459,21 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
         }
     }
     let _ = std::fs::remove_dir_all(&scratch);
-    let mut csv =
-        String::from("workload,policy,prefill,ost_cost,ost_cost_workload,write_mib_s,read_mib_s,device_model,runs\n");
-    for r in &records {
-        csv.push_str(&format!(
-            "{},{},{},{:.4},{:.4},{:.2},{:.2},{},{}\n",
-            r.workload,
-            r.policy,
-            r.prefill,
-            r.ost_cost,
-            r.ost_cost_workload,
-            r.write_mib_s,
-            r.read_mib_s,
-            r.device_model,
-            r.runs
-        ));
-    }
+    let header = "workload,policy,prefill,ost_cost,ost_cost_workload,write_mib_s,read_mib_s,device_model,runs";
+    let rows = records.iter().map(|r| {
+        [
+            r.workload.to_string(),
+            r.policy.to_string(),
+            r.prefill.to_string(),
+            format!("{:.4}", r.ost_cost),
+            format!("{:.4}", r.ost_cost_workload),
+            format!("{:.2}", r.write_mib_s),
+            format!("{:.2}", r.read_mib_s),
+            r.device_model.to_string(),
+            r.runs.to_string(),
+        ]
+    });
+    let csv = crate::report::csv_text(&header.split(',').collect::<Vec<_>>(), rows)?;
     write_outputs(&a.out, NAME, &records, &csv)?;
     replot(&a.out, &records)?;
     println!("wrote {}/{NAME}.{{json,csv,png}} and {NAME}-targets.png", a.out.display());
