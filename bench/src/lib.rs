@@ -14,7 +14,7 @@ pub mod modelcmd; // `model fit|replay|what-if`: benchmark runs on a local clust
 pub mod net; // `net`: the QUIC + TLS transport alone against sink servers, like lnet_selftest
 pub mod persched; // `persched sim`: the PerSched paper's Table 4 from the model (planner in tessera-mds)
 pub mod perschedlive; // `persched job` (the periodic IOR-like job) and `experiment persched-live`
-pub mod plots; // PNG figures with plotters (grouped bars, lines, LBA scatter, histograms)
+pub use tessera_plots::figures as plots; // PNG figures (grouped bars, lines, LBA scatter, histograms)
 pub mod report; // IOR/mdtest-style text, summary statistics, JSON results
 pub mod tarazu; // `experiment placement-tarazu`: OST cost and bandwidth of the placement policies on 7 servers × 5 targets
 pub mod trace; // lba-trace.csv parsing: LBA over time and reuse distances per program
