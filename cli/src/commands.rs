@@ -55,7 +55,7 @@ enum Cmd {
     /// Manage the cluster's certificate authority and node certificates.
     #[command(subcommand)]
     Ca(CaCmd),
-    /// Start a whole cluster (MDS and data servers) on this machine and keep it running until Ctrl-C.
+    /// Run a whole cluster on this machine (MDS, data servers, forwarding nodes with --ion) until Ctrl-C.
     ///
     /// `tessera up` supervises its servers: one that ends (a crash, `kill -9`) is logged and started
     /// again with the same arguments, its log appended to, after 0.5 s, doubling while it keeps ending
@@ -914,7 +914,11 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         Cmd::Df { jobs, json, policy } => df(&c, jobs, json, policy).await?,
         Cmd::Ping => return ping(&c).await,
         Cmd::Fsck { repair, json } => return fsck(&c, repair, json).await,
-        Cmd::Jobs { periodic: true, .. } => print!("{}", periodic_text(&c).await?),
+        Cmd::Jobs { periodic: true, watch: false } => print!("{}", periodic_text(&c).await?),
+        Cmd::Jobs { periodic: true, watch: true } => {
+            crate::watch::every_second(|| async { periodic_text(&c).await.unwrap_or_else(|e| format!("{}\n", e.msg)) })
+                .await
+        }
         Cmd::Jobs { watch, .. } => watch_status(&c, watch, jobs_text).await?,
         Cmd::Job(JobCmd::Periodic { job, nodes, compute, volume }) => {
             periodic_register(c, job, nodes, compute, volume).await?
