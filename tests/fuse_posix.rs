@@ -938,7 +938,7 @@ fn fuse_copy_file_range_copies_across_stripes() {
         assert!(n >= 0, "copy_file_range: {}", std::io::Error::last_os_error());
         n as usize
     };
-    let rw = |p: &Path| std::fs::OpenOptions::new().read(true).write(true).create(true).open(p).unwrap();
+    let rw = |p: &Path| std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(p).unwrap();
     let data = pattern(11, (9 << 20) + 123);
     let src = rw(&a.p("src"));
     (&src).write_all(&data).unwrap(); // still in the write-behind buffer when the copy starts

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tessera_client::{Client, LayoutSpec};
-use tessera_proto::clusterdir::Shape;
+use tessera_ops::clusterdir::Shape;
 use tessera_proto::config::{ClusterConfig, Defaults};
 use tessera_proto::error::ErrorCode;
 use tessera_test_support::{bin, connect, pattern, Cluster};

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tessera_client::{Client, LayoutSpec};
-use tessera_proto::ca::CaDir;
+use tessera_ops::ca::CaDir;
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::tls::{self, TlsFiles, Validity};
 use tessera_proto::Role;
@@ -45,7 +45,7 @@ async fn revoked_client_and_data_server_are_refused_without_restarting_the_other
     let mut cluster = Cluster::start(2);
     let tls_dir = cluster.files.dir.join("tls");
     let mds_log = cluster.log("mds");
-    let pid = |c: &Option<tessera_proto::child::Child>| c.as_ref().map(|c| c.id()).expect("running");
+    let pid = |c: &Option<tessera_ops::child::Child>| c.as_ref().map(|c| c.id()).expect("running");
     let pids = |c: &Cluster| [pid(&c.mds), pid(&c.ds[0]), pid(&c.ds[1])];
     let before = pids(&cluster);
     {

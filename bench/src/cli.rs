@@ -44,7 +44,7 @@ enum Cmd {
 /// Parses the command line, runs the benchmark on a multi-thread tokio runtime, maps errors to exit code 1.
 pub fn main_entry() -> ExitCode {
     let cli = Cli::parse();
-    let Some(rt) = tessera_proto::process::start("tessera-bench") else { return ExitCode::FAILURE };
+    let Some(rt) = tessera_ops::daemon::start("tessera-bench") else { return ExitCode::FAILURE };
     let res = rt.block_on(async {
         match cli.cmd {
             Cmd::Ior(a) => ior::run(a).await,

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use tessera_client::proto::msg::{MdsReply, MdsRequest, OrchestratorMode, OrchestratorStatus, SchedulerSetting};
 use tessera_client::{Client, ClusterConfig, Defaults, ErrorCode};
-use tessera_proto::child::{self, server_binary, Child, READY_TIMEOUT, STOP_GRACE};
-use tessera_proto::clusterdir::{prepare, ClusterFiles, Server};
+use tessera_ops::child::{self, server_binary, Child, READY_TIMEOUT, STOP_GRACE};
+use tessera_ops::clusterdir::{prepare, ClusterFiles, Server};
 
 /// What the experiment needs from the cluster.
 #[derive(Clone, Debug, PartialEq)]
@@ -135,7 +135,7 @@ impl LocalCluster {
             std::fs::remove_dir_all(dir).with_context(|| format!("removing the old cluster in {}", dir.display()))?;
         }
         let defaults = Defaults { stripe_size: o.stripe_size, stripe_count: 0, ..Defaults::default() };
-        let shape = tessera_proto::clusterdir::Shape { ds: o.n_ds, ion: o.n_ion, ..Default::default() };
+        let shape = tessera_ops::clusterdir::Shape { ds: o.n_ds, ion: o.n_ion, ..Default::default() };
         let files = prepare(dir, shape, 0, defaults).map_err(|e| anyhow!("preparing the cluster: {e}"))?;
         let mut all = vec![files.mds_config.clone(), files.client_config.clone(), files.admin_config.clone()];
         all.extend(files.ds_configs.iter().cloned());
@@ -322,7 +322,7 @@ mod tests {
     #[test]
     fn configs_are_edited_for_the_experiment() {
         let tmp = tempfile::tempdir().unwrap();
-        let files = prepare(tmp.path(), tessera_proto::clusterdir::Shape::ds(2), 0, Defaults::default()).unwrap();
+        let files = prepare(tmp.path(), tessera_ops::clusterdir::Shape::ds(2), 0, Defaults::default()).unwrap();
         let mut c = ClusterConfig::load(&files.ds_configs[1]).unwrap();
         let o = ClusterOptions {
             n_ds: 2,

@@ -1,6 +1,6 @@
 //! `tessera up`: a whole cluster on loopback, kept running as a supervisor would (systemd, a process
 //! manager). The cluster directory (certificates and configs) is written by
-//! [`tessera_proto::clusterdir::prepare`]; [`up`] starts its servers as child processes stage by stage and
+//! [`tessera_ops::clusterdir::prepare`]; [`up`] starts its servers as child processes stage by stage and
 //! watches them until Ctrl-C/SIGTERM. A server that ends is logged and started again, with the same
 //! arguments, after a delay that grows while it keeps ending ([`crate::supervise::RestartPolicy`]); the
 //! others keep running. `up` itself ends only on Ctrl-C/SIGTERM (it then stops the forwarding nodes, the
@@ -14,8 +14,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use tessera_proto::child::{self, Child, Signals, READY_TIMEOUT, STOP_GRACE};
-use tessera_proto::clusterdir::{existing_ds_count, prepare, ClusterFiles, Server, Shape, STATUS_FILE};
+use tessera_ops::child::{self, Child, Signals, READY_TIMEOUT, STOP_GRACE};
+use tessera_ops::clusterdir::{existing_ds_count, prepare, ClusterFiles, Server, Shape, STATUS_FILE};
 use tessera_proto::config::{ClusterConfig, Defaults};
 use tessera_proto::types::format_utc;
 

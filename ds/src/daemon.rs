@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_proto::child::Signals;
+use tessera_ops::child::Signals;
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::rpc;
 use tessera_proto::tls::NodeIdentity;
@@ -37,7 +37,7 @@ struct Args {
 /// Entry point of the `tessera-ds` binary.
 pub fn main_entry() -> ExitCode {
     let args = Args::parse();
-    let Some(rt) = tessera_proto::process::start("tessera-ds") else { return ExitCode::from(1) };
+    let Some(rt) = tessera_ops::daemon::start("tessera-ds") else { return ExitCode::from(1) };
     let res = rt.block_on(run(args));
     // Blocking store calls still running finish on their own; do not wait for them forever.
     rt.shutdown_timeout(Duration::from_secs(5));
@@ -145,7 +145,7 @@ async fn run(args: Args) -> Result<(), String> {
         capacity,
         "data server ready"
     );
-    tessera_proto::child::announce_ready(local);
+    tessera_ops::child::announce_ready(local);
 
     wait_for_signal().await?;
     info!("shutting down");

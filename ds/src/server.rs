@@ -763,16 +763,17 @@ mod net_tests {
     use super::*;
     use tessera_proto::error::ErrorCode;
     use tessera_proto::rpc::{self, RpcPeer, Tuning};
-    use tessera_proto::tls::{self, NodeIdentity};
+    use tessera_proto::tls::NodeIdentity;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn serves_over_quic_and_refuses_ds_peers() {
         let d = tempfile::tempdir().unwrap();
         let tdir = d.path().join("tls");
-        let ca = tls::generate_ca("t").unwrap();
-        tls::write_ca(&tdir, &ca).unwrap();
+        let ca = tessera_ops::issue::generate_ca("t").unwrap();
+        tessera_ops::ca::write_ca(&tdir, &ca).unwrap();
         let id = |role, name| {
-            NodeIdentity::load(&tls::issue_to_dir(&tdir, &ca, role, name, &["127.0.0.1".into()]).unwrap()).unwrap()
+            NodeIdentity::load(&tessera_ops::ca::issue_to_dir(&tdir, &ca, role, name, &["127.0.0.1".into()]).unwrap())
+                .unwrap()
         };
         let (ds_id, client_id, other_ds) = (id(Role::Ds, "ds-0"), id(Role::Client, "c"), id(Role::Ds, "ds-1"));
         let (reporter, path) = assemble(vec![Store::open(&d.path().join("data"), 0).unwrap()], &Setup::new(0)).unwrap();

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 use tessera_client::{Client, ClusterConfig};
-use tessera_proto::child;
+use tessera_ops::child;
 
 /// Threads reading requests from /dev/fuse (each request is then served by a tokio task).
 const FUSE_THREADS: usize = 2;
@@ -213,7 +213,7 @@ fn daemonize() -> ExitCode {
     };
     match child.wait_ready(DAEMON_READY_TIMEOUT) {
         Ok(rest) => {
-            tessera_proto::child::announce_ready(rest);
+            tessera_ops::child::announce_ready(rest);
             child.detach();
             ExitCode::SUCCESS
         }
@@ -230,8 +230,8 @@ pub fn main_entry() -> ExitCode {
     if args.daemon {
         return daemonize();
     }
-    tessera_proto::process::tune_allocator();
-    tessera_proto::process::init_logging();
+    tessera_ops::daemon::tune_allocator();
+    tessera_ops::daemon::init_logging();
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -276,7 +276,7 @@ fn run(args: Args) -> Result<(), String> {
         .map_err(|e| format!("cannot start the session thread: {e}"))?;
     set_kernel_read_ahead(&mp);
     tracing::info!("mounted {} on {}", cfg.mds.addr, mp.display());
-    tessera_proto::child::announce_ready(mp.display());
+    tessera_ops::child::announce_ready(mp.display());
 
     let outcome = rt.block_on(async {
         let mut signals = child::Signals::new().map_err(|e| format!("cannot watch SIGINT/SIGTERM: {e}"))?;

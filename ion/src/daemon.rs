@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_proto::child::Signals;
+use tessera_ops::child::Signals;
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::rpc::{self, RpcPeer};
 use tessera_proto::tls::NodeIdentity;
@@ -48,7 +48,7 @@ struct Args {
 /// Entry point of the `tessera-ion` binary.
 pub fn main_entry() -> ExitCode {
     let args = Args::parse();
-    let Some(rt) = tessera_proto::process::start("tessera-ion") else { return ExitCode::from(1) };
+    let Some(rt) = tessera_ops::daemon::start("tessera-ion") else { return ExitCode::from(1) };
     let res = rt.block_on(run(args));
     rt.shutdown_timeout(Duration::from_secs(2));
     match res {
@@ -117,7 +117,7 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let server = tokio::spawn(rpc::serve(endpoint.clone(), service, identity.crl.clone()));
     info!(ion = %node.name, addr = %local, scheduler = %scheduler, "forwarding node ready");
-    tessera_proto::child::announce_ready(local);
+    tessera_ops::child::announce_ready(local);
     let mut signals = Signals::new().map_err(|e| format!("SIGINT/SIGTERM handlers: {e}"))?;
     signals.recv().await;
     info!("shutting down");

@@ -165,8 +165,8 @@ pub struct Options {
 /// Entry point of the `tessera-mds` binary.
 pub fn main_entry() -> ExitCode {
     let opts = Options::parse();
-    let Some(rt) = tessera_proto::process::start("tessera-mds") else { return ExitCode::from(1) };
-    let ready = |addr: SocketAddr| tessera_proto::child::announce_ready(addr);
+    let Some(rt) = tessera_ops::daemon::start("tessera-mds") else { return ExitCode::from(1) };
+    let ready = |addr: SocketAddr| tessera_ops::child::announce_ready(addr);
     let result = rt.block_on(async {
         let shutdown = signals()?;
         run(opts, ready, shutdown).await

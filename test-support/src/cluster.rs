@@ -1,13 +1,13 @@
 //! Harness for the cross-process tests: a real cluster of `tessera-mds`, `tessera-ds` (and `tessera-ion`) processes on
-//! loopback, with certificates and configs made by [`tessera_proto::clusterdir::prepare`] (what
-//! `tessera up` uses), started and stopped through [`tessera_proto::child`].
+//! loopback, with certificates and configs made by [`tessera_ops::clusterdir::prepare`] (what
+//! `tessera up` uses), started and stopped through [`tessera_ops::child`].
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tessera_client::Client;
-use tessera_proto::child::{self, Child, READY_TIMEOUT};
-use tessera_proto::clusterdir::{prepare, ClusterFiles, Server, Shape};
+use tessera_ops::child::{self, Child, READY_TIMEOUT};
+use tessera_ops::clusterdir::{prepare, ClusterFiles, Server, Shape};
 use tessera_proto::config::{ClusterConfig, Defaults};
 
 /// Path of a Tessera binary (`tessera`, `tessera-mds`, ...): in `$TESSERA_BIN_DIR`, next to the running

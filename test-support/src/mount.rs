@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use tessera_proto::child::Child;
+use tessera_ops::child::Child;
 
 /// Fails the test, with the reason, when FUSE cannot run here: /dev/fuse and either root (direct mount(2))
 /// or fusermount3. The tests that call it are marked `#[cfg_attr(not(tessera_fuse), ignore = ...)]` (the
