@@ -592,12 +592,10 @@ impl From<Status> for PeriodicReport {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    /// A test cluster: 8 nodes of 10 MB/s, 30 MB/s in all, 5 s leases, no headroom (also the metrics tests').
-    pub(crate) fn cfg() -> LiveConfig {
+impl LiveConfig {
+    /// A small cluster for tests (here and the MDS's): 8 nodes of 10 MB/s, 30 MB/s in all, 5 s leases,
+    /// no headroom, K' = 10.
+    pub fn test_cluster() -> LiveConfig {
         LiveConfig {
             nodes: 8,
             node_bw: 10e6,
@@ -607,6 +605,15 @@ pub(crate) mod tests {
             headroom: 0.0,
             online: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> LiveConfig {
+        LiveConfig::test_cluster()
     }
 
     fn prof(nodes: u32, compute_ms: u64, volume: u64) -> Profile {
