@@ -19,11 +19,11 @@
 //! own, made the same configuration vary 2x between runs when reads went to it.
 //! Scheduler "none" is direct access (clients configured with `ion = "none"`).
 
-use crate::experiment::{uniq, DeviceModelArg, ExperimentArgs, ExperimentName};
+use crate::experiments::{uniq, DeviceModelArg, ExperimentArgs, ExperimentName};
+use crate::iorchestrator::trace;
 use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::plots::{self, BarPanel};
 use crate::report::median;
-use crate::trace;
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -253,7 +253,7 @@ struct Fixture {
 }
 
 async fn file_of(c: &Client, path: &str, size: u64) -> Result<(u64, Layout)> {
-    crate::workloads::prepare_file(c, path, size).await?;
+    crate::iorchestrator::workloads::prepare_file(c, path, size).await?;
     let f = c.open(path, OpenOptions::read_only()).await.map_err(|e| anyhow!("{path}: {e}"))?;
     let r = (f.ino(), Layout::clone(&f.layout()));
     f.close().await.map_err(|e| anyhow!("{path}: {e}"))?;
@@ -264,11 +264,11 @@ impl Fixture {
     async fn start(dir: &Path, s: &Settings, n_ion: usize, apps: usize, trace: bool) -> Result<Fixture> {
         let o = ClusterOptions {
             n_ds: s.n_ds,
-            stripe_size: crate::workloads::STRIPE,
+            stripe_size: crate::iorchestrator::workloads::STRIPE,
             device_model: s.device.as_str().to_string(),
             // Objects a little apart on the emulated disk, as files of one file system would be.
             reservation: Some(s.per_proc.max(1 << 20) * 4),
-            disk_gb: Some(crate::experiment::PAPER_DISK_GB),
+            disk_gb: Some(crate::experiments::PAPER_DISK_GB),
             trace,
             window_ms: 500,
             mode: OrchestratorMode::Off,
@@ -427,7 +427,7 @@ pub async fn run(e: Experiment, a: &ExperimentArgs) -> Result<()> {
             eprintln!("warning: no {name}-trace outputs: {err:#}");
         }
     }
-    crate::experiment::write_outputs(&a.out, name, &records, &csv_text(&records)?)?;
+    crate::experiments::write_outputs(&a.out, name, &records, &csv_text(&records)?)?;
     println!("wrote {}/{name}.json and {name}.csv", a.out.display());
     let png = a.out.join(format!("{name}.png"));
     match plot(e, &records, &png) {

@@ -19,7 +19,7 @@
 //! the files are declared with their whole size, so the MDS places every extent they will reach in the
 //! declaration's batch and instantiates each on its planned targets when the files reach it.
 
-use crate::experiment::{write_outputs, DeviceModelArg, ExperimentArgs};
+use crate::experiments::{write_outputs, DeviceModelArg, ExperimentArgs};
 use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::plots::{grouped_bars, BarPanel};
 use anyhow::{anyhow, Context, Result};

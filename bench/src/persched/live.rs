@@ -89,7 +89,7 @@
 //! that finished early leaving would make the MDS replan for the others mid-measurement), and each job runs
 //! as many instances as fit its share of a common target duration, so the mix stays the same throughout.
 
-use crate::experiment::{write_outputs, ExperimentArgs};
+use crate::experiments::{write_outputs, ExperimentArgs};
 use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::plots::{grouped_bars, BarPanel};
 use anyhow::{anyhow, bail, Context, Result};

@@ -11,6 +11,8 @@
 //! The planner is the crate `tessera-persched`, which the MDS runs too, so the simulator runs exactly the
 //! code the file system runs.
 
+pub mod live; // `persched job` (the periodic IOR-like job) and `experiment persched-live`
+
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -32,7 +34,7 @@ enum PerschedCmd {
     Sim(SimArgs),
     /// A periodic IOR-like job: β tasks; compute w seconds (a sleep), then write vol; N times; with
     /// --register it follows its PerSched grant. Reports each instance and the measured ρ̃ and dilation.
-    Job(crate::perschedlive::JobArgs),
+    Job(crate::persched::live::JobArgs),
 }
 
 #[derive(Args, Debug)]
@@ -127,7 +129,7 @@ fn pct(ours: f64, paper: f64) -> f64 {
 pub async fn run(a: PerschedArgs) -> Result<()> {
     match a.cmd {
         PerschedCmd::Sim(s) => sim(s),
-        PerschedCmd::Job(j) => crate::perschedlive::job_cmd(j).await,
+        PerschedCmd::Job(j) => crate::persched::live::job_cmd(j).await,
     }
 }
 
