@@ -287,7 +287,7 @@ async fn declared_payloads_cost_nothing_until_they_arrive() {
     let (_, ds_addr) = addrs(&cfg);
     let good = NodeIdentity::load(&cfg.tls).unwrap();
     let ep = rpc::client_endpoint(false).unwrap();
-    let pid = cluster.ds[0].as_ref().expect("data server running").id();
+    let pid = cluster.pid("ds0").expect("data server running");
     let attacker = RpcPeer::new(ep.clone(), &good, Role::Ds, ds_addr, tuning()).unwrap();
     assert!(matches!(ds_ping(&attacker).await, Ok(DsReply::Pong { .. })));
     let conn = attacker.connection().await.expect("connect");

@@ -8,6 +8,8 @@
 //!   the revocation list.
 //! - [`clusterdir`] (feature `ca`): certificates and configs of a cluster on loopback (`tessera up`,
 //!   experiments, tests).
+//! - [`cluster`] (feature `ca`): one local cluster's servers as child processes: started stage by stage,
+//!   killed and started again by name, stopped (`tessera-bench` and the cross-process tests).
 //!
 //! The daemons depend on this crate without the `ca` feature: rcgen stays out of their build.
 
@@ -16,6 +18,8 @@ pub mod daemon;
 
 #[cfg(feature = "ca")]
 pub mod ca;
+#[cfg(feature = "ca")]
+pub mod cluster;
 #[cfg(feature = "ca")]
 pub mod clusterdir;
 #[cfg(feature = "ca")]

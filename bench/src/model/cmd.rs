@@ -250,7 +250,7 @@ async fn bench_logs(dir: &Path, device_model: &str, mib: u64) -> Result<Vec<(Pat
                     "ior {} -o /model-{} --job {job} --config {}",
                     r.args,
                     r.name,
-                    lc.files.client_config.display()
+                    lc.files().client_config.display()
                 );
                 let w = IorWrap::try_parse_from(line.split_whitespace())?;
                 crate::ior::run(w.a).await.with_context(|| format!("run {}", r.name))?;
