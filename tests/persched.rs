@@ -22,7 +22,7 @@ fn platform_cluster(scheduler: &str, detect: bool) -> Cluster {
         c.persched.node_bandwidth = 100 << 20;
         c.persched.total_bandwidth = 100 << 20;
         c.persched.lease_ms = 5_000;
-        c.persched.scheduler = scheduler.into();
+        c.persched.scheduler = scheduler.parse().expect("a PerSched scheduler name");
         c.persched.detect = detect;
     });
     cluster.boot();

@@ -6,6 +6,7 @@
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
+use tessera_proto::config::DeviceKind;
 use tessera_proto::units::parse_size;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,21 +54,6 @@ impl ExperimentName {
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeviceModelArg {
-    Hdd,
-    None,
-}
-
-impl DeviceModelArg {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeviceModelArg::Hdd => "hdd",
-            DeviceModelArg::None => "none",
-        }
-    }
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Variant {
     /// Barrier between I/O calls (Fig. 2).
     Barrier,
@@ -94,8 +80,9 @@ pub struct ExperimentArgs {
     /// Scaled down to finish in under two minutes (shorter runs, smaller files, 1 run unless --runs).
     #[arg(long)]
     pub quick: bool,
-    #[arg(long, value_enum, default_value = "hdd")]
-    pub device_model: DeviceModelArg,
+    /// The data servers' device: hdd (the emulated disk) or none (this machine's).
+    #[arg(long, default_value = "hdd")]
+    pub device_model: DeviceKind,
     /// Repetitions of each configuration (medians are reported); default 3, 1 with --quick.
     #[arg(long)]
     pub runs: Option<u32>,
@@ -136,8 +123,8 @@ pub struct ExperimentArgs {
     pub dispatch_depth: Option<u32>,
     /// Forwarding experiments: the emulated disk's elevator (`ds_options.hdd.elevator`): clook (default)
     /// or fifo (arrival order, as a server issuing one I/O at a time would have).
-    #[arg(long, value_parser = ["clook", "fifo"])]
-    pub hdd_elevator: Option<String>,
+    #[arg(long)]
+    pub hdd_elevator: Option<tessera_proto::config::Elevator>,
     /// Only redraw OUT/NAME.png from OUT/NAME.json (no cluster, no runs).
     #[arg(long)]
     pub replot: bool,

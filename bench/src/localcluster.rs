@@ -9,14 +9,14 @@ use tessera_client::proto::msg::{MdsReply, MdsRequest, OrchestratorMode, Orchest
 use tessera_client::{Client, ClusterConfig, Defaults, ErrorCode};
 use tessera_ops::child::{self, Child};
 use tessera_ops::clusterdir::ClusterFiles;
+use tessera_proto::config::{DeviceKind, Elevator};
 
 /// What the experiment needs from the cluster.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterOptions {
     pub n_ds: usize,
     pub stripe_size: u64,
-    /// `hdd` or `none`.
-    pub device_model: String,
+    pub device_model: DeviceKind,
     /// Address space per object on each server (sets on-disk distances between files); None: default.
     pub reservation: Option<u64>,
     /// Capacity of the emulated disk in GB (the seek curve is over this span); None: the config default.
@@ -30,7 +30,7 @@ pub struct ClusterOptions {
     /// `ion_options.dispatch_depth` (None: the default).
     pub ion_dispatch_depth: Option<u32>,
     /// `ds_options.hdd.elevator` (None: the default, clook).
-    pub hdd_elevator: Option<String>,
+    pub hdd_elevator: Option<Elevator>,
 }
 
 impl ClusterOptions {
@@ -40,7 +40,7 @@ impl ClusterOptions {
         ClusterOptions {
             n_ds,
             stripe_size: 1 << 20,
-            device_model: "none".into(),
+            device_model: DeviceKind::None,
             reservation: None,
             disk_gb: None,
             trace: false,
@@ -84,7 +84,7 @@ pub struct LocalCluster {
 
 /// Applies the experiment's settings to one node config.
 pub fn edit_config(cfg: &mut ClusterConfig, o: &ClusterOptions) {
-    cfg.ds_options.device_model = o.device_model.clone();
+    cfg.ds_options.device_model = o.device_model;
     if let Some(r) = o.reservation {
         cfg.ds_options.object_reservation_bytes = r;
     }
@@ -94,12 +94,12 @@ pub fn edit_config(cfg: &mut ClusterConfig, o: &ClusterOptions) {
     cfg.ds_options.trace = o.trace;
     // Statistics often enough for the orchestrator to see load.
     cfg.ds_options.report_interval_ms = cfg.ds_options.report_interval_ms.min(500);
-    cfg.orchestrator.mode = o.mode.as_str().to_string();
+    cfg.orchestrator.mode = o.mode;
     if let Some(d) = o.ion_dispatch_depth {
         cfg.ion_options.dispatch_depth = d;
     }
-    if let Some(e) = &o.hdd_elevator {
-        cfg.ds_options.hdd.elevator = e.clone();
+    if let Some(e) = o.hdd_elevator {
+        cfg.ds_options.hdd.elevator = e;
     }
     cfg.orchestrator.window_ms = o.window_ms;
 }
@@ -295,7 +295,7 @@ mod tests {
         let o = ClusterOptions {
             n_ds: 2,
             stripe_size: 65536,
-            device_model: "hdd".into(),
+            device_model: DeviceKind::Hdd,
             reservation: Some(10 << 30),
             disk_gb: Some(150.0),
             trace: true,
@@ -303,16 +303,16 @@ mod tests {
             mode: OrchestratorMode::Off,
             n_ion: 0,
             ion_dispatch_depth: None,
-            hdd_elevator: Some("fifo".into()),
+            hdd_elevator: Some(Elevator::Fifo),
         };
         edit_config(&mut c, &o);
         c.save(&files.ds_configs[1]).unwrap();
         let c = ClusterConfig::load(&files.ds_configs[1]).unwrap();
-        assert_eq!(c.ds_options.device_model, "hdd");
+        assert_eq!(c.ds_options.device_model, DeviceKind::Hdd);
         assert_eq!(c.ds_options.object_reservation_bytes, 10 << 30);
         assert!(c.ds_options.trace);
         assert_eq!(c.ds_options.hdd.capacity_gb, 150.0);
-        assert_eq!(c.ds_options.hdd.elevator, "fifo");
-        assert_eq!((c.orchestrator.mode.as_str(), c.orchestrator.window_ms), ("off", 250));
+        assert_eq!(c.ds_options.hdd.elevator, Elevator::Fifo);
+        assert_eq!((c.orchestrator.mode, c.orchestrator.window_ms), (OrchestratorMode::Off, 250));
     }
 }

@@ -464,7 +464,7 @@ struct UpArgs {
     target_capacity: Option<u64>,
     /// Placement policy of the new cluster: round-robin, lustre or balanced (Tarazu).
     #[arg(long)]
-    placement: Option<String>,
+    placement: Option<tessera_proto::config::Placement>,
 }
 
 /// A failed command: the path it concerns (if any) and the error.
@@ -786,7 +786,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
                 stripe_count: a.stripe_count,
                 targets: a.targets,
                 target_capacity: a.target_capacity,
-                placement: a.placement.clone(),
+                placement: a.placement,
             };
             return Ok(up::up(opts).await?);
         }

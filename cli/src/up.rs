@@ -34,7 +34,7 @@ pub struct UpOptions {
     pub targets: u16,
     pub target_capacity: Option<u64>,
     /// Placement policy (new clusters only).
-    pub placement: Option<String>,
+    pub placement: Option<tessera_proto::config::Placement>,
 }
 
 /// How often the supervisor looks at its servers.
@@ -509,8 +509,8 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<ExitCode> {
     if let Some(c) = opts.stripe_count {
         defaults.stripe_count = c;
     }
-    if let Some(p) = &opts.placement {
-        defaults.placement = p.clone();
+    if let Some(p) = opts.placement {
+        defaults.placement = p;
     }
     let shape = Shape { ds: n_ds, ion: n_ion, targets: opts.targets, target_capacity: opts.target_capacity };
     let files = prepare(&opts.dir, shape, opts.port_base, defaults)?;

@@ -8,7 +8,7 @@
 
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use tessera_proto::config::HddParams;
+use tessera_proto::config::{DeviceKind, Elevator, HddParams, UnknownName};
 use tessera_proto::{FsError, FsResult, ObjectId};
 use tokio::sync::oneshot;
 
@@ -65,11 +65,7 @@ impl HddModel {
                 "ds_options.hdd: need track_to_track_ms <= average_seek_ms <= full_stroke_ms",
             ));
         }
-        let clook = match p.elevator.as_str() {
-            "clook" => true,
-            "fifo" => false,
-            other => return Err(FsError::invalid(format!("ds_options.hdd.elevator: '{other}' is not clook or fifo"))),
-        };
+        let clook = p.elevator == Elevator::Clook;
         let (t2t, avg, full) = (p.track_to_track_ms * 1e3, p.average_seek_ms * 1e3, p.full_stroke_ms * 1e3);
         // a/sqrt(3) + b/3 = avg - t2t and a + b = full - t2t.
         let span = full - t2t;
@@ -145,13 +141,17 @@ pub enum DeviceModel {
 }
 
 impl DeviceModel {
-    /// Parses `ds_options.device_model`.
-    pub fn parse(s: &str, hdd: &HddParams) -> FsResult<DeviceModel> {
-        match s {
-            "none" | "" => Ok(DeviceModel::None),
-            "hdd" => Ok(DeviceModel::Hdd(HddModel::new(hdd)?)),
-            other => Err(FsError::invalid(format!("unknown device model '{other}' (none, hdd)"))),
+    /// The model of `ds_options.device_model` (the emulated disk's parameters checked).
+    pub fn of(kind: DeviceKind, hdd: &HddParams) -> FsResult<DeviceModel> {
+        match kind {
+            DeviceKind::None => Ok(DeviceModel::None),
+            DeviceKind::Hdd => Ok(DeviceModel::Hdd(HddModel::new(hdd)?)),
         }
+    }
+
+    /// [`DeviceModel::of`] the model named `s` (`none`, `hdd`).
+    pub fn parse(s: &str, hdd: &HddParams) -> FsResult<DeviceModel> {
+        DeviceModel::of(s.parse().map_err(|e: UnknownName| FsError::invalid(e.to_string()))?, hdd)
     }
 
     pub fn name(&self) -> &'static str {
@@ -401,8 +401,8 @@ mod tests {
         let q = [(500u64, 3u64), (10, 2), (900, 1)];
         assert_eq!(elevator_pick(false, q.iter().copied(), 400), Some(2));
         assert_eq!(elevator_pick(true, q.iter().copied(), 400), Some(0));
-        let bad = HddParams { elevator: "deadline".into(), ..HddParams::default() };
-        assert!(HddModel::new(&bad).unwrap_err().to_string().contains("clook or fifo"));
+        let e = toml::from_str::<HddParams>("elevator = \"deadline\"").unwrap_err().to_string();
+        assert!(e.contains("deadline") && e.contains("clook"), "an unknown elevator fails at load: {e}");
     }
 
     async fn run_stream(dev: &Arc<HddDevice>, addrs: Vec<u64>, len: u64) {

@@ -10,7 +10,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
-use tessera_client::{Client, ClusterConfig};
+use tessera_client::Client;
 use tessera_ops::child;
 
 /// Threads reading requests from /dev/fuse (each request is then served by a tokio task).
@@ -23,9 +23,9 @@ const KERNEL_READ_AHEAD_KB: u32 = 8192;
 pub struct Args {
     /// Directory to mount on.
     pub mountpoint: PathBuf,
-    /// Cluster configuration file (as written by `tessera up` into DIR/client.toml).
-    #[arg(long, env = "TESSERA_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    /// The cluster's configuration (`tessera up` writes DIR/client.toml).
+    #[command(flatten)]
+    pub config: tessera_ops::daemon::ConfigArgs,
     /// Detach: return once mounted and keep serving in the background.
     #[arg(long)]
     pub daemon: bool,
@@ -244,7 +244,7 @@ pub fn main_entry() -> ExitCode {
 fn run(args: Args) -> Result<(), String> {
     let plan = plan(&args)?;
     let mp = check_mount_point(&args.mountpoint)?;
-    let cfg = ClusterConfig::locate(args.config.as_deref()).map_err(|e| e.to_string())?;
+    let cfg = args.config.load().map_err(|e| e.to_string())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("tessera-fuse")

@@ -7,12 +7,11 @@ use crate::server::IonService;
 use crate::stats::Stats;
 use clap::Parser;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_ops::child::Signals;
-use tessera_proto::config::ClusterConfig;
+use tessera_proto::config::IonScheduler;
 use tessera_proto::rpc::{self, RpcPeer};
 use tessera_proto::tls::NodeIdentity;
 use tessera_proto::Role;
@@ -25,9 +24,8 @@ use tracing::info;
     version
 )]
 struct Args {
-    /// Cluster configuration (TOML).
-    #[arg(long, env = tessera_proto::config::CONFIG_ENV)]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    config: tessera_ops::daemon::ConfigArgs,
     /// This forwarding node's index in the configuration's [[ion]] list (TWINS starts at server k).
     #[arg(long)]
     index: usize,
@@ -36,7 +34,7 @@ struct Args {
     listen: Option<String>,
     /// Request scheduler: fifo, hbrr, to, to-agg, sjf, mlf, sw, twins (overrides ion_options.scheduler).
     #[arg(long)]
-    scheduler: Option<String>,
+    scheduler: Option<IonScheduler>,
     /// TWINS's (and SW's) window in microseconds (overrides ion_options.window_us).
     #[arg(long)]
     window_us: Option<u64>,
@@ -61,7 +59,7 @@ pub fn main_entry() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let config = ClusterConfig::locate(args.config.as_deref()).map_err(|e| e.detail)?;
+    let config = args.config.load().map_err(|e| e.detail)?;
     let node = config.ion.get(args.index).ok_or_else(|| {
         format!("no forwarding node {} in the configuration (it lists {})", args.index, config.ion.len())
     })?;
@@ -96,9 +94,10 @@ async fn run(args: Args) -> Result<(), String> {
         ion_index: args.index,
         epoch_us: 0,
     };
-    let scheduler = args.scheduler.clone().unwrap_or_else(|| o.scheduler.clone());
+    let scheduler = args.scheduler.unwrap_or(o.scheduler);
     let stats = Arc::new(Stats::switched(config.metrics.job_counters));
-    let dispatcher = Dispatcher::new(args.index as u32, servers.clone(), &scheduler, params, o.dispatch_depth, stats)?;
+    let dispatcher =
+        Dispatcher::new(args.index as u32, servers.clone(), scheduler.as_str(), params, o.dispatch_depth, stats)?;
     let interval = Duration::from_millis(config.ds_options.report_interval_ms);
     let report = crate::report::spawn(dispatcher.stats.clone(), args.index as u32, mds.clone(), interval);
     let service = Arc::new(IonService { name: node.name.clone(), index: args.index as u32, mds, servers, dispatcher });
@@ -141,7 +140,7 @@ mod tests {
     fn flags() {
         let a = Args::try_parse_from(["tessera-ion", "--index", "1", "--scheduler", "twins", "--window-us", "125"])
             .unwrap();
-        assert_eq!((a.index, a.scheduler.as_deref(), a.window_us), (1, Some("twins"), Some(125)));
+        assert_eq!((a.index, a.scheduler, a.window_us), (1, Some(IonScheduler::Twins), Some(125)));
         assert!(Args::try_parse_from(["tessera-ion"]).is_err(), "--index is required");
     }
 }

@@ -16,7 +16,7 @@
 use super::online::{self, Policy};
 use super::{detect, persched, App, Params, Platform};
 use std::collections::{BTreeMap, BTreeSet};
-use tessera_proto::config::PerschedOptions;
+use tessera_proto::config::{PerschedOptions, PerschedScheduler};
 use tessera_proto::msg::{
     PeriodicGrant, PeriodicInterval, PeriodicJob, PeriodicProfile, PeriodicReport, PeriodicSource,
 };
@@ -537,7 +537,11 @@ impl LiveConfig {
             lease_ms: o.lease_ms.max(100),
             k_prime: o.k_prime,
             headroom: if o.rate_headroom.is_finite() { o.rate_headroom.clamp(0.0, 1.0) } else { 0.0 },
-            online: Policy::ALL.into_iter().find(|p| *p != Policy::Fair && p.name() == o.scheduler),
+            online: match o.scheduler {
+                PerschedScheduler::Persched => None,
+                PerschedScheduler::OnlineSyseff => Some(Policy::MaxSysEff),
+                PerschedScheduler::OnlineDilation => Some(Policy::MinDilation),
+            },
         }
     }
 }

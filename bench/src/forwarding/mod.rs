@@ -19,7 +19,7 @@
 //! own, made the same configuration vary 2x between runs when reads went to it.
 //! Scheduler "none" is direct access (clients configured with `ion = "none"`).
 
-use crate::experiments::{uniq, DeviceModelArg, ExperimentArgs, ExperimentName};
+use crate::experiments::{uniq, ExperimentArgs, ExperimentName};
 use crate::iorchestrator::trace;
 use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::plots::{self, BarPanel};
@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tessera_client::proto::msg::{OrchestratorMode, SchedulerSetting};
 use tessera_client::{Client, IoTag, Layout, OpenOptions};
+use tessera_proto::config::{DeviceKind, Elevator};
 use tessera_proto::types::Origin;
 use tessera_proto::units::format_size;
 
@@ -165,10 +166,10 @@ struct Settings {
     n_ds: usize,
     per_proc: u64,
     runs: u32,
-    device: DeviceModelArg,
+    device: DeviceKind,
     quick: bool,
     dispatch_depth: Option<u32>,
-    hdd_elevator: Option<String>,
+    hdd_elevator: Option<Elevator>,
 }
 
 /// One configuration to measure.
@@ -265,7 +266,7 @@ impl Fixture {
         let o = ClusterOptions {
             n_ds: s.n_ds,
             stripe_size: crate::iorchestrator::workloads::STRIPE,
-            device_model: s.device.as_str().to_string(),
+            device_model: s.device,
             // Objects a little apart on the emulated disk, as files of one file system would be.
             reservation: Some(s.per_proc.max(1 << 20) * 4),
             disk_gb: Some(crate::experiments::PAPER_DISK_GB),
@@ -274,7 +275,7 @@ impl Fixture {
             mode: OrchestratorMode::Off,
             n_ion,
             ion_dispatch_depth: s.dispatch_depth,
-            hdd_elevator: s.hdd_elevator.clone(),
+            hdd_elevator: s.hdd_elevator,
         };
         let cluster = LocalCluster::start(dir, &o).await?;
         let mut via_ion = Vec::with_capacity(s.clients);
@@ -380,7 +381,7 @@ fn settings(a: &ExperimentArgs) -> Result<Settings> {
         device: a.device_model,
         quick: a.quick,
         dispatch_depth: a.dispatch_depth,
-        hdd_elevator: a.hdd_elevator.clone(),
+        hdd_elevator: a.hdd_elevator,
     };
     if s.procs < 2 || s.clients == 0 || s.n_ds == 0 || s.runs == 0 {
         bail!("--procs (at least 2), --clients, --n-ds and --runs must be positive");
@@ -545,7 +546,7 @@ async fn measure(
                 app_makespans_s,
                 ion_offset_distance: (!dist.is_empty()).then(|| median(&dist)),
                 ds_sl_bytes: (!sl.is_empty()).then(|| median(&sl)),
-                hdd_elevator: s.hdd_elevator.clone(),
+                hdd_elevator: s.hdd_elevator.map(|e| e.to_string()),
             }
         })
         .collect();
@@ -753,7 +754,7 @@ mod tests {
             n_ds: 4,
             per_proc: 1 << 20,
             runs: 1,
-            device: DeviceModelArg::Hdd,
+            device: DeviceKind::Hdd,
             quick: true,
             dispatch_depth: None,
             hdd_elevator: None,

@@ -12,7 +12,7 @@
 pub mod trace; // lba-trace.csv parsing: LBA over time and reuse distances per program
 pub mod workloads; // the paper's five benchmarks as access plans, and their runner
 
-use crate::experiments::{uniq, write_outputs, DeviceModelArg, ExperimentArgs, ExperimentName, Variant};
+use crate::experiments::{uniq, write_outputs, ExperimentArgs, ExperimentName, Variant};
 use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::plots::{self, BarPanel};
 use crate::report::median;
@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tessera_client::proto::msg::{OrchestratorMode, OrchestratorStatus};
+use tessera_proto::config::DeviceKind;
 use tessera_proto::units::format_size;
 use workloads::{Kind, Limit, Op, Program, Spec, STRIPE};
 
@@ -61,7 +62,7 @@ struct Settings {
     file_size: u64,
     procs: usize,
     n_ds: usize,
-    device: DeviceModelArg,
+    device: DeviceKind,
     out: PathBuf,
     quick: bool,
     disk_gb: Option<f64>,
@@ -93,7 +94,7 @@ impl Settings {
         ClusterOptions {
             n_ds: self.n_ds,
             stripe_size: STRIPE,
-            device_model: self.device.as_str().to_string(),
+            device_model: self.device,
             reservation: Some(reservation),
             disk_gb: self.disk_gb,
             trace,
@@ -142,7 +143,10 @@ impl Session {
             "starting a cluster of {} data servers (device model {}{}, window {} ms, reservation {}) in {}",
             opts.n_ds,
             opts.device_model,
-            opts.disk_gb.filter(|_| opts.device_model == "hdd").map(|gb| format!(" {gb} GB")).unwrap_or_default(),
+            opts.disk_gb
+                .filter(|_| opts.device_model == DeviceKind::Hdd)
+                .map(|gb| format!(" {gb} GB"))
+                .unwrap_or_default(),
             opts.window_ms,
             format_size(opts.reservation.unwrap_or(0)),
             dir.display()
@@ -733,7 +737,7 @@ mod tests {
         let a = ExperimentArgs {
             name: ExperimentName::IorchDistance,
             quick: true,
-            device_model: DeviceModelArg::Hdd,
+            device_model: DeviceKind::Hdd,
             runs: None,
             out: "r".into(),
             n_ds: Some(6),

@@ -19,7 +19,7 @@
 //! the files are declared with their whole size, so the MDS places every extent they will reach in the
 //! declaration's batch and instantiates each on its planned targets when the files reach it.
 
-use crate::experiments::{write_outputs, DeviceModelArg, ExperimentArgs};
+use crate::experiments::{write_outputs, ExperimentArgs};
 use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::plots::{grouped_bars, BarPanel};
 use anyhow::{anyhow, Context, Result};
@@ -29,6 +29,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tessera_client::Client;
+use tessera_proto::config::DeviceKind;
 use tessera_proto::layout::{ExtentSpec, LayoutSpec, EOF};
 use tessera_proto::msg::ost_cost;
 use tessera_proto::units::format_size;
@@ -347,18 +348,18 @@ struct RunOutcome {
 
 async fn one_run(
     dir: &Path,
-    device: DeviceModelArg,
+    device: DeviceKind,
     capacity: u64,
     policy: &str,
     uneven: bool,
     w: &Workload,
 ) -> Result<RunOutcome> {
     let mut o = ClusterOptions::plain(SERVERS, 0);
-    o.device_model = device.as_str().into();
+    o.device_model = device;
     o.stripe_size = STRIPE;
     let policy_name = policy.to_string();
     let prepared = LocalCluster::prepare_edited(dir, &o, |c| {
-        c.defaults.placement = policy_name.clone();
+        c.defaults.placement = policy_name.parse().expect("the experiment's policies are placement names");
         for d in &mut c.ds {
             d.targets = Some(TARGETS);
             d.capacity = Some(capacity);

@@ -112,7 +112,7 @@ impl Namespace {
         stats: Arc<StatsView>,
         data: Arc<dyn DataServers>,
     ) -> FsResult<Namespace> {
-        let placer = Arc::new(Placer::new(stats.clone(), &defaults.placement, Duration::from_secs(1))?);
+        let placer = Arc::new(Placer::new(stats.clone(), defaults.placement.as_str(), Duration::from_secs(1))?);
         let spec = LayoutSpec { stripe_size: Some(defaults.stripe_size), stripe_count: Some(defaults.stripe_count) };
         spec.validate()?;
         let boot_ino = store.new_ino()?;
