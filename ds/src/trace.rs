@@ -5,6 +5,7 @@
 //! counted) rather than ever slowing requests down.
 
 use crate::device::OpKind;
+use crate::pipeline::{Observer, Request};
 use std::fs::OpenOptions;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
@@ -105,6 +106,18 @@ impl Trace {
         let (ack, done) = mpsc::channel();
         if self.tx.send(Msg::Flush(ack)).is_ok() {
             let _ = done.recv_timeout(timeout);
+        }
+    }
+}
+
+/// A line per run with an address of every request served.
+impl Observer for Trace {
+    fn served(&self, req: &Request<'_>, _real: Duration) {
+        let (client, pid) = (req.tag.origin.client, req.tag.origin.pid);
+        for run in &req.runs {
+            if let Some(addr) = run.addr {
+                self.record(req.job.clone(), client, pid, addr, run.len, req.op.kind);
+            }
         }
     }
 }

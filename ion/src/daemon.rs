@@ -1,5 +1,6 @@
 //! `tessera-ion`: command line, start-up (config, identity, connections, dispatcher, metrics), the
-//! `READY` line, and shutdown on SIGINT/SIGTERM.
+//! `READY` line, and shutdown on SIGINT/SIGTERM — or, with a non-zero exit, when the dispatch loop was
+//! given up ([`Dispatcher::failed`]: it kept panicking), so that a supervisor starts the node afresh.
 
 use crate::dispatch::Dispatcher;
 use crate::sched::Params;
@@ -100,6 +101,7 @@ async fn run(args: Args) -> Result<(), String> {
         Dispatcher::new(args.index as u32, servers.clone(), scheduler.as_str(), params, o.dispatch_depth, stats)?;
     let interval = Duration::from_millis(config.ds_options.report_interval_ms);
     let report = crate::report::spawn(dispatcher.stats.clone(), args.index as u32, mds.clone(), interval);
+    let watched = dispatcher.clone();
     let service = Arc::new(IonService { name: node.name.clone(), index: args.index as u32, mds, servers, dispatcher });
     let metrics = match config.metrics.ion_base_port {
         Some(base) => {
@@ -118,7 +120,10 @@ async fn run(args: Args) -> Result<(), String> {
     info!(ion = %node.name, addr = %local, scheduler = %scheduler, "forwarding node ready");
     tessera_ops::child::announce_ready(local);
     let mut signals = Signals::new().map_err(|e| format!("SIGINT/SIGTERM handlers: {e}"))?;
-    signals.recv().await;
+    let failed = tokio::select! {
+        _ = signals.recv() => None,
+        why = watched.failed() => Some(why),
+    };
     info!("shutting down");
     if let Some(m) = metrics {
         m.shutdown().await;
@@ -129,7 +134,10 @@ async fn run(args: Args) -> Result<(), String> {
         r.abort();
     }
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
-    Ok(())
+    match failed {
+        Some(why) => Err(format!("forwarding stopped: {why}")),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
