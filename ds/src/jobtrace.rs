@@ -4,7 +4,7 @@
 //! path only looks at an atomic count while no job is traced.
 
 use crate::device::OpKind;
-use crate::pipeline::{Observer, Request};
+use crate::observe::{Observer, Request};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;

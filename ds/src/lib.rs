@@ -10,6 +10,7 @@
 //!   service; a released request runs in its caller's task.
 //! - [`device`]: the device model: `none` or the emulated rotating disk `hdd` (one head, C-LOOK), which
 //!   only delays the real I/O.
+//! - [`observe`]: what the path's observers see (a request and its runs) and their interface.
 //! - [`locality`]: the locality monitor (SL_i, SL_ij, RD_ij EWMAs, SeekTime_i), an observer of the path.
 //! - [`counters`]: per-job read/write operation and byte counters.
 //! - [`targetstats`]: per storage target request sizes, latencies and traffic per job (an observer).
@@ -29,6 +30,7 @@ pub mod device;
 pub mod jobtrace;
 pub mod locality;
 pub mod metrics;
+pub mod observe;
 pub mod pipeline;
 pub mod report;
 pub mod scheduler;

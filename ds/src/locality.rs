@@ -9,7 +9,7 @@
 //! mutex.
 
 use crate::device::DeviceModel;
-use crate::pipeline::{Observer, Request};
+use crate::observe::{Observer, Request};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

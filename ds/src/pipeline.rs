@@ -18,13 +18,14 @@ use crate::address::Addresses;
 use crate::device::{Device, DeviceOp, OpKind};
 use crate::jobtrace::JobTraces;
 use crate::locality::Locality;
+pub use crate::observe::{Observer, Request, Run};
 use crate::scheduler::{Scheduler, ServeControl};
 use crate::store::Store;
 use crate::targetstats::TargetStats;
 use crate::trace::Trace;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tessera_proto::msg::Extent;
 use tessera_proto::{FsResult, IoTag};
 
@@ -50,42 +51,6 @@ pub struct DataPath {
     pub trace: Option<Arc<Trace>>,
     /// Per-job traces (`tessera trace`).
     pub job_traces: Arc<JobTraces>,
-}
-
-/// One run of a request: where it lies in the object and, when known, in the target's volume.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Run {
-    pub offset: u64,
-    pub len: u64,
-    /// The object's base address + `offset`; `None` without an address (a read of a missing object, an
-    /// fsync, a failed lookup).
-    pub addr: Option<u64>,
-}
-
-/// A request as the observers see it.
-pub struct Request<'a> {
-    pub tag: &'a IoTag,
-    pub job: Arc<str>,
-    /// The request as the device sees it (a vectored read's spans all its runs).
-    pub op: DeviceOp,
-    /// One run for a plain request, one per extent of a vectored read; once served, in the order the
-    /// device served them.
-    pub runs: Vec<Run>,
-    /// When it arrived (after its address was looked up), and the same as wall-clock microseconds.
-    pub arrived: Instant,
-    pub arrived_us: u64,
-}
-
-/// Watches requests pass through the pipeline.
-pub trait Observer: Send + Sync {
-    /// `req` arrived, before it is queued; returns whether this observer wants to see it served.
-    fn arrived(&self, _req: &Request<'_>) -> bool {
-        true
-    }
-
-    /// `req` was served without error; `real` is its real I/O time (the device model's delay not
-    /// included).
-    fn served(&self, req: &Request<'_>, real: Duration);
 }
 
 /// Most observers of a request: the target's statistics, job traces, locality, trace.
@@ -164,6 +129,7 @@ async fn address(target: &Target, op: &DeviceOp) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::device::DeviceModel;
+    use std::time::Duration;
     use crate::server::tests::tag;
     use crate::server::{assemble, Setup};
     use bytes::Bytes;

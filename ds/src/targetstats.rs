@@ -4,7 +4,7 @@
 //! the device, the I/O; a vectored read is one request of all its bytes.
 
 use crate::device::OpKind;
-use crate::pipeline::{Observer, Request};
+use crate::observe::{Observer, Request};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;

@@ -5,7 +5,7 @@
 //! counted) rather than ever slowing requests down.
 
 use crate::device::OpKind;
-use crate::pipeline::{Observer, Request};
+use crate::observe::{Observer, Request};
 use std::fs::OpenOptions;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
