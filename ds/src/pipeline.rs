@@ -129,10 +129,10 @@ async fn address(target: &Target, op: &DeviceOp) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::device::DeviceModel;
-    use std::time::Duration;
     use crate::server::tests::tag;
     use crate::server::{assemble, Setup};
     use bytes::Bytes;
+    use std::time::Duration;
     use tessera_proto::msg::DsReply;
 
     fn path_with(setup: &Setup) -> (tempfile::TempDir, DataPath) {
