@@ -1,56 +1,22 @@
 //! The embedded default end to end: `tessera up` starts a cluster of real processes, the CLI uses it,
 //! Ctrl-C (SIGINT) stops every child, and a second `up` on the same directory finds the data again.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
+use tessera_test_support::up::{tessera_ok, Up};
 use tessera_test_support::{bin, pattern};
 
-struct Up {
-    child: Child,
-    config: PathBuf,
-}
-
 fn up(dir: &Path) -> Up {
-    let mut child = Command::new(bin("tessera"))
-        .args(["up", "--ds", "3", "--port-base", "0", "--dir"])
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn tessera up");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(p) = line.strip_prefix("TESSERA UP ") {
-                let _ = tx.send(PathBuf::from(p.trim()));
-            }
-        }
-    });
-    let config = rx.recv_timeout(Duration::from_secs(60)).expect("tessera up did not come up");
-    Up { child, config }
+    Up::start(dir, 3, 0)
 }
 
-fn stop(mut u: Up) {
-    // SAFETY: plain kill(2) on our child's pid.
-    unsafe { libc::kill(u.child.id() as i32, libc::SIGINT) };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = u.child.try_wait().unwrap() {
-            assert!(status.success(), "tessera up exited with {status}");
-            return;
-        }
-        assert!(Instant::now() < deadline, "tessera up did not stop on SIGINT");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn stop(u: Up) {
+    u.stop();
 }
 
 fn tessera(config: &Path, args: &[&str]) -> String {
-    let out = Command::new(bin("tessera")).arg("--config").arg(config).args(args).output().expect("run tessera");
-    assert!(out.status.success(), "tessera {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    tessera_ok(config, args)
 }
 
 /// Server processes whose command line mentions `dir`.

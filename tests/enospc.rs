@@ -16,12 +16,9 @@ impl Drop for Unmount {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(tessera_root), ignore = "needs root to mount a small tmpfs (CI runs as root)")]
 async fn full_disk_gives_enospc_and_recovers() {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: needs root to mount a small tmpfs (CI runs as root)");
-        return;
-    }
+    tessera_test_support::mount::require_root();
     let mut cluster = Cluster::prepared(2, Defaults::default());
     let dir = cluster.ds_data_dir(1);
     std::fs::create_dir_all(&dir).unwrap();

@@ -6,12 +6,12 @@
 use bytes::Bytes;
 use std::time::{Duration, Instant};
 use tessera_client::Client;
-use tessera_proto::clusterdir::Shape;
+use tessera_ops::clusterdir::Shape;
 use tessera_proto::config::{ClusterConfig, Defaults};
 use tessera_proto::error::ErrorCode;
 use tessera_proto::msg::{DsCall, DsReply, DsRequest, Forwarded, IonCall, IonReply, SchedulerSetting};
 use tessera_proto::rpc::{self, RpcPeer, Tuning};
-use tessera_proto::tls::{self, NodeIdentity};
+use tessera_proto::tls::NodeIdentity;
 use tessera_proto::{IoTag, Origin, Role};
 use tessera_test_support::{check_batched_writes, connect, pattern, Cluster};
 
@@ -28,8 +28,9 @@ async fn client_via(cluster: &Cluster, ion: &str, job: &str) -> Client {
 
 fn identity(cluster: &Cluster, role: Role, name: &str) -> NodeIdentity {
     let tls_dir = cluster.files.dir.join("tls");
-    let ca = tls::read_ca(&tls_dir).expect("cluster CA");
-    NodeIdentity::load(&tls::issue_to_dir(&tls_dir, &ca, role, name, &[]).expect("issue")).expect("identity")
+    let ca = tessera_ops::ca::read_ca(&tls_dir).expect("cluster CA");
+    NodeIdentity::load(&tessera_ops::ca::issue_to_dir(&tls_dir, &ca, role, name, &[]).expect("issue"))
+        .expect("identity")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,12 +185,10 @@ async fn a_client_whose_forwarding_node_dies_moves_on() {
 /// The mount works through a forwarding node unchanged: files written and read back through it, the
 /// metadata and the data visible in the ION's counters.
 #[test]
+#[cfg_attr(not(tessera_fuse), ignore = "needs /dev/fuse and root or fusermount3")]
 fn a_mount_goes_through_its_forwarding_node() {
     use std::process::Command;
-    if !std::path::Path::new("/dev/fuse").exists() {
-        println!("SKIPPED a_mount_goes_through_its_forwarding_node: /dev/fuse is missing");
-        return;
-    }
+    tessera_test_support::mount::require_fuse();
     let cluster = Cluster::start_shape(Shape { ds: 2, ion: 2, ..Shape::default() }, small_stripes());
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("mnt");

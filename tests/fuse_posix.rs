@@ -1,5 +1,6 @@
 //! The FUSE mount through real processes: a cluster, `tessera-fuse` mounted into a temporary directory,
-//! and std::fs / libc / real programs on the mount. Skipped (with a SKIPPED line) without /dev/fuse.
+//! and std::fs / libc / real programs on the mount. Ignored (in the
+//! test runner's count) where the build found no FUSE: see build.rs.
 
 use std::ffi::CString;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -8,7 +9,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tessera_test_support::mount::{fuse_usable, is_root, Mount};
+use tessera_test_support::mount::{is_root, require_fuse, Mount};
 use tessera_test_support::{pattern, Cluster};
 
 fn fuse_bin() -> PathBuf {
@@ -82,10 +83,9 @@ fn renameat2(a: &Path, b: &Path, flags: u32) -> i32 {
 }
 
 #[test]
+#[cfg_attr(not(tessera_fuse), ignore = "needs /dev/fuse and root or fusermount3")]
 fn fuse_posix_semantics() {
-    if !fuse_usable("fuse_posix_semantics") {
-        return;
-    }
+    require_fuse();
     let cluster = Cluster::start(2);
     let mut m = Mount::new(&cluster, "posix");
 
@@ -285,14 +285,11 @@ fn fuse_posix_semantics() {
 }
 
 #[test]
+#[cfg_attr(not(all(tessera_fuse, tessera_root)), ignore = "needs /dev/fuse and root")]
 fn fuse_permissions() {
-    if !fuse_usable("fuse_permissions") {
-        return;
-    }
-    if !is_root() || !have("setpriv") {
-        println!("SKIPPED fuse_permissions: needs root and setpriv");
-        return;
-    }
+    require_fuse();
+    tessera_test_support::mount::require_root();
+    assert!(have("setpriv"), "fuse_permissions switches users with setpriv (util-linux)");
     let cluster = Cluster::start(1);
     let m = Mount::new(&cluster, "perm");
     let f = m.p("secret");
@@ -374,10 +371,9 @@ fn fuse_permissions() {
 }
 
 #[test]
+#[cfg_attr(not(tessera_fuse), ignore = "needs /dev/fuse and root or fusermount3")]
 fn fuse_two_mounts_mmap_append_readdir() {
-    if !fuse_usable("fuse_two_mounts_mmap_append_readdir") {
-        return;
-    }
+    require_fuse();
     let cluster = Cluster::start(2);
     let a = Mount::new(&cluster, "a");
     let b = Mount::new(&cluster, "b");
@@ -611,10 +607,9 @@ fn fuse_two_mounts_mmap_append_readdir() {
 }
 
 #[test]
+#[cfg_attr(not(tessera_fuse), ignore = "needs /dev/fuse and root or fusermount3")]
 fn fuse_real_programs() {
-    if !fuse_usable("fuse_real_programs") {
-        return;
-    }
+    require_fuse();
     let cluster = Cluster::start(2);
     let m = Mount::new(&cluster, "progs");
     let src = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -657,11 +652,10 @@ fn fuse_real_programs() {
 }
 
 #[test]
+#[cfg_attr(not(tessera_fuse), ignore = "needs /dev/fuse and root or fusermount3")]
 fn fuse_mount_errors_and_crash() {
-    if !fuse_usable("fuse_mount_errors_and_crash") {
-        return;
-    }
-    let cluster = Cluster::start(1);
+    require_fuse();
+    let mut cluster = Cluster::start(1);
     let cfg = cluster.files.client_config.clone();
     // Mount point missing, or busy.
     let out = Command::new(fuse_bin()).arg("/nonexistent/mnt").arg("--config").arg(&cfg).output().unwrap();
@@ -717,7 +711,7 @@ fn fuse_mount_errors_and_crash() {
     let t = Instant::now();
     let st = Command::new("umount").arg("-l").arg(&m.path).status().unwrap();
     assert!(st.success() && t.elapsed() < Duration::from_secs(10));
-    assert!(cluster_alive(&cluster));
+    assert!(cluster_alive(&mut cluster));
     rt.block_on(async {
         let c = cluster.client().await;
         c.write_file("/after", b"fine").await.unwrap();
@@ -737,18 +731,18 @@ fn wait_gone(p: &Path) {
     }
 }
 
-fn cluster_alive(c: &Cluster) -> bool {
-    // SAFETY: kill with signal 0 only checks that the processes exist.
-    c.mds.iter().chain(c.ds.iter().flatten()).all(|p| unsafe { libc::kill(p.id() as i32, 0) } == 0)
+/// The MDS and every data server still run.
+fn cluster_alive(c: &mut Cluster) -> bool {
+    let n = c.files.ds_configs.len();
+    std::iter::once("mds".to_string()).chain((0..n).map(|i| format!("ds{i}"))).all(|name| c.pid(&name).is_some())
 }
 
 /// Creates in a directory the mount made (and leases) do not wait for the MDS; another mount still sees
 /// every one of them at once, and the first mount sees the other's changes after it.
 #[test]
+#[cfg_attr(not(tessera_fuse), ignore = "needs /dev/fuse and root or fusermount3")]
 fn fuse_async_creates_in_leased_directory() {
-    if !fuse_usable("fuse_async_creates_in_leased_directory") {
-        return;
-    }
+    require_fuse();
     let cluster = Cluster::start(2);
     let a = Mount::new(&cluster, "a");
     let b = Mount::new(&cluster, "b");
@@ -799,10 +793,9 @@ fn fuse_async_creates_in_leased_directory() {
 /// Unlinks in a directory the mount leases do not wait for the MDS either: another mount sees exactly
 /// what is left, names unlinked and made again hold the new files, and an open file unlinked lives on.
 #[test]
+#[cfg_attr(not(tessera_fuse), ignore = "needs /dev/fuse and root or fusermount3")]
 fn fuse_async_unlinks_in_leased_directory() {
-    if !fuse_usable("fuse_async_unlinks_in_leased_directory") {
-        return;
-    }
+    require_fuse();
     let cluster = Cluster::start(2);
     let a = Mount::new(&cluster, "a");
     let b = Mount::new(&cluster, "b");
@@ -862,10 +855,9 @@ fn fuse_async_unlinks_in_leased_directory() {
 /// PUNCH_HOLE and ZERO_RANGE make a range read as zeros (across stripes, right after buffered writes),
 /// and another mount sees the same bytes.
 #[test]
+#[cfg_attr(not(tessera_fuse), ignore = "needs /dev/fuse and root or fusermount3")]
 fn fuse_fallocate_reserves_punches_and_zeroes() {
-    if !fuse_usable("fuse_fallocate_reserves_punches_and_zeroes") {
-        return;
-    }
+    require_fuse();
     use std::os::fd::AsRawFd;
     let cluster = Cluster::start(2);
     let a = Mount::new(&cluster, "a");
@@ -933,10 +925,9 @@ fn fuse_fallocate_reserves_punches_and_zeroes() {
 /// within a file, one from bytes still in the page cache of a shared mapping; the same mount and another
 /// one read what was copied, and the sizes agree.
 #[test]
+#[cfg_attr(not(tessera_fuse), ignore = "needs /dev/fuse and root or fusermount3")]
 fn fuse_copy_file_range_copies_across_stripes() {
-    if !fuse_usable("fuse_copy_file_range_copies_across_stripes") {
-        return;
-    }
+    require_fuse();
     use std::os::fd::AsRawFd;
     let cluster = Cluster::start(2);
     let a = Mount::new(&cluster, "a");
@@ -1007,10 +998,9 @@ fn fuse_copy_file_range_copies_across_stripes() {
 /// the file it held open after unlinking it is destroyed (its objects leave the data servers); when the
 /// mount runs again, the descriptor it held fails with EIO, and new opens on the same mount work.
 #[test]
+#[cfg_attr(not(tessera_fuse), ignore = "needs /dev/fuse and root or fusermount3")]
 fn fuse_a_silent_mount_is_evicted_and_its_unlinked_open_file_destroyed() {
-    if !fuse_usable("fuse_a_silent_mount_is_evicted_and_its_unlinked_open_file_destroyed") {
-        return;
-    }
+    require_fuse();
     let mut cluster = Cluster::prepared(2, Default::default());
     cluster.edit_mds_config(|c| c.mds.eviction_timeout_s = 2);
     cluster.boot();

@@ -57,9 +57,9 @@ impl Hdd {
         all.extend(f.ds_configs.iter().cloned());
         for p in &all {
             let mut cfg = ClusterConfig::load(p).unwrap();
-            cfg.ds_options.device_model = "hdd".into();
+            cfg.ds_options.device_model = tessera_proto::config::DeviceKind::Hdd;
             cfg.ds_options.report_interval_ms = 500;
-            cfg.orchestrator.mode = "off".into();
+            cfg.orchestrator.mode = tessera_proto::msg::OrchestratorMode::Off;
             // Each server's SL_i is judged on the mean of its reports over a window; one report is about
             // the last gap seen (7/8 EWMA), 0 or the distance between the files. Ten reports per window
             // instead of five keep that mean, and so condition 1, from flapping on sampling noise.

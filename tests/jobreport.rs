@@ -6,7 +6,7 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use tessera_proto::clusterdir::Shape;
+use tessera_ops::clusterdir::Shape;
 use tessera_proto::config::Defaults;
 use tessera_proto::msg::JobInfo;
 use tessera_test_support::{bin, connect, pattern, Cluster};

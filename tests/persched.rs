@@ -22,7 +22,7 @@ fn platform_cluster(scheduler: &str, detect: bool) -> Cluster {
         c.persched.node_bandwidth = 100 << 20;
         c.persched.total_bandwidth = 100 << 20;
         c.persched.lease_ms = 5_000;
-        c.persched.scheduler = scheduler.into();
+        c.persched.scheduler = scheduler.parse().expect("a PerSched scheduler name");
         c.persched.detect = detect;
     });
     cluster.boot();
@@ -192,12 +192,10 @@ fn run_as_job(job: &str, script: String) -> std::thread::JoinHandle<u64> {
 }
 
 #[test]
+#[cfg_attr(not(all(tessera_fuse, tessera_root)), ignore = "needs /dev/fuse and root")]
 fn the_mount_holds_a_patterned_jobs_write_until_its_interval_and_no_other() {
-    // SAFETY: geteuid cannot fail.
-    if !std::path::Path::new("/dev/fuse").exists() || unsafe { libc::geteuid() } != 0 {
-        println!("SKIPPED: needs /dev/fuse and root");
-        return;
-    }
+    tessera_test_support::mount::require_fuse();
+    tessera_test_support::mount::require_root();
     let cluster = platform_cluster("persched", false);
     let m = Mount::new(&cluster, "persched");
     let rt = tokio::runtime::Runtime::new().unwrap();

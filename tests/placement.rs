@@ -6,7 +6,7 @@ use bytes::Bytes;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tessera_client::{Client, LayoutSpec};
-use tessera_proto::clusterdir::Shape;
+use tessera_ops::clusterdir::Shape;
 use tessera_proto::config::{ClusterConfig, Defaults};
 use tessera_proto::error::ErrorCode;
 use tessera_test_support::{bin, connect, pattern, Cluster};
@@ -44,7 +44,8 @@ async fn used(c: &Client, min_total: u64) -> Vec<((u32, u16), u64)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn targets_are_placed_on_reported_and_a_full_cluster_refuses_new_files_only() {
     let shape = Shape { ds: 2, targets: 3, target_capacity: Some(CAP), ..Shape::default() };
-    let defaults = Defaults { stripe_size: 64 << 10, stripe_count: 1, placement: "balanced".into() };
+    let defaults =
+        Defaults { stripe_size: 64 << 10, stripe_count: 1, placement: tessera_proto::config::Placement::Balanced };
     let cluster = Cluster::start_shape(shape, defaults);
     let c = connect(&ClusterConfig::load(&cluster.files.client_config).unwrap()).await;
     used(&c, 0).await;

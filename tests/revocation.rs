@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tessera_client::{Client, LayoutSpec};
-use tessera_proto::ca::CaDir;
+use tessera_ops::ca::CaDir;
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::tls::{self, TlsFiles, Validity};
 use tessera_proto::Role;
@@ -45,9 +45,8 @@ async fn revoked_client_and_data_server_are_refused_without_restarting_the_other
     let mut cluster = Cluster::start(2);
     let tls_dir = cluster.files.dir.join("tls");
     let mds_log = cluster.log("mds");
-    let pid = |c: &Option<tessera_proto::child::Child>| c.as_ref().map(|c| c.id()).expect("running");
-    let pids = |c: &Cluster| [pid(&c.mds), pid(&c.ds[0]), pid(&c.ds[1])];
-    let before = pids(&cluster);
+    let pids = |c: &mut Cluster| ["mds", "ds0", "ds1"].map(|name| c.pid(name).expect("running"));
+    let before = pids(&mut cluster);
     {
         let mut ca = CaDir::open(&tls_dir).unwrap();
         for name in ["alice", "bob"] {
@@ -159,7 +158,7 @@ async fn revoked_client_and_data_server_are_refused_without_restarting_the_other
     assert_eq!(bob3.read_file(&placed).await.unwrap(), pattern(3, 100_000));
 
     assert!(cluster.all_alive(), "a server died");
-    assert_eq!(pids(&cluster), before, "a server was restarted");
+    assert_eq!(pids(&mut cluster), before, "a server was restarted");
 }
 
 fn secs(s: u64) -> Duration {

@@ -20,8 +20,8 @@ fn tuning() -> Tuning {
 
 fn issue(cluster: &Cluster, role: Role, name: &str) -> NodeIdentity {
     let tls_dir = cluster.files.dir.join("tls");
-    let ca = tls::read_ca(&tls_dir).expect("cluster CA");
-    let files = tls::issue_to_dir(&tls_dir, &ca, role, name, &[]).expect("issue");
+    let ca = tessera_ops::ca::read_ca(&tls_dir).expect("cluster CA");
+    let files = tessera_ops::ca::issue_to_dir(&tls_dir, &ca, role, name, &[]).expect("issue");
     NodeIdentity::load(&files).expect("load identity")
 }
 
@@ -96,9 +96,9 @@ async fn certificates_are_checked() {
 
     // A certificate from another CA (trusting the cluster CA for the server side).
     let other_dir = tempfile::tempdir().unwrap();
-    let other_ca = tls::generate_ca("evil").unwrap();
-    tls::write_ca(other_dir.path(), &other_ca).unwrap();
-    let other_files = tls::issue_to_dir(other_dir.path(), &other_ca, Role::Client, "mallory", &[]).unwrap();
+    let other_ca = tessera_ops::issue::generate_ca("evil").unwrap();
+    tessera_ops::ca::write_ca(other_dir.path(), &other_ca).unwrap();
+    let other_files = tessera_ops::ca::issue_to_dir(other_dir.path(), &other_ca, Role::Client, "mallory", &[]).unwrap();
     let mut foreign = NodeIdentity::load(&other_files).unwrap();
     foreign.ca = good.ca.clone();
     let foreign_cfg = foreign.client_config().unwrap();
@@ -287,7 +287,7 @@ async fn declared_payloads_cost_nothing_until_they_arrive() {
     let (_, ds_addr) = addrs(&cfg);
     let good = NodeIdentity::load(&cfg.tls).unwrap();
     let ep = rpc::client_endpoint(false).unwrap();
-    let pid = cluster.ds[0].as_ref().expect("data server running").id();
+    let pid = cluster.pid("ds0").expect("data server running");
     let attacker = RpcPeer::new(ep.clone(), &good, Role::Ds, ds_addr, tuning()).unwrap();
     assert!(matches!(ds_ping(&attacker).await, Ok(DsReply::Pong { .. })));
     let conn = attacker.connection().await.expect("connect");

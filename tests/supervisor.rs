@@ -4,82 +4,11 @@
 //! forwarding node first and the MDS last.
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
+use tessera_test_support::up::{tessera_ok, Up};
 use tessera_test_support::{bin, pattern};
-
-/// A running `tessera up` and what it printed on stderr so far.
-struct Up {
-    child: Child,
-    dir: PathBuf,
-    config: PathBuf,
-    stderr: Arc<Mutex<Vec<String>>>,
-}
-
-impl Up {
-    fn start(dir: &Path, ds: usize, ion: usize) -> Up {
-        let mut child = Command::new(bin("tessera"))
-            .args(["up", "--ds", &ds.to_string(), "--ion", &ion.to_string(), "--port-base", "0", "--dir"])
-            .arg(dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn tessera up");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(p) = line.strip_prefix("TESSERA UP ") {
-                    let _ = tx.send(PathBuf::from(p.trim()));
-                }
-            }
-        });
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let (err, lines) = (child.stderr.take().unwrap(), stderr.clone());
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                eprintln!("[up] {line}");
-                lines.lock().unwrap().push(line);
-            }
-        });
-        let config = rx.recv_timeout(Duration::from_secs(90)).expect("tessera up did not come up");
-        Up { child, dir: dir.canonicalize().unwrap(), config, stderr }
-    }
-
-    fn status(&self) -> Value {
-        let text = std::fs::read_to_string(self.dir.join("status.json")).expect("status.json");
-        serde_json::from_str(&text).expect("status.json is JSON")
-    }
-
-    fn stderr_text(&self) -> String {
-        self.stderr.lock().unwrap().join("\n")
-    }
-
-    /// Waits up to `limit` for `tessera up` to exit.
-    fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                // Let the reader thread take the last lines.
-                std::thread::sleep(Duration::from_millis(200));
-                return st;
-            }
-            assert!(Instant::now() < deadline, "tessera up did not exit within {limit:?}:\n{}", self.stderr_text());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        // A failed test: its servers die with it (they get SIGTERM when `up` dies).
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn child_of<'a>(st: &'a Value, name: &str) -> &'a Value {
     st["children"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("{name}: {st}"))
@@ -101,16 +30,6 @@ fn running(pid: i32) -> bool {
         .ok()
         .and_then(|s| s.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')))
         .unwrap_or(false)
-}
-
-fn tessera(config: &Path, args: &[&str]) -> Output {
-    Command::new(bin("tessera")).arg("--config").arg(config).args(args).output().expect("run tessera")
-}
-
-fn tessera_ok(config: &Path, args: &[&str]) -> String {
-    let out = tessera(config, args);
-    assert!(out.status.success(), "tessera {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The data servers of a file's stripes (`getstripe`'s table: stripe, ds, target, object).

@@ -1,6 +1,9 @@
 //! The `tessera-bench` command line: one subcommand per benchmark, run on a multi-thread tokio runtime.
 
-use crate::{chaos, experiment, fuzz, ior, mdtest, modelcmd, net, persched, workloads};
+use crate::iorchestrator::workloads;
+use crate::model::cmd as modelcmd;
+use crate::robustness::{chaos, fuzz};
+use crate::{experiments, ior, mdtest, net, persched};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -32,7 +35,7 @@ enum Cmd {
     /// up, the answers a well-behaved client got meanwhile, and its memory.
     Fuzz(fuzz::FuzzArgs),
     /// Reproduce a figure: starts a local cluster, runs the comparison, writes results/NAME.{csv,json,png}.
-    Experiment(experiment::ExperimentArgs),
+    Experiment(experiments::ExperimentArgs),
     /// Periodic I/O scheduling (PerSched): `sim` reproduces the paper's Table 4 from the model; `job` runs a
     /// periodic IOR-like job.
     Persched(persched::PerschedArgs),
@@ -44,13 +47,13 @@ enum Cmd {
 /// Parses the command line, runs the benchmark on a multi-thread tokio runtime, maps errors to exit code 1.
 pub fn main_entry() -> ExitCode {
     let cli = Cli::parse();
-    let Some(rt) = tessera_proto::process::start("tessera-bench") else { return ExitCode::FAILURE };
+    let Some(rt) = tessera_ops::daemon::start("tessera-bench") else { return ExitCode::FAILURE };
     let res = rt.block_on(async {
         match cli.cmd {
             Cmd::Ior(a) => ior::run(a).await,
             Cmd::Mdtest(a) => mdtest::run(a).await,
             Cmd::Workload(a) => workloads::run(a).await,
-            Cmd::Experiment(a) => experiment::run(a).await,
+            Cmd::Experiment(a) => run_experiment(a).await,
             Cmd::Net(a) => net::run(a).await,
             Cmd::Chaos(a) => chaos::run(a).await,
             Cmd::Fuzz(a) => fuzz::run(a).await,
@@ -66,5 +69,42 @@ pub fn main_entry() -> ExitCode {
             eprintln!("tessera-bench: error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `tessera-bench experiment`, the registry's dispatch: each experiment goes to its paper's module; `--replot`
+/// redraws OUT/NAME.png from OUT/NAME.json.
+async fn run_experiment(a: experiments::ExperimentArgs) -> anyhow::Result<()> {
+    use crate::{forwarding, iorchestrator, persched, tarazu};
+    use anyhow::Context;
+    use experiments::ExperimentName;
+    let fwd = forwarding::Experiment::of(a.name);
+    if a.replot {
+        let name = a.name.as_str();
+        let json = a.out.join(format!("{name}.json"));
+        let text = std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?;
+        let png = a.out.join(format!("{name}.png"));
+        match fwd {
+            Some(e) => forwarding::plot(e, &serde_json::from_str::<Vec<forwarding::FwdRecord>>(&text)?, &png)?,
+            None if a.name == ExperimentName::PlacementTarazu => {
+                tarazu::replot(&a.out, &serde_json::from_str::<Vec<tarazu::TarazuRecord>>(&text)?)?
+            }
+            None if a.name == ExperimentName::PerschedLive => {
+                persched::live::plot(&serde_json::from_str::<Vec<persched::live::LiveRecord>>(&text)?, &png)?
+            }
+            None => {
+                let records: Vec<iorchestrator::Record> = serde_json::from_str(&text)?;
+                let device = records.first().map(|r| r.device_model.clone()).unwrap_or_default();
+                iorchestrator::plot(a.name, &records, &png, &device)?
+            }
+        }
+        println!("wrote {}", png.display());
+        return Ok(());
+    }
+    match a.name {
+        _ if fwd.is_some() => forwarding::run(fwd.expect("checked"), &a).await,
+        ExperimentName::PlacementTarazu => tarazu::run(&a).await,
+        ExperimentName::PerschedLive => persched::live::run(&a).await,
+        _ => iorchestrator::run(&a).await,
     }
 }

@@ -1,22 +1,22 @@
-//! A local cluster for experiments: `clusterdir::prepare` writes certificates and configs, the configs are
-//! edited for the experiment (device model, object reservation, trace, orchestrator), and `tessera-mds`
-//! and `tessera-ds` (found next to the running executable, like `tessera up`) run as child processes.
+//! A local cluster for experiments: the cluster type of `tessera-ops` (certificates, configs, the servers
+//! as child processes found next to the running executable), its configs edited for the experiment
+//! (device model, object reservation, trace, orchestrator), and the clients experiments use.
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tessera_client::proto::msg::{MdsReply, MdsRequest, OrchestratorMode, OrchestratorStatus, SchedulerSetting};
 use tessera_client::{Client, ClusterConfig, Defaults, ErrorCode};
-use tessera_proto::child::{self, server_binary, Child, READY_TIMEOUT, STOP_GRACE};
-use tessera_proto::clusterdir::{prepare, ClusterFiles, Server};
+use tessera_ops::child::{self, Child};
+use tessera_ops::clusterdir::ClusterFiles;
+use tessera_proto::config::{DeviceKind, Elevator};
 
 /// What the experiment needs from the cluster.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterOptions {
     pub n_ds: usize,
     pub stripe_size: u64,
-    /// `hdd` or `none`.
-    pub device_model: String,
+    pub device_model: DeviceKind,
     /// Address space per object on each server (sets on-disk distances between files); None: default.
     pub reservation: Option<u64>,
     /// Capacity of the emulated disk in GB (the seek curve is over this span); None: the config default.
@@ -30,7 +30,7 @@ pub struct ClusterOptions {
     /// `ion_options.dispatch_depth` (None: the default).
     pub ion_dispatch_depth: Option<u32>,
     /// `ds_options.hdd.elevator` (None: the default, clook).
-    pub hdd_elevator: Option<String>,
+    pub hdd_elevator: Option<Elevator>,
 }
 
 impl ClusterOptions {
@@ -40,7 +40,7 @@ impl ClusterOptions {
         ClusterOptions {
             n_ds,
             stripe_size: 1 << 20,
-            device_model: "none".into(),
+            device_model: DeviceKind::None,
             reservation: None,
             disk_gb: None,
             trace: false,
@@ -58,33 +58,33 @@ pub struct PreparedCluster(LocalCluster);
 
 impl PreparedCluster {
     pub fn files(&self) -> &ClusterFiles {
-        &self.0.files
+        &self.0.procs.files
     }
 
-    /// Starts the servers.
+    /// Starts the servers, stage by stage.
     pub async fn boot(self) -> Result<LocalCluster> {
         let mut lc = self.0;
-        let res = lc.launch().await;
+        let res = lc.procs.start_all().await;
         if let Err(e) = res {
             lc.stop().await;
-            return Err(e);
+            return Err(e.into());
         }
         Ok(lc)
     }
 }
 
-/// Running servers of a cluster directory.
+/// Running servers of a cluster directory (their processes: [`tessera_ops::cluster::LocalCluster`]) and
+/// the clients an experiment uses.
 pub struct LocalCluster {
-    pub files: ClusterFiles,
+    pub procs: tessera_ops::cluster::LocalCluster,
     pub client_cfg: ClusterConfig,
     pub admin_cfg: ClusterConfig,
-    children: Vec<Child>,
     admin: Option<Client>,
 }
 
 /// Applies the experiment's settings to one node config.
 pub fn edit_config(cfg: &mut ClusterConfig, o: &ClusterOptions) {
-    cfg.ds_options.device_model = o.device_model.clone();
+    cfg.ds_options.device_model = o.device_model;
     if let Some(r) = o.reservation {
         cfg.ds_options.object_reservation_bytes = r;
     }
@@ -94,19 +94,14 @@ pub fn edit_config(cfg: &mut ClusterConfig, o: &ClusterOptions) {
     cfg.ds_options.trace = o.trace;
     // Statistics often enough for the orchestrator to see load.
     cfg.ds_options.report_interval_ms = cfg.ds_options.report_interval_ms.min(500);
-    cfg.orchestrator.mode = o.mode.as_str().to_string();
+    cfg.orchestrator.mode = o.mode;
     if let Some(d) = o.ion_dispatch_depth {
         cfg.ion_options.dispatch_depth = d;
     }
-    if let Some(e) = &o.hdd_elevator {
-        cfg.ds_options.hdd.elevator = e.clone();
+    if let Some(e) = o.hdd_elevator {
+        cfg.ds_options.hdd.elevator = e;
     }
     cfg.orchestrator.window_ms = o.window_ms;
-}
-
-/// Starts a server child with its stderr (and stdout but `READY`) appended to `log`; it dies with us.
-pub(crate) fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Child> {
-    Ok(child::spawn(name, child::die_with_parent(&mut cmd), Some(log))?)
 }
 
 impl LocalCluster {
@@ -135,74 +130,41 @@ impl LocalCluster {
             std::fs::remove_dir_all(dir).with_context(|| format!("removing the old cluster in {}", dir.display()))?;
         }
         let defaults = Defaults { stripe_size: o.stripe_size, stripe_count: 0, ..Defaults::default() };
-        let shape = tessera_proto::clusterdir::Shape { ds: o.n_ds, ion: o.n_ion, ..Default::default() };
-        let files = prepare(dir, shape, 0, defaults).map_err(|e| anyhow!("preparing the cluster: {e}"))?;
-        let mut all = vec![files.mds_config.clone(), files.client_config.clone(), files.admin_config.clone()];
-        all.extend(files.ds_configs.iter().cloned());
-        all.extend(files.ion_configs.iter().cloned());
-        for p in &all {
-            let mut c = ClusterConfig::load(p).map_err(|e| anyhow!("{e}"))?;
-            edit_config(&mut c, o);
-            edit(&mut c);
-            c.save(p).map_err(|e| anyhow!("{e}"))?;
-        }
-        let client_cfg = ClusterConfig::load(&files.client_config).map_err(|e| anyhow!("{e}"))?;
-        let admin_cfg = ClusterConfig::load(&files.admin_config).map_err(|e| anyhow!("{e}"))?;
-        Ok(PreparedCluster(LocalCluster { files, client_cfg, admin_cfg, children: Vec::new(), admin: None }))
+        let shape = tessera_ops::clusterdir::Shape { ds: o.n_ds, ion: o.n_ion, ..Default::default() };
+        let procs = tessera_ops::cluster::LocalCluster::prepare(dir, shape, 0, defaults)
+            .map_err(|e| anyhow!("preparing the cluster: {e}"))?;
+        procs.edit_configs(|c| {
+            edit_config(c, o);
+            edit(c);
+        })?;
+        let client_cfg = ClusterConfig::load(&procs.files.client_config).map_err(|e| anyhow!("{e}"))?;
+        let admin_cfg = ClusterConfig::load(&procs.files.admin_config).map_err(|e| anyhow!("{e}"))?;
+        Ok(PreparedCluster(LocalCluster { procs, client_cfg, admin_cfg, admin: None }))
     }
 
-    /// Starts the servers stage by stage ([`ClusterFiles::start_stages`]).
-    async fn launch(&mut self) -> Result<()> {
-        for stage in self.files.start_stages() {
-            let first = self.children.len();
-            for s in &stage {
-                self.children.push(self.spawn_server(s)?);
-            }
-            for c in self.children[first..].iter_mut() {
-                c.ready(READY_TIMEOUT).await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Starts one server of the cluster (its log appended to).
-    fn spawn_server(&self, s: &Server) -> Result<Child> {
-        spawn(&s.name, s.command(&server_binary(s.binary)?), &self.files.log_path(&s.name))
-    }
-
-    /// Every server of the cluster, in start order.
-    fn servers(&self) -> impl Iterator<Item = Server> {
-        self.files.start_stages().into_iter().flatten()
+    /// The cluster's directory: certificates, configs, logs.
+    pub fn files(&self) -> &ClusterFiles {
+        &self.procs.files
     }
 
     /// The servers' names (`mds`, `ds0`, ..., `ion0`, ...), in start order.
     pub fn server_names(&self) -> Vec<String> {
-        self.servers().map(|s| s.name).collect()
+        self.procs.server_names()
     }
 
     /// The process id of server `name` (`mds`, `ds0`, `ion0`...), if it runs.
-    pub fn pid(&self, name: &str) -> Option<u32> {
-        self.children.iter().find(|c| c.name() == name).map(|c| c.id())
+    pub fn pid(&mut self, name: &str) -> Option<u32> {
+        self.procs.pid(name)
     }
 
     /// Kills a server with SIGKILL and reaps it.
     pub fn kill9(&mut self, name: &str) -> Result<()> {
-        let k = self.children.iter().position(|c| c.name() == name).ok_or_else(|| anyhow!("{name} is not running"))?;
-        let mut c = self.children.remove(k);
-        c.kill();
-        Ok(())
+        Ok(self.procs.kill9(name)?)
     }
 
     /// Starts a server again (after [`LocalCluster::kill9`]) and waits until it is ready.
     pub async fn restart(&mut self, name: &str) -> Result<()> {
-        if self.pid(name).is_some() {
-            bail!("{name} is running");
-        }
-        let s = self.servers().find(|s| s.name == name).ok_or_else(|| anyhow!("no server {name}"))?;
-        let mut c = self.spawn_server(&s)?;
-        c.ready(READY_TIMEOUT).await?;
-        self.children.push(c);
-        Ok(())
+        Ok(self.procs.restart(name).await?)
     }
 
     /// A client tagging its I/O with `job`, going through forwarding node `ion` (`None`: directly).
@@ -215,7 +177,7 @@ impl LocalCluster {
     /// Switches every forwarding node's scheduler.
     pub async fn set_ion_scheduler(&mut self, setting: &SchedulerSetting) -> Result<()> {
         let admin = self.admin().await?;
-        for k in 0..self.files.ion_configs.len() {
+        for k in 0..self.procs.files.ion_configs.len() {
             admin
                 .set_ion_scheduler(k, setting.clone())
                 .await
@@ -228,7 +190,7 @@ impl LocalCluster {
     pub async fn ion_status(&mut self) -> Result<Vec<tessera_client::proto::msg::IonStatus>> {
         let admin = self.admin().await?;
         let mut v = Vec::new();
-        for k in 0..self.files.ion_configs.len() {
+        for k in 0..self.procs.files.ion_configs.len() {
             v.push(admin.ion_status(k).await.map_err(|e| anyhow!("ion{k}: {e}"))?);
         }
         Ok(v)
@@ -289,9 +251,13 @@ impl LocalCluster {
 
     /// SIGTERMs every server, waits for them, SIGKILLs stragglers.
     pub async fn stop(&mut self) {
-        child::stop_all_async(&mut self.children, STOP_GRACE).await;
-        self.children.clear();
+        self.procs.stop().await;
     }
+}
+
+/// Starts a child with its stderr (and stdout but `READY`) appended to `log`; it dies with us.
+pub(crate) fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Child> {
+    Ok(child::spawn(name, child::die_with_parent(&mut cmd), Some(log))?)
 }
 
 fn drop_dir_cache(dir: &Path) {
@@ -322,12 +288,14 @@ mod tests {
     #[test]
     fn configs_are_edited_for_the_experiment() {
         let tmp = tempfile::tempdir().unwrap();
-        let files = prepare(tmp.path(), tessera_proto::clusterdir::Shape::ds(2), 0, Defaults::default()).unwrap();
+        let files =
+            tessera_ops::clusterdir::prepare(tmp.path(), tessera_ops::clusterdir::Shape::ds(2), 0, Defaults::default())
+                .unwrap();
         let mut c = ClusterConfig::load(&files.ds_configs[1]).unwrap();
         let o = ClusterOptions {
             n_ds: 2,
             stripe_size: 65536,
-            device_model: "hdd".into(),
+            device_model: DeviceKind::Hdd,
             reservation: Some(10 << 30),
             disk_gb: Some(150.0),
             trace: true,
@@ -335,16 +303,16 @@ mod tests {
             mode: OrchestratorMode::Off,
             n_ion: 0,
             ion_dispatch_depth: None,
-            hdd_elevator: Some("fifo".into()),
+            hdd_elevator: Some(Elevator::Fifo),
         };
         edit_config(&mut c, &o);
         c.save(&files.ds_configs[1]).unwrap();
         let c = ClusterConfig::load(&files.ds_configs[1]).unwrap();
-        assert_eq!(c.ds_options.device_model, "hdd");
+        assert_eq!(c.ds_options.device_model, DeviceKind::Hdd);
         assert_eq!(c.ds_options.object_reservation_bytes, 10 << 30);
         assert!(c.ds_options.trace);
         assert_eq!(c.ds_options.hdd.capacity_gb, 150.0);
-        assert_eq!(c.ds_options.hdd.elevator, "fifo");
-        assert_eq!((c.orchestrator.mode.as_str(), c.orchestrator.window_ms), ("off", 250));
+        assert_eq!(c.ds_options.hdd.elevator, Elevator::Fifo);
+        assert_eq!((c.orchestrator.mode, c.orchestrator.window_ms), (OrchestratorMode::Off, 250));
     }
 }

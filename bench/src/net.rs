@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use tessera_proto::child::{Child, READY_TIMEOUT};
+use tessera_ops::child::{Child, READY_TIMEOUT};
 use tessera_proto::rpc::{self, PeerInfo, RpcPeer, Service, Tuning};
-use tessera_proto::tls::{self, NodeIdentity, TlsFiles};
+use tessera_proto::tls::{NodeIdentity, TlsFiles};
 use tessera_proto::units::{format_size, parse_size};
 use tessera_proto::{FsError, FsResult, Role};
 
@@ -172,11 +172,11 @@ fn identity_files(dir: &Path) -> TlsFiles {
 
 /// Writes a throwaway CA and one identity per server (`DIR/sK/`) and for the client (`DIR/client/`).
 fn make_identities(dir: &Path, servers: usize) -> Result<(NodeIdentity, Vec<PathBuf>)> {
-    let ca = tls::generate_ca("tessera-net").map_err(|e| anyhow!("{e}"))?;
+    let ca = tessera_ops::issue::generate_ca("tessera-net").map_err(|e| anyhow!("{e}"))?;
     let issue = |sub: &str, role: Role| -> Result<PathBuf> {
         let d = dir.join(sub);
-        tls::write_ca(&d, &ca).with_context(|| format!("writing {}", d.display()))?;
-        tls::issue_to_dir(&d, &ca, role, "node", &[]).map_err(|e| anyhow!("{e}"))?;
+        tessera_ops::ca::write_ca(&d, &ca).with_context(|| format!("writing {}", d.display()))?;
+        tessera_ops::ca::issue_to_dir(&d, &ca, role, "node", &[]).map_err(|e| anyhow!("{e}"))?;
         Ok(d)
     };
     let client = issue("client", Role::Client)?;
@@ -190,7 +190,7 @@ async fn serve(dir: &Path) -> Result<()> {
     let id = NodeIdentity::load(&identity_files(dir)).map_err(|e| anyhow!("{e}"))?;
     let ep = rpc::server_endpoint("127.0.0.1:0".parse()?, &id, &Tuning::default()).map_err(|e| anyhow!("{e}"))?;
     let addr = ep.local_addr()?;
-    tessera_proto::child::announce_ready(addr);
+    tessera_ops::child::announce_ready(addr);
     rpc::serve(ep, Arc::new(Sink::new()), id.crl.clone()).await;
     Ok(())
 }

@@ -202,6 +202,21 @@ pub struct MdtestJson {
     pub tasks: usize,
 }
 
+/// CSV text: `header`, then one line per row, fields quoted where they need it (the `csv` crate).
+pub fn csv_text<R, F>(header: &[&str], rows: impl IntoIterator<Item = R>) -> Result<String>
+where
+    R: IntoIterator<Item = F>,
+    F: AsRef<[u8]>,
+{
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(header).context("writing CSV")?;
+    for r in rows {
+        w.write_record(r).context("writing CSV")?;
+    }
+    let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("writing CSV: {}", e.error()))?;
+    String::from_utf8(bytes).context("CSV is not UTF-8")
+}
+
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     let text = serde_json::to_string_pretty(value).context("encoding JSON results")?;
     std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))

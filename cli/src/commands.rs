@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use tessera_client::client::{clean_path, join_path, split_parent, Client};
 use tessera_client::file::{File, OpenOptions};
-use tessera_proto::ca::{CaDir, CertState};
+use tessera_ops::ca::{CaDir, CertState};
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{ErrorCode, FsError};
 use tessera_proto::layout::{ExtentSpec, Layout, LayoutSpec, EOF};
@@ -58,7 +58,7 @@ enum Cmd {
     /// Manage the cluster's certificate authority and node certificates.
     #[command(subcommand)]
     Ca(CaCmd),
-    /// Start a whole cluster (MDS and data servers) on this machine and keep it running until Ctrl-C.
+    /// Run a whole cluster on this machine (MDS, data servers, forwarding nodes with --ion) until Ctrl-C.
     ///
     /// `tessera up` supervises its servers: one that ends (a crash, `kill -9`) is logged and started
     /// again with the same arguments, its log appended to, after 0.5 s, doubling while it keeps ending
@@ -360,7 +360,7 @@ enum CaCmd {
         #[arg(long, default_value = "tessera")]
         name: String,
         /// Days the CA certificate is valid for (node certificates never outlive it).
-        #[arg(long, default_value_t = tls::CA_DAYS, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, default_value_t = tessera_ops::issue::CA_DAYS, value_parser = clap::value_parser!(u32).range(1..))]
         days: u32,
     },
     /// Issue a node certificate signed by the CA (writes DIR/NAME.pem and DIR/NAME.key, and records it).
@@ -377,7 +377,7 @@ enum CaCmd {
         #[arg(long = "san", value_name = "HOST_OR_IP")]
         sans: Vec<String>,
         /// Days the certificate is valid for (from now; 5 minutes earlier, for clocks a little behind).
-        #[arg(long, default_value_t = tls::NODE_DAYS, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, default_value_t = tessera_ops::issue::NODE_DAYS, value_parser = clap::value_parser!(u32).range(1..))]
         days: u32,
         /// Overwrite an existing certificate of that name.
         #[arg(long)]
@@ -412,7 +412,7 @@ enum CaCmd {
         #[command(flatten)]
         dir: CaDirArg,
         /// Days the new certificate is valid for.
-        #[arg(long, default_value_t = tls::NODE_DAYS, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, default_value_t = tessera_ops::issue::NODE_DAYS, value_parser = clap::value_parser!(u32).range(1..))]
         days: u32,
     },
 }
@@ -467,7 +467,7 @@ struct UpArgs {
     target_capacity: Option<u64>,
     /// Placement policy of the new cluster: round-robin, lustre or balanced (Tarazu).
     #[arg(long)]
-    placement: Option<String>,
+    placement: Option<tessera_proto::config::Placement>,
 }
 
 /// A failed command: the path it concerns (if any) and the error.
@@ -660,7 +660,7 @@ fn up_status(dir: Option<&Path>, config: Option<&Path>, json: bool) -> CliResult
             ))
         }
     };
-    let path = dir.join(tessera_proto::clusterdir::STATUS_FILE);
+    let path = dir.join(tessera_ops::clusterdir::STATUS_FILE);
     if !path.exists() {
         return Err(CliError::plain(format!(
             "{}: no status file: no `tessera up` has run in {} (it writes one while it runs)",
@@ -746,7 +746,7 @@ fn setstripe_extents(m: &clap::ArgMatches) -> Result<Vec<ExtentSpec>, String> {
 /// Entry point of the `tessera` binary.
 pub fn main_entry() -> ExitCode {
     let cli = parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
-    let Some(rt) = tessera_proto::process::start("tessera") else { return ExitCode::FAILURE };
+    let Some(rt) = tessera_ops::daemon::start("tessera") else { return ExitCode::FAILURE };
     let res = rt.block_on(run(cli));
     // Do not wait for lingering connection tasks.
     rt.shutdown_timeout(std::time::Duration::from_millis(200));
@@ -789,7 +789,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
                 stripe_count: a.stripe_count,
                 targets: a.targets,
                 target_capacity: a.target_capacity,
-                placement: a.placement.clone(),
+                placement: a.placement,
             };
             return Ok(up::up(opts).await?);
         }
@@ -917,7 +917,11 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         Cmd::Df { jobs, json, policy } => df(&c, jobs, json, policy).await?,
         Cmd::Ping => return ping(&c).await,
         Cmd::Fsck { repair, json } => return fsck(&c, repair, json).await,
-        Cmd::Jobs { periodic: true, .. } => print!("{}", periodic_text(&c).await?),
+        Cmd::Jobs { periodic: true, watch: false } => print!("{}", periodic_text(&c).await?),
+        Cmd::Jobs { periodic: true, watch: true } => {
+            crate::watch::every_second(|| async { periodic_text(&c).await.unwrap_or_else(|e| format!("{}\n", e.msg)) })
+                .await
+        }
         Cmd::Jobs { watch, .. } => watch_status(&c, watch, jobs_text).await?,
         Cmd::Job(JobCmd::Periodic { job, nodes, compute, volume }) => {
             periodic_register(c, job, nodes, compute, volume).await?
@@ -944,8 +948,8 @@ fn ca_cmd(ca: &CaCmd, config: Option<&Path>) -> CliResult<()> {
             if dir.join("ca.pem").exists() || dir.join("ca.key").exists() {
                 return Err(CliError::at(&d, "a CA already exists here (refusing to overwrite it)"));
             }
-            let ca = tls::generate_ca_valid(name, tls::Validity::days(*days)).at(&d)?;
-            tls::write_ca(dir, &ca).at(&d)?;
+            let ca = tessera_ops::issue::generate_ca_valid(name, tls::Validity::days(*days)).at(&d)?;
+            tessera_ops::ca::write_ca(dir, &ca).at(&d)?;
             println!(
                 "CA for cluster '{name}' written to {d}/ca.pem and ca.key, valid until {} UTC; revocation list {d}/{}",
                 format_utc(tls::Validity::days(*days).not_after),
@@ -1897,7 +1901,7 @@ mod tests {
         let c =
             Cli::try_parse_from(["tessera", "ca", "issue", "--dir", "d", "--role", "ds", "--name", "n", "--san", "h"])
                 .unwrap();
-        assert!(matches!(c.cmd, Cmd::Ca(CaCmd::Issue { role: Role::Ds, days: tls::NODE_DAYS, .. })));
+        assert!(matches!(c.cmd, Cmd::Ca(CaCmd::Issue { role: Role::Ds, days: tessera_ops::issue::NODE_DAYS, .. })));
         let c = Cli::try_parse_from(["tessera", "ca", "revoke", "c1", "--dir", "d"]).unwrap();
         assert!(matches!(c.cmd, Cmd::Ca(CaCmd::Revoke { ref name, serial: None, .. }) if name == "c1"));
         let c = Cli::try_parse_from(["tessera", "ca", "renew", "ds1", "--days", "30"]).unwrap();

@@ -7,7 +7,7 @@ use anyhow::Result;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 use tessera_iostats::characterize::{Access, JobReport};
-use tessera_plots::{err, init_font, FONT};
+use tessera_plots::{err, init_font, legend_column, LegendEntry, Swatch, FONT};
 
 const READ: RGBColor = RGBColor(30, 100, 200);
 const WRITE: RGBColor = RGBColor(230, 140, 30);
@@ -27,12 +27,14 @@ pub fn draw(r: &JobReport, dir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
 }
 
 fn bandwidth(r: &JobReport, path: &Path) -> Result<()> {
-    let root = BitMapBackend::new(path, (900, 500)).into_drawing_area();
+    let root = BitMapBackend::new(path, (1000, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
+    let entries = [LegendEntry::new("read", READ, Swatch::Line(3)), LegendEntry::new("write", WRITE, Swatch::Line(3))];
+    let area = legend_column(&root, &entries, 14)?;
     let n = r.read_mib_s_series.len().max(1);
     let xmax = n as f64 * r.dt_s;
     let ymax = r.read_mib_s_series.iter().chain(&r.write_mib_s_series).fold(0.0f64, |a, b| a.max(*b)).max(1e-3) * 1.15;
-    let mut chart = ChartBuilder::on(&root)
+    let mut chart = ChartBuilder::on(&area)
         .caption(format!("job {}: bandwidth per {} s window", r.job, r.dt_s), (FONT, 20))
         .margin(14)
         .x_label_area_size(45)
@@ -47,27 +49,29 @@ fn bandwidth(r: &JobReport, path: &Path) -> Result<()> {
         .label_style((FONT, 13))
         .draw()
         .map_err(err)?;
-    for (name, c, s) in [("read", READ, &r.read_mib_s_series), ("write", WRITE, &r.write_mib_s_series)] {
+    for (c, s) in [(READ, &r.read_mib_s_series), (WRITE, &r.write_mib_s_series)] {
         // Steps: each window's rate over its whole length.
         let pts: Vec<(f64, f64)> =
             s.iter().enumerate().flat_map(|(i, v)| [(i as f64 * r.dt_s, *v), ((i + 1) as f64 * r.dt_s, *v)]).collect();
-        chart
-            .draw_series(LineSeries::new(pts, c.stroke_width(2)))
-            .map_err(err)?
-            .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
+        chart.draw_series(LineSeries::new(pts, c.stroke_width(2))).map_err(err)?;
     }
-    tessera_plots::legend(&mut chart, SeriesLabelPosition::UpperRight, 14)?;
     root.present().map_err(err)?;
     Ok(())
 }
 
 fn sizes(r: &JobReport, path: &Path) -> Result<()> {
-    let root = BitMapBackend::new(path, (900, 500)).into_drawing_area();
+    let root = BitMapBackend::new(path, (1000, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
+    let shown = [("read", READ, &r.read_size_cdf, &r.read_sizes), ("write", WRITE, &r.write_size_cdf, &r.write_sizes)]
+        .into_iter()
+        .filter(|(_, _, _, counts)| counts.iter().sum::<u64>() > 0)
+        .collect::<Vec<_>>();
+    let entries: Vec<LegendEntry> =
+        shown.iter().map(|(n, c, _, _)| LegendEntry::new(*n, *c, Swatch::Line(3))).collect();
+    let area = legend_column(&root, &entries, 14)?;
     let labels = r.size_buckets.clone();
     let n = labels.len();
-    let mut chart = ChartBuilder::on(&root)
+    let mut chart = ChartBuilder::on(&area)
         .caption(format!("job {}: request-size CDF", r.job), (FONT, 20))
         .margin(14)
         .x_label_area_size(45)
@@ -84,21 +88,11 @@ fn sizes(r: &JobReport, path: &Path) -> Result<()> {
         .label_style((FONT, 12))
         .draw()
         .map_err(err)?;
-    for (name, c, cdf, counts) in
-        [("read", READ, &r.read_size_cdf, &r.read_sizes), ("write", WRITE, &r.write_size_cdf, &r.write_sizes)]
-    {
-        if counts.iter().sum::<u64>() == 0 {
-            continue;
-        }
+    for (_, c, cdf, _) in shown {
         let pts: Vec<(f64, f64)> = cdf.iter().enumerate().map(|(i, v)| (i as f64, *v)).collect();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(3)))
-            .map_err(err)?
-            .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
+        chart.draw_series(LineSeries::new(pts.clone(), c.stroke_width(3))).map_err(err)?;
         chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(err)?;
     }
-    tessera_plots::legend(&mut chart, SeriesLabelPosition::LowerRight, 14)?;
     root.present().map_err(err)?;
     Ok(())
 }

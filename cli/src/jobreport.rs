@@ -211,34 +211,34 @@ pub async fn trace(c: &Client, action: &str, job: &str, out: Option<&Path>) -> R
                 .and_then(|mut v| v.pop())
                 .map(|i| i.files.into_iter().map(|f| (f.ino, f.path)).collect())
                 .unwrap_or_default();
-            let mut rows: Vec<(u64, String)> = Vec::with_capacity(records.len());
+            let mut rows: Vec<(u64, Vec<String>)> = Vec::with_capacity(records.len());
             for (ds, r) in &records {
                 let path = paths.get(&r.ino).cloned().unwrap_or_else(|| format!("inode {}", r.ino));
                 let off = layouts.get(&r.ino).and_then(|l| l.as_ref()).and_then(|l| file_offset(l, *ds, r));
-                let row = format!(
-                    "{},{},{},{},{},{},{},{},{},{},{},{}",
-                    csv(job),
-                    r.client,
-                    r.pid,
-                    csv(&path),
+                let row = vec![
+                    job.to_string(),
+                    r.client.to_string(),
+                    r.pid.to_string(),
+                    path,
                     off.map_or(String::new(), |o| o.to_string()),
-                    r.len,
-                    if r.write { "write" } else { "read" },
-                    r.start_us,
-                    r.end_us,
-                    ds,
-                    r.object,
-                    r.offset
-                );
+                    r.len.to_string(),
+                    if r.write { "write" } else { "read" }.to_string(),
+                    r.start_us.to_string(),
+                    r.end_us.to_string(),
+                    ds.to_string(),
+                    r.object.to_string(),
+                    r.offset.to_string(),
+                ];
                 rows.push((r.start_us, row));
             }
             rows.sort();
-            let mut text =
-                String::from("job,client,pid,file,offset,size,op,t_start_us,t_end_us,ds,object,object_offset\n");
+            // The csv crate quotes a job id or path holding a separator, quote or line break.
+            let mut w = csv::Writer::from_writer(Vec::new());
+            w.write_record(TRACE_COLUMNS)?;
             for (_, r) in rows {
-                text.push_str(&r);
-                text.push('\n');
+                w.write_record(r)?;
             }
+            let text = String::from_utf8(w.into_inner().map_err(|e| anyhow::anyhow!("{}", e.error()))?)?;
             match out {
                 Some(p) => {
                     std::fs::write(p, text).with_context(|| p.display().to_string())?;
@@ -252,13 +252,9 @@ pub async fn trace(c: &Client, action: &str, job: &str, out: Option<&Path>) -> R
     Ok(())
 }
 
-fn csv(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
+/// The columns of `tessera trace export`.
+const TRACE_COLUMNS: [&str; 12] =
+    ["job", "client", "pid", "file", "offset", "size", "op", "t_start_us", "t_end_us", "ds", "object", "object_offset"];
 
 fn mib(b: u64) -> String {
     format_size(b)

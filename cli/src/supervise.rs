@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;
 #[cfg(test)]
-use tessera_proto::clusterdir::STATUS_FILE;
+use tessera_ops::clusterdir::STATUS_FILE;
 
 /// When a server that ended is started again. The delay before a restart starts at `first_delay` and
 /// doubles with each exit that follows quickly on the one before, up to `max_delay`; a server that served

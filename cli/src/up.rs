@@ -1,6 +1,6 @@
 //! `tessera up`: a whole cluster on loopback, kept running as a supervisor would (systemd, a process
 //! manager). The cluster directory (certificates and configs) is written by
-//! [`tessera_proto::clusterdir::prepare`]; [`up`] starts its servers as child processes stage by stage and
+//! [`tessera_ops::clusterdir::prepare`]; [`up`] starts its servers as child processes stage by stage and
 //! watches them until Ctrl-C/SIGTERM. A server that ends is logged and started again, with the same
 //! arguments, after a delay that grows while it keeps ending ([`crate::supervise::RestartPolicy`]); the
 //! others keep running. `up` itself ends only on Ctrl-C/SIGTERM (it then stops the forwarding nodes, the
@@ -14,8 +14,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use tessera_proto::child::{self, Child, Signals, READY_TIMEOUT, STOP_GRACE};
-use tessera_proto::clusterdir::{existing_ds_count, prepare, ClusterFiles, Server, Shape, STATUS_FILE};
+use tessera_ops::child::{self, Child, Signals, READY_TIMEOUT, STOP_GRACE};
+use tessera_ops::clusterdir::{existing_ds_count, prepare, ClusterFiles, Server, Shape, STATUS_FILE};
 use tessera_proto::config::{ClusterConfig, Defaults};
 use tessera_proto::types::format_utc;
 
@@ -34,7 +34,7 @@ pub struct UpOptions {
     pub targets: u16,
     pub target_capacity: Option<u64>,
     /// Placement policy (new clusters only).
-    pub placement: Option<String>,
+    pub placement: Option<tessera_proto::config::Placement>,
 }
 
 /// How often the supervisor looks at its servers.
@@ -509,8 +509,8 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<ExitCode> {
     if let Some(c) = opts.stripe_count {
         defaults.stripe_count = c;
     }
-    if let Some(p) = &opts.placement {
-        defaults.placement = p.clone();
+    if let Some(p) = opts.placement {
+        defaults.placement = p;
     }
     let shape = Shape { ds: n_ds, ion: n_ion, targets: opts.targets, target_capacity: opts.target_capacity };
     let files = prepare(&opts.dir, shape, opts.port_base, defaults)?;

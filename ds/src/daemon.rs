@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_proto::child::Signals;
-use tessera_proto::config::ClusterConfig;
+use tessera_ops::child::Signals;
+use tessera_proto::config::DeviceKind;
 use tessera_proto::rpc;
 use tessera_proto::tls::NodeIdentity;
 use tessera_proto::{DsId, Role};
@@ -17,9 +17,8 @@ use tracing::info;
 #[derive(Parser, Debug)]
 #[command(name = "tessera-ds", about = "Tessera data server", version)]
 struct Args {
-    /// Cluster configuration (TOML).
-    #[arg(long, env = tessera_proto::config::CONFIG_ENV)]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    config: tessera_ops::daemon::ConfigArgs,
     /// This data server's id (its [[ds]] entry in the configuration).
     #[arg(long)]
     id: DsId,
@@ -31,13 +30,13 @@ struct Args {
     listen: Option<String>,
     /// Device model: none (real device) or hdd (emulated rotating disk); overrides ds_options.device_model.
     #[arg(long)]
-    device_model: Option<String>,
+    device_model: Option<DeviceKind>,
 }
 
 /// Entry point of the `tessera-ds` binary.
 pub fn main_entry() -> ExitCode {
     let args = Args::parse();
-    let Some(rt) = tessera_proto::process::start("tessera-ds") else { return ExitCode::from(1) };
+    let Some(rt) = tessera_ops::daemon::start("tessera-ds") else { return ExitCode::from(1) };
     let res = rt.block_on(run(args));
     // Blocking store calls still running finish on their own; do not wait for them forever.
     rt.shutdown_timeout(Duration::from_secs(5));
@@ -51,7 +50,7 @@ pub fn main_entry() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let config = ClusterConfig::locate(args.config.as_deref()).map_err(|e| e.detail)?;
+    let config = args.config.load().map_err(|e| e.detail)?;
     let node =
         config.ds_node(args.id).ok_or_else(|| format!("no [[ds]] entry with id {} in the configuration", args.id))?;
     let data_dir = args
@@ -70,8 +69,8 @@ async fn run(args: Args) -> Result<(), String> {
         ));
     }
     let opts = &config.ds_options;
-    let model_name = args.device_model.as_deref().unwrap_or(&opts.device_model);
-    let model = device::DeviceModel::parse(model_name, &opts.hdd).map_err(|e| e.detail)?;
+    let kind = args.device_model.unwrap_or(opts.device_model);
+    let model = device::DeviceModel::of(kind, &opts.hdd).map_err(|e| e.detail)?;
     let count = node.target_count();
     let mut stores = Vec::with_capacity(usize::from(count));
     for k in 0..count {
@@ -145,7 +144,7 @@ async fn run(args: Args) -> Result<(), String> {
         capacity,
         "data server ready"
     );
-    tessera_proto::child::announce_ready(local);
+    tessera_ops::child::announce_ready(local);
 
     wait_for_signal().await?;
     info!("shutting down");
@@ -176,7 +175,9 @@ mod tests {
     #[test]
     fn device_model_flag() {
         let a = Args::try_parse_from(["tessera-ds", "--id", "3", "--device-model", "hdd"]).unwrap();
-        assert_eq!((a.id, a.device_model.as_deref()), (3, Some("hdd")));
+        assert_eq!((a.id, a.device_model), (3, Some(DeviceKind::Hdd)));
+        let e = Args::try_parse_from(["tessera-ds", "--id", "3", "--device-model", "ssd"]).unwrap_err().to_string();
+        assert!(e.contains("ssd") && e.contains("none, hdd"), "{e}");
         let a = Args::try_parse_from(["tessera-ds", "--id", "0"]).unwrap();
         assert_eq!(a.device_model, None);
     }

@@ -1,14 +1,19 @@
 //! The device model: `none` (real I/O only) or `hdd`, an emulated rotating disk with one head.
 //!
-//! The `hdd` device performs the real I/O and then holds the head for the modelled service time
-//! (seek(distance) + rotational latency + size / media rate). It serves one request at a time, chosen
-//! by a local C-LOOK elevator among the requests the scheduler released to it. It runs on its own OS
-//! thread with a virtual clock (`free_at += service`) so timer rounding never accumulates: a 64 KiB
-//! transfer is only 0.84 ms, below tokio's timer granularity.
+//! Every request is served the same way ([`Device::perform`]): the real I/O, which the `hdd` device
+//! only delays, never changes. The `hdd` device waits for its head to reach the request, lets the real
+//! I/O happen, then holds the head for the modelled service time (seek(distance) + rotational latency +
+//! size / media rate) of each of the request's runs: a vectored read is one request whose runs the head
+//! visits one by one, each with its own seek, in the order its local C-LOOK elevator chooses among all
+//! the runs waiting (other requests' runs may come between them). It serves one run at a time and runs
+//! on its own OS thread with a virtual clock (`free_at += service`) so timer rounding never
+//! accumulates: a 64 KiB transfer is only 0.84 ms, below tokio's timer granularity.
 
+use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use tessera_proto::config::HddParams;
+use tessera_proto::config::{DeviceKind, Elevator, HddParams, UnknownName};
 use tessera_proto::{FsError, FsResult, ObjectId};
 use tokio::sync::oneshot;
 
@@ -65,11 +70,7 @@ impl HddModel {
                 "ds_options.hdd: need track_to_track_ms <= average_seek_ms <= full_stroke_ms",
             ));
         }
-        let clook = match p.elevator.as_str() {
-            "clook" => true,
-            "fifo" => false,
-            other => return Err(FsError::invalid(format!("ds_options.hdd.elevator: '{other}' is not clook or fifo"))),
-        };
+        let clook = p.elevator == Elevator::Clook;
         let (t2t, avg, full) = (p.track_to_track_ms * 1e3, p.average_seek_ms * 1e3, p.full_stroke_ms * 1e3);
         // a/sqrt(3) + b/3 = avg - t2t and a + b = full - t2t.
         let span = full - t2t;
@@ -145,13 +146,17 @@ pub enum DeviceModel {
 }
 
 impl DeviceModel {
-    /// Parses `ds_options.device_model`.
-    pub fn parse(s: &str, hdd: &HddParams) -> FsResult<DeviceModel> {
-        match s {
-            "none" | "" => Ok(DeviceModel::None),
-            "hdd" => Ok(DeviceModel::Hdd(HddModel::new(hdd)?)),
-            other => Err(FsError::invalid(format!("unknown device model '{other}' (none, hdd)"))),
+    /// The model of `ds_options.device_model` (the emulated disk's parameters checked).
+    pub fn of(kind: DeviceKind, hdd: &HddParams) -> FsResult<DeviceModel> {
+        match kind {
+            DeviceKind::None => Ok(DeviceModel::None),
+            DeviceKind::Hdd => Ok(DeviceModel::Hdd(HddModel::new(hdd)?)),
         }
+    }
+
+    /// [`DeviceModel::of`] the model named `s` (`none`, `hdd`).
+    pub fn parse(s: &str, hdd: &HddParams) -> FsResult<DeviceModel> {
+        DeviceModel::of(s.parse().map_err(|e: UnknownName| FsError::invalid(e.to_string()))?, hdd)
     }
 
     pub fn name(&self) -> &'static str {
@@ -162,11 +167,21 @@ impl DeviceModel {
     }
 }
 
-/// The running device: requests with an address pass through it.
+/// The running device: every data request passes through it ([`Device::perform`]).
 #[derive(Clone)]
 pub enum Device {
     None,
     Hdd(Arc<HddDevice>),
+}
+
+/// What the device did with a request.
+pub struct Performed<T> {
+    /// The real I/O's result.
+    pub result: T,
+    /// How long the real I/O took (without the model's delay).
+    pub real: Duration,
+    /// The order the head served the request's runs in (indices into them); `None`: as given (no head).
+    pub order: Option<Vec<usize>>,
 }
 
 impl Device {
@@ -177,27 +192,74 @@ impl Device {
             DeviceModel::Hdd(m) => Ok(Device::Hdd(Arc::new(HddDevice::start(m)?))),
         }
     }
+
+    /// Performs a request whose real I/O is `work` and whose runs lie at `at` (address, length; empty
+    /// when it has no address, e.g. a read of a missing object or an fsync). `none` runs the work; `hdd`
+    /// runs it once its head has reached the first of the runs, then holds the head for each run's
+    /// modelled service time (a request without an address passes unmodelled).
+    pub async fn perform<T>(&self, at: &[(u64, u64)], work: impl Future<Output = T>) -> Performed<T> {
+        let grant = match self {
+            Device::Hdd(h) => h.acquire_runs(at).await,
+            Device::None => None,
+        };
+        let t0 = Instant::now();
+        let result = work.await;
+        let real = t0.elapsed();
+        let order = match grant {
+            Some(g) => Some(g.finish(real).await),
+            None => None,
+        };
+        Performed { result, real, order }
+    }
 }
 
-/// A request waiting for the head.
+/// A run waiting for the head.
 struct Waiting {
     seq: u64,
     addr: u64,
     len: u64,
     enqueued: Instant,
-    grant: oneshot::Sender<Grant>,
+    /// The request it belongs to, and its index there.
+    request: u64,
+    run: usize,
+}
+
+/// A request at the device, from its arrival until the head has passed its last run.
+struct InDevice {
+    /// Sent when the head first reaches one of its runs: the requester then does the real I/O.
+    grant: Option<oneshot::Sender<Grant>>,
+    /// Told, with the order of its runs, when the head has passed the last one.
+    finished: Option<oneshot::Sender<Vec<usize>>>,
+    left: usize,
+    order: Vec<usize>,
 }
 
 #[derive(Default)]
 struct Queue {
     waiting: Vec<Waiting>,
+    requests: HashMap<u64, InDevice>,
     seq: u64,
+    next_request: u64,
     closed: bool,
+}
+
+impl Queue {
+    /// Drops a request whose requester is gone, with its runs still waiting.
+    fn forget(&mut self, request: u64) {
+        self.requests.remove(&request);
+        self.waiting.retain(|w| w.request != request);
+    }
 }
 
 struct Shared {
     queue: Mutex<Queue>,
     cv: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The emulated disk; dropping it stops its thread once the queue is drained.
@@ -209,14 +271,15 @@ pub struct HddDevice {
 /// The head is this request's: do the real I/O, then [`Grant::finish`].
 pub struct Grant {
     done: mpsc::SyncSender<Duration>,
-    finished: oneshot::Receiver<()>,
+    finished: oneshot::Receiver<Vec<usize>>,
 }
 
 impl Grant {
-    /// Reports the real I/O time and waits until the modelled service time has elapsed.
-    pub async fn finish(self, real: Duration) {
+    /// Reports the real I/O time and waits until the modelled service time of every run has elapsed;
+    /// returns the order the runs were served in.
+    pub async fn finish(self, real: Duration) -> Vec<usize> {
         let _ = self.done.send(real);
-        let _ = self.finished.await;
+        self.finished.await.unwrap_or_default()
     }
 }
 
@@ -252,15 +315,31 @@ impl HddDevice {
     /// Waits for the head to reach a request at `addr` of `len` bytes. `None` if the device stopped
     /// (the request then runs unmodelled rather than failing).
     pub async fn acquire(&self, addr: u64, len: u64) -> Option<Grant> {
+        self.acquire_runs(&[(addr, len)]).await
+    }
+
+    /// Waits for the head to reach the first (in elevator order) of a request's runs `(address, length)`.
+    /// `None` if the device stopped or there are no runs (the request then runs unmodelled).
+    pub async fn acquire_runs(&self, runs: &[(u64, u64)]) -> Option<Grant> {
+        if runs.is_empty() {
+            return None;
+        }
         let (tx, rx) = oneshot::channel();
         {
-            let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+            let mut q = self.shared.lock();
             if q.closed {
                 return None;
             }
-            q.seq += 1;
-            let seq = q.seq;
-            q.waiting.push(Waiting { seq, addr, len, enqueued: Instant::now(), grant: tx });
+            q.next_request += 1;
+            let request = q.next_request;
+            let enqueued = Instant::now();
+            for (run, &(addr, len)) in runs.iter().enumerate() {
+                q.seq += 1;
+                let seq = q.seq;
+                q.waiting.push(Waiting { seq, addr, len, enqueued, request, run });
+            }
+            let state = InDevice { grant: Some(tx), finished: None, left: runs.len(), order: Vec::new() };
+            q.requests.insert(request, state);
         }
         self.shared.cv.notify_one();
         rx.await.ok()
@@ -269,7 +348,7 @@ impl HddDevice {
 
 impl Drop for HddDevice {
     fn drop(&mut self) {
-        self.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
+        self.shared.lock().closed = true;
         self.shared.cv.notify_all();
     }
 }
@@ -281,33 +360,64 @@ fn run_head(shared: Arc<Shared>, model: HddModel) {
     let mut head = 0u64;
     let mut free_at = Instant::now();
     loop {
-        let w = {
-            let mut q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let (w, grant) = {
+            let mut q = shared.lock();
             while q.waiting.is_empty() && !q.closed {
                 q = shared.cv.wait(q).unwrap_or_else(|p| p.into_inner());
             }
             let Some(i) = elevator_pick(model.clook, q.waiting.iter().map(|w| (w.addr, w.seq)), head) else {
                 return;
             };
-            q.waiting.swap_remove(i)
+            let w = q.waiting.swap_remove(i);
+            let grant = q.requests.get_mut(&w.request).and_then(|r| r.grant.take());
+            (w, grant)
         };
         let now = Instant::now();
         let start = free_at.max(w.enqueued).max(now.checked_sub(CLOCK_SLACK).unwrap_or(now));
         let service = model.service(head, w.addr, w.len);
-        let (done_tx, done_rx) = mpsc::sync_channel(1);
-        let (fin_tx, fin_rx) = oneshot::channel();
-        if w.grant.send(Grant { done: done_tx, finished: fin_rx }).is_err() {
-            continue; // The requester is gone: the head does not move.
-        }
-        // A requester that dies mid-I/O drops its sender: count no real time.
-        let real = done_rx.recv().unwrap_or(Duration::ZERO);
+        // The first of its request's runs under the head: the request's real I/O happens now. Its
+        // other runs only cost their service time when the head reaches them.
+        let mut gone = false;
+        let real = match grant {
+            None => Duration::ZERO,
+            Some(grant) => {
+                let (done_tx, done_rx) = mpsc::sync_channel(1);
+                let (fin_tx, fin_rx) = oneshot::channel();
+                if grant.send(Grant { done: done_tx, finished: fin_rx }).is_err() {
+                    shared.lock().forget(w.request);
+                    continue; // The requester is gone: the head does not move.
+                }
+                if let Some(r) = shared.lock().requests.get_mut(&w.request) {
+                    r.finished = Some(fin_tx);
+                }
+                // A requester that dies mid-I/O drops its sender: count no real time.
+                done_rx.recv().unwrap_or_else(|_| {
+                    gone = true;
+                    Duration::ZERO
+                })
+            }
+        };
         free_at = start + real + service;
         let now = Instant::now();
         if free_at > now {
             std::thread::sleep(free_at - now);
         }
         head = w.addr.saturating_add(w.len);
-        let _ = fin_tx.send(());
+        let mut q = shared.lock();
+        if gone {
+            q.forget(w.request);
+            continue;
+        }
+        let Some(r) = q.requests.get_mut(&w.request) else { continue };
+        r.order.push(w.run);
+        r.left = r.left.saturating_sub(1);
+        if r.left == 0 {
+            if let Some(r) = q.requests.remove(&w.request) {
+                if let Some(fin) = r.finished {
+                    let _ = fin.send(r.order);
+                }
+            }
+        }
     }
 }
 
@@ -401,8 +511,8 @@ mod tests {
         let q = [(500u64, 3u64), (10, 2), (900, 1)];
         assert_eq!(elevator_pick(false, q.iter().copied(), 400), Some(2));
         assert_eq!(elevator_pick(true, q.iter().copied(), 400), Some(0));
-        let bad = HddParams { elevator: "deadline".into(), ..HddParams::default() };
-        assert!(HddModel::new(&bad).unwrap_err().to_string().contains("clook or fifo"));
+        let e = toml::from_str::<HddParams>("elevator = \"deadline\"").unwrap_err().to_string();
+        assert!(e.contains("deadline") && e.contains("clook"), "an unknown elevator fails at load: {e}");
     }
 
     async fn run_stream(dev: &Arc<HddDevice>, addrs: Vec<u64>, len: u64) {
@@ -467,5 +577,58 @@ mod tests {
             t.await.unwrap();
         }
         assert_eq!(*log.lock().unwrap(), [500, 900, 100, 300]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_of_several_runs_seeks_to_each_in_elevator_order() {
+        let dev = Device::start(DeviceModel::Hdd(model())).unwrap();
+        let Device::Hdd(h) = &dev else { unreachable!() };
+        let m = *h.model();
+        let (far, len) = (100_000_000_000u64, 65536u64);
+        // Given out of order; from the head at 0 the elevator takes them by address.
+        let at = [(far, len), (0, len), (far / 2, len)];
+        let t = Instant::now();
+        let done = dev.perform(&at, async { 7 }).await;
+        let took = t.elapsed();
+        assert_eq!((done.result, done.order.as_deref()), (7, Some(&[1, 2, 0][..])));
+        let modelled = m.service(0, 0, len) + m.service(len, far / 2, len) + m.service(far / 2 + len, far, len);
+        assert!(took >= modelled, "{took:?} < {modelled:?}: every run is a seek of its own");
+        // Without an address, or on the `none` device: the work alone, its runs as given.
+        let done = dev.perform(&[], async { 8 }).await;
+        assert_eq!((done.result, done.order), (8, None));
+        let done = Device::None.perform(&at, async { 9 }).await;
+        assert_eq!((done.result, done.order), (9, None));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn another_requests_run_may_come_between_the_runs_of_one() {
+        let Device::Hdd(dev) = Device::start(DeviceModel::Hdd(model())).unwrap() else { unreachable!() };
+        let first = dev.acquire(400, 0).await.unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let multi = tokio::spawn({
+            let (dev, log) = (dev.clone(), log.clone());
+            async move {
+                let g = dev.acquire_runs(&[(900, 0), (100, 0)]).await.unwrap();
+                log.lock().unwrap().push("two runs: granted");
+                let order = g.finish(Duration::ZERO).await;
+                log.lock().unwrap().push("two runs: done");
+                order
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let single = tokio::spawn({
+            let (dev, log) = (dev.clone(), log.clone());
+            async move {
+                let g = dev.acquire(950, 0).await.unwrap();
+                log.lock().unwrap().push("one run: granted");
+                g.finish(Duration::ZERO).await;
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        first.finish(Duration::ZERO).await;
+        // From 400: 900 (the first run of two), 950, then the wrap to 100.
+        assert_eq!(multi.await.unwrap(), [0, 1]);
+        single.await.unwrap();
+        assert_eq!(*log.lock().unwrap(), ["two runs: granted", "one run: granted", "two runs: done"]);
     }
 }

@@ -3,9 +3,12 @@
 //! op, start, end), numbered so a reader can page through them. Off for every job by default; the data
 //! path only looks at an atomic count while no job is traced.
 
+use crate::device::OpKind;
+use crate::observe::{Observer, Request};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 use tessera_proto::msg::{DsReply, TraceRecord, MAX_TRACED_JOBS, MAX_TRACE_PAGE, MAX_TRACE_RECORDS};
 use tessera_proto::types::JOB_ID_MAX;
 use tessera_proto::{FsError, FsResult};
@@ -76,6 +79,35 @@ impl JobTraces {
             ring.records.iter().skip((from - ring.first) as usize).take(take).cloned().collect();
         let end = from + records.len() as u64;
         Ok(DsReply::JobTrace { on: ring.on, first: from, next: end, dropped: ring.first, records })
+    }
+}
+
+/// A traced job's reads and writes (traced when they arrived): a record per run, from arrival to the
+/// end of the request.
+impl Observer for JobTraces {
+    fn arrived(&self, req: &Request<'_>) -> bool {
+        self.is_on(req.tag.job())
+    }
+
+    fn served(&self, req: &Request<'_>, _real: Duration) {
+        if !matches!(req.op.kind, OpKind::Read | OpKind::Write) {
+            return;
+        }
+        let end_us = tessera_proto::types::unix_us();
+        for run in &req.runs {
+            let rec = TraceRecord {
+                client: req.tag.origin.client,
+                pid: req.tag.origin.pid,
+                ino: req.tag.ino,
+                object: req.op.object,
+                offset: run.offset,
+                len: run.len,
+                write: req.op.kind == OpKind::Write,
+                start_us: req.arrived_us,
+                end_us,
+            };
+            self.record(&req.job, rec);
+        }
     }
 }
 

@@ -9,6 +9,7 @@
 //! mutex.
 
 use crate::device::DeviceModel;
+use crate::observe::{Observer, Request};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -261,6 +262,26 @@ impl Locality {
 
 fn job_entry<'a>(jobs: &'a mut HashMap<Arc<str>, JobState>, job: &str) -> &'a mut JobState {
     tessera_proto::types::job_entry(jobs, job, |_| JobState::default())
+}
+
+/// In the data path: every run of a request arrives and, once served with an address, is a request
+/// of its own here (the real I/O time shared out among the runs).
+impl Observer for Locality {
+    fn arrived(&self, req: &Request<'_>) -> bool {
+        for _ in &req.runs {
+            self.on_arrival(req.tag.job());
+        }
+        true
+    }
+
+    fn served(&self, req: &Request<'_>, real: Duration) {
+        let each = real / req.runs.len().max(1) as u32;
+        for r in &req.runs {
+            if let Some(addr) = r.addr {
+                self.on_served(&req.job, addr, r.len, each);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

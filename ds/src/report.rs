@@ -27,7 +27,7 @@ pub struct Reporter {
     pub scheduler: Scheduler,
     pub counters: Arc<Counters>,
     /// Samples this process's CPU share for the reports.
-    pub load: Arc<std::sync::Mutex<tessera_proto::process::LoadProbe>>,
+    pub load: Arc<std::sync::Mutex<tessera_ops::daemon::LoadProbe>>,
 }
 
 impl Reporter {
@@ -71,7 +71,7 @@ impl Reporter {
             forwarded: traffic.forwarded,
             forwarded_client_requests: traffic.forwarded_client_requests,
             cpu: self.load.lock().unwrap_or_else(|p| p.into_inner()).sample(std::time::Instant::now()).0,
-            rss_bytes: tessera_proto::process::rss_bytes().unwrap_or(0),
+            rss_bytes: tessera_ops::daemon::rss_bytes().unwrap_or(0),
             data_rx_bytes: targets.iter().map(|t| t.write_bytes).sum(),
             data_tx_bytes: targets.iter().map(|t| t.read_bytes).sum(),
             targets,

@@ -1,10 +1,18 @@
 //! The request scheduler between the network and the device.
 //!
-//! Data requests are queued per job (FIFO within a job). A dispatcher task owns the queues and hands
-//! requests to the device, at most `depth` at once, choosing the job through a [`Policy`]:
-//! [`RoundRobin`] is the work-conserving mode; an orchestrated mode (only the job owning the current
-//! time slice is released) is another policy that answers [`Pick::Wait`] outside its job's slice.
-//! Each request carries a oneshot through which its caller gets the result.
+//! Data requests are queued per job (FIFO within a job) and released to the device, at most `depth`
+//! at once, choosing the job through a [`Policy`]: [`RoundRobin`] is the work-conserving mode; an
+//! orchestrated mode (only the job owning the current time slice is released) is another policy that
+//! answers [`Pick::Wait`] outside its job's slice.
+//!
+//! The scheduler runs the work itself, in the task of the call it belongs to: a request released at
+//! once (a free slot, its job picked) runs right away; one that waits is handed its slot when the
+//! policy picks its job and then runs. A request holds its slot until its work is done (or panicked:
+//! the slot comes back and only that request fails), and giving a slot back picks the next request. So
+//! up to `depth` requests run in parallel, each on its own call's task, with no hand-off to a
+//! dispatcher task and no task spawned per request. A small timer task asks the policy again at the
+//! instant it said to wait until, or when told its decision may have changed ([`Policy::waker`]). A
+//! request whose caller goes away while it waits is dropped from its queue unstarted.
 //!
 //! [`Orchestrated`] follows the orchestrator's [`ServeCommand`]s held in a [`ServeControl`]: `All` is
 //! round robin, `Job(j)` releases only j's requests (others wait even when the device is idle),
@@ -12,23 +20,22 @@
 //! `fallback_ms` it falls back to `All` by itself, so the orchestrator can never hang I/O.
 
 use crate::locality::Locality;
+use futures::FutureExt;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-use std::pin::Pin;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tessera_proto::msg::{ServeCommand, ServeTarget};
 use tessera_proto::{FsError, FsResult};
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
-type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// A queued request: starting it yields the future that performs it and reports its result.
+/// A queued request: its job, and where its slot is handed to it when its turn comes.
 struct Pending {
     job: Arc<str>,
-    start: Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>,
+    turn: oneshot::Sender<Slot>,
 }
 
 /// The per-job queues as a policy sees them.
@@ -92,7 +99,7 @@ pub enum Pick {
 pub trait Policy: Send + 'static {
     fn pick(&mut self, queues: &JobQueues, now: Instant) -> Pick;
 
-    /// Notified when the policy's decision may have changed outside the dispatcher (a new command).
+    /// Notified when the policy's decision may have changed outside the scheduler (a new command).
     fn waker(&self) -> Option<Arc<Notify>> {
         None
     }
@@ -119,106 +126,51 @@ struct Gauges {
     busy_us: AtomicU64,
 }
 
-/// Handle to the scheduler; clones share the same dispatcher.
-#[derive(Clone)]
-pub struct Scheduler {
-    tx: mpsc::UnboundedSender<Pending>,
-    gauges: Arc<Gauges>,
+/// The queues, the policy and the slots in use.
+struct State {
+    queues: JobQueues,
+    policy: Box<dyn Policy>,
+    in_service: u32,
+    busy_since: Option<Instant>,
+    /// When the policy asked to be asked again (its last [`Pick::Wait`]).
+    wake_at: Option<Instant>,
 }
 
-impl Scheduler {
-    /// Starts a dispatcher on the current runtime serving at most `depth` requests at once.
-    pub fn start(depth: u32, policy: impl Policy) -> Scheduler {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let gauges = Arc::new(Gauges::default());
-        tokio::spawn(dispatch(rx, depth.max(1), Box::new(policy), gauges.clone()));
-        Scheduler { tx, gauges }
-    }
-
-    /// Queues `work` for `job` and returns its result once the device has served it.
-    pub async fn submit<T, F>(&self, job: &str, work: F) -> FsResult<T>
-    where
-        T: Send + 'static,
-        F: Future<Output = FsResult<T>> + Send + 'static,
-    {
-        self.submit_arc(Arc::from(job), work).await
-    }
-
-    /// [`Scheduler::submit`] with the job id already shared.
-    pub async fn submit_arc<T, F>(&self, job: Arc<str>, work: F) -> FsResult<T>
-    where
-        T: Send + 'static,
-        F: Future<Output = FsResult<T>> + Send + 'static,
-    {
-        let (done_tx, done_rx) = oneshot::channel();
-        let start: Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send> = Box::new(move || {
-            Box::pin(async move {
-                // The caller may have gone away (connection closed): the result is then dropped.
-                let _ = done_tx.send(work.await);
-            })
-        });
-        self.gauges.queued.fetch_add(1, Ordering::Relaxed);
-        if self.tx.send(Pending { job, start }).is_err() {
-            self.gauges.queued.fetch_sub(1, Ordering::Relaxed);
-            return Err(FsError::unavailable("request scheduler stopped"));
-        }
-        done_rx.await.map_err(|_| FsError::io("request abandoned by the device"))?
-    }
-
-    /// Requests waiting or in service.
-    pub fn depth(&self) -> u32 {
-        self.gauges.queued.load(Ordering::Relaxed) + self.gauges.in_service.load(Ordering::Relaxed)
-    }
-
-    /// Seconds the device had at least one request in service (up to the last idle moment).
-    pub fn busy_seconds(&self) -> f64 {
-        self.gauges.busy_us.load(Ordering::Relaxed) as f64 / 1e6
-    }
-}
-
-/// Sends a completion to the dispatcher when a request ends, even if it panicked.
-struct DoneGuard(mpsc::UnboundedSender<()>);
-
-impl Drop for DoneGuard {
-    fn drop(&mut self) {
-        let _ = self.0.send(());
-    }
-}
-
-async fn dispatch(
-    mut rx: mpsc::UnboundedReceiver<Pending>,
+struct Shared {
+    state: Mutex<State>,
     depth: u32,
-    mut policy: Box<dyn Policy>,
-    gauges: Arc<Gauges>,
-) {
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<()>();
-    let mut queues = JobQueues::default();
-    let mut in_service = 0u32;
-    let mut open = true;
-    let waker = policy.waker().unwrap_or_default();
-    let mut busy_since = None;
-    loop {
-        // Take everything already submitted so the policy sees all waiting jobs.
-        while let Ok(p) = rx.try_recv() {
-            queues.push(p);
-        }
+    gauges: Gauges,
+    /// Tells the timer task that `wake_at` changed.
+    rearm: Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hands the free slots to the requests the policy picks, until the slots or the queues run out or
+    /// the policy says to wait.
+    fn release(self: &Arc<Self>, st: &mut State) {
         let mut wake_at = None;
-        while in_service < depth && !queues.is_empty() {
-            match policy.pick(&queues, Instant::now()) {
+        while st.in_service < self.depth && !st.queues.is_empty() {
+            match st.policy.pick(&st.queues, Instant::now()) {
                 Pick::Job(job) => {
-                    let Some(p) = queues.pop(&job) else { break };
-                    if in_service == 0 {
-                        busy_since = Some(Instant::now());
+                    let Some(p) = st.queues.pop(&job) else { break };
+                    self.gauges.queued.fetch_sub(1, Ordering::Relaxed);
+                    // The slot is counted below, under this lock, before its holder can give it back.
+                    match p.turn.send(Slot { shared: self.clone(), armed: true }) {
+                        Ok(()) => {
+                            if st.in_service == 0 {
+                                st.busy_since = Some(Instant::now());
+                            }
+                            st.in_service += 1;
+                            self.gauges.in_service.fetch_add(1, Ordering::Relaxed);
+                        }
+                        // Its caller went away while it waited: dropped unstarted (the slot, never
+                        // counted, must not give itself back: that would re-enter this lock).
+                        Err(mut slot) => slot.armed = false,
                     }
-                    in_service += 1;
-                    gauges.queued.fetch_sub(1, Ordering::Relaxed);
-                    gauges.in_service.fetch_add(1, Ordering::Relaxed);
-                    let guard = DoneGuard(done_tx.clone());
-                    let fut = (p.start)();
-                    tokio::spawn(async move {
-                        fut.await;
-                        drop(guard);
-                    });
                 }
                 Pick::Wait(at) => {
                     wake_at = at;
@@ -226,32 +178,136 @@ async fn dispatch(
                 }
             }
         }
-        if !open && queues.is_empty() && in_service == 0 {
+        if st.wake_at != wake_at {
+            st.wake_at = wake_at;
+            self.rearm.notify_one();
+        }
+    }
+
+    /// Adds the busy period that just ended, if the device went idle.
+    fn idle_check(&self, st: &mut State) {
+        if st.in_service == 0 {
+            if let Some(t) = st.busy_since.take() {
+                self.gauges.busy_us.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// A request's place at the device: given back (and the next request released) when dropped.
+struct Slot {
+    shared: Arc<Shared>,
+    armed: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if !self.armed {
             return;
         }
+        let mut st = self.shared.lock();
+        st.in_service = st.in_service.saturating_sub(1);
+        self.shared.gauges.in_service.fetch_sub(1, Ordering::Relaxed);
+        self.shared.idle_check(&mut st);
+        self.shared.release(&mut st);
+    }
+}
+
+/// Asks the policy again when it said to wait until an instant, or when its waker says its decision
+/// may have changed.
+async fn timer(shared: Arc<Shared>, policy_waker: Arc<Notify>) {
+    loop {
+        let at = shared.lock().wake_at;
         let sleep = async {
-            match wake_at {
+            match at {
                 Some(t) => tokio::time::sleep_until(t).await,
                 None => std::future::pending().await,
             }
         };
         tokio::select! {
-            p = rx.recv(), if open => match p {
-                Some(p) => queues.push(p),
-                None => open = false,
-            },
-            Some(()) = done_rx.recv() => {
-                in_service -= 1;
-                gauges.in_service.fetch_sub(1, Ordering::Relaxed);
-                if in_service == 0 {
-                    if let Some(t) = busy_since.take() {
-                        gauges.busy_us.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
-                    }
-                }
-            }
-            _ = waker.notified() => {}
+            _ = shared.rearm.notified() => continue,
+            _ = policy_waker.notified() => {}
             _ = sleep => {}
         }
+        let mut st = shared.lock();
+        shared.release(&mut st);
+    }
+}
+
+/// The last handle stops the timer task.
+struct Handle {
+    shared: Arc<Shared>,
+    timer: tokio::task::AbortHandle,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.timer.abort();
+    }
+}
+
+/// Handle to the scheduler; clones share the same queues and slots.
+#[derive(Clone)]
+pub struct Scheduler {
+    inner: Arc<Handle>,
+}
+
+impl Scheduler {
+    /// A scheduler serving at most `depth` requests at once; its timer task runs on the current runtime.
+    pub fn start(depth: u32, policy: impl Policy) -> Scheduler {
+        let policy_waker = policy.waker().unwrap_or_default();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                queues: JobQueues::default(),
+                policy: Box::new(policy),
+                in_service: 0,
+                busy_since: None,
+                wake_at: None,
+            }),
+            depth: depth.max(1),
+            gauges: Gauges::default(),
+            rearm: Notify::new(),
+        });
+        let timer = tokio::spawn(timer(shared.clone(), policy_waker)).abort_handle();
+        Scheduler { inner: Arc::new(Handle { shared, timer }) }
+    }
+
+    /// Queues `work` for `job`, runs it when the policy releases it and returns its result.
+    pub async fn submit<T, F>(&self, job: &str, work: F) -> FsResult<T>
+    where
+        F: Future<Output = FsResult<T>>,
+    {
+        self.submit_arc(Arc::from(job), work).await
+    }
+
+    /// [`Scheduler::submit`] with the job id already shared.
+    pub async fn submit_arc<T, F>(&self, job: Arc<str>, work: F) -> FsResult<T>
+    where
+        F: Future<Output = FsResult<T>>,
+    {
+        let shared = &self.inner.shared;
+        let (turn, my_turn) = oneshot::channel();
+        {
+            let mut st = shared.lock();
+            shared.gauges.queued.fetch_add(1, Ordering::Relaxed);
+            st.queues.push(Pending { job, turn });
+            shared.release(&mut st);
+        }
+        let slot = my_turn.await.map_err(|_| FsError::unavailable("request scheduler stopped"))?;
+        let r = AssertUnwindSafe(work).catch_unwind().await;
+        drop(slot);
+        r.unwrap_or_else(|_| Err(FsError::io("request abandoned by the device")))
+    }
+
+    /// Requests waiting or in service.
+    pub fn depth(&self) -> u32 {
+        let g = &self.inner.shared.gauges;
+        g.queued.load(Ordering::Relaxed) + g.in_service.load(Ordering::Relaxed)
+    }
+
+    /// Seconds the device had at least one request in service (up to the last idle moment).
+    pub fn busy_seconds(&self) -> f64 {
+        self.inner.shared.gauges.busy_us.load(Ordering::Relaxed) as f64 / 1e6
     }
 }
 
@@ -495,6 +551,47 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn work_runs_in_the_callers_task_and_a_caller_gone_while_waiting_frees_nothing_twice() {
+        let s = Scheduler::start(1, RoundRobin);
+        // The work may borrow the caller's state: it is not sent anywhere.
+        let mut seen = Vec::new();
+        s.submit("a", async {
+            seen.push(1);
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert_eq!(seen, [1]);
+        // A request whose caller goes away while it waits is dropped unstarted; the slot stays usable.
+        let (gate_tx, gate_rx) = oneshot::channel::<()>();
+        let blocker = tokio::spawn({
+            let s = s.clone();
+            async move { s.submit("x", async move { gate_rx.await.map_err(|_| FsError::io("gate")) }).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let started = Arc::new(AtomicU32::new(0));
+        let waiting = tokio::spawn({
+            let (s, started) = (s.clone(), started.clone());
+            async move {
+                s.submit("y", async move {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                })
+                .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(s.depth(), 2);
+        waiting.abort();
+        let _ = waiting.await;
+        gate_tx.send(()).unwrap();
+        blocker.await.unwrap().unwrap();
+        let v = tokio::time::timeout(Duration::from_secs(5), s.submit("z", async { Ok(7) })).await.unwrap();
+        assert_eq!(v.unwrap(), 7);
+        assert_eq!((started.load(Ordering::SeqCst), s.depth()), (0, 0));
+    }
+
+    #[tokio::test]
     async fn failing_request_does_not_stall() {
         let s = Scheduler::start(1, RoundRobin);
         let e = s.submit::<(), _>("a", async { Err(FsError::io("disk on fire")) }).await.unwrap_err();
@@ -657,7 +754,7 @@ mod orchestrated_tests {
         for w in waits {
             tokio::time::timeout(Duration::from_secs(3), w).await.expect("request stuck").unwrap().unwrap();
         }
-        // The dispatcher counts completions just after the callers got their results.
+        // Depth counts down as slots are given back (before each caller has its result).
         for _ in 0..100 {
             if s.depth() == 0 {
                 break;

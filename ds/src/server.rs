@@ -1,12 +1,12 @@
 //! The data service: checks each request (role, tag, sizes) and serves it from the store, data
-//! operations through the scheduler, the device and the locality monitor; serve commands from the
-//! orchestrator go to the scheduler's [`ServeControl`].
+//! operations through the data path ([`crate::pipeline`]: scheduler, device, observers); serve
+//! commands from the orchestrator go to the scheduler's [`ServeControl`].
 
 use crate::address::Addresses;
 use crate::counters::Counters;
 use crate::device::{Device, DeviceModel, DeviceOp, OpKind};
-use crate::jobtrace::JobTraces;
 use crate::locality::Locality;
+use crate::pipeline::{DataPath, Target};
 use crate::report::Reporter;
 use crate::scheduler::{Orchestrated, Scheduler, ServeControl};
 use crate::store::Store;
@@ -14,38 +14,16 @@ use crate::targetstats::TargetStats;
 use crate::trace::Trace;
 use bytes::Bytes;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tessera_proto::config::{DsOptions, OrchestratorOptions};
 use tessera_proto::frame::MAX_PAYLOAD;
 use tessera_proto::msg::{
-    carries_data, check_read_extents, split_runs, DsCall, DsReply, DsRequest, Extent, TraceRecord, MAX_LIST_OBJECTS,
+    carries_data, check_read_extents, split_runs, DsCall, DsReply, DsRequest, Extent, MAX_LIST_OBJECTS,
     MAX_REMOVE_OBJECTS,
 };
 use tessera_proto::rpc::{PeerInfo, Service};
 
 use tessera_proto::{DsId, FsError, FsResult, IoTag, ObjectId, Role, PROTOCOL_VERSION};
-
-/// One storage target: its object store, the addresses of its objects and its device queue.
-#[derive(Clone)]
-pub struct Target {
-    pub store: Store,
-    pub addresses: Arc<Addresses>,
-    pub device: Device,
-    /// Its request sizes, latencies and per-job traffic (for the reports).
-    pub stats: Arc<TargetStats>,
-}
-
-/// The orchestration side of the data path: the targets, locality, serve state, trace.
-#[derive(Clone)]
-pub struct DataPath {
-    /// By index: object `o` lives in target [`tessera_proto::target_of`]`(o)`.
-    pub targets: Arc<[Target]>,
-    pub locality: Arc<Locality>,
-    pub serve: Arc<ServeControl>,
-    pub trace: Option<Arc<Trace>>,
-    /// Per-job traces (`tessera trace`).
-    pub job_traces: Arc<JobTraces>,
-}
 
 /// How to assemble a data server's parts.
 #[derive(Clone, Debug)]
@@ -101,21 +79,21 @@ pub fn assemble(stores: Vec<Store>, s: &Setup) -> FsResult<(Reporter, DataPath)>
         .collect::<FsResult<Vec<_>>>()?;
     let locality = Locality::new(s.ds, s.model, s.job_idle);
     let serve = ServeControl::new(locality.clone(), s.fallback);
+    let scheduler = Scheduler::start(s.queue_depth, Orchestrated::new(serve.clone()));
     let reporter = Reporter {
         ds: s.ds,
         stores,
         target_stats: targets.iter().map(|t| t.stats.clone()).collect(),
-        scheduler: Scheduler::start(s.queue_depth, Orchestrated::new(serve.clone())),
+        scheduler: scheduler.clone(),
         counters: Arc::new(Counters::switched(s.job_counters)),
         load: Arc::default(),
     };
     let job_traces = Arc::default();
-    Ok((reporter, DataPath { targets: targets.into(), locality, serve, trace, job_traces }))
+    Ok((reporter, DataPath { targets: targets.into(), scheduler, locality, serve, trace, job_traces }))
 }
 
 pub struct DsService {
     ds: DsId,
-    scheduler: Scheduler,
     counters: Arc<Counters>,
     reporter: Reporter,
     path: DataPath,
@@ -137,14 +115,7 @@ fn check_privileged(role: Role) -> FsResult<()> {
 
 impl DsService {
     pub fn new(reporter: Reporter, path: DataPath, sync_writes: bool) -> DsService {
-        DsService {
-            ds: reporter.ds,
-            scheduler: reporter.scheduler.clone(),
-            counters: reporter.counters.clone(),
-            reporter,
-            path,
-            sync_writes,
-        }
+        DsService { ds: reporter.ds, counters: reporter.counters.clone(), reporter, path, sync_writes }
     }
 
     pub fn data_path(&self) -> &DataPath {
@@ -168,138 +139,36 @@ impl DsService {
         self.target(object).map(|t| t.store.clone())
     }
 
-    /// Runs `work` as a device request of `tag`'s job: queued by job, then (hdd) through the head,
-    /// then recorded by the locality monitor and the trace.
-    async fn device<T, F>(&self, tag: &IoTag, op: DeviceOp, work: F) -> FsResult<T>
-    where
-        T: Send + 'static,
-        F: std::future::Future<Output = FsResult<T>> + Send + 'static,
-    {
-        self.device_runs(tag, op, Vec::new(), work).await
-    }
-
-    /// [`DsService::device`] for a request made of several runs of the object (`op` spans them): one
-    /// request in the queues, each run recorded by the locality monitor and the trace as the request it
-    /// stands for.
-    async fn device_runs<T, F>(&self, tag: &IoTag, op: DeviceOp, runs: Vec<Extent>, work: F) -> FsResult<T>
-    where
-        T: Send + 'static,
-        F: std::future::Future<Output = FsResult<T>> + Send + 'static,
-    {
-        let target = self.target(op.object)?;
-        let addr = match op.kind {
-            OpKind::Fsync => None,
-            kind => {
-                let path = || target.store.object_path(op.object);
-                match target.addresses.address(op.object, op.offset, kind == OpKind::Write, path).await {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // Addresses only feed the model and statistics: never fail the I/O for them.
-                        tracing::warn!(object = op.object, "no address for the request: {e}");
-                        None
-                    }
-                }
-            }
-        };
-        for _ in 0..runs.len().max(1) {
-            self.path.locality.on_arrival(tag.job());
-        }
-        let job: Arc<str> = Arc::from(tag.job());
-        let (device, locality, trace, j) =
-            (target.device.clone(), self.path.locality.clone(), self.path.trace.clone(), job.clone());
-        let (client, pid) = (tag.origin.client, tag.origin.pid);
-        let job_trace = self.path.job_traces.is_on(tag.job()).then(|| (self.path.job_traces.clone(), tag.ino));
-        let queued = tessera_proto::types::unix_us();
-        let (stats, arrived) = (target.stats.clone(), Instant::now());
-        self.scheduler
-            .submit_arc(job, async move {
-                let grant = match (&device, addr) {
-                    (Device::Hdd(h), Some(a)) => h.acquire(a, op.len).await,
-                    _ => None,
-                };
-                let t0 = Instant::now();
-                let r = work.await;
-                let real = t0.elapsed();
-                if let Some(g) = grant {
-                    g.finish(real).await;
-                }
-                if let (Ok(_), OpKind::Read | OpKind::Write) = (&r, op.kind) {
-                    stats.record(&j, op.kind == OpKind::Write, op.len, arrived.elapsed());
-                }
-                if let (Some((traces, ino)), Ok(_), OpKind::Read | OpKind::Write) = (&job_trace, &r, op.kind) {
-                    let end_us = tessera_proto::types::unix_us();
-                    let one = [Extent { offset: op.offset, len: op.len.min(u64::from(u32::MAX)) as u32 }];
-                    for e in if runs.is_empty() { &one[..] } else { &runs[..] } {
-                        let rec = TraceRecord {
-                            client,
-                            pid,
-                            ino: *ino,
-                            object: op.object,
-                            offset: e.offset,
-                            len: e.len.into(),
-                            write: op.kind == OpKind::Write,
-                            start_us: queued,
-                            end_us,
-                        };
-                        traces.record(&j, rec);
-                    }
-                }
-                if let (Some(a), Ok(_)) = (addr, &r) {
-                    // The object's base address, then each run's (the whole request if it has none).
-                    let base = a - op.offset;
-                    let served: Vec<(u64, u64)> = match runs.is_empty() {
-                        true => vec![(a, op.len)],
-                        false => runs.iter().map(|e| (base.saturating_add(e.offset), u64::from(e.len))).collect(),
-                    };
-                    let each = real / served.len() as u32;
-                    for (a, len) in served {
-                        locality.on_served(&j, a, len, each);
-                        if let Some(t) = &trace {
-                            t.record(j.clone(), client, pid, a, len, op.kind);
-                        }
-                    }
-                }
-                r
-            })
-            .await
-    }
-
     pub async fn read(&self, tag: &IoTag, object: ObjectId, offset: u64, len: u32) -> FsResult<Bytes> {
         check_tag(tag)?;
         if len as usize > MAX_PAYLOAD {
             return Err(FsError::invalid(format!("read of {len} bytes exceeds the limit of {MAX_PAYLOAD}")));
         }
-        let store = self.store(object)?;
+        let target = self.target(object)?;
+        let store = target.store.clone();
         let op = DeviceOp { kind: OpKind::Read, object, offset, len: len.into() };
-        let data = self.device(tag, op, async move { store.read(object, offset, len as usize).await }).await?;
+        let work = async move { store.read(object, offset, len as usize).await };
+        let data = self.path.serve(target, tag, op, &[], work).await?;
         self.counters.record_read(tag, object, offset, data.len() as u64);
         Ok(data)
     }
 
-    /// Reads the runs of a vectored read (each measured and traced like a single read); returns what each
-    /// got and their bytes one after the other.
+    /// A vectored read: one request of all its runs (each run measured and traced like a single read),
+    /// one blocking read of them all into one buffer; returns what each got and their bytes one after
+    /// the other.
     pub async fn read_v(&self, tag: &IoTag, object: ObjectId, extents: &[Extent]) -> FsResult<(Vec<u32>, Bytes)> {
         check_tag(tag)?;
         let total = check_read_extents(extents, MAX_PAYLOAD)?;
-        if !matches!(self.target(object)?.device, Device::Hdd(_)) {
-            // No head to move between the runs: one request in the queues, one blocking read of them all
-            // into one buffer (a thread hand-off per 32 KiB run cost more than the reads).
-            let store = self.store(object)?;
-            let runs: Vec<(u64, usize)> = extents.iter().map(|e| (e.offset, e.len as usize)).collect();
-            let first = extents[0].offset;
-            let op = DeviceOp { kind: OpKind::Read, object, offset: first, len: total };
-            let work = async move { store.read_v(object, runs).await };
-            let (lens, data): (Vec<u32>, Bytes) = self.device_runs(tag, op, extents.to_vec(), work).await?;
-            for (e, got) in extents.iter().zip(&lens) {
-                self.counters.record_read(tag, object, e.offset, u64::from(*got));
-            }
-            return Ok((lens, data));
+        let target = self.target(object)?;
+        let store = target.store.clone();
+        let runs: Vec<(u64, usize)> = extents.iter().map(|e| (e.offset, e.len as usize)).collect();
+        let op = DeviceOp { kind: OpKind::Read, object, offset: extents[0].offset, len: total };
+        let work = async move { store.read_v(object, runs).await };
+        let (lens, data): (Vec<u32>, Bytes) = self.path.serve(target, tag, op, extents, work).await?;
+        for (e, got) in extents.iter().zip(&lens) {
+            self.counters.record_read(tag, object, e.offset, u64::from(*got));
         }
-        // The emulated disk seeks to each run: one modelled request per run.
-        let runs = extents.iter().map(|e| self.read(tag, object, e.offset, e.len));
-        let parts = futures::future::try_join_all(runs).await?;
-        let lens = parts.iter().map(|p| p.len() as u32).collect();
-        Ok((lens, tessera_proto::frame::concat(parts)))
+        Ok((lens, data))
     }
 
     pub async fn write(&self, tag: &IoTag, object: ObjectId, offset: u64, data: Bytes, sync: bool) -> FsResult<u32> {
@@ -312,15 +181,17 @@ impl DsService {
     async fn write_run(&self, tag: &IoTag, object: ObjectId, offset: u64, data: Bytes, sync: bool) -> FsResult<u32> {
         check_tag(tag)?;
         let len = u32::try_from(data.len()).map_err(|_| FsError::invalid("write payload too large"))?;
-        let store = self.store(object)?;
+        let target = self.target(object)?;
+        let store = target.store.clone();
         let sync = sync || self.sync_writes;
         let op = DeviceOp { kind: OpKind::Write, object, offset, len: len.into() };
-        self.device(tag, op, async move { store.write(object, offset, data, sync).await }).await?;
+        self.path.serve(target, tag, op, &[], async move { store.write(object, offset, data, sync).await }).await?;
         Ok(len)
     }
 
     /// Writes each run of a vectored write as a request of its own (queued, modelled, measured and
-    /// traced like a single write), all at once; returns the bytes written.
+    /// traced like a single write), all at once; returns the bytes written. Every run is carried out
+    /// even when another fails (the first failure, in run order, is the answer).
     pub async fn write_v(
         &self,
         tag: &IoTag,
@@ -332,7 +203,7 @@ impl DsService {
         check_tag(tag)?;
         let len = u32::try_from(data.len()).map_err(|_| FsError::invalid("write payload too large"))?;
         let runs = split_runs(extents, &data)?.map(|(offset, run)| self.write_run(tag, object, offset, run, sync));
-        futures::future::try_join_all(runs).await?;
+        futures::future::join_all(runs).await.into_iter().collect::<FsResult<Vec<u32>>>()?;
         for e in extents {
             self.counters.record_write(tag, object, e.offset, e.len.into());
         }
@@ -463,9 +334,10 @@ impl DsService {
 
     async fn fsync(&self, tag: &IoTag, object: ObjectId) -> FsResult<()> {
         check_tag(tag)?;
-        let store = self.store(object)?;
+        let target = self.target(object)?;
+        let store = target.store.clone();
         let op = DeviceOp { kind: OpKind::Fsync, object, offset: 0, len: 0 };
-        self.device(tag, op, async move { store.fsync(object).await }).await
+        self.path.serve(target, tag, op, &[], async move { store.fsync(object).await }).await
     }
 }
 
@@ -485,6 +357,7 @@ impl Service for DsService {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use std::time::Instant;
     use tessera_proto::error::ErrorCode;
     use tessera_proto::msg::{ServeCommand, ServeTarget};
     use tessera_proto::JOB_ID_MAX;
@@ -500,7 +373,7 @@ pub(crate) mod tests {
         service_with(Setup::new(2))
     }
 
-    pub(super) fn tag(job: &str) -> IoTag {
+    pub(crate) fn tag(job: &str) -> IoTag {
         IoTag { origin: tessera_proto::Origin { job: job.into(), client: 1, pid: 42 }, ino: 5 }
     }
 
@@ -761,18 +634,20 @@ pub(crate) mod tests {
 mod net_tests {
     use super::tests::tag;
     use super::*;
+    use std::time::Instant;
     use tessera_proto::error::ErrorCode;
     use tessera_proto::rpc::{self, RpcPeer, Tuning};
-    use tessera_proto::tls::{self, NodeIdentity};
+    use tessera_proto::tls::NodeIdentity;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn serves_over_quic_and_refuses_ds_peers() {
         let d = tempfile::tempdir().unwrap();
         let tdir = d.path().join("tls");
-        let ca = tls::generate_ca("t").unwrap();
-        tls::write_ca(&tdir, &ca).unwrap();
+        let ca = tessera_ops::issue::generate_ca("t").unwrap();
+        tessera_ops::ca::write_ca(&tdir, &ca).unwrap();
         let id = |role, name| {
-            NodeIdentity::load(&tls::issue_to_dir(&tdir, &ca, role, name, &["127.0.0.1".into()]).unwrap()).unwrap()
+            NodeIdentity::load(&tessera_ops::ca::issue_to_dir(&tdir, &ca, role, name, &["127.0.0.1".into()]).unwrap())
+                .unwrap()
         };
         let (ds_id, client_id, other_ds) = (id(Role::Ds, "ds-0"), id(Role::Client, "c"), id(Role::Ds, "ds-1"));
         let (reporter, path) = assemble(vec![Store::open(&d.path().join("data"), 0).unwrap()], &Setup::new(0)).unwrap();

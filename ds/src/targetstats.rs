@@ -1,7 +1,10 @@
 //! Per storage target: request sizes, latencies and traffic per job (issue 15's statistics plane; the
-//! MDS shows them in `tessera df --jobs` and its metrics). Counted at the data path's device wrapper, so
-//! a latency is a request's whole time at the server: queued by the scheduler, the device, the I/O.
+//! MDS shows them in `tessera df --jobs` and its metrics). An observer of the data path
+//! ([`crate::pipeline`]): a latency is a request's whole time at the server, queued by the scheduler,
+//! the device, the I/O; a vectored read is one request of all its bytes.
 
+use crate::device::OpKind;
+use crate::observe::{Observer, Request};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -92,6 +95,15 @@ impl TargetStats {
             all.push(others);
         }
         all
+    }
+}
+
+/// Reads and writes served, each as one request.
+impl Observer for TargetStats {
+    fn served(&self, req: &Request<'_>, _real: Duration) {
+        if matches!(req.op.kind, OpKind::Read | OpKind::Write) {
+            self.record(&req.job, req.op.kind == OpKind::Write, req.op.len, req.arrived.elapsed());
+        }
     }
 }
 

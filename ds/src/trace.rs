@@ -5,8 +5,9 @@
 //! counted) rather than ever slowing requests down.
 
 use crate::device::OpKind;
+use crate::observe::{Observer, Request};
 use std::fs::OpenOptions;
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
@@ -15,7 +16,7 @@ use std::time::Duration;
 use tessera_proto::{FsError, FsResult};
 
 pub use tessera_proto::config::TRACE_FILE;
-const HEADER: &str = "time_us,job,address,len,op,client,pid\n";
+const HEADER: [&str; 7] = ["time_us", "job", "address", "len", "op", "client", "pid"];
 const BACKLOG: usize = 1 << 16;
 
 enum Msg {
@@ -31,15 +32,6 @@ pub struct Trace {
 
 pub use tessera_proto::types::unix_us;
 
-/// CSV field: quoted when it holds a separator, quote or line break.
-fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\"")).into()
-    } else {
-        s.into()
-    }
-}
-
 impl Trace {
     /// Opens (appending to) `<dir>/lba-trace.csv` and starts the writer thread.
     pub fn start(dir: &Path) -> FsResult<Arc<Trace>> {
@@ -47,9 +39,10 @@ impl Trace {
         let ctx = |e: std::io::Error| FsError::io(format!("{}: {e}", path.display()));
         let file = OpenOptions::new().create(true).append(true).open(&path).map_err(ctx)?;
         let fresh = file.metadata().map_err(ctx)?.len() == 0;
-        let mut out = BufWriter::with_capacity(1 << 20, file);
+        // The csv crate quotes a job id holding a separator, quote or line break.
+        let mut out = csv::WriterBuilder::new().has_headers(false).from_writer(BufWriter::with_capacity(1 << 20, file));
         if fresh {
-            out.write_all(HEADER.as_bytes()).map_err(ctx)?;
+            out.write_record(HEADER).map_err(|e| ctx(e.into()))?;
         }
         let (tx, rx) = mpsc::sync_channel::<Msg>(BACKLOG);
         let p = path.clone();
@@ -68,8 +61,7 @@ impl Trace {
                     };
                     match msg {
                         Msg::Line { time_us, job, addr, len, op, client, pid } => {
-                            let (job, op) = (csv_field(&job), op.as_str());
-                            let r = writeln!(out, "{time_us},{job},{addr},{len},{op},{client},{pid}");
+                            let r = out.serialize((time_us, &*job, addr, len, op.as_str(), client, pid));
                             if let Err(e) = r {
                                 if !failed {
                                     tracing::warn!(path = %p.display(), "trace write failed: {e}");
@@ -114,6 +106,18 @@ impl Trace {
         let (ack, done) = mpsc::channel();
         if self.tx.send(Msg::Flush(ack)).is_ok() {
             let _ = done.recv_timeout(timeout);
+        }
+    }
+}
+
+/// A line per run with an address of every request served.
+impl Observer for Trace {
+    fn served(&self, req: &Request<'_>, _real: Duration) {
+        let (client, pid) = (req.tag.origin.client, req.tag.origin.pid);
+        for run in &req.runs {
+            if let Some(addr) = run.addr {
+                self.record(req.job.clone(), client, pid, addr, run.len, req.op.kind);
+            }
         }
     }
 }

@@ -10,8 +10,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
-use tessera_client::{Client, ClusterConfig};
-use tessera_proto::child;
+use tessera_client::Client;
+use tessera_ops::child;
 
 /// Threads reading requests from /dev/fuse (each request is then served by a tokio task).
 const FUSE_THREADS: usize = 2;
@@ -23,9 +23,9 @@ const KERNEL_READ_AHEAD_KB: u32 = 8192;
 pub struct Args {
     /// Directory to mount on.
     pub mountpoint: PathBuf,
-    /// Cluster configuration file (as written by `tessera up` into DIR/client.toml).
-    #[arg(long, env = "TESSERA_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    /// The cluster's configuration (`tessera up` writes DIR/client.toml).
+    #[command(flatten)]
+    pub config: tessera_ops::daemon::ConfigArgs,
     /// Detach: return once mounted and keep serving in the background.
     #[arg(long)]
     pub daemon: bool,
@@ -213,7 +213,7 @@ fn daemonize() -> ExitCode {
     };
     match child.wait_ready(DAEMON_READY_TIMEOUT) {
         Ok(rest) => {
-            tessera_proto::child::announce_ready(rest);
+            tessera_ops::child::announce_ready(rest);
             child.detach();
             ExitCode::SUCCESS
         }
@@ -230,8 +230,8 @@ pub fn main_entry() -> ExitCode {
     if args.daemon {
         return daemonize();
     }
-    tessera_proto::process::tune_allocator();
-    tessera_proto::process::init_logging();
+    tessera_ops::daemon::tune_allocator();
+    tessera_ops::daemon::init_logging();
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -244,7 +244,7 @@ pub fn main_entry() -> ExitCode {
 fn run(args: Args) -> Result<(), String> {
     let plan = plan(&args)?;
     let mp = check_mount_point(&args.mountpoint)?;
-    let cfg = ClusterConfig::locate(args.config.as_deref()).map_err(|e| e.to_string())?;
+    let cfg = args.config.load().map_err(|e| e.to_string())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("tessera-fuse")
@@ -276,7 +276,7 @@ fn run(args: Args) -> Result<(), String> {
         .map_err(|e| format!("cannot start the session thread: {e}"))?;
     set_kernel_read_ahead(&mp);
     tracing::info!("mounted {} on {}", cfg.mds.addr, mp.display());
-    tessera_proto::child::announce_ready(mp.display());
+    tessera_ops::child::announce_ready(mp.display());
 
     let outcome = rt.block_on(async {
         let mut signals = child::Signals::new().map_err(|e| format!("cannot watch SIGINT/SIGTERM: {e}"))?;

@@ -1,5 +1,6 @@
 //! `tessera-ion`: command line, start-up (config, identity, connections, dispatcher, metrics), the
-//! `READY` line, and shutdown on SIGINT/SIGTERM.
+//! `READY` line, and shutdown on SIGINT/SIGTERM — or, with a non-zero exit, when the dispatch loop was
+//! given up ([`Dispatcher::failed`]: it kept panicking), so that a supervisor starts the node afresh.
 
 use crate::dispatch::Dispatcher;
 use crate::sched::Params;
@@ -7,12 +8,11 @@ use crate::server::IonService;
 use crate::stats::Stats;
 use clap::Parser;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_proto::child::Signals;
-use tessera_proto::config::ClusterConfig;
+use tessera_ops::child::Signals;
+use tessera_proto::config::IonScheduler;
 use tessera_proto::rpc::{self, RpcPeer};
 use tessera_proto::tls::NodeIdentity;
 use tessera_proto::Role;
@@ -25,9 +25,8 @@ use tracing::info;
     version
 )]
 struct Args {
-    /// Cluster configuration (TOML).
-    #[arg(long, env = tessera_proto::config::CONFIG_ENV)]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    config: tessera_ops::daemon::ConfigArgs,
     /// This forwarding node's index in the configuration's [[ion]] list (TWINS starts at server k).
     #[arg(long)]
     index: usize,
@@ -36,7 +35,7 @@ struct Args {
     listen: Option<String>,
     /// Request scheduler: fifo, hbrr, to, to-agg, sjf, mlf, sw, twins (overrides ion_options.scheduler).
     #[arg(long)]
-    scheduler: Option<String>,
+    scheduler: Option<IonScheduler>,
     /// TWINS's (and SW's) window in microseconds (overrides ion_options.window_us).
     #[arg(long)]
     window_us: Option<u64>,
@@ -48,7 +47,7 @@ struct Args {
 /// Entry point of the `tessera-ion` binary.
 pub fn main_entry() -> ExitCode {
     let args = Args::parse();
-    let Some(rt) = tessera_proto::process::start("tessera-ion") else { return ExitCode::from(1) };
+    let Some(rt) = tessera_ops::daemon::start("tessera-ion") else { return ExitCode::from(1) };
     let res = rt.block_on(run(args));
     rt.shutdown_timeout(Duration::from_secs(2));
     match res {
@@ -61,7 +60,7 @@ pub fn main_entry() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let config = ClusterConfig::locate(args.config.as_deref()).map_err(|e| e.detail)?;
+    let config = args.config.load().map_err(|e| e.detail)?;
     let node = config.ion.get(args.index).ok_or_else(|| {
         format!("no forwarding node {} in the configuration (it lists {})", args.index, config.ion.len())
     })?;
@@ -96,11 +95,13 @@ async fn run(args: Args) -> Result<(), String> {
         ion_index: args.index,
         epoch_us: 0,
     };
-    let scheduler = args.scheduler.clone().unwrap_or_else(|| o.scheduler.clone());
+    let scheduler = args.scheduler.unwrap_or(o.scheduler);
     let stats = Arc::new(Stats::switched(config.metrics.job_counters));
-    let dispatcher = Dispatcher::new(args.index as u32, servers.clone(), &scheduler, params, o.dispatch_depth, stats)?;
+    let dispatcher =
+        Dispatcher::new(args.index as u32, servers.clone(), scheduler.as_str(), params, o.dispatch_depth, stats)?;
     let interval = Duration::from_millis(config.ds_options.report_interval_ms);
     let report = crate::report::spawn(dispatcher.stats.clone(), args.index as u32, mds.clone(), interval);
+    let watched = dispatcher.clone();
     let service = Arc::new(IonService { name: node.name.clone(), index: args.index as u32, mds, servers, dispatcher });
     let metrics = match config.metrics.ion_base_port {
         Some(base) => {
@@ -117,9 +118,12 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let server = tokio::spawn(rpc::serve(endpoint.clone(), service, identity.crl.clone()));
     info!(ion = %node.name, addr = %local, scheduler = %scheduler, "forwarding node ready");
-    tessera_proto::child::announce_ready(local);
+    tessera_ops::child::announce_ready(local);
     let mut signals = Signals::new().map_err(|e| format!("SIGINT/SIGTERM handlers: {e}"))?;
-    signals.recv().await;
+    let failed = tokio::select! {
+        _ = signals.recv() => None,
+        why = watched.failed() => Some(why),
+    };
     info!("shutting down");
     if let Some(m) = metrics {
         m.shutdown().await;
@@ -130,7 +134,10 @@ async fn run(args: Args) -> Result<(), String> {
         r.abort();
     }
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
-    Ok(())
+    match failed {
+        Some(why) => Err(format!("forwarding stopped: {why}")),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -141,7 +148,7 @@ mod tests {
     fn flags() {
         let a = Args::try_parse_from(["tessera-ion", "--index", "1", "--scheduler", "twins", "--window-us", "125"])
             .unwrap();
-        assert_eq!((a.index, a.scheduler.as_deref(), a.window_us), (1, Some("twins"), Some(125)));
+        assert_eq!((a.index, a.scheduler, a.window_us), (1, Some(IonScheduler::Twins), Some(125)));
         assert!(Args::try_parse_from(["tessera-ion"]).is_err(), "--index is required");
     }
 }

@@ -8,20 +8,38 @@
 //! extended with the following releases while each continues the run; the first that does not is held
 //! for the next slot. Nothing is released before a slot is free, so the scheduler — not a queue behind
 //! it — decides the order the data servers see.
+//!
+//! The dispatch loop is watched: the queued requests live in the [`Dispatcher`], not in the loop, so
+//! after a panic the loop starts again on the same queues (the scheduler built afresh from what it held,
+//! as a switch does; the requests of the batch the panic cut short are answered with an error). A loop
+//! that keeps panicking ([`MAX_PANICS`] within [`PANIC_WINDOW`]) is not restarted again:
+//! [`Dispatcher::failed`] says so, and `tessera-ion` exits non-zero for its supervisor to start it
+//! afresh.
 
 use crate::sched::{self, Next, Op, Params, Req, Scheduler, MAX_MERGE, MAX_MERGED_BYTES};
 use crate::stats::Stats;
 use bytes::{Bytes, BytesMut};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tessera_proto::error::{FsError, FsResult};
 use tessera_proto::msg::{DsCall, DsReply, DsRequest, Forwarded, SchedulerSetting};
 use tessera_proto::rpc::{Payload, RpcPeer};
 use tessera_proto::types::{unix_us, DsId, IoTag};
-use tokio::sync::{oneshot, Notify, Semaphore};
+use tokio::sync::{oneshot, watch, Notify, Semaphore};
 
 /// Longest a data server's reply may take to pass through (its header came already).
-const STREAM_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+const STREAM_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Panics of the dispatch loop within [`PANIC_WINDOW`] after which it is not restarted again.
+pub const MAX_PANICS: usize = 3;
+
+/// See [`MAX_PANICS`].
+pub const PANIC_WINDOW: Duration = Duration::from_secs(60);
+
+/// How a scheduler is built from its name (`sched::build`; another in tests).
+type Build = fn(&str, &Params) -> Result<Box<dyn Scheduler>, String>;
 
 /// A client request's answer: the reply and its payload (whole, or passed on as it arrives).
 pub type Answer = (FsResult<DsReply>, Payload);
@@ -59,6 +77,9 @@ pub struct Dispatcher {
     servers: HashMap<DsId, Arc<RpcPeer>>,
     ion: u32,
     pub stats: Arc<Stats>,
+    build: Build,
+    /// Why the dispatch loop was given up, once it was.
+    failed: watch::Sender<Option<String>>,
 }
 
 /// What the status shows of the dispatcher.
@@ -80,6 +101,19 @@ impl Dispatcher {
         stats: Arc<Stats>,
     ) -> Result<Arc<Dispatcher>, String> {
         let sched = sched::build(name, &params)?;
+        Ok(Dispatcher::start(ion, servers, sched, sched::build, params, depth, stats))
+    }
+
+    /// A dispatcher with `sched`, rebuilt by `build` after a panic; starts the watched dispatch loop.
+    fn start(
+        ion: u32,
+        servers: HashMap<DsId, Arc<RpcPeer>>,
+        sched: Box<dyn Scheduler>,
+        build: Build,
+        params: Params,
+        depth: u32,
+        stats: Arc<Stats>,
+    ) -> Arc<Dispatcher> {
         let d = Arc::new(Dispatcher {
             state: Mutex::new(State { sched, params, waiting: HashMap::new(), next_seq: 0, held: None }),
             wake: Notify::new(),
@@ -88,9 +122,11 @@ impl Dispatcher {
             servers,
             ion,
             stats,
+            build,
+            failed: watch::Sender::new(None),
         });
-        tokio::spawn(d.clone().run());
-        Ok(d)
+        tokio::spawn(d.clone().watch());
+        d
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -143,7 +179,7 @@ impl Dispatcher {
         if let Some(q) = s.quantum {
             params.quantum = q;
         }
-        let mut new = sched::build(&s.name, &params)?;
+        let mut new = (self.build)(&s.name, &params)?;
         let mut queued: Vec<Req> = st.held.take().unwrap_or_default();
         queued.extend(st.sched.take_all());
         queued.sort_by_key(|r| r.seq);
@@ -169,6 +205,95 @@ impl Dispatcher {
             queues,
             in_flight: self.in_flight.load(std::sync::atomic::Ordering::Relaxed),
         }
+    }
+
+    /// Resolves (with the reason) once the dispatch loop has been given up: it kept panicking. Nothing
+    /// is forwarded any more; the process should exit non-zero.
+    pub async fn failed(&self) -> String {
+        let mut rx = self.failed.subscribe();
+        let why = match rx.wait_for(Option::is_some).await {
+            Ok(why) => why.clone(),
+            // The dispatcher (with the sender) lives as long as `self`: not reached.
+            Err(_) => None,
+        };
+        match why {
+            Some(why) => why,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Runs the dispatch loop, keeping its handle: restarted after a panic on the same queues, given up
+    /// (see [`Dispatcher::failed`]) after [`MAX_PANICS`] within [`PANIC_WINDOW`].
+    async fn watch(self: Arc<Self>) {
+        let mut panics: VecDeque<Instant> = VecDeque::new();
+        loop {
+            let running = tokio::spawn(self.clone().run());
+            let why = match running.await {
+                // The slots were closed: nothing more to dispatch.
+                Ok(()) => return,
+                Err(e) => match e.try_into_panic() {
+                    Ok(payload) => panic_message(payload.as_ref()),
+                    // Cancelled: the runtime is shutting down.
+                    Err(_) => return,
+                },
+            };
+            let now = Instant::now();
+            panics.retain(|t| now.duration_since(*t) < PANIC_WINDOW);
+            panics.push_back(now);
+            let lost = match std::panic::catch_unwind(AssertUnwindSafe(|| self.recover(&why))) {
+                Ok(lost) => lost,
+                Err(p) => {
+                    let e = format!(
+                        "the dispatch loop panicked ({why}), and so did its recovery ({})",
+                        panic_message(p.as_ref())
+                    );
+                    self.give_up(e);
+                    return;
+                }
+            };
+            if panics.len() >= MAX_PANICS {
+                self.give_up(format!(
+                    "the dispatch loop panicked {} times within {PANIC_WINDOW:?}, last: {why}",
+                    panics.len()
+                ));
+                return;
+            }
+            tracing::error!(lost, "the dispatch loop panicked ({why}); restarted on the same queues");
+        }
+    }
+
+    fn give_up(&self, why: String) {
+        tracing::error!("{why}: forwarding stops");
+        self.failed.send_replace(Some(why));
+    }
+
+    /// After a panic of the dispatch loop: the scheduler is built afresh (its state may be what
+    /// panicked) and given the requests the old one still held, in arrival order, as a switch does.
+    /// Queued requests no scheduler holds any more — taken for the batch the panic cut short — are
+    /// answered with an error rather than left waiting. Returns how many were.
+    fn recover(&self, why: &str) -> usize {
+        let lost: Vec<Waiter> = {
+            let mut st = self.lock();
+            let mut queued: Vec<Req> = st.held.take().unwrap_or_default();
+            queued.extend(st.sched.take_all());
+            queued.sort_by_key(|r| r.seq);
+            if let Ok(fresh) = (self.build)(st.sched.name(), &st.params) {
+                st.sched = fresh;
+            }
+            let kept: HashSet<u64> = queued.iter().map(|r| r.seq).collect();
+            for r in queued {
+                st.sched.push(r);
+            }
+            let gone: Vec<u64> = st.waiting.keys().filter(|s| !kept.contains(s)).copied().collect();
+            gone.iter().filter_map(|s| st.waiting.remove(s)).collect()
+        };
+        let n = lost.len();
+        for w in lost {
+            let e = format!("forwarding node lost the request: its dispatch loop panicked ({why})");
+            let _ = w.reply.send(error(FsError::io(e)));
+        }
+        self.wake.notify_one();
+        n
     }
 
     /// The dispatch loop: a free slot, then a batch, sent in its own task.
@@ -206,9 +331,10 @@ impl Dispatcher {
             let me = self.clone();
             self.in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tokio::spawn(async move {
+                // Counted out and the slot given back even if the send panics (its clients then get
+                // an error: their reply senders are dropped).
+                let _sent = InFlight { dispatcher: me.clone(), _slot: slot };
                 me.send(waiters).await;
-                me.in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-                drop(slot);
             });
         }
     }
@@ -341,6 +467,27 @@ impl Dispatcher {
     }
 }
 
+/// A batch sent and not answered yet: counted in `in_flight` and holding its dispatch slot until dropped.
+struct InFlight {
+    dispatcher: Arc<Dispatcher>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.dispatcher.in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A panic's message (its payload when it is a string).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+        (Some(s), _) => s.to_string(),
+        (None, Some(s)) => s.clone(),
+        (None, None) => "a panic without a message".to_string(),
+    }
+}
+
 /// The next batch to send: the held release or the scheduler's next, extended while releases continue
 /// it. `Err(Some(t))`: nothing before time `t`; `Err(None)`: nothing queued.
 fn next_batch(st: &mut State, now_us: u64) -> Result<Vec<Req>, Option<u64>> {
@@ -418,6 +565,108 @@ mod tests {
         assert_eq!(st.held.as_ref().map(|h| h[0].seq), Some(2));
         assert_eq!(seqs(next_batch(&mut st, 0).unwrap()), vec![2, 3]);
         assert_eq!(seqs(next_batch(&mut st, 0).unwrap()), vec![4], "another job is not merged");
+    }
+
+    /// FIFO that takes its oldest request and panics (a scheduler bug) once `at` requests are queued.
+    struct Panicky {
+        inner: sched::fifo::Fifo,
+        at: usize,
+    }
+
+    impl Scheduler for Panicky {
+        fn name(&self) -> &'static str {
+            "fifo"
+        }
+
+        fn push(&mut self, r: Req) {
+            self.inner.push(r)
+        }
+
+        fn next(&mut self, now_us: u64) -> Next {
+            if self.inner.len() < self.at {
+                return Next::Idle;
+            }
+            let _taken = self.inner.next(now_us);
+            panic!("a scheduler bug");
+        }
+
+        fn len(&self) -> usize {
+            self.inner.len()
+        }
+
+        fn depths(&self) -> Vec<(String, usize)> {
+            self.inner.depths()
+        }
+
+        fn take_all(&mut self) -> Vec<Req> {
+            self.inner.take_all()
+        }
+    }
+
+    /// Data server 0 at a port nothing listens on: a call fails after a short connect timeout.
+    fn dead_server() -> (tempfile::TempDir, HashMap<DsId, Arc<RpcPeer>>) {
+        use tessera_ops::ca::{issue_to_dir, write_ca};
+        use tessera_proto::rpc::{self, Tuning};
+        use tessera_proto::tls::NodeIdentity;
+        let d = tempfile::tempdir().unwrap();
+        let ca = tessera_ops::issue::generate_ca("t").unwrap();
+        write_ca(d.path(), &ca).unwrap();
+        let files = issue_to_dir(d.path(), &ca, tessera_proto::Role::Ion, "ion-0", &["127.0.0.1".into()]);
+        let id = NodeIdentity::load(&files.unwrap()).unwrap();
+        let addr = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let tuning = Tuning { connect_timeout: Duration::from_millis(200), ..Tuning::default() };
+        let peer = RpcPeer::new(rpc::client_endpoint(false).unwrap(), &id, tessera_proto::Role::Ds, addr, tuning);
+        (d, HashMap::from([(0, Arc::new(peer.unwrap()))]))
+    }
+
+    fn read(offset: u64) -> DsRequest {
+        let origin = tessera_proto::Origin { job: "j".into(), client: 1, pid: 2 };
+        DsRequest::Read { tag: IoTag { origin, ino: 1 }, object: 9, offset, len: 10 }
+    }
+
+    /// Submits `n` reads at once; their answers' errors, in any order.
+    async fn submit_reads(d: &Arc<Dispatcher>, n: u64) -> Vec<String> {
+        let calls: Vec<_> = (0..n)
+            .map(|i| {
+                let d = d.clone();
+                tokio::spawn(async move { d.submit(0, read(i * 100), Bytes::new(), 10).await })
+            })
+            .collect();
+        let mut errors = Vec::new();
+        for c in calls {
+            let (r, _) = tokio::time::timeout(Duration::from_secs(10), c).await.expect("answered").unwrap();
+            errors.push(r.expect_err("no data server there").detail);
+        }
+        errors
+    }
+
+    #[tokio::test]
+    async fn a_panicking_dispatch_loop_restarts_on_the_same_queues() {
+        let (_d, servers) = dead_server();
+        let sched = Box::new(Panicky { inner: Default::default(), at: 3 });
+        let d = Dispatcher::start(0, servers, sched, sched::build, Params::default(), 1, Arc::default());
+        // The request the panic took is answered with an error saying so; the two still queued are sent
+        // (and fail: no data server there) by the restarted loop.
+        let errors = submit_reads(&d, 3).await;
+        let lost = errors.iter().filter(|e| e.contains("dispatch loop panicked (a scheduler bug)")).count();
+        assert_eq!(lost, 1, "{errors:?}");
+        // The loop keeps forwarding, with a fresh scheduler of the same kind.
+        let errors = submit_reads(&d, 1).await;
+        assert!(!errors[0].contains("panicked"), "{errors:?}");
+        assert_eq!(d.view().scheduler, "fifo");
+        assert!(tokio::time::timeout(Duration::from_millis(50), d.failed()).await.is_err(), "not given up");
+    }
+
+    #[tokio::test]
+    async fn a_dispatch_loop_that_keeps_panicking_is_given_up() {
+        let (_d, servers) = dead_server();
+        let build: Build = |_, _| Ok(Box::new(Panicky { inner: Default::default(), at: 1 }));
+        let sched = build("fifo", &Params::default()).unwrap();
+        let d = Dispatcher::start(0, servers, sched, build, Params::default(), 1, Arc::default());
+        let errors = submit_reads(&d, MAX_PANICS as u64).await;
+        assert!(errors.iter().all(|e| e.contains("dispatch loop panicked")), "{errors:?}");
+        let why = tokio::time::timeout(Duration::from_secs(5), d.failed()).await.expect("given up");
+        assert!(why.contains(&format!("panicked {MAX_PANICS} times")), "{why}");
     }
 
     #[test]

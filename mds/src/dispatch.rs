@@ -212,3 +212,23 @@ impl MdsService {
         r
     }
 }
+
+/// The namespace's own entries into the dispatch (the MDS's own callers and the namespace's tests).
+impl Namespace {
+    /// Serves one request of the namespace (not the data servers', the orchestrator's, PerSched's or the
+    /// job registry's, which need the rest of the server) for a caller without a session (client 0: the
+    /// MDS's own callers and tests), through the one dispatch (`crate::dispatch`).
+    pub async fn handle(&self, c: &Caller, req: MdsRequest) -> FsResult<MdsReply> {
+        let cx = Context { ns: self, caller: c, holder: None, remote: None };
+        serve(&cx, req).await
+    }
+
+    /// Serves one request of the namespace from `holder`, a client on a connection: its session is renewed
+    /// (an evicted client is told so and the request not applied), handles it opens are its own (evicted
+    /// with it), and it may hold directory leases. Requests from the network are served the same way, after
+    /// admission and with the rest of the server (`crate::dispatch`).
+    pub async fn handle_client(&self, c: &Caller, holder: Holder, req: MdsRequest) -> FsResult<MdsReply> {
+        let cx = Context { ns: self, caller: c, holder: Some(holder), remote: None };
+        serve(&cx, req).await
+    }
+}

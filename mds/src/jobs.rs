@@ -555,7 +555,7 @@ impl Jobs {
     /// For PerSched's detection: every job with I/O in a window starting at or after `since_us`, its bytes
     /// (read + written) per window up to the window of `now_us`, windows without I/O as zeros (at most
     /// 2 × [`SERIES_MAX`] windows, the newest).
-    pub fn series(&self, since_us: u64, now_us: u64) -> Vec<crate::persched::detect::JobSeries> {
+    pub fn series(&self, since_us: u64, now_us: u64) -> Vec<tessera_persched::detect::JobSeries> {
         let m = self.live.lock().unwrap_or_else(|p| p.into_inner());
         m.values()
             .filter_map(|l| {
@@ -575,7 +575,7 @@ impl Jobs {
                         *b += p.window.read_bytes + p.window.write_bytes;
                     }
                 }
-                Some(crate::persched::detect::JobSeries {
+                Some(tessera_persched::detect::JobSeries {
                     job: l.rec.job.clone(),
                     nodes: (l.rec.clients.len() as u32).max(1),
                     dt_ms: (dt / 1000).max(1),

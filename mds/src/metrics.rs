@@ -246,9 +246,9 @@ mod tests {
 
     #[test]
     fn renders_persched_state() {
-        use crate::persched::live::{tests::cfg, Profile, Registry as Live};
+        use crate::persched::live::{LiveConfig, Profile, Registry as Live};
         use crate::persched::shared::Shared;
-        let mut live = Live::new(cfg());
+        let mut live = Live::new(LiveConfig::test_cluster());
         live.register("p\"1", Profile { nodes: 4, compute_ms: 2_000, volume: 60_000_000 }, 0).unwrap();
         live.replan(0);
         let mut reg = Registry::default();

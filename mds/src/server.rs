@@ -16,7 +16,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use tessera_proto::config::ClusterConfig;
 use tessera_proto::msg::{MdsCall, MdsReply, OrchestratorMode};
 use tessera_proto::rpc::{self, PeerInfo, Service};
 use tessera_proto::tls::NodeIdentity;
@@ -147,9 +146,8 @@ pub const JOB_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
 #[derive(Parser, Debug, Clone)]
 #[command(name = "tessera-mds", about = "Tessera metadata server")]
 pub struct Options {
-    /// Cluster configuration file.
-    #[arg(long, env = "TESSERA_CONFIG")]
-    pub config: PathBuf,
+    #[command(flatten)]
+    pub config: tessera_ops::daemon::ConfigArgs,
     /// Database directory (overrides `mds.data_dir`).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -165,8 +163,8 @@ pub struct Options {
 /// Entry point of the `tessera-mds` binary.
 pub fn main_entry() -> ExitCode {
     let opts = Options::parse();
-    let Some(rt) = tessera_proto::process::start("tessera-mds") else { return ExitCode::from(1) };
-    let ready = |addr: SocketAddr| tessera_proto::child::announce_ready(addr);
+    let Some(rt) = tessera_ops::daemon::start("tessera-mds") else { return ExitCode::from(1) };
+    let ready = |addr: SocketAddr| tessera_ops::child::announce_ready(addr);
     let result = rt.block_on(async {
         let shutdown = signals()?;
         run(opts, ready, shutdown).await
@@ -187,7 +185,7 @@ pub async fn run(
     ready: impl FnOnce(SocketAddr),
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let cfg = ClusterConfig::load(&opts.config)?;
+    let cfg = opts.config.load()?;
     let identity = NodeIdentity::load(&cfg.tls).map_err(|e| anyhow::anyhow!("TLS identity: {e}"))?;
     if identity.role != Role::Mds {
         anyhow::bail!(
@@ -222,8 +220,7 @@ pub async fn run(
     let evictor = spawn_evictor(ns.clone());
     let destroyer = crate::destroy::spawn(store.clone(), data, ns.destroy_wake());
 
-    let mode: OrchestratorMode =
-        cfg.orchestrator.mode.parse().map_err(|e| anyhow::anyhow!("orchestrator.mode in the config: {e}"))?;
+    let mode: OrchestratorMode = cfg.orchestrator.mode;
     let orch = Arc::new(Orchestrator::new(
         Params::from_options(&cfg.orchestrator),
         mode,

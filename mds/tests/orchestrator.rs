@@ -121,7 +121,7 @@ async fn eligible_program_gets_dedicated_slices_on_all_servers() {
     );
     std::fs::write(dir.path().join("mds.toml"), cfg).unwrap();
     let opts = tessera_mds::Options {
-        config: dir.path().join("mds.toml"),
+        config: tessera_ops::daemon::ConfigArgs::file(dir.path().join("mds.toml")),
         data_dir: None,
         listen: None,
         skip_corrupt_journal: false,

@@ -52,7 +52,7 @@ async fn start() -> Cluster {
     );
     std::fs::write(dir.path().join("mds.toml"), cfg).unwrap();
     let opts = tessera_mds::Options {
-        config: dir.path().join("mds.toml"),
+        config: tessera_ops::daemon::ConfigArgs::file(dir.path().join("mds.toml")),
         data_dir: None,
         listen: None,
         skip_corrupt_journal: false,
@@ -195,7 +195,7 @@ async fn refuses_a_certificate_without_role_mds() {
     let cfg = "[mds]\naddr = \"127.0.0.1:0\"\ndata_dir = \"db\"\n[tls]\nca = \"ca.pem\"\ncert = \"mds.pem\"\nkey = \"mds.key\"\n";
     std::fs::write(dir.path().join("c.toml"), cfg).unwrap();
     let opts = tessera_mds::Options {
-        config: dir.path().join("c.toml"),
+        config: tessera_ops::daemon::ConfigArgs::file(dir.path().join("c.toml")),
         data_dir: None,
         listen: None,
         skip_corrupt_journal: false,

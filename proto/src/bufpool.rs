@@ -5,7 +5,7 @@
 //! and glibc gives such memory back to the kernel: its per-thread heaps are unmapped when they empty. The
 //! next buffer is then fresh memory, and every page of it costs a fault and zeroing. On the 2-core VM of
 //! `results/core` that was 20,000-35,000 faults in the mount per 512 MiB written, most of them on these
-//! buffers, even with [`crate::process::tune_allocator`]. A buffer freed here goes back to a small pool
+//! buffers, even with `tessera_ops::daemon::tune_allocator`. A buffer freed here goes back to a small pool
 //! instead, and the next one of its size class is taken from there.
 
 use bytes::Bytes;

@@ -35,6 +35,119 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// A setting that is one of a few names: parsed when the configuration loads (an unknown name is an
+/// error that lists the choices), written as its name in TOML, messages and flags (`FromStr`, `Display`).
+macro_rules! named_setting {
+    ($(#[$m:meta])* $ty:ident, default $def:ident { $($(#[$vm:meta])* $v:ident = $text:literal $(| $alias:literal)*,)+ }) => {
+        $(#[$m])*
+        #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $ty {
+            $($(#[$vm])* #[serde(rename = $text $(, alias = $alias)*)] $v,)+
+        }
+
+        impl $ty {
+            /// Every choice, in the order the documentation lists them.
+            pub const ALL: &'static [$ty] = &[$($ty::$v),+];
+            /// Their names.
+            pub const NAMES: &'static [&'static str] = &[$($text),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$v => $text,)+
+                }
+            }
+        }
+
+        impl Default for $ty {
+            fn default() -> $ty {
+                $ty::$def
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = UnknownName;
+            fn from_str(s: &str) -> Result<$ty, UnknownName> {
+                match s {
+                    $($text $(| $alias)* => Ok($ty::$v),)+
+                    _ => Err(UnknownName { what: stringify!($ty), name: s.to_string(), choices: $ty::NAMES }),
+                }
+            }
+        }
+    };
+}
+
+/// A name that is none of a setting's choices.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} '{name}' (one of: {})", choices.join(", "))]
+pub struct UnknownName {
+    pub what: &'static str,
+    pub name: String,
+    pub choices: &'static [&'static str],
+}
+
+named_setting! {
+    /// How new files' stripes are placed on the storage targets (`defaults.placement`, a directory's
+    /// `tessera.placement` attribute).
+    Placement, default RoundRobin {
+        /// The next targets in turn (Lustre's round-robin allocator).
+        RoundRobin = "round-robin" | "roundrobin" | "rr" | "simple",
+        /// Lustre's weighted allocator: free space, with round-robin while balanced.
+        Lustre = "lustre" | "lsa",
+        /// Tarazu's: balanced by measured load.
+        Balanced = "balanced" | "tarazu",
+    }
+}
+
+named_setting! {
+    /// What a data server's device is (`ds_options.device_model`).
+    DeviceKind, default None {
+        /// The real device.
+        None = "none",
+        /// An emulated rotating disk in front of it (`ds_options.hdd`).
+        Hdd = "hdd",
+    }
+}
+
+named_setting! {
+    /// The order in which the emulated disk's head serves queued requests (`ds_options.hdd.elevator`).
+    Elevator, default Clook {
+        /// Sorted sweeps, as Linux's and the drive's schedulers do.
+        Clook = "clook",
+        /// Arrival order: a disk whose queue depth is 1, as behind a server that issues one I/O at a time.
+        Fifo = "fifo",
+    }
+}
+
+named_setting! {
+    /// A forwarding node's request scheduler (`ion_options.scheduler`; specs/forwarding.md).
+    IonScheduler, default Fifo {
+        Fifo = "fifo",
+        Hbrr = "hbrr",
+        To = "to",
+        ToAgg = "to-agg",
+        Sjf = "sjf",
+        Mlf = "mlf",
+        Sw = "sw",
+        Twins = "twins",
+    }
+}
+
+named_setting! {
+    /// Who arbitrates periodic jobs' I/O (`persched.scheduler`): PerSched's patterns, or an online arbiter
+    /// for comparison (the greedy heuristics of the paper's earlier work).
+    PerschedScheduler, default Persched {
+        Persched = "persched",
+        OnlineSyseff = "online-syseff",
+        OnlineDilation = "online-dilation",
+    }
+}
+
 /// Environment variable naming the config file when `--config` is not given.
 pub const CONFIG_ENV: &str = "TESSERA_CONFIG";
 
@@ -83,7 +196,7 @@ pub struct PerschedOptions {
     pub k_prime: f64,
     /// `persched` (patterns), or an online arbiter for comparison: `online-syseff` | `online-dilation`
     /// (the greedy heuristics of the paper's earlier work; every transfer start and end asks the MDS).
-    pub scheduler: String,
+    pub scheduler: PerschedScheduler,
     /// Detect periodic jobs from their byte counters (bursts and gaps) without registration; only jobs
     /// detected as periodic are ever delayed.
     pub detect: bool,
@@ -104,7 +217,7 @@ impl Default for PerschedOptions {
             total_bandwidth: 1 << 30,
             lease_ms: 10_000,
             k_prime: 10.0,
-            scheduler: "persched".into(),
+            scheduler: PerschedScheduler::Persched,
             detect: true,
             detect_interval_ms: 2_000,
             rate_headroom: 0.1,
@@ -117,7 +230,7 @@ impl Default for PerschedOptions {
 #[serde(deny_unknown_fields, default)]
 pub struct OrchestratorOptions {
     /// off | even | iorchestrator
-    pub mode: String,
+    pub mode: crate::msg::OrchestratorMode,
     pub window_ms: u32,
     /// Smallest slice, as a fraction of the window (nothing starves).
     pub min_slice_fraction: f64,
@@ -140,7 +253,7 @@ pub struct OrchestratorOptions {
 impl Default for OrchestratorOptions {
     fn default() -> Self {
         OrchestratorOptions {
-            mode: "iorchestrator".into(),
+            mode: crate::msg::OrchestratorMode::IOrchestrator,
             window_ms: 500,
             min_slice_fraction: 0.05,
             consistency_threshold: 0.2,
@@ -169,7 +282,7 @@ pub struct IonNode {
 #[serde(deny_unknown_fields, default)]
 pub struct IonOptions {
     /// fifo | hbrr | to | to-agg | sjf | mlf | sw | twins
-    pub scheduler: String,
+    pub scheduler: IonScheduler,
     /// TWINS's window (and SW's), microseconds.
     pub window_us: u64,
     /// HBRR's (and MLF's first level's) requests per queue visit.
@@ -187,7 +300,7 @@ pub struct IonOptions {
 impl Default for IonOptions {
     fn default() -> Self {
         IonOptions {
-            scheduler: "fifo".into(),
+            scheduler: IonScheduler::Fifo,
             window_us: 1_000,
             quantum: 8,
             dispatch_depth: 64,
@@ -243,7 +356,7 @@ pub struct HddParams {
     /// The order in which the head serves queued requests: `clook` (sorted sweeps, as Linux's and the
     /// drive's schedulers do) or `fifo` (arrival order: a disk whose queue depth is 1, as behind a server
     /// that issues one I/O at a time).
-    pub elevator: String,
+    pub elevator: Elevator,
 }
 
 impl Default for HddParams {
@@ -255,7 +368,7 @@ impl Default for HddParams {
             rpm: 7200.0,
             media_rate_mb_s: 78.0,
             capacity_gb: 500.0,
-            elevator: "clook".into(),
+            elevator: Elevator::Clook,
         }
     }
 }
@@ -337,12 +450,12 @@ pub struct Defaults {
     pub stripe_size: u64,
     /// 0 = all data servers.
     pub stripe_count: u32,
-    pub placement: String,
+    pub placement: Placement,
 }
 
 impl Default for Defaults {
     fn default() -> Self {
-        Defaults { stripe_size: 1 << 20, stripe_count: 0, placement: "round-robin".into() }
+        Defaults { stripe_size: 1 << 20, stripe_count: 0, placement: Placement::RoundRobin }
     }
 }
 
@@ -352,7 +465,7 @@ pub struct DsOptions {
     /// How often each data server reports load and free space to the MDS.
     pub report_interval_ms: u64,
     /// `none` (real device) or `hdd` (emulated rotating disk).
-    pub device_model: String,
+    pub device_model: DeviceKind,
     /// Requests a data server hands to its device at once (work-conserving mode).
     pub device_queue_depth: u32,
     /// Fsync every write before acknowledging it (like `sync` exports); normally only on fsync/`sync` flag.
@@ -380,7 +493,7 @@ impl Default for DsOptions {
     fn default() -> Self {
         DsOptions {
             report_interval_ms: 1000,
-            device_model: "none".into(),
+            device_model: DeviceKind::None,
             device_queue_depth: 8,
             sync_writes: false,
             direct_writes: true,
@@ -434,10 +547,21 @@ impl Default for TransportOptions {
 impl ClusterConfig {
     /// Reads a config file; relative paths inside it are resolved against the file's directory.
     pub fn load(path: &Path) -> FsResult<ClusterConfig> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| FsError::invalid(format!("config {}: {e}", path.display())))?;
-        let mut cfg: ClusterConfig =
-            toml::from_str(&text).map_err(|e| FsError::invalid(format!("config {}: {e}", path.display())))?;
+        ClusterConfig::load_with(path, &[])
+    }
+
+    /// [`ClusterConfig::load`], with `overrides` set over the file's values before they are checked: each
+    /// `KEY=VALUE`, KEY a dotted path into the file (`ds_options.device_model`, `ds.1.data_dir`: a number
+    /// picks an array's element), VALUE a TOML value, or a string when it is not one. Every value of the
+    /// file can so be given on a daemon's command line (`--set`).
+    pub fn load_with(path: &Path, overrides: &[String]) -> FsResult<ClusterConfig> {
+        let bad = |e: &dyn std::fmt::Display| FsError::invalid(format!("config {}: {e}", path.display()));
+        let text = std::fs::read_to_string(path).map_err(|e| bad(&e))?;
+        let mut table: toml::Table = toml::from_str(&text).map_err(|e| bad(&e))?;
+        for kv in overrides {
+            set_value(&mut table, kv).map_err(|e| bad(&format!("--set {kv}: {e}")))?;
+        }
+        let mut cfg: ClusterConfig = table.try_into().map_err(|e| bad(&e))?;
         let base = path.parent().unwrap_or(Path::new("."));
         let fix = |p: &mut PathBuf| {
             if p.is_relative() {
@@ -464,13 +588,18 @@ impl ClusterConfig {
 
     /// Finds the config: the explicit path, else `$TESSERA_CONFIG`.
     pub fn locate(explicit: Option<&Path>) -> FsResult<ClusterConfig> {
+        ClusterConfig::locate_with(explicit, &[])
+    }
+
+    /// [`ClusterConfig::locate`] with `overrides` ([`ClusterConfig::load_with`]).
+    pub fn locate_with(explicit: Option<&Path>, overrides: &[String]) -> FsResult<ClusterConfig> {
         let path = match explicit {
             Some(p) => p.to_path_buf(),
             None => std::env::var_os(CONFIG_ENV).map(PathBuf::from).ok_or_else(|| {
                 FsError::invalid(format!("no cluster configuration: pass --config FILE or set {CONFIG_ENV} (`tessera up` writes DIR/client.toml)"))
             })?,
         };
-        ClusterConfig::load(&path)
+        ClusterConfig::load_with(&path, overrides)
     }
 
     pub fn validate(&self) -> FsResult<()> {
@@ -561,6 +690,49 @@ impl ClusterConfig {
     }
 }
 
+/// Sets `KEY=VALUE` in `table` ([`ClusterConfig::load_with`]): the tables on the way are made when
+/// missing; a number indexes a list.
+fn set_value(table: &mut toml::Table, kv: &str) -> Result<(), String> {
+    let (key, value) = kv.split_once('=').ok_or("expected KEY=VALUE")?;
+    let key = key.trim();
+    let value = match toml::from_str::<toml::Table>(&format!("v = {value}")) {
+        Ok(mut t) => t.remove("v").unwrap_or_else(|| toml::Value::String(value.to_string())),
+        Err(_) => toml::Value::String(value.to_string()),
+    };
+    let parts: Vec<&str> = key.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(format!("'{key}' is not a dotted key"));
+    }
+    let mut root = toml::Value::Table(std::mem::take(table));
+    let r = set_in(&mut root, &parts, value, key);
+    if let toml::Value::Table(t) = root {
+        *table = t;
+    }
+    r
+}
+
+fn set_in(at: &mut toml::Value, parts: &[&str], value: toml::Value, key: &str) -> Result<(), String> {
+    let Some((first, rest)) = parts.split_first() else { return Err("empty key".into()) };
+    let next = match at {
+        toml::Value::Table(t) if rest.is_empty() => {
+            t.insert(first.to_string(), value);
+            return Ok(());
+        }
+        toml::Value::Table(t) => t.entry(first.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new())),
+        toml::Value::Array(a) => {
+            let n = a.len();
+            let i: usize = first.parse().map_err(|_| format!("'{key}': '{first}' must index a list"))?;
+            a.get_mut(i).ok_or_else(|| format!("'{key}': the list has {n} element(s)"))?
+        }
+        _ => return Err(format!("'{key}': '{first}' is inside a value, not a table")),
+    };
+    if rest.is_empty() {
+        *next = value;
+        return Ok(());
+    }
+    set_in(next, rest, value, key)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,6 +752,69 @@ mod tests {
         assert_eq!(c.defaults.stripe_size, 1 << 20);
         std::fs::write(&p, "[mds]\naddr = 1\n").unwrap();
         assert!(ClusterConfig::load(&p).is_err());
+    }
+
+    /// The named settings are parsed when the file loads: their names and aliases read, an unknown name
+    /// fails with the choices, and they are written back as their names.
+    #[test]
+    fn named_settings_are_checked_at_load() {
+        let base = "[mds]\naddr = \"127.0.0.1:1\"\n[tls]\nca = \"ca\"\ncert = \"c\"\nkey = \"k\"\n";
+        let c: ClusterConfig = toml::from_str(&format!(
+            "{base}[defaults]\nplacement = \"tarazu\"\n[ds_options]\ndevice_model = \"hdd\"\n[ds_options.hdd]\nelevator = \"fifo\"\n\
+             [ion_options]\nscheduler = \"to-agg\"\n[orchestrator]\nmode = \"even\"\n[persched]\nscheduler = \"online-syseff\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.defaults.placement, Placement::Balanced, "an alias");
+        assert_eq!((c.ds_options.device_model, c.ds_options.hdd.elevator), (DeviceKind::Hdd, Elevator::Fifo));
+        assert_eq!(c.ion_options.scheduler, IonScheduler::ToAgg);
+        assert_eq!(c.orchestrator.mode, crate::msg::OrchestratorMode::Even);
+        assert_eq!(c.persched.scheduler, PerschedScheduler::OnlineSyseff);
+        let text = toml::to_string(&c).unwrap();
+        assert!(text.contains("placement = \"balanced\"") && text.contains("mode = \"even\""), "{text}");
+        let e = toml::from_str::<ClusterConfig>(&format!("{base}[ds_options]\ndevice_model = \"ssd\"\n")).unwrap_err();
+        assert!(e.to_string().contains("ssd"), "{e}");
+        let e = "cfq".parse::<IonScheduler>().unwrap_err().to_string();
+        assert_eq!(e, "unknown IonScheduler 'cfq' (one of: fifo, hbrr, to, to-agg, sjf, mlf, sw, twins)");
+        for p in Placement::ALL {
+            assert_eq!(p.as_str().parse::<Placement>(), Ok(*p));
+        }
+    }
+
+    /// `--set KEY=VALUE` over the file: scalars, strings, named settings, list elements; bad keys and
+    /// values are errors that name them.
+    #[test]
+    fn values_are_set_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(
+            &p,
+            "[mds]\naddr = \"127.0.0.1:1\"\n[[ds]]\nid = 0\naddr = \"127.0.0.1:2\"\n[[ds]]\nid = 1\naddr = \"127.0.0.1:3\"\n\
+             [tls]\nca = \"ca.pem\"\ncert = \"c.pem\"\nkey = \"c.key\"\n",
+        )
+        .unwrap();
+        let set = |kv: &[&str]| ClusterConfig::load_with(&p, &kv.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let c = set(&[
+            "ds_options.device_model=hdd",
+            "ds_options.hdd.capacity_gb=150",
+            "orchestrator.window_ms=250",
+            "ds.1.data_dir=d1",
+            "defaults.placement=lustre",
+        ])
+        .unwrap();
+        assert_eq!((c.ds_options.device_model, c.ds_options.hdd.capacity_gb), (DeviceKind::Hdd, 150.0));
+        assert_eq!((c.orchestrator.window_ms, c.defaults.placement), (250, Placement::Lustre));
+        assert_eq!(c.ds[1].data_dir.as_deref(), Some(dir.path().join("d1").as_path()), "relative to the file");
+        for (kv, says) in [
+            ("ds_options.device_model=ssd", "ssd"),
+            ("nonsense=1", "nonsense"),
+            ("ds.7.addr=x", "2 element"),
+            ("ds.x.addr=x", "must index"),
+            ("mds.addr.port=1", "inside a value"),
+            ("orchestrator.window_ms", "KEY=VALUE"),
+        ] {
+            let e = set(&[kv]).unwrap_err().to_string();
+            assert!(e.contains(says), "--set {kv}: {e}");
+        }
     }
 
     #[test]

@@ -6,24 +6,18 @@
 //! - [`msg`]: request/response messages, one file per service (MDS, DS, ION, reports, orchestrator, PerSched, jobs).
 //! - [`requests`]: the table of metadata requests: name, idempotence, senders, what each touches.
 //! - [`frame`]: length-prefixed bincode headers plus raw payloads on QUIC streams.
-//! - [`tls`]: the cluster CA, node certificates with roles and validity (`tls/cert.rs`: what one says), rustls configs.
-//! - [`ca`]: the CA directory: issue, renew, revoke, the record of issued certificates, the revocation list.
+//! - [`tls`]: a node's TLS identity, what a certificate says (role, name, validity: `tls/cert.rs`), the rustls
+//!   configs of mutual TLS. Issuing certificates and the CA directory are operations (`tessera-ops`).
 //! - [`crl`] (in `tls/`): the revocation list on the nodes, reloaded when it changes, checked in both directions.
 //! - [`rpc`]: QUIC endpoints, the RPC client (`rpc/client.rs`, one stream per call) and server (`rpc/server.rs`).
 //! - [`config`]: the cluster's TOML configuration.
 //! - [`wire`]: bincode encoding with bounded decoding.
-//! - [`process`]: allocator settings, logging and async-runtime start-up shared by the binaries.
-//! - [`child`]: child processes of launchers and tests: READY line, signals, clean stops.
-//! - [`clusterdir`]: certificates and configs of a cluster on loopback (`tessera up`, experiments, tests).
 //! - [`bufpool`]: recycled page-aligned buffers for payloads and write-behind.
 //! - [`fileio`]: positional reads into a buffer's spare capacity (data servers, benchmarks).
 //! - [`fuzz`] (feature `arbitrary`): message values from raw bytes and frame mutations, for fuzzing.
 //! - [`units`]: sizes with K/M/G/T suffixes, parsed and formatted the same everywhere.
 
 pub mod bufpool;
-pub mod ca;
-pub mod child;
-pub mod clusterdir;
 pub mod config;
 pub mod error;
 pub mod fileio;
@@ -32,7 +26,6 @@ pub mod frame;
 pub mod fuzz;
 pub mod layout;
 pub mod msg;
-pub mod process;
 pub mod requests;
 pub mod rpc;
 pub mod tls;

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_proto::ca::CaDir;
+use tessera_ops::ca::CaDir;
 use tessera_proto::rpc::{self, PeerInfo, RpcPeer, Service, Tuning};
 use tessera_proto::tls::NodeIdentity;
 use tessera_proto::{FsResult, Role};

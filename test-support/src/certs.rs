@@ -2,7 +2,8 @@
 //! (for 127.0.0.1).
 
 use std::path::Path;
-use tessera_proto::tls::{self, CaPem, NodeIdentity, TlsFiles};
+use tessera_ops::issue::CaPem;
+use tessera_proto::tls::{NodeIdentity, TlsFiles};
 use tessera_proto::types::Role;
 
 /// A CA whose files (`ca.pem`, `ca.key`, and every issued `NAME.pem`/`NAME.key`) live in [`TestCa::dir`].
@@ -15,8 +16,8 @@ impl TestCa {
     /// A new CA for cluster `name`, written to a fresh temporary directory.
     pub fn new(name: &str) -> TestCa {
         let dir = tempfile::tempdir().expect("tempdir");
-        let ca = tls::generate_ca(name).expect("generate CA");
-        tls::write_ca(dir.path(), &ca).expect("write CA");
+        let ca = tessera_ops::issue::generate_ca(name).expect("generate CA");
+        tessera_ops::ca::write_ca(dir.path(), &ca).expect("write CA");
         TestCa { dir, ca }
     }
 
@@ -27,7 +28,8 @@ impl TestCa {
 
     /// Issues `name` with `role` (valid for 127.0.0.1) and returns its files.
     pub fn issue(&self, role: Role, name: &str) -> TlsFiles {
-        tls::issue_to_dir(self.dir.path(), &self.ca, role, name, &["127.0.0.1".into()]).expect("issue certificate")
+        tessera_ops::ca::issue_to_dir(self.dir.path(), &self.ca, role, name, &["127.0.0.1".into()])
+            .expect("issue certificate")
     }
 
     /// Issues `name` with `role` and loads it.

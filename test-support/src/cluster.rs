@@ -1,13 +1,15 @@
-//! Harness for the cross-process tests: a real cluster of `tessera-mds`, `tessera-ds` (and `tessera-ion`) processes on
-//! loopback, with certificates and configs made by [`tessera_proto::clusterdir::prepare`] (what
-//! `tessera up` uses), started and stopped through [`tessera_proto::child`].
+//! Harness for the cross-process tests: a real cluster of `tessera-mds`, `tessera-ds` (and `tessera-ion`)
+//! processes on loopback: the local-cluster type of `tessera-ops` (what `tessera-bench` uses; its
+//! certificates and configs are what `tessera up` writes), blocking, panicking with the log's tail when
+//! a server does not start.
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tessera_client::Client;
-use tessera_proto::child::{self, Child, READY_TIMEOUT};
-use tessera_proto::clusterdir::{prepare, ClusterFiles, Server, Shape};
+use tessera_ops::child::{self, Child, READY_TIMEOUT};
+use tessera_ops::cluster::LocalCluster;
+use tessera_ops::clusterdir::{ClusterFiles, Shape};
 use tessera_proto::config::{ClusterConfig, Defaults};
 
 /// Path of a Tessera binary (`tessera`, `tessera-mds`, ...): in `$TESSERA_BIN_DIR`, next to the running
@@ -33,13 +35,12 @@ pub fn spawn_ready(name: &str, cmd: &mut Command, log: &std::path::Path) -> Chil
     c
 }
 
+/// A cluster of real server processes for one test ([`LocalCluster`]), in a temporary directory, killed
+/// when the test ends.
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub files: ClusterFiles,
-    pub mds: Option<Child>,
-    pub ds: Vec<Option<Child>>,
-    /// Forwarding nodes.
-    pub ion: Vec<Option<Child>>,
+    procs: LocalCluster,
 }
 
 impl Cluster {
@@ -68,52 +69,59 @@ impl Cluster {
     /// [`Cluster::prepared`] with forwarding nodes.
     pub fn prepared_shape(shape: Shape, defaults: Defaults) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
-        let files = prepare(dir.path(), shape, 0, defaults).expect("prepare cluster");
-        std::fs::create_dir_all(dir.path().join("logs")).unwrap();
-        Cluster {
-            dir,
-            files,
-            mds: None,
-            ds: (0..shape.ds).map(|_| None).collect(),
-            ion: (0..shape.ion).map(|_| None).collect(),
-        }
+        let procs =
+            LocalCluster::prepare(dir.path(), shape, 0, defaults).expect("prepare cluster").with_binaries(locate);
+        Cluster { files: procs.files.clone(), dir, procs }
     }
 
     /// Changes the MDS's configuration file (before it starts).
     pub fn edit_mds_config(&self, edit: impl FnOnce(&mut ClusterConfig)) {
-        let path = &self.files.mds_config;
-        let mut cfg = ClusterConfig::load(path).expect("mds config");
-        edit(&mut cfg);
-        cfg.save(path).expect("save mds config");
+        LocalCluster::edit_config(&self.files.mds_config, edit).expect("edit the mds config");
     }
 
+    /// Starts every server, stage by stage (the MDS, the data servers, the forwarding nodes).
     pub fn boot(&mut self) {
-        for i in 0..self.ds.len() {
-            self.start_ds(i);
-        }
-        self.start_mds();
-        for i in 0..self.ion.len() {
-            self.start_ion(i);
-        }
+        self.procs.start_all_blocking().unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Starts server `name` (`mds`, `ds0`, `ion1`) and waits for its READY line; panics with its log's
+    /// tail if it does not become ready.
+    pub fn start_server(&mut self, name: &str) {
+        self.procs.start(name).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    pub fn start_mds(&mut self) {
+        self.start_server("mds");
+    }
+
+    pub fn start_ds(&mut self, i: usize) {
+        self.start_server(&format!("ds{i}"));
     }
 
     pub fn start_ion(&mut self, i: usize) {
-        self.ion[i] = Some(self.spawn(self.files.ion_server(i)));
+        self.start_server(&format!("ion{i}"));
     }
 
-    /// Starts `server` and waits for its READY line.
-    fn spawn(&self, server: Server) -> Child {
-        spawn_ready(
-            &server.name,
-            Command::new(bin(server.binary)).args(&server.args),
-            &self.files.log_path(&server.name),
-        )
+    /// SIGKILL, like a crash (nothing if it does not run).
+    pub fn kill9(&mut self, name: &str) {
+        let _ = self.procs.kill9(name);
+    }
+
+    pub fn kill9_mds(&mut self) {
+        self.kill9("mds");
+    }
+
+    pub fn kill9_ds(&mut self, i: usize) {
+        self.kill9(&format!("ds{i}"));
     }
 
     pub fn kill9_ion(&mut self, i: usize) {
-        if let Some(mut c) = self.ion[i].take() {
-            c.kill();
-        }
+        self.kill9(&format!("ion{i}"));
+    }
+
+    /// The process id of server `name`, if it runs.
+    pub fn pid(&mut self, name: &str) -> Option<u32> {
+        self.procs.pid(name)
     }
 
     pub fn ds_data_dir(&self, i: usize) -> PathBuf {
@@ -122,40 +130,16 @@ impl Cluster {
     }
 
     pub fn log(&self, name: &str) -> PathBuf {
-        self.dir.path().join("logs").join(format!("{name}.log"))
+        self.files.log_path(name)
     }
 
-    pub fn start_mds(&mut self) {
-        self.mds = Some(self.spawn(self.files.mds_server()));
-    }
-
-    pub fn start_ds(&mut self, i: usize) {
-        self.ds[i] = Some(self.spawn(self.files.ds_server(i)));
-    }
-
-    /// SIGKILL, like a crash.
-    pub fn kill9_mds(&mut self) {
-        if let Some(mut c) = self.mds.take() {
-            c.kill();
-        }
-    }
-
-    pub fn kill9_ds(&mut self, i: usize) {
-        if let Some(mut c) = self.ds[i].take() {
-            c.kill();
-        }
-    }
-
-    /// True while every server process is still running (none crashed).
+    /// True while every server process started is still running (none crashed).
     pub fn all_alive(&mut self) -> bool {
-        let mut ok = true;
-        for c in self.mds.iter_mut().chain(self.ds.iter_mut().flatten()).chain(self.ion.iter_mut().flatten()) {
-            if let Some(status) = c.try_wait() {
-                eprintln!("server {} exited: {status}", c.name());
-                ok = false;
-            }
+        let exited = self.procs.exited();
+        for (name, status) in &exited {
+            eprintln!("server {name} exited: {status}");
         }
-        ok
+        exited.is_empty()
     }
 
     pub fn client_config(&self) -> ClusterConfig {
@@ -165,6 +149,11 @@ impl Cluster {
     pub async fn client(&self) -> Client {
         connect(&self.client_config()).await
     }
+}
+
+/// Where the tests find the servers: [`bin`].
+fn locate(name: &str) -> std::io::Result<PathBuf> {
+    Ok(bin(name))
 }
 
 /// A client of `cfg`'s cluster, retrying for 30 s while the servers come up.
@@ -178,15 +167,6 @@ pub async fn connect(cfg: &ClusterConfig) -> Client {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Err(e) => panic!("cannot connect: {e}"),
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        // Before the directory goes: the servers are killed (as before, no grace: tests end abruptly).
-        for c in self.mds.iter_mut().chain(self.ds.iter_mut().flatten()).chain(self.ion.iter_mut().flatten()) {
-            c.kill();
         }
     }
 }

@@ -9,6 +9,8 @@ pub mod cluster;
 pub mod mount;
 /// Deterministic test data.
 pub mod pattern;
+/// A real `tessera up`, and the `tessera` CLI against it.
+pub mod up;
 
 pub use certs::TestCa;
 pub use cluster::{bin, connect, Cluster};

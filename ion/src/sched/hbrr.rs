@@ -52,23 +52,32 @@ impl Scheduler for Hbrr {
     }
 
     fn next(&mut self, _now_us: u64) -> Next {
-        let Some(&key) = self.ring.front() else {
-            return Next::Idle;
-        };
-        let q = self.queues.get_mut(&key).expect("a queue in the ring exists");
-        let left = (self.quantum - self.used) as usize;
-        let run = take_run(q, left);
-        self.used += run.len() as u32;
-        self.len -= run.len();
-        if q.is_empty() {
-            self.queues.remove(&key);
-            self.ring.pop_front();
-            self.used = 0;
-        } else if self.used >= self.quantum {
-            self.ring.rotate_left(1);
-            self.used = 0;
+        loop {
+            let Some(&key) = self.ring.front() else {
+                return Next::Idle;
+            };
+            let Some(q) = self.queues.get_mut(&key) else {
+                // A ring entry without its queue: nothing to serve there, visit the next.
+                self.ring.pop_front();
+                self.used = 0;
+                continue;
+            };
+            let left = self.quantum.saturating_sub(self.used).max(1) as usize;
+            let run = take_run(q, left);
+            self.used = self.used.saturating_add(run.len() as u32);
+            self.len = self.len.saturating_sub(run.len());
+            if q.is_empty() {
+                self.queues.remove(&key);
+                self.ring.pop_front();
+                self.used = 0;
+            } else if self.used >= self.quantum {
+                self.ring.rotate_left(1);
+                self.used = 0;
+            }
+            if !run.is_empty() {
+                return Next::Release(run);
+            }
         }
-        Next::Release(run)
     }
 
     fn len(&self) -> usize {
@@ -76,7 +85,8 @@ impl Scheduler for Hbrr {
     }
 
     fn depths(&self) -> Vec<(String, usize)> {
-        self.ring.iter().map(|&(ino, op)| (file_label(ino, op), self.queues[&(ino, op)].len())).collect()
+        let depth = |key| self.queues.get(key).map_or(0, VecDeque::len);
+        self.ring.iter().map(|key| (file_label(key.0, key.1), depth(key))).collect()
     }
 
     fn take_all(&mut self) -> Vec<Req> {
@@ -159,6 +169,16 @@ mod tests {
         }
         let runs = drain(&mut s, 0);
         assert_eq!(runs, vec![(0..16).collect::<Vec<_>>(), (16..20).collect()]);
+    }
+
+    #[test]
+    fn hbrr_skips_a_ring_entry_without_its_queue_instead_of_panicking() {
+        let mut s = Hbrr::new(2);
+        s.push(req(0, 0, 1, Op::Read, 0, 10));
+        s.ring.push_front((9, Op::Write));
+        assert_eq!(drain(&mut s, 0), vec![vec![0]]);
+        assert!(s.ring.is_empty());
+        assert_eq!(s.next(0), Next::Idle);
     }
 
     #[test]

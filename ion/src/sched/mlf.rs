@@ -92,24 +92,49 @@ impl Scheduler for Mlf {
             return Next::Idle;
         }
         self.boost(now_us);
-        let level = self.levels.iter().position(|l| !l.is_empty()).expect("requests are queued");
-        let quantum = self.level_quantum(level);
-        let key = *self.levels[level].front().expect("non-empty level");
-        let q = self.queues.get_mut(&key).expect("a queue in a level exists");
-        let run = take_run(&mut q.reqs, (quantum - q.used) as usize);
-        q.used += run.len() as u32;
-        self.len -= run.len();
-        if q.reqs.is_empty() {
-            self.queues.remove(&key);
-            self.levels[level].pop_front();
-        } else if q.used >= quantum {
-            let down = (level + 1).min(LEVELS - 1);
-            q.level = down;
-            q.used = 0;
-            self.levels[level].pop_front();
-            self.levels[down].push_back(key);
+        loop {
+            let Some((level, &key)) = self.levels.iter().enumerate().find_map(|(l, q)| Some((l, q.front()?))) else {
+                // Requests counted but no queue in any level: queues still holding requests start
+                // again at level 0; if none does, the count was wrong.
+                let mut stray: Vec<Key> =
+                    self.queues.iter().filter(|(_, q)| !q.reqs.is_empty()).map(|(&k, _)| k).collect();
+                if stray.is_empty() {
+                    self.len = 0;
+                    return Next::Idle;
+                }
+                stray.sort_unstable();
+                for k in &stray {
+                    if let Some(q) = self.queues.get_mut(k) {
+                        q.level = 0;
+                        q.used = 0;
+                    }
+                }
+                self.levels[0].extend(stray);
+                continue;
+            };
+            let quantum = self.level_quantum(level);
+            let Some(q) = self.queues.get_mut(&key) else {
+                // A level entry without its queue: nothing to serve there, take the next.
+                self.levels[level].pop_front();
+                continue;
+            };
+            let run = take_run(&mut q.reqs, quantum.saturating_sub(q.used).max(1) as usize);
+            q.used = q.used.saturating_add(run.len() as u32);
+            self.len = self.len.saturating_sub(run.len());
+            if q.reqs.is_empty() {
+                self.queues.remove(&key);
+                self.levels[level].pop_front();
+            } else if q.used >= quantum {
+                let down = (level + 1).min(LEVELS - 1);
+                q.level = down;
+                q.used = 0;
+                self.levels[level].pop_front();
+                self.levels[down].push_back(key);
+            }
+            if !run.is_empty() {
+                return Next::Release(run);
+            }
         }
-        Next::Release(run)
     }
 
     fn len(&self) -> usize {
@@ -120,7 +145,8 @@ impl Scheduler for Mlf {
         let mut out = Vec::new();
         for (l, keys) in self.levels.iter().enumerate() {
             for &(ino, op) in keys {
-                out.push((format!("L{l} {}", file_label(ino, op)), self.queues[&(ino, op)].reqs.len()));
+                let depth = self.queues.get(&(ino, op)).map_or(0, |q| q.reqs.len());
+                out.push((format!("L{l} {}", file_label(ino, op)), depth));
             }
         }
         out
@@ -211,6 +237,24 @@ mod tests {
         assert_eq!(released(s.next(BOOST_US + 2)), vec![201]);
         assert_eq!(released(s.next(BOOST_US + 3)), vec![2]);
         assert_eq!(s.next(BOOST_US + 4), Next::Idle);
+    }
+
+    #[test]
+    fn mlf_repairs_its_levels_instead_of_panicking() {
+        // A count with nothing queued: idle.
+        let mut s = Mlf::new(1);
+        s.len = 3;
+        assert_eq!(s.next(0), Next::Idle);
+        assert!(s.is_empty());
+        // A level entry whose queue is gone is skipped.
+        file(&mut s, 1, 0, 1);
+        s.levels[0].push_front((9, Op::Read));
+        assert_eq!(released(s.next(0)), vec![0]);
+        // A queue holding requests in no level starts again at level 0.
+        file(&mut s, 2, 10, 2);
+        s.levels = Default::default();
+        assert_eq!(drain(&mut s, 0), vec![vec![10], vec![11]]);
+        assert!(s.is_empty());
     }
 
     #[test]

@@ -139,7 +139,7 @@ pub trait Scheduler: Send {
 }
 
 /// The schedulers' names, in the order of the thesis's comparison.
-pub const NAMES: &[&str] = &["fifo", "hbrr", "to", "to-agg", "sjf", "mlf", "sw", "twins"];
+pub const NAMES: &[&str] = tessera_proto::config::IonScheduler::NAMES;
 
 /// Longest window TWINS and SW accept: a request waits at most a window's length per data server for
 /// its turn, and an absurd window (an admin's `window_us` of 2^64-1 µs, seen while writing `tessera-bench fuzz`)

@@ -29,19 +29,18 @@ struct FileQueue {
 }
 
 impl FileQueue {
-    fn remove(&mut self, k: (ObjectId, u64, u64)) -> Req {
-        let r = self.reqs.remove(&k).expect("key taken from the queue");
-        self.bytes -= r.len;
+    fn remove(&mut self, k: (ObjectId, u64, u64)) -> Option<Req> {
+        let r = self.reqs.remove(&k)?;
+        self.bytes = self.bytes.saturating_sub(r.len);
         self.seqs.remove(&r.seq);
-        r
+        Some(r)
     }
 
     /// The head (lowest object and offset) and the queued requests continuing it.
     fn take_run(&mut self) -> Vec<Req> {
-        let Some((&k, _)) = self.reqs.first_key_value() else {
+        let Some(head) = self.reqs.first_key_value().map(|(&k, _)| k).and_then(|k| self.remove(k)) else {
             return Vec::new();
         };
-        let head = self.remove(k);
         let mut bytes = head.len;
         let mut run = vec![head];
         loop {
@@ -51,9 +50,8 @@ impl FileQueue {
                 .range((last.object, last.end(), 0)..=(last.object, last.end(), u64::MAX))
                 .find(|(_, r)| last.continued_by(r) && fits(run.len(), bytes, r, MAX_MERGE))
                 .map(|(&k, _)| k);
-            match found {
-                Some(k) => {
-                    let r = self.remove(k);
+            match found.and_then(|k| self.remove(k)) {
+                Some(r) => {
                     bytes += r.len;
                     run.push(r);
                 }
@@ -83,18 +81,20 @@ impl Scheduler for Sjf {
     }
 
     fn next(&mut self, _now_us: u64) -> Next {
-        let pick =
-            self.queues.iter().min_by_key(|(&key, q)| (q.bytes, q.seqs.first().copied(), key)).map(|(&key, _)| key);
-        let Some(key) = pick else {
-            return Next::Idle;
-        };
-        let q = self.queues.get_mut(&key).expect("picked from the map");
-        let run = q.take_run();
-        if q.reqs.is_empty() {
-            self.queues.remove(&key);
+        loop {
+            let pick = self.queues.iter_mut().min_by_key(|(&key, q)| (q.bytes, q.seqs.first().copied(), key));
+            let Some((&key, q)) = pick else {
+                return Next::Idle;
+            };
+            let run = q.take_run();
+            if q.reqs.is_empty() {
+                self.queues.remove(&key);
+            }
+            self.len = self.len.saturating_sub(run.len());
+            if !run.is_empty() {
+                return Next::Release(run);
+            }
         }
-        self.len -= run.len();
-        Next::Release(run)
     }
 
     fn len(&self) -> usize {
@@ -162,6 +162,17 @@ mod tests {
         }
         let runs = drain(&mut s, 0);
         assert_eq!(runs, vec![(0..16).collect::<Vec<_>>(), (16..20).collect()]);
+    }
+
+    #[test]
+    fn sjf_skips_a_queue_left_empty_instead_of_releasing_nothing() {
+        let mut s = Sjf::default();
+        s.push(req(0, 0, 1, Op::Read, 0, 100));
+        // An empty queue has the fewest bytes: it must not stand for the queued request.
+        s.queues.insert((2, Op::Read), FileQueue::default());
+        assert_eq!(drain(&mut s, 0), vec![vec![0]]);
+        assert!(s.queues.is_empty());
+        assert_eq!(s.next(0), Next::Idle);
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! mutex also keeps the journal in the order the changes were applied. Reads take no lock.
 //!
 //! This module holds the [`Namespace`], its construction, the shared helpers (lock, commit, durable),
-//! sessions and the entry points into the dispatch of requests (`crate::dispatch`, which calls the
-//! operations); each family of operations is an `impl Namespace` block of its own:
+//! sessions. Requests enter through the one dispatch (`crate::dispatch`, also `Namespace::handle`), which
+//! calls the operations; each family of operations is an `impl Namespace` block of its own:
 //!
 //! - `lookup`: lookups and path resolution.
 //! - `create`: creating files, special files, directories, symlinks and hard links.
@@ -40,9 +40,8 @@ mod xattr;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use crate::dispatch::Context;
 use crate::dsclient::DataServers;
-use crate::lease::{Holder, Leases};
+use crate::lease::Leases;
 use crate::placement::placer::Placer;
 use crate::session::Sessions;
 use crate::stats::StatsView;
@@ -113,7 +112,7 @@ impl Namespace {
         stats: Arc<StatsView>,
         data: Arc<dyn DataServers>,
     ) -> FsResult<Namespace> {
-        let placer = Arc::new(Placer::new(stats.clone(), &defaults.placement, Duration::from_secs(1))?);
+        let placer = Arc::new(Placer::new(stats.clone(), defaults.placement.as_str(), Duration::from_secs(1))?);
         let spec = LayoutSpec { stripe_size: Some(defaults.stripe_size), stripe_count: Some(defaults.stripe_count) };
         spec.validate()?;
         let boot_ino = store.new_ino()?;
@@ -265,23 +264,6 @@ impl Namespace {
             self.destroy_wake.notify_one();
         }
         Ok(v)
-    }
-
-    /// Serves one request of the namespace (not the data servers', the orchestrator's, PerSched's or the
-    /// job registry's, which need the rest of the server) for a caller without a session (client 0: the
-    /// MDS's own callers and tests), through the one dispatch (`crate::dispatch`).
-    pub async fn handle(&self, c: &Caller, req: MdsRequest) -> FsResult<MdsReply> {
-        let cx = Context { ns: self, caller: c, holder: None, remote: None };
-        crate::dispatch::serve(&cx, req).await
-    }
-
-    /// Serves one request of the namespace from `holder`, a client on a connection: its session is renewed
-    /// (an evicted client is told so and the request not applied), handles it opens are its own (evicted
-    /// with it), and it may hold directory leases. Requests from the network are served the same way, after
-    /// admission and with the rest of the server (`crate::dispatch`).
-    pub async fn handle_client(&self, c: &Caller, holder: Holder, req: MdsRequest) -> FsResult<MdsReply> {
-        let cx = Context { ns: self, caller: c, holder: Some(holder), remote: None };
-        crate::dispatch::serve(&cx, req).await
     }
 
     /// Every request of a client but its keep-alive renews its session; one evicted meanwhile is told so

@@ -3,6 +3,7 @@
 use super::*;
 use crate::destroy;
 use crate::dsclient::MemDataServers;
+use crate::lease::Holder;
 use std::path::Path;
 use tessera_proto::layout::Layout;
 

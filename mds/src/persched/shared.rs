@@ -70,12 +70,12 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::persched::live::{tests::cfg, Profile};
+    use crate::persched::live::{LiveConfig, Profile};
 
     /// 24 registered jobs of unrelated cycles (PERSCHED's sweep takes ~230 ms on this machine) and a task
     /// planning them.
     fn planning_24_jobs() -> (Arc<Shared>, tokio::task::JoinHandle<()>) {
-        let shared = Arc::new(Shared::new(Registry::new(cfg())));
+        let shared = Arc::new(Shared::new(Registry::new(LiveConfig::test_cluster())));
         for i in 0..24u64 {
             let p = Profile { nodes: 1 + (i % 3) as u32, compute_ms: 1_000 + 331 * i, volume: 1_000_000 + 277_777 * i };
             shared.lock().register(&format!("j{i}"), p, 0).unwrap();

@@ -93,16 +93,15 @@ pub trait Placement: Send + Sync {
     fn set_now(&self, _now: Duration) {}
 }
 
-/// The policy called `name`: "round-robin", "lustre" or "balanced".
+/// The policy called `name`: "round-robin", "lustre" or "balanced" (or an alias of one,
+/// [`tessera_proto::config::Placement`]).
 pub fn by_name(name: &str) -> FsResult<Box<dyn Placement>> {
-    match name {
-        "round-robin" | "roundrobin" | "rr" | "simple" => Ok(Box::new(RoundRobin::default())),
-        "lustre" | "lsa" => Ok(Box::new(Lustre::default())),
-        "balanced" | "tarazu" => Ok(Box::new(Balanced::default())),
-        other => {
-            Err(FsError::invalid(format!("unknown placement policy '{other}' (known: round-robin, lustre, balanced)")))
-        }
-    }
+    use tessera_proto::config::{Placement as Name, UnknownName};
+    Ok(match name.parse().map_err(|e: UnknownName| FsError::invalid(e.to_string()))? {
+        Name::RoundRobin => Box::new(RoundRobin::default()),
+        Name::Lustre => Box::new(Lustre::default()),
+        Name::Balanced => Box::new(Balanced::default()),
+    })
 }
 
 /// `OST cost = max utilisation / mean utilisation` (the one the CLI prints too).

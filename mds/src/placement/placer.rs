@@ -142,7 +142,7 @@ pub struct Placer {
     /// How long allocated space counts before the reports are trusted to hold it.
     pending_ttl: Duration,
     state: Mutex<State>,
-    probe: Mutex<tessera_proto::process::LoadProbe>,
+    probe: Mutex<tessera_ops::daemon::LoadProbe>,
 }
 
 impl Placer {
@@ -156,12 +156,12 @@ impl Placer {
             started: Instant::now(),
             pending_ttl: (report_interval * 3).max(Duration::from_secs(3)),
             state: Mutex::new(State::default()),
-            probe: Mutex::new(tessera_proto::process::LoadProbe::default()),
+            probe: Mutex::new(tessera_ops::daemon::LoadProbe::default()),
         })
     }
 
     /// Placement measuring load with `probe` instead of this process's own (tests).
-    pub fn with_probe(self, probe: tessera_proto::process::LoadProbe) -> Placer {
+    pub fn with_probe(self, probe: tessera_ops::daemon::LoadProbe) -> Placer {
         Placer { probe: Mutex::new(probe), ..self }
     }
 
@@ -648,8 +648,8 @@ fn exclusions(targets: &[TargetInfo], slots: &[Slot], avoid: &[Slot]) -> Vec<usi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tessera_ops::daemon::memory_share;
     use tessera_proto::msg::{DsReport, TargetReport};
-    use tessera_proto::process::memory_share;
 
     fn view(servers: u32, targets: TargetIdx) -> Arc<StatsView> {
         let v = StatsView::new((0..servers).map(|i| (i, String::new())).collect())
@@ -724,7 +724,7 @@ mod tests {
         assert!(is_loaded(0.70, 0.0), "CPU at 70%");
         assert!(is_loaded(0.0, 0.50), "memory at 50%");
         assert!(memory_share().is_some_and(|m| m > 0.0 && m < LOADED_MEMORY));
-        let mut p = tessera_proto::process::LoadProbe::default();
+        let mut p = tessera_ops::daemon::LoadProbe::default();
         let t0 = Instant::now();
         let first = p.sample(t0);
         assert_eq!(first.0, 0.0, "one sample gives no CPU share yet");
@@ -950,7 +950,7 @@ mod tests {
     /// exchanges after the solves included (they are skipped), and counts as one deferral.
     #[test]
     fn a_declaration_while_the_mds_is_loaded_runs_as_lustre_without_exchanges() {
-        use tessera_proto::process::LoadProbe;
+        use tessera_ops::daemon::LoadProbe;
         let declare = |policy: &str, probe: LoadProbe| {
             let stats = view(7, 5);
             for ds in 0..7 {

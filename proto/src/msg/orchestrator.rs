@@ -4,8 +4,11 @@
 use crate::types::*;
 use serde::{Deserialize, Serialize};
 
+/// The orchestrator's mode (`orchestrator.mode`; switched at run time with `tessera orchestrator mode`).
+/// Named in lower case in TOML and JSON; on the wire (bincode) by its index.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+#[serde(rename_all = "lowercase")]
 pub enum OrchestratorMode {
     /// Vanilla: every data server serves work-conserving.
     Off,
@@ -33,7 +36,7 @@ impl std::str::FromStr for OrchestratorMode {
             "off" => Ok(OrchestratorMode::Off),
             "even" => Ok(OrchestratorMode::Even),
             "iorchestrator" => Ok(OrchestratorMode::IOrchestrator),
-            _ => Err(format!("unknown orchestrator mode '{s}' (off, even, iorchestrator)")),
+            _ => Err(format!("unknown orchestrator mode '{s}' (one of: off, even, iorchestrator)")),
         }
     }
 }

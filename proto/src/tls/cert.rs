@@ -12,8 +12,9 @@ use std::sync::Arc;
 pub enum TlsError {
     #[error("{path}: {err}")]
     File { path: PathBuf, err: String },
+    /// Making a key, a certificate or a revocation list failed (`tessera-ops` issues them).
     #[error("certificate generation: {0}")]
-    Gen(#[from] rcgen::Error),
+    Gen(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("tls configuration: {0}")]
     Config(String),
 }
@@ -23,6 +24,18 @@ pub enum TlsError {
 pub struct Validity {
     pub not_before: i64,
     pub not_after: i64,
+}
+
+/// A new certificate is valid from this many seconds before it is made, so a peer whose clock is a
+/// little behind does not refuse it as not yet valid.
+pub const BACKDATE_S: i64 = 300;
+
+impl Validity {
+    /// From a few minutes ago ([`BACKDATE_S`]) until `days` days from now.
+    pub fn days(days: u32) -> Validity {
+        let now = crate::tls::unix_now();
+        Validity { not_before: now - BACKDATE_S, not_after: now + i64::from(days) * 86_400 }
+    }
 }
 
 /// What a Tessera certificate says: role and name, serial, validity, subject alternative names.

@@ -20,17 +20,24 @@ pub struct TraceRecord {
     pub pid: u32,
 }
 
-/// Parses one line; a header or malformed line is None.
-pub fn parse_line(line: &str) -> Option<TraceRecord> {
-    let mut f = line.trim().split(',');
-    let time_us = f.next()?.trim().parse().ok()?;
-    let job = f.next()?.trim().to_string();
-    let address = f.next()?.trim().parse().ok()?;
-    let len = f.next()?.trim().parse().ok()?;
-    let op = f.next().unwrap_or("").trim().to_string();
-    let client = f.next().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
-    let pid = f.next().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+/// One CSV record of the trace; a header or malformed record is None.
+fn parse_record(r: &csv::StringRecord) -> Option<TraceRecord> {
+    let mut f = r.iter().map(str::trim);
+    let time_us = f.next()?.parse().ok()?;
+    let job = f.next()?.to_string();
+    let address = f.next()?.parse().ok()?;
+    let len = f.next()?.parse().ok()?;
+    let op = f.next().unwrap_or("").to_string();
+    let client = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let pid = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
     Some(TraceRecord { time_us, job, address, len, op, client, pid })
+}
+
+/// The records of CSV `text` (the data servers quote a job id holding a comma or a quote); headers,
+/// partial and malformed lines are left out.
+pub fn parse(text: &str) -> Vec<TraceRecord> {
+    let mut r = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(text.as_bytes());
+    r.records().filter_map(|r| r.ok()).filter_map(|r| parse_record(&r)).collect()
 }
 
 /// Microseconds since the Unix epoch (the time base of the servers' traces).
@@ -51,7 +58,7 @@ pub fn read_from(path: &Path, from: u64) -> Result<Vec<TraceRecord>> {
     f.seek(SeekFrom::Start(from)).with_context(|| format!("seeking in {}", path.display()))?;
     let mut text = String::new();
     f.read_to_string(&mut text).with_context(|| format!("reading {}", path.display()))?;
-    Ok(text.lines().filter_map(parse_line).collect())
+    Ok(parse(&text))
 }
 
 /// How long after a run's end the servers have written its requests out: they flush after a second
@@ -154,11 +161,14 @@ mod tests {
         let p = dir.path().join("lba-trace.csv");
         std::fs::write(
             &p,
-            "time_us,job,address,len,op\n1000,a,0,65536,read\n1500,b,9,1,read\n3000,a,65536,65536,read,42,7\n",
+            "time_us,job,address,len,op\n1000,a,0,65536,read\n1500,b,9,1,read\n3000,a,65536,65536,read,42,7\n\
+             3500,\"x,\"\"y\"\"\",0,1,write,1,2\n",
         )
         .unwrap();
         let all = read_from(&p, 0).unwrap();
-        assert_eq!(all.len(), 3);
+        assert_eq!(all.len(), 4);
+        assert_eq!((all[3].job.as_str(), all[3].op.as_str()), ("x,\"y\"", "write"), "a quoted job id");
+        let all = all[..3].to_vec();
         let b =
             TraceRecord { time_us: 1500, job: "b".into(), address: 9, len: 1, op: "read".into(), client: 0, pid: 0 };
         assert_eq!(all[1], b);

@@ -156,6 +156,32 @@ pub fn memory_share() -> Option<f64> {
     (total_kib > 0.0).then(|| pages * page / (total_kib * 1024.0))
 }
 
+/// How every daemon (`tessera-mds`, `tessera-ds`, `tessera-ion`, `tessera-fuse`) takes its configuration:
+/// the file (`--config`, else `$TESSERA_CONFIG`), and any of its values over it (`--set KEY=VALUE`).
+#[derive(clap::Args, Debug, Clone, Default, PartialEq)]
+pub struct ConfigArgs {
+    /// Cluster configuration file (`tessera up` writes them into its directory).
+    #[arg(long, env = tessera_proto::config::CONFIG_ENV, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// A value of the configuration, over the file's (repeatable): a dotted key, e.g.
+    /// `--set ds_options.device_model=hdd` or `--set ds.1.data_dir=/data/ds1`; the value is TOML, or a
+    /// string when it is not.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+impl ConfigArgs {
+    /// The file at `path` with no values set over it.
+    pub fn file(path: impl Into<std::path::PathBuf>) -> ConfigArgs {
+        ConfigArgs { config: Some(path.into()), set: Vec::new() }
+    }
+
+    /// Loads the configuration, the values set over it, and checks it.
+    pub fn load(&self) -> tessera_proto::FsResult<tessera_proto::config::ClusterConfig> {
+        tessera_proto::config::ClusterConfig::locate_with(self.config.as_deref(), &self.set)
+    }
+}
+
 #[cfg(test)]
 mod load_tests {
     use super::*;

@@ -2,19 +2,20 @@
 //! a record of every certificate it issued (`issued.toml`: serial, role, name, validity, revocation)
 //! and its certificate revocation list (`ca.crl.pem`, signed by the CA, its number one higher at each
 //! change). `tessera ca` and `tessera up` work through [`CaDir`]; nodes only read the CA certificate
-//! and the revocation list ([`crate::crl`]).
+//! and the revocation list ([`tessera_proto::crl`]).
 //!
 //! Renewal makes a new key as well as a new certificate (a key that may have leaked does not live on
 //! in the renewed certificate); the certificate it replaces stays valid until it expires unless it is
 //! revoked (`tessera ca revoke NAME --serial OLD`).
 
-use crate::tls::{self, CaPem, CertInfo, Issued, TlsError, TlsFiles, Validity, CRL_FILE};
-use crate::types::Role;
+use crate::issue::{self, gen, CaPem, Issued};
 use rcgen::{CertificateRevocationListParams, KeyIdMethod, RevokedCertParams, SerialNumber};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use tessera_proto::tls::{self, CertInfo, TlsError, TlsFiles, Validity, CRL_FILE};
+use tessera_proto::types::Role;
 
 /// The record of issued certificates in a CA directory.
 pub const INDEX_FILE: &str = "issued.toml";
@@ -41,10 +42,10 @@ pub fn read_ca(dir: &Path) -> std::io::Result<CaPem> {
     Ok(CaPem { cert: std::fs::read_to_string(dir.join("ca.pem"))?, key: std::fs::read_to_string(dir.join("ca.key"))? })
 }
 
-/// Issues `<dir>/<name>.pem` + `<name>.key`, valid for [`tls::NODE_DAYS`], records it in the CA
+/// Issues `<dir>/<name>.pem` + `<name>.key`, valid for [`issue::NODE_DAYS`], records it in the CA
 /// directory `dir` and returns the paths as [`TlsFiles`].
 pub fn issue_to_dir(dir: &Path, ca: &CaPem, role: Role, name: &str, sans: &[String]) -> Result<TlsFiles, TlsError> {
-    let issued = tls::issue(ca, role, name, sans, Validity::days(tls::NODE_DAYS))?;
+    let issued = issue::issue(ca, role, name, sans, Validity::days(issue::NODE_DAYS))?;
     let files = write_issued(dir, name, &issued)?;
     let mut ca_dir = CaDir::open_with(dir, ca)?;
     ca_dir.record(&issued.info);
@@ -114,7 +115,7 @@ impl std::fmt::Display for CertState {
             CertState::Valid => write!(f, "valid"),
             CertState::NotYetValid => write!(f, "not yet valid"),
             CertState::Expired => write!(f, "expired"),
-            CertState::Revoked(at) => write!(f, "revoked {}", crate::types::format_utc(*at)),
+            CertState::Revoked(at) => write!(f, "revoked {}", tessera_proto::types::format_utc(*at)),
         }
     }
 }
@@ -235,7 +236,7 @@ impl CaDir {
         if cert.exists() && !force {
             return Err(file_err(&cert, "exists (use --force to replace it)"));
         }
-        let issued = tls::issue(&self.ca, role, name, sans, validity)?;
+        let issued = issue::issue(&self.ca, role, name, sans, validity)?;
         let files = write_issued(&self.dir, name, &issued)?;
         self.record(&issued.info);
         self.save()?;
@@ -283,7 +284,7 @@ impl CaDir {
     /// Writes the revocation list of every revoked certificate, numbered one higher than the last,
     /// and saves the record.
     pub fn write_crl(&mut self) -> Result<(), TlsError> {
-        let (ca_cert, ca_key) = tls::ca_signer(&self.ca)?;
+        let (ca_cert, ca_key) = issue::ca_signer(&self.ca)?;
         let at = |t: i64| {
             time::OffsetDateTime::from_unix_timestamp(t).map_err(|e| TlsError::Config(format!("time {t}: {e}")))
         };
@@ -308,10 +309,10 @@ impl CaDir {
             revoked_certs,
             key_identifier_method: KeyIdMethod::Sha256,
         };
-        let crl = params.signed_by(&ca_cert, &ca_key)?;
+        let crl = params.signed_by(&ca_cert, &ca_key).map_err(gen)?;
         // The record first: should writing the list fail, the next revoke writes a higher number.
         self.save()?;
-        write_atomic(&self.crl_path(), crl.pem()?.as_bytes(), false)
+        write_atomic(&self.crl_path(), crl.pem().map_err(gen)?.as_bytes(), false)
     }
 
     pub fn crl_path(&self) -> PathBuf {
@@ -356,7 +357,7 @@ mod tests {
     #[test]
     fn issue_revoke_renew_keep_the_record() {
         let dir = tempfile::tempdir().unwrap();
-        write_ca(dir.path(), &tls::generate_ca("t").unwrap()).unwrap();
+        write_ca(dir.path(), &issue::generate_ca("t").unwrap()).unwrap();
         let mut ca = CaDir::open(dir.path()).unwrap();
         assert_eq!(ca.index.crl_number, 1, "init writes an empty list");
         let (_, c1) = ca.issue(Role::Client, "c1", &[], Validity::days(10), false).unwrap();
@@ -403,11 +404,12 @@ mod tests {
     #[test]
     fn certificates_issued_before_the_record_are_adopted() {
         let dir = tempfile::tempdir().unwrap();
-        let ca = tls::generate_ca("t").unwrap();
+        let ca = issue::generate_ca("t").unwrap();
         write_ca(dir.path(), &ca).unwrap();
-        let issued = tls::issue(&ca, Role::Mds, "mds", &[], Validity::days(1)).unwrap();
+        let issued = issue::issue(&ca, Role::Mds, "mds", &[], Validity::days(1)).unwrap();
         write_issued(dir.path(), "mds", &issued).unwrap();
-        let foreign = tls::issue(&tls::generate_ca("x").unwrap(), Role::Ds, "evil", &[], Validity::days(1)).unwrap();
+        let foreign =
+            issue::issue(&issue::generate_ca("x").unwrap(), Role::Ds, "evil", &[], Validity::days(1)).unwrap();
         write_issued(dir.path(), "evil", &foreign).unwrap();
         let ca_dir = CaDir::open(dir.path()).unwrap();
         let names: Vec<&str> = ca_dir.index.cert.iter().map(|r| r.name.as_str()).collect();

@@ -9,166 +9,21 @@
 //! program's end. Data files are written once per cluster (write runs overwrite them in place, so their
 //! addresses never change) and object-file pages are dropped from the page cache before every run.
 
+pub mod trace; // lba-trace.csv parsing: LBA over time and reuse distances per program
+pub mod workloads; // the paper's five benchmarks as access plans, and their runner
+
+use crate::experiments::{uniq, write_outputs, ExperimentArgs, ExperimentName, Variant};
 use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::plots::{self, BarPanel};
 use crate::report::median;
-use crate::trace;
-use crate::workloads::{self, Kind, Limit, Op, Program, Spec, STRIPE};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tessera_client::proto::msg::{OrchestratorMode, OrchestratorStatus};
-use tessera_proto::units::{format_size, parse_size};
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExperimentName {
-    /// Figs. 2/5/6: two instances of each benchmark, read and write (barrier; collective, no-barrier).
-    IorchHomogeneous,
-    /// Fig. 7: mpi-io-test + noncontig(nc) + hpio(nc) together; off, even, iorchestrator.
-    IorchHeterogeneous,
-    /// Fig. 8: two mpi-io-test instances whose files are 0/10/20/30 GB apart on the emulated disk.
-    IorchDistance,
-    /// Fig. 9: scheduling window 125/250/500/1000 ms.
-    IorchWindow,
-    /// Figs. 3/4 only: LBA over time and reuse distances at one data server, off vs on.
-    IorchTrace,
-    /// Forwarding thesis: no forwarding and every ION scheduler, 3 patterns, reads and writes, 32/256 KiB.
-    FwdSchedulers,
-    /// Forwarding thesis: 1, 2 and 4 IONs with no forwarding, FIFO, HBRR and TWINS.
-    FwdIons,
-    /// Forwarding thesis: TWINS windows 0.125 / 1 / 8 ms against no forwarding and FIFO.
-    FwdTwinsWindow,
-    /// Forwarding thesis: two applications of half the processes each, small strided reads.
-    FwdTwoApps,
-    /// Tarazu: OST cost and bandwidth of round-robin, lustre and balanced placement, 7 servers × 5 targets.
-    PlacementTarazu,
-    /// PerSched live: periodic jobs at once under PerSched and no scheduler, SysEff/UB and Dilation (Fig. 6).
-    PerschedLive,
-}
-
-impl ExperimentName {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ExperimentName::IorchHomogeneous => "iorch-homogeneous",
-            ExperimentName::IorchHeterogeneous => "iorch-heterogeneous",
-            ExperimentName::IorchDistance => "iorch-distance",
-            ExperimentName::IorchWindow => "iorch-window",
-            ExperimentName::IorchTrace => "iorch-trace",
-            ExperimentName::FwdSchedulers => "fwd-schedulers",
-            ExperimentName::FwdIons => "fwd-ions",
-            ExperimentName::FwdTwinsWindow => "fwd-twins-window",
-            ExperimentName::FwdTwoApps => "fwd-two-apps",
-            ExperimentName::PlacementTarazu => crate::tarazu::NAME,
-            ExperimentName::PerschedLive => crate::perschedlive::NAME,
-        }
-    }
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeviceModelArg {
-    Hdd,
-    None,
-}
-
-impl DeviceModelArg {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeviceModelArg::Hdd => "hdd",
-            DeviceModelArg::None => "none",
-        }
-    }
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Variant {
-    /// Barrier between I/O calls (Fig. 2).
-    Barrier,
-    /// Barrier and collective I/O (Fig. 5).
-    Collective,
-    /// Neither (Fig. 6).
-    NoBarrier,
-}
-
-impl Variant {
-    fn suffix(self) -> &'static str {
-        match self {
-            Variant::Barrier => "",
-            Variant::Collective => " [collective]",
-            Variant::NoBarrier => " [no barrier]",
-        }
-    }
-}
-
-#[derive(clap::Args, Debug, Clone)]
-pub struct ExperimentArgs {
-    #[arg(value_enum)]
-    pub name: ExperimentName,
-    /// Scaled down to finish in under two minutes (shorter runs, smaller files, 1 run unless --runs).
-    #[arg(long)]
-    pub quick: bool,
-    #[arg(long, value_enum, default_value = "hdd")]
-    pub device_model: DeviceModelArg,
-    /// Repetitions of each configuration (medians are reported); default 3, 1 with --quick.
-    #[arg(long)]
-    pub runs: Option<u32>,
-    /// Output directory.
-    #[arg(long, default_value = "results")]
-    pub out: PathBuf,
-    /// Data servers (default: 6, the IOrchestrator paper's; 4 for the forwarding experiments).
-    #[arg(long)]
-    pub n_ds: Option<usize>,
-    /// Processes per program (default: 5, the IOrchestrator paper's; 128 for the forwarding experiments).
-    #[arg(long)]
-    pub procs: Option<usize>,
-    /// Forwarding experiments: client instances the processes are spread over (each its own client id
-    /// and connection; default 32, the thesis's 32 nodes).
-    #[arg(long)]
-    pub clients: Option<usize>,
-    /// Seconds each configuration runs (default 15; --quick 2.5).
-    #[arg(long)]
-    pub seconds: Option<f64>,
-    /// Size of each program's file (default 1g; --quick 128m). placement-tarazu: the capacity of each
-    /// storage target, the paper's 10 GB scaled (default 128m; --quick 32m).
-    #[arg(long, value_parser = parse_size)]
-    pub file_size: Option<u64>,
-    /// Capacity of the emulated disk in GB: the seek curve spans it, so it sets what a distance between
-    /// files costs. Default: the paper's testbed disk (Seagate Barracuda 7200.10, 150 GB); 0 keeps the
-    /// cluster configuration's default.
-    #[arg(long, default_value_t = PAPER_DISK_GB)]
-    pub disk_gb: f64,
-    /// Benchmarks of iorch-homogeneous (default: all five).
-    #[arg(long, value_enum, value_delimiter = ',')]
-    pub benchmarks: Vec<Kind>,
-    /// Variants of iorch-homogeneous (default: barrier with --quick, all three otherwise).
-    #[arg(long, value_enum, value_delimiter = ',')]
-    pub variants: Vec<Variant>,
-    /// Forwarding experiments: merged requests each forwarding node has at the data servers at once
-    /// (`ion_options.dispatch_depth`; default: the configuration's, 64).
-    #[arg(long)]
-    pub dispatch_depth: Option<u32>,
-    /// Forwarding experiments: the emulated disk's elevator (`ds_options.hdd.elevator`): clook (default)
-    /// or fifo (arrival order, as a server issuing one I/O at a time would have).
-    #[arg(long, value_parser = ["clook", "fifo"])]
-    pub hdd_elevator: Option<String>,
-    /// Only redraw OUT/NAME.png from OUT/NAME.json (no cluster, no runs).
-    #[arg(long)]
-    pub replot: bool,
-    /// Operations of iorch-homogeneous (default: read and write).
-    #[arg(long, value_enum, value_delimiter = ',')]
-    pub ops: Vec<Op>,
-    /// placement-tarazu: only these workloads (default: all; --quick: ior-fpp-32g and hacc-io).
-    #[arg(long, value_delimiter = ',')]
-    pub workloads: Vec<String>,
-    /// persched-live: only these schedulers (default: persched, online-syseff, online-dilation, none).
-    #[arg(long, value_delimiter = ',')]
-    pub schedulers: Vec<String>,
-}
-
-/// The paper's data-server disk (Section IV: Seagate Barracuda 7200.10, 150 GB). Fig. 8's distances are
-/// on it: 30 GB is a fifth of its stroke. On the model's 500 GB default disk 30 GB is 6% of the stroke,
-/// a 3.5 ms instead of a 6.4 ms seek, and vanilla lost only ~30% at 30 GB instead of the paper's 48%.
-pub const PAPER_DISK_GB: f64 = 150.0;
+use tessera_proto::config::DeviceKind;
+use tessera_proto::units::format_size;
+use workloads::{Kind, Limit, Op, Program, Spec, STRIPE};
 
 /// One line of NAME.json / NAME.csv (medians over `runs`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -183,35 +38,20 @@ pub struct Record {
     pub runs: u32,
 }
 
-pub fn csv_text(records: &[Record]) -> String {
-    let mut s = String::from("benchmark,op,mode,param,device_model,throughput_mib_s,runs\n");
-    for r in records {
-        let param = r.param.map(|p| p.to_string()).unwrap_or_default();
-        s.push_str(&format!(
-            "\"{}\",{},{},{},{},{:.3},{}\n",
-            r.benchmark.replace('"', "'"),
-            r.op,
-            r.mode,
-            param,
-            r.device_model,
-            r.throughput_mib_s,
-            r.runs
-        ));
-    }
-    s
+pub fn csv_text(records: &[Record]) -> Result<String> {
+    crate::report::csv_text(
+        &["benchmark", "op", "mode", "param", "device_model", "throughput_mib_s", "runs"],
+        records.iter().map(|r| {
+            let param = r.param.map(|p| p.to_string()).unwrap_or_default();
+            let t = format!("{:.3}", r.throughput_mib_s);
+            [r.benchmark.clone(), r.op.clone(), r.mode.clone(), param, r.device_model.clone(), t, r.runs.to_string()]
+        }),
+    )
 }
 
 /// Writes OUT/NAME.json and OUT/NAME.csv.
 pub fn write_records(out: &Path, name: &str, records: &[Record]) -> Result<()> {
-    write_outputs(out, name, records, &csv_text(records))
-}
-
-/// Writes OUT/NAME.json (the records) and OUT/NAME.csv (`csv`): every experiment's output files.
-pub(crate) fn write_outputs<T: Serialize>(out: &Path, name: &str, records: &[T], csv: &str) -> Result<()> {
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    crate::report::write_json(&out.join(format!("{name}.json")), &records)?;
-    let path = out.join(format!("{name}.csv"));
-    std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))
+    write_outputs(out, name, records, &csv_text(records)?)
 }
 
 /// Resolved sizes and times of an experiment.
@@ -222,7 +62,7 @@ struct Settings {
     file_size: u64,
     procs: usize,
     n_ds: usize,
-    device: DeviceModelArg,
+    device: DeviceKind,
     out: PathBuf,
     quick: bool,
     disk_gb: Option<f64>,
@@ -254,7 +94,7 @@ impl Settings {
         ClusterOptions {
             n_ds: self.n_ds,
             stripe_size: STRIPE,
-            device_model: self.device.as_str().to_string(),
+            device_model: self.device,
             reservation: Some(reservation),
             disk_gb: self.disk_gb,
             trace,
@@ -303,7 +143,10 @@ impl Session {
             "starting a cluster of {} data servers (device model {}{}, window {} ms, reservation {}) in {}",
             opts.n_ds,
             opts.device_model,
-            opts.disk_gb.filter(|_| opts.device_model == "hdd").map(|gb| format!(" {gb} GB")).unwrap_or_default(),
+            opts.disk_gb
+                .filter(|_| opts.device_model == DeviceKind::Hdd)
+                .map(|gb| format!(" {gb} GB"))
+                .unwrap_or_default(),
             opts.window_ms,
             format_size(opts.reservation.unwrap_or(0)),
             dir.display()
@@ -418,40 +261,9 @@ pub fn system_mib_s(r: &workloads::RunResult) -> f64 {
     r.programs.iter().map(|p| p.mib_s()).sum()
 }
 
-/// Entry point of `tessera-bench experiment`.
-pub async fn run(a: ExperimentArgs) -> Result<()> {
-    let fwd = crate::fwd::Experiment::of(a.name);
-    if a.replot {
-        let name = a.name.as_str();
-        let json = a.out.join(format!("{name}.json"));
-        let text = std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?;
-        let png = a.out.join(format!("{name}.png"));
-        match fwd {
-            Some(e) => crate::fwd::plot(e, &serde_json::from_str::<Vec<crate::fwd::FwdRecord>>(&text)?, &png)?,
-            None if a.name == ExperimentName::PlacementTarazu => {
-                crate::tarazu::replot(&a.out, &serde_json::from_str::<Vec<crate::tarazu::TarazuRecord>>(&text)?)?
-            }
-            None if a.name == ExperimentName::PerschedLive => {
-                crate::perschedlive::plot(&serde_json::from_str::<Vec<crate::perschedlive::LiveRecord>>(&text)?, &png)?
-            }
-            None => {
-                let records: Vec<Record> = serde_json::from_str(&text)?;
-                let device = records.first().map(|r| r.device_model.clone()).unwrap_or_default();
-                plot(a.name, &records, &png, &device)?
-            }
-        }
-        println!("wrote {}", png.display());
-        return Ok(());
-    }
-    if let Some(e) = fwd {
-        return crate::fwd::run(e, &a).await;
-    }
-    if a.name == ExperimentName::PlacementTarazu {
-        return crate::tarazu::run(&a).await;
-    }
-    if a.name == ExperimentName::PerschedLive {
-        return crate::perschedlive::run(&a).await;
-    }
+/// The IOrchestrator paper's experiments (the registry, [`crate::experiments::run`], sends them here).
+pub async fn run(a: &ExperimentArgs) -> Result<()> {
+    let a = a.clone();
     let s = Settings::of(&a)?;
     std::fs::create_dir_all(&s.out).with_context(|| format!("creating {}", s.out.display()))?;
     let t0 = std::time::Instant::now();
@@ -771,17 +583,6 @@ fn value(records: &[Record], bench: &str, op: &str, mode: &str, param: Option<f6
         .unwrap_or(f64::NAN)
 }
 
-/// The distinct values, in the order first seen (the groups and series of a figure).
-pub(crate) fn uniq<S: AsRef<str>>(it: impl Iterator<Item = S>) -> Vec<String> {
-    let mut v: Vec<String> = Vec::new();
-    for x in it {
-        if !v.iter().any(|y| y == x.as_ref()) {
-            v.push(x.as_ref().to_string());
-        }
-    }
-    v
-}
-
 fn mode_name(m: &str) -> String {
     match m {
         "off" => "without IOrchestrator (vanilla)".into(),
@@ -911,9 +712,14 @@ mod tests {
         assert_eq!(arr[1]["runs"].as_u64(), Some(3));
         let back: Vec<Record> = serde_json::from_value(v).unwrap();
         assert_eq!(back, rs);
-        let csv = csv_text(&rs);
+        let csv = csv_text(&rs).unwrap();
         assert!(csv.starts_with("benchmark,op,mode,param,device_model,throughput_mib_s,runs\n"));
-        assert!(csv.contains("\"mpi-io-test x2\",read,iorchestrator,10,hdd,20.000,3"));
+        assert!(csv.contains("mpi-io-test x2,read,iorchestrator,10,hdd,20.000,3"));
+        // A name with the separator and quotes reads back whole.
+        let odd = Record { benchmark: "a, \"b\"".into(), ..rs[1].clone() };
+        let text = csv_text(&[odd]).unwrap();
+        let row = csv::Reader::from_reader(text.as_bytes()).records().next().unwrap().unwrap();
+        assert_eq!((&row[0], &row[1], row.len()), ("a, \"b\"", "read", 7));
     }
 
     #[test]
@@ -931,7 +737,7 @@ mod tests {
         let a = ExperimentArgs {
             name: ExperimentName::IorchDistance,
             quick: true,
-            device_model: DeviceModelArg::Hdd,
+            device_model: DeviceKind::Hdd,
             runs: None,
             out: "r".into(),
             n_ds: Some(6),
@@ -942,7 +748,7 @@ mod tests {
             replot: false,
             seconds: None,
             file_size: Some(128 << 20),
-            disk_gb: PAPER_DISK_GB,
+            disk_gb: crate::experiments::PAPER_DISK_GB,
             benchmarks: vec![],
             variants: vec![],
             ops: vec![],
@@ -960,9 +766,7 @@ mod tests {
 
     #[test]
     fn plots_from_records() {
-        if plots::init_font().is_err() {
-            return;
-        }
+        plots::init_font().unwrap(); // a TTF font (CI installs fonts-dejavu-core)
         let dir = tempfile::tempdir().unwrap();
         let rs = vec![
             rec("mpi-io-test", "read", "off", None, 10.0),

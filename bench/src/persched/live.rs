@@ -89,7 +89,7 @@
 //! that finished early leaving would make the MDS replan for the others mid-measurement), and each job runs
 //! as many instances as fit its share of a common target duration, so the mix stays the same throughout.
 
-use crate::experiment::{write_outputs, ExperimentArgs};
+use crate::experiments::{write_outputs, ExperimentArgs};
 use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::plots::{grouped_bars, BarPanel};
 use anyhow::{anyhow, bail, Context, Result};
@@ -98,6 +98,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_client::{Client, LayoutSpec, OpenOptions};
+use tessera_proto::config::{DeviceKind, Elevator};
 use tessera_proto::msg::PeriodicProfile;
 use tessera_proto::units::format_size;
 
@@ -440,7 +441,7 @@ struct Platform {
     /// `ds_options.device_queue_depth`: requests a data server hands its disk at once.
     queue_depth: u32,
     /// `ds_options.hdd.elevator`.
-    elevator: &'static str,
+    elevator: Elevator,
     /// `ds_options.object_reservation_bytes`: distance between the objects on a server's disk.
     reservation: u64,
 }
@@ -451,13 +452,13 @@ impl Platform {
     /// distance of the disk (a third of its capacity: a switch between them costs the average seek).
     fn congesting() -> Platform {
         let capacity = tessera_proto::config::HddParams::default().capacity_gb * 1e9;
-        Platform { servers: SERVERS, queue_depth: 1, elevator: "fifo", reservation: (capacity / 3.0) as u64 }
+        Platform { servers: SERVERS, queue_depth: 1, elevator: Elevator::Fifo, reservation: (capacity / 3.0) as u64 }
     }
 
-    fn options(&self, device: &str) -> ClusterOptions {
+    fn options(&self, device: DeviceKind) -> ClusterOptions {
         let mut o = ClusterOptions::plain(self.servers, 0);
-        o.device_model = device.into();
-        o.hdd_elevator = Some(self.elevator.into());
+        o.device_model = device;
+        o.hdd_elevator = Some(self.elevator);
         o.reservation = Some(self.reservation);
         o
     }
@@ -511,7 +512,7 @@ pub struct Congestion {
 /// Probes the platform on a fresh cluster with the experiment's layout: each job of `jobs` (its volume the
 /// probe's bytes) writes alone (two instances, the second timed: the files then exist), then all at once
 /// from a common start, unscheduled.
-async fn probe(dir: &Path, device: &str, p: &Platform, jobs: &[JobSpec]) -> Result<Congestion> {
+async fn probe(dir: &Path, device: DeviceKind, p: &Platform, jobs: &[JobSpec]) -> Result<Congestion> {
     let mut lc = LocalCluster::prepare_edited(dir, &p.options(device), |c| p.edit(c))?.boot().await?;
     let res = async {
         let mut clients = Vec::new();
@@ -547,7 +548,14 @@ async fn probe(dir: &Path, device: &str, p: &Platform, jobs: &[JobSpec]) -> Resu
     res
 }
 
-async fn one_run(dir: &Path, device: &str, p: &Platform, bw: Bw, jobs: &[JobSpec], sched: &str) -> Result<RunOut> {
+async fn one_run(
+    dir: &Path,
+    device: DeviceKind,
+    p: &Platform,
+    bw: Bw,
+    jobs: &[JobSpec],
+    sched: &str,
+) -> Result<RunOut> {
     let register = sched != "none";
     let scheduled = sched == "persched";
     let n: u32 = jobs.iter().map(|j| j.tasks).sum();
@@ -559,8 +567,9 @@ async fn one_run(dir: &Path, device: &str, p: &Platform, bw: Bw, jobs: &[JobSpec
         // Polls every 0.5 s: a recomputed pattern reaches every job quickly.
         c.persched.lease_ms = 1500;
         c.persched.k_prime = K_PRIME;
-        if sched.starts_with("online") {
-            c.persched.scheduler = sched.into();
+        if let Ok(s) = sched.parse() {
+            // persched and the online arbiters; "none" is the MDS without patterns, as configured.
+            c.persched.scheduler = s;
         }
         // The baselines are "no scheduler": the MDS must not find the unregistered jobs periodic.
         c.persched.detect = false;
@@ -630,7 +639,7 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
     };
     // Each job runs about this long: at least 4 pattern periods of the mix (T ≤ K' T_min).
     let duration = a.seconds.unwrap_or(if a.quick { 60.0 } else { 150.0 });
-    let device = a.device_model.as_str();
+    let device = a.device_model;
     std::fs::create_dir_all(&a.out)?;
     let scratch = std::env::temp_dir().join(format!("tessera-{NAME}-{}", std::process::id()));
     let tasks: u32 = mix(a.quick).iter().map(|m| m.tasks).sum();
@@ -786,41 +795,40 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
             node_bandwidth: bw.node,
             period_s: mid.3.period_s,
             jobs: live_jobs,
-            device_model: device.into(),
+            device_model: device.to_string(),
             runs,
             congestion: Some(cg.clone()),
         });
     }
     let _ = std::fs::remove_dir_all(&scratch);
-    let mut csv = String::from(
-        "scheduler,job,tasks,compute_s,volume,instances,rho,planned_rho,measured_rho,whole_run_rho,dilation,syseff,upper_bound,syseff_ub,system_dilation,total_bandwidth,node_bandwidth,period_s,runs\n",
-    );
-    for r in &records {
-        for j in &r.jobs {
-            csv.push_str(&format!(
-                "{},{},{},{},{},{},{:.4},{},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.0},{:.0},{},{}\n",
-                r.scheduler,
-                j.job,
-                j.tasks,
-                j.compute_s,
-                j.volume,
-                j.instances,
-                j.rho,
+    let header = "scheduler,job,tasks,compute_s,volume,instances,rho,planned_rho,measured_rho,whole_run_rho,dilation,\
+                  syseff,upper_bound,syseff_ub,system_dilation,total_bandwidth,node_bandwidth,period_s,runs";
+    let rows = records.iter().flat_map(|r| {
+        r.jobs.iter().map(move |j| {
+            vec![
+                r.scheduler.to_string(),
+                j.job.to_string(),
+                j.tasks.to_string(),
+                j.compute_s.to_string(),
+                j.volume.to_string(),
+                j.instances.to_string(),
+                format!("{:.4}", j.rho),
                 j.planned_rho.map_or(String::new(), |p| format!("{p:.4}")),
-                j.measured_rho,
-                j.whole_run_rho,
-                j.dilation,
-                r.syseff,
-                r.upper_bound,
-                r.syseff_ub,
-                r.dilation,
-                r.total_bandwidth,
-                r.node_bandwidth,
+                format!("{:.4}", j.measured_rho),
+                format!("{:.4}", j.whole_run_rho),
+                format!("{:.4}", j.dilation),
+                format!("{:.4}", r.syseff),
+                format!("{:.4}", r.upper_bound),
+                format!("{:.4}", r.syseff_ub),
+                format!("{:.4}", r.dilation),
+                format!("{:.0}", r.total_bandwidth),
+                format!("{:.0}", r.node_bandwidth),
                 r.period_s.map_or(String::new(), |p| format!("{p:.3}")),
-                r.runs
-            ));
-        }
-    }
+                r.runs.to_string(),
+            ]
+        })
+    });
+    let csv = crate::report::csv_text(&header.split(',').collect::<Vec<_>>(), rows)?;
     write_outputs(&a.out, NAME, &records, &csv)?;
     plot(&records, &a.out.join(format!("{NAME}.png")))?;
     println!("wrote {}/{NAME}.{{json,csv,png}}", a.out.display());

@@ -19,7 +19,7 @@
 //! the files are declared with their whole size, so the MDS places every extent they will reach in the
 //! declaration's batch and instantiates each on its planned targets when the files reach it.
 
-use crate::experiment::{write_outputs, DeviceModelArg, ExperimentArgs};
+use crate::experiments::{write_outputs, ExperimentArgs};
 use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::plots::{grouped_bars, BarPanel};
 use anyhow::{anyhow, Context, Result};
@@ -29,6 +29,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tessera_client::Client;
+use tessera_proto::config::DeviceKind;
 use tessera_proto::layout::{ExtentSpec, LayoutSpec, EOF};
 use tessera_proto::msg::ost_cost;
 use tessera_proto::units::format_size;
@@ -347,18 +348,18 @@ struct RunOutcome {
 
 async fn one_run(
     dir: &Path,
-    device: DeviceModelArg,
+    device: DeviceKind,
     capacity: u64,
     policy: &str,
     uneven: bool,
     w: &Workload,
 ) -> Result<RunOutcome> {
     let mut o = ClusterOptions::plain(SERVERS, 0);
-    o.device_model = device.as_str().into();
+    o.device_model = device;
     o.stripe_size = STRIPE;
     let policy_name = policy.to_string();
     let prepared = LocalCluster::prepare_edited(dir, &o, |c| {
-        c.defaults.placement = policy_name.clone();
+        c.defaults.placement = policy_name.parse().expect("the experiment's policies are placement names");
         for d in &mut c.ds {
             d.targets = Some(TARGETS);
             d.capacity = Some(capacity);
@@ -459,22 +460,21 @@ pub async fn run(a: &ExperimentArgs) -> Result<()> {
         }
     }
     let _ = std::fs::remove_dir_all(&scratch);
-    let mut csv =
-        String::from("workload,policy,prefill,ost_cost,ost_cost_workload,write_mib_s,read_mib_s,device_model,runs\n");
-    for r in &records {
-        csv.push_str(&format!(
-            "{},{},{},{:.4},{:.4},{:.2},{:.2},{},{}\n",
-            r.workload,
-            r.policy,
-            r.prefill,
-            r.ost_cost,
-            r.ost_cost_workload,
-            r.write_mib_s,
-            r.read_mib_s,
-            r.device_model,
-            r.runs
-        ));
-    }
+    let header = "workload,policy,prefill,ost_cost,ost_cost_workload,write_mib_s,read_mib_s,device_model,runs";
+    let rows = records.iter().map(|r| {
+        [
+            r.workload.to_string(),
+            r.policy.to_string(),
+            r.prefill.to_string(),
+            format!("{:.4}", r.ost_cost),
+            format!("{:.4}", r.ost_cost_workload),
+            format!("{:.2}", r.write_mib_s),
+            format!("{:.2}", r.read_mib_s),
+            r.device_model.to_string(),
+            r.runs.to_string(),
+        ]
+    });
+    let csv = crate::report::csv_text(&header.split(',').collect::<Vec<_>>(), rows)?;
     write_outputs(&a.out, NAME, &records, &csv)?;
     replot(&a.out, &records)?;
     println!("wrote {}/{NAME}.{{json,csv,png}} and {NAME}-targets.png", a.out.display());

@@ -16,7 +16,7 @@
 use super::online::{self, Policy};
 use super::{detect, persched, App, Params, Platform};
 use std::collections::{BTreeMap, BTreeSet};
-use tessera_proto::config::PerschedOptions;
+use tessera_proto::config::{PerschedOptions, PerschedScheduler};
 use tessera_proto::msg::{
     PeriodicGrant, PeriodicInterval, PeriodicJob, PeriodicProfile, PeriodicReport, PeriodicSource,
 };
@@ -537,7 +537,11 @@ impl LiveConfig {
             lease_ms: o.lease_ms.max(100),
             k_prime: o.k_prime,
             headroom: if o.rate_headroom.is_finite() { o.rate_headroom.clamp(0.0, 1.0) } else { 0.0 },
-            online: Policy::ALL.into_iter().find(|p| *p != Policy::Fair && p.name() == o.scheduler),
+            online: match o.scheduler {
+                PerschedScheduler::Persched => None,
+                PerschedScheduler::OnlineSyseff => Some(Policy::MaxSysEff),
+                PerschedScheduler::OnlineDilation => Some(Policy::MinDilation),
+            },
         }
     }
 }
@@ -592,12 +596,10 @@ impl From<Status> for PeriodicReport {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    /// A test cluster: 8 nodes of 10 MB/s, 30 MB/s in all, 5 s leases, no headroom (also the metrics tests').
-    pub(crate) fn cfg() -> LiveConfig {
+impl LiveConfig {
+    /// A small cluster for tests (here and the MDS's): 8 nodes of 10 MB/s, 30 MB/s in all, 5 s leases,
+    /// no headroom, K' = 10.
+    pub fn test_cluster() -> LiveConfig {
         LiveConfig {
             nodes: 8,
             node_bw: 10e6,
@@ -607,6 +609,15 @@ pub(crate) mod tests {
             headroom: 0.0,
             online: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> LiveConfig {
+        LiveConfig::test_cluster()
     }
 
     fn prof(nodes: u32, compute_ms: u64, volume: u64) -> Profile {

@@ -34,7 +34,7 @@ enum ModelCmd {
         out: PathBuf,
         /// Device model of the local cluster's data servers (`none` or `hdd`).
         #[arg(long, default_value = "none")]
-        device_model: String,
+        device_model: tessera_proto::config::DeviceKind,
         /// Scale of the benchmark runs (MiB per task per run).
         #[arg(long, default_value_t = 128)]
         mib: u64,
@@ -231,11 +231,15 @@ struct IorWrap {
     a: IorArgs,
 }
 
-async fn bench_logs(dir: &Path, device_model: &str, mib: u64) -> Result<Vec<(PathBuf, bool)>> {
+async fn bench_logs(
+    dir: &Path,
+    device_model: tessera_proto::config::DeviceKind,
+    mib: u64,
+) -> Result<Vec<(PathBuf, bool)>> {
     std::fs::create_dir_all(dir)?;
     let cdir = tempfile::tempdir()?;
     let mut o = ClusterOptions::plain(2, 0);
-    o.device_model = device_model.to_string();
+    o.device_model = device_model;
     let mut lc = LocalCluster::start(cdir.path(), &o).await?;
     let res = async {
         let mut out = Vec::new();
@@ -250,7 +254,7 @@ async fn bench_logs(dir: &Path, device_model: &str, mib: u64) -> Result<Vec<(Pat
                     "ior {} -o /model-{} --job {job} --config {}",
                     r.args,
                     r.name,
-                    lc.files.client_config.display()
+                    lc.files().client_config.display()
                 );
                 let w = IorWrap::try_parse_from(line.split_whitespace())?;
                 crate::ior::run(w.a).await.with_context(|| format!("run {}", r.name))?;
@@ -277,7 +281,7 @@ pub async fn run(a: ModelArgs) -> Result<()> {
         ModelCmd::Fit { logs, log_dir, out, device_model, mib, write_cache_mb, devices } => {
             let files: Vec<(PathBuf, bool)> = if logs.is_empty() {
                 println!("benchmark runs on a local cluster (2 data servers, device model {device_model}); numbers are noisy");
-                bench_logs(&log_dir, &device_model, mib).await?
+                bench_logs(&log_dir, device_model, mib).await?
             } else {
                 logs.into_iter().map(|p| (p, false)).collect()
             };

@@ -6,13 +6,14 @@
 //! `client.toml`, `admin.toml` (the same cluster, each with its own `[tls]`), data dirs `mds/`, `ds<i>/`,
 //! `logs/`, and while `tessera up` runs there, its servers' state in `status.json` ([`STATUS_FILE`]).
 
-use crate::ca::CaDir;
-use crate::config::{ClusterConfig, Defaults, DsNode, IonNode, MdsNode, TransportOptions};
-use crate::error::{FsError, FsResult};
-use crate::layout::LayoutSpec;
-use crate::tls::{self, TlsFiles, Validity};
-use crate::types::{format_utc, Role};
+use crate::ca::{self, CaDir};
+use crate::issue;
 use std::path::{Path, PathBuf};
+use tessera_proto::config::{ClusterConfig, Defaults, DsNode, IonNode, MdsNode, TransportOptions};
+use tessera_proto::error::{FsError, FsResult};
+use tessera_proto::layout::LayoutSpec;
+use tessera_proto::tls::{self, TlsFiles, Validity};
+use tessera_proto::types::{format_utc, Role};
 
 /// The files of a prepared cluster directory (all paths absolute).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,7 +148,7 @@ pub struct Shape {
     /// Forwarding nodes.
     pub ion: usize,
     /// Storage targets per data server (0 or 1: one).
-    pub targets: crate::types::TargetIdx,
+    pub targets: tessera_proto::types::TargetIdx,
     /// Capacity of each target (default: the host file system's).
     pub target_capacity: Option<u64>,
 }
@@ -267,10 +268,10 @@ fn ensure_certificates(tls_dir: &Path, shape: Shape) -> FsResult<()> {
     let tls_err = |e: &dyn std::fmt::Display| FsError::io(format!("certificates in {}: {e}", tls_dir.display()));
     let have_ca = tls_dir.join("ca.pem").exists() && tls_dir.join("ca.key").exists();
     let ca = if have_ca {
-        tls::read_ca(tls_dir).map_err(|e| tls_err(&e))?
+        ca::read_ca(tls_dir).map_err(|e| tls_err(&e))?
     } else {
-        let ca = tls::generate_ca("local").map_err(|e| tls_err(&e))?;
-        tls::write_ca(tls_dir, &ca).map_err(|e| tls_err(&e))?;
+        let ca = issue::generate_ca("local").map_err(|e| tls_err(&e))?;
+        ca::write_ca(tls_dir, &ca).map_err(|e| tls_err(&e))?;
         ca
     };
     let mut nodes = vec![(Role::Mds, "mds".to_string())];
@@ -282,11 +283,11 @@ fn ensure_certificates(tls_dir: &Path, shape: Shape) -> FsResult<()> {
         let files = TlsFiles::in_dir(tls_dir, &name);
         let present = files.cert.exists() && files.key.exists();
         if !have_ca || !present {
-            tls::issue_to_dir(tls_dir, &ca, role, &name, &["127.0.0.1".to_string()]).map_err(|e| tls_err(&e))?;
+            ca::issue_to_dir(tls_dir, &ca, role, &name, &["127.0.0.1".to_string()]).map_err(|e| tls_err(&e))?;
         } else if expiring(&files.cert) {
             // A cluster directory used again after a long time: its certificates would be refused.
             let (old, new) = CaDir::open(tls_dir)
-                .and_then(|mut d| d.renew(&name, Validity::days(tls::NODE_DAYS)))
+                .and_then(|mut d| d.renew(&name, Validity::days(issue::NODE_DAYS)))
                 .map_err(|e| tls_err(&e))?;
             tracing::info!(
                 "certificate of {name} renewed: it was valid until {} UTC, now until {} UTC",

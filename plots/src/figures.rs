@@ -1,13 +1,16 @@
-//! PNG figures with plotters' bitmap backend. Text is drawn with ab_glyph from a TTF loaded at run time
-//! (DejaVu Sans from Debian's fonts-dejavu-core, or the file named by `TESSERA_FONT`: [`tessera_plots`]).
+//! The experiments' figures (`tessera-bench`): grouped bars, lines, scatter and histogram panels, each
+//! with its legend in a column beside the data ([`crate::legend_column`]).
 
 use anyhow::{bail, Result};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
 
-use tessera_plots::{err, FONT};
-pub use tessera_plots::{init_font, FONT_ENV};
+use crate::{err, legend_column, LegendEntry, Swatch, FONT};
+
+/// Pixels a figure adds for its legend column ([`crate::legend_column`]), so the data keep their room.
+const LEGEND_ROOM: u32 = 180;
+pub use crate::{init_font, FONT_ENV};
 
 /// Colours of series in order (off, even, iorchestrator, ...).
 const PALETTE: [RGBColor; 10] = [
@@ -56,7 +59,7 @@ pub fn grouped_bars(path: &Path, title: &str, y_label: &str, panels: &[BarPanel]
     if panels.is_empty() {
         bail!("nothing to plot");
     }
-    let width = 260 + 150 * panels.iter().map(|p| p.groups.len()).max().unwrap_or(1) as u32;
+    let width = 260 + 150 * panels.iter().map(|p| p.groups.len()).max().unwrap_or(1) as u32 + LEGEND_ROOM;
     let width = width.max(11 * title.chars().count() as u32 + 40).max(700);
     let height = 60 + 380 * panels.len() as u32;
     let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
@@ -65,10 +68,16 @@ pub fn grouped_bars(path: &Path, title: &str, y_label: &str, panels: &[BarPanel]
     for (area, panel) in root.split_evenly((panels.len(), 1)).iter().zip(panels) {
         let n = panel.groups.len().max(1);
         let ymax = panel.series.iter().flat_map(|s| s.1.iter()).copied().filter(|v| v.is_finite()).fold(0.0, f64::max);
-        // Headroom above the tallest bar for the legend, one row per series.
-        let head = 1.25 + 0.15 * panel.series.len().saturating_sub(2) as f64;
-        let ymax = if ymax > 0.0 { ymax * head } else { 1.0 };
-        let mut chart = ChartBuilder::on(area)
+        // Headroom above the tallest bar for its value.
+        let ymax = if ymax > 0.0 { ymax * 1.12 } else { 1.0 };
+        let entries: Vec<LegendEntry> = panel
+            .series
+            .iter()
+            .enumerate()
+            .map(|(si, (name, _))| LegendEntry::new(name, series_color(si, name), Swatch::Bar))
+            .collect();
+        let area = legend_column(area, &entries, 15)?;
+        let mut chart = ChartBuilder::on(&area)
             .caption(&panel.title, (FONT, 20))
             .margin(12)
             .x_label_area_size(40)
@@ -107,9 +116,7 @@ pub fn grouped_bars(path: &Path, title: &str, y_label: &str, panels: &[BarPanel]
                         .filter(|(_, v)| v.is_finite())
                         .map(|(g, &v)| Rectangle::new([(x0(g), 0.0), (x0(g) + bar * 0.92, v)], c.filled())),
                 )
-                .map_err(err)?
-                .label(name.as_str())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
+                .map_err(err)?;
             chart
                 .draw_series(values.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(g, &v)| {
                     Text::new(
@@ -120,7 +127,6 @@ pub fn grouped_bars(path: &Path, title: &str, y_label: &str, panels: &[BarPanel]
                 }))
                 .map_err(err)?;
         }
-        tessera_plots::legend(&mut chart, SeriesLabelPosition::UpperRight, 15)?;
     }
     root.present().map_err(err)?;
     Ok(())
@@ -144,10 +150,16 @@ pub fn lines(
         bail!("nothing to plot");
     }
     let pad = ((xmax - xmin) * 0.08).max(0.5);
-    let ymax = if ymax > 0.0 { ymax * 1.25 } else { 1.0 };
-    let root = BitMapBackend::new(path, (900.max(10 * title.chars().count() as u32 + 40), 560)).into_drawing_area();
+    let ymax = if ymax > 0.0 { ymax * 1.1 } else { 1.0 };
+    let root = BitMapBackend::new(path, ((900 + LEGEND_ROOM).max(10 * title.chars().count() as u32 + 40), 560))
+        .into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
+    let entries: Vec<LegendEntry> = (series.iter().enumerate())
+        .map(|(i, (name, _))| LegendEntry::new(name, series_color(i, name), Swatch::Line(3)))
+        .chain(hlines.iter().map(|(name, _)| LegendEntry::new(name, color(0), Swatch::Dashed)))
+        .collect();
+    let area = legend_column(&root, &entries, 15)?;
+    let mut chart = ChartBuilder::on(&area)
         .caption(title, (FONT, 20))
         .margin(14)
         .x_label_area_size(50)
@@ -164,11 +176,7 @@ pub fn lines(
         .map_err(err)?;
     for (i, (name, p)) in series.iter().enumerate() {
         let c = series_color(i, name);
-        chart
-            .draw_series(LineSeries::new(p.iter().copied(), c.stroke_width(3)))
-            .map_err(err)?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
+        chart.draw_series(LineSeries::new(p.iter().copied(), c.stroke_width(3))).map_err(err)?;
         chart.draw_series(p.iter().map(|&xy| Circle::new(xy, 5, c.filled()))).map_err(err)?;
         chart
             .draw_series(p.iter().map(|&(x, y)| {
@@ -180,16 +188,13 @@ pub fn lines(
             }))
             .map_err(err)?;
     }
-    for (name, y) in hlines {
+    for (_, y) in hlines {
         let c = color(0);
         let y = *y;
         chart
             .draw_series(DashedLineSeries::new(vec![(xmin - pad, y), (xmax + pad, y)], 8, 6, c.stroke_width(2)))
-            .map_err(err)?
-            .label(name.as_str())
-            .legend(move |(x, yy)| PathElement::new(vec![(x, yy), (x + 18, yy)], c.stroke_width(2)));
+            .map_err(err)?;
     }
-    tessera_plots::legend(&mut chart, SeriesLabelPosition::LowerRight, 15)?;
     root.present().map_err(err)?;
     Ok(())
 }
@@ -210,10 +215,13 @@ pub fn scatter_panels(
     if panels.is_empty() {
         bail!("nothing to plot");
     }
-    let w = (560 * panels.len() as u32).max(10 * title.chars().count() as u32 + 40);
+    let w = (560 * panels.len() as u32 + LEGEND_ROOM).max(10 * title.chars().count() as u32 + 40);
     let root = BitMapBackend::new(path, (w, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let root = root.titled(title, (FONT, 20)).map_err(err)?;
+    let entries: Vec<LegendEntry> =
+        names.iter().enumerate().map(|(si, name)| LegendEntry::new(name, color(si + 1), Swatch::Dot)).collect();
+    let root = legend_column(&root, &entries, 14)?;
     let ymax = panels.iter().flat_map(|p| p.1.iter()).map(|p| p.1).fold(0.0, f64::max).max(1e-9) * 1.05;
     for (area, (ptitle, pts)) in root.split_evenly((1, panels.len())).iter().zip(panels) {
         let xmax = pts.iter().map(|p| p.0).fold(0.0, f64::max).max(1e-3);
@@ -232,15 +240,12 @@ pub fn scatter_panels(
             .label_style((FONT, 13))
             .draw()
             .map_err(err)?;
-        for (si, name) in names.iter().enumerate() {
+        for si in 0..names.len() {
             let c = color(si + 1);
             chart
                 .draw_series(pts.iter().filter(|p| p.2 == si).map(|p| Circle::new((p.0, p.1), 2, c.filled())))
-                .map_err(err)?
-                .label(name.as_str())
-                .legend(move |(x, y)| Circle::new((x + 6, y), 4, c.filled()));
+                .map_err(err)?;
         }
-        tessera_plots::legend(&mut chart, SeriesLabelPosition::UpperRight, 14)?;
     }
     root.present().map_err(err)?;
     Ok(())
@@ -311,10 +316,8 @@ mod tests {
 
     #[test]
     fn draws_pngs_when_a_font_exists() {
-        if init_font().is_err() {
-            eprintln!("no font installed; skipping the drawing test");
-            return;
-        }
+        // The figures need a TTF font (CI installs fonts-dejavu-core); the error says how to get one.
+        init_font().unwrap();
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("bars.png");
         let panel = BarPanel {

@@ -19,7 +19,9 @@
 //! between phases (computation) is preserved while the I/O is shifted in time. Requests larger than the
 //! split size are split; every piece goes to the next server round-robin and is counted at the data
 //! server when it reaches the disk (the counters Tessera's data servers keep). No I/O here: the
-//! benchmark runs and files are in [`crate::modelcmd`].
+//! benchmark runs and files are in [`crate::model::cmd`].
+
+pub mod cmd; // `model fit|replay|what-if`: benchmark runs on a local cluster, counter logs, the model's errors
 
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;

@@ -8,17 +8,19 @@
 //! t-min` starts at T_min as Algorithm 2 and the file system's planner do (up to 4.9% more dilation on set 1,
 //! whose paper period is 19 T_min, beyond K' = 10).
 //!
-//! The planner lives in `tessera_mds::persched` (it is the MDS's decision; bench is the top layer and may
-//! depend on it), so the simulator runs exactly the code the file system runs.
+//! The planner is the crate `tessera-persched`, which the MDS runs too, so the simulator runs exactly the
+//! code the file system runs.
+
+pub mod live; // `persched job` (the periodic IOR-like job) and `experiment persched-live`
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Instant;
-use tessera_mds::persched::online::Baselines;
-use tessera_mds::persched::table1::{self, PLATFORM};
-use tessera_mds::persched::{persched, Params};
+use tessera_persched::online::Baselines;
+use tessera_persched::table1::{self, PLATFORM};
+use tessera_persched::{persched, Params};
 
 #[derive(Args, Debug)]
 pub struct PerschedArgs {
@@ -32,7 +34,7 @@ enum PerschedCmd {
     Sim(SimArgs),
     /// A periodic IOR-like job: β tasks; compute w seconds (a sleep), then write vol; N times; with
     /// --register it follows its PerSched grant. Reports each instance and the measured ρ̃ and dilation.
-    Job(crate::perschedlive::JobArgs),
+    Job(crate::persched::live::JobArgs),
 }
 
 #[derive(Args, Debug)]
@@ -127,7 +129,7 @@ fn pct(ours: f64, paper: f64) -> f64 {
 pub async fn run(a: PerschedArgs) -> Result<()> {
     match a.cmd {
         PerschedCmd::Sim(s) => sim(s),
-        PerschedCmd::Job(j) => crate::perschedlive::job_cmd(j).await,
+        PerschedCmd::Job(j) => crate::persched::live::job_cmd(j).await,
     }
 }
 

@@ -22,6 +22,7 @@
 //! the processes, so collective implies a barrier.
 
 use crate::backend::{parent_dir, ClusterArgs};
+pub use crate::experiments::{Kind, Op};
 use crate::report::mib_per_sec;
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
@@ -45,45 +46,6 @@ pub const TILE_BYTES: u64 = 8 << 10;
 pub const TILE_OVERLAP: u64 = 64;
 /// Stripe of the benchmark files: the paper's 64 KiB units over all data servers.
 pub const STRIPE: u64 = 64 << 10;
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kind {
-    MpiIoTest,
-    IorMpiIo,
-    Noncontig,
-    Hpio,
-    MpiTileIo,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 5] = [Kind::MpiIoTest, Kind::IorMpiIo, Kind::Noncontig, Kind::Hpio, Kind::MpiTileIo];
-
-    /// The name used in results; noncontig and hpio are the paper's non-contiguous file variants.
-    pub fn label(self) -> &'static str {
-        match self {
-            Kind::MpiIoTest => "mpi-io-test",
-            Kind::IorMpiIo => "ior-mpi-io",
-            Kind::Noncontig => "noncontig(nc)",
-            Kind::Hpio => "hpio(nc)",
-            Kind::MpiTileIo => "mpi-tile-io",
-        }
-    }
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Op {
-    Read,
-    Write,
-}
-
-impl Op {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Op::Read => "read",
-            Op::Write => "write",
-        }
-    }
-}
 
 /// One contiguous file access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,11 +19,11 @@
 //! own, made the same configuration vary 2x between runs when reads went to it.
 //! Scheduler "none" is direct access (clients configured with `ion = "none"`).
 
-use crate::experiment::{uniq, DeviceModelArg, ExperimentArgs, ExperimentName};
+use crate::experiments::{uniq, ExperimentArgs, ExperimentName};
+use crate::iorchestrator::trace;
 use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::plots::{self, BarPanel};
 use crate::report::median;
-use crate::trace;
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tessera_client::proto::msg::{OrchestratorMode, SchedulerSetting};
 use tessera_client::{Client, IoTag, Layout, OpenOptions};
+use tessera_proto::config::{DeviceKind, Elevator};
 use tessera_proto::types::Origin;
 use tessera_proto::units::format_size;
 
@@ -165,10 +166,10 @@ struct Settings {
     n_ds: usize,
     per_proc: u64,
     runs: u32,
-    device: DeviceModelArg,
+    device: DeviceKind,
     quick: bool,
     dispatch_depth: Option<u32>,
-    hdd_elevator: Option<String>,
+    hdd_elevator: Option<Elevator>,
 }
 
 /// One configuration to measure.
@@ -253,7 +254,7 @@ struct Fixture {
 }
 
 async fn file_of(c: &Client, path: &str, size: u64) -> Result<(u64, Layout)> {
-    crate::workloads::prepare_file(c, path, size).await?;
+    crate::iorchestrator::workloads::prepare_file(c, path, size).await?;
     let f = c.open(path, OpenOptions::read_only()).await.map_err(|e| anyhow!("{path}: {e}"))?;
     let r = (f.ino(), Layout::clone(&f.layout()));
     f.close().await.map_err(|e| anyhow!("{path}: {e}"))?;
@@ -264,17 +265,17 @@ impl Fixture {
     async fn start(dir: &Path, s: &Settings, n_ion: usize, apps: usize, trace: bool) -> Result<Fixture> {
         let o = ClusterOptions {
             n_ds: s.n_ds,
-            stripe_size: crate::workloads::STRIPE,
-            device_model: s.device.as_str().to_string(),
+            stripe_size: crate::iorchestrator::workloads::STRIPE,
+            device_model: s.device,
             // Objects a little apart on the emulated disk, as files of one file system would be.
             reservation: Some(s.per_proc.max(1 << 20) * 4),
-            disk_gb: Some(crate::experiment::PAPER_DISK_GB),
+            disk_gb: Some(crate::experiments::PAPER_DISK_GB),
             trace,
             window_ms: 500,
             mode: OrchestratorMode::Off,
             n_ion,
             ion_dispatch_depth: s.dispatch_depth,
-            hdd_elevator: s.hdd_elevator.clone(),
+            hdd_elevator: s.hdd_elevator,
         };
         let cluster = LocalCluster::start(dir, &o).await?;
         let mut via_ion = Vec::with_capacity(s.clients);
@@ -380,7 +381,7 @@ fn settings(a: &ExperimentArgs) -> Result<Settings> {
         device: a.device_model,
         quick: a.quick,
         dispatch_depth: a.dispatch_depth,
-        hdd_elevator: a.hdd_elevator.clone(),
+        hdd_elevator: a.hdd_elevator,
     };
     if s.procs < 2 || s.clients == 0 || s.n_ds == 0 || s.runs == 0 {
         bail!("--procs (at least 2), --clients, --n-ds and --runs must be positive");
@@ -427,7 +428,7 @@ pub async fn run(e: Experiment, a: &ExperimentArgs) -> Result<()> {
             eprintln!("warning: no {name}-trace outputs: {err:#}");
         }
     }
-    crate::experiment::write_outputs(&a.out, name, &records, &csv_text(&records))?;
+    crate::experiments::write_outputs(&a.out, name, &records, &csv_text(&records)?)?;
     println!("wrote {}/{name}.json and {name}.csv", a.out.display());
     let png = a.out.join(format!("{name}.png"));
     match plot(e, &records, &png) {
@@ -545,7 +546,7 @@ async fn measure(
                 app_makespans_s,
                 ion_offset_distance: (!dist.is_empty()).then(|| median(&dist)),
                 ds_sl_bytes: (!sl.is_empty()).then(|| median(&sl)),
-                hdd_elevator: s.hdd_elevator.clone(),
+                hdd_elevator: s.hdd_elevator.map(|e| e.to_string()),
             }
         })
         .collect();
@@ -630,28 +631,40 @@ fn write_traces(out: &Path, name: &str, traced: &[Traced], device: &str) -> Resu
     Ok(())
 }
 
-pub fn csv_text(records: &[FwdRecord]) -> String {
-    let mut s = String::from(
-        "pattern,op,request_kib,scheduler,ions,window_ms,device_model,throughput_mib_s,makespan_s,runs,ion_offset_distance,ds_sl_bytes\n",
-    );
-    for r in records {
-        s.push_str(&format!(
-            "{},{},{},{},{},{},{},{:.3},{:.4},{},{},{}\n",
-            r.pattern,
-            r.op,
-            r.request_kib,
-            r.scheduler,
-            r.ions,
-            r.window_ms.map(|w| w.to_string()).unwrap_or_default(),
-            r.device_model,
-            r.throughput_mib_s,
-            r.makespan_s,
-            r.runs,
-            r.ion_offset_distance.map(|d| format!("{d:.0}")).unwrap_or_default(),
-            r.ds_sl_bytes.map(|d| format!("{d:.0}")).unwrap_or_default()
-        ));
-    }
-    s
+pub fn csv_text(records: &[FwdRecord]) -> Result<String> {
+    let header = [
+        "pattern",
+        "op",
+        "request_kib",
+        "scheduler",
+        "ions",
+        "window_ms",
+        "device_model",
+        "throughput_mib_s",
+        "makespan_s",
+        "runs",
+        "ion_offset_distance",
+        "ds_sl_bytes",
+    ];
+    crate::report::csv_text(
+        &header,
+        records.iter().map(|r| {
+            [
+                r.pattern.to_string(),
+                r.op.to_string(),
+                r.request_kib.to_string(),
+                r.scheduler.to_string(),
+                r.ions.to_string(),
+                r.window_ms.map(|w| w.to_string()).unwrap_or_default(),
+                r.device_model.to_string(),
+                format!("{:.3}", r.throughput_mib_s),
+                format!("{:.4}", r.makespan_s),
+                r.runs.to_string(),
+                r.ion_offset_distance.map(|d| format!("{d:.0}")).unwrap_or_default(),
+                r.ds_sl_bytes.map(|d| format!("{d:.0}")).unwrap_or_default(),
+            ]
+        }),
+    )
 }
 
 /// A scheduler as figures and progress lines name it: TWINS with its window.
@@ -741,7 +754,7 @@ mod tests {
             n_ds: 4,
             per_proc: 1 << 20,
             runs: 1,
-            device: DeviceModelArg::Hdd,
+            device: DeviceKind::Hdd,
             quick: true,
             dispatch_depth: None,
             hdd_elevator: None,
@@ -801,6 +814,6 @@ mod tests {
         plot(Experiment::Schedulers, &[none.clone(), r.clone()], &png).unwrap();
         assert!(std::fs::metadata(&png).unwrap().len() > 1000);
         plot(Experiment::Ions, &[none, r], &png).unwrap();
-        assert!(csv_text(&[]).starts_with("pattern,op,request_kib"));
+        assert!(csv_text(&[]).unwrap().starts_with("pattern,op,request_kib"));
     }
 }

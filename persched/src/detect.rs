@@ -1,6 +1,6 @@
 //! Spec: specs/periodic.md "In the file system" — our addition to PerSched: the MDS detects a periodic job
 //! from its byte counters over time (bursts and gaps) instead of waiting for it to register its profile.
-//! Pure: the input is the job's series of bytes per window Δt (the job registry's, `crate::jobs`).
+//! Pure: the input is the job's series of bytes per window Δt (the MDS's job registry's, `tessera_mds::jobs`).
 //!
 //! What counts as a burst reuses the characterisation criteria (`tessera_iostats::characterize`): a window
 //! has I/O when H(t) says so ([`h_series`] with threshold c over the job's total), and bursts and gaps
@@ -49,7 +49,7 @@ impl Default for Params {
     }
 }
 
-/// What the MDS knows of one job's recent I/O (built from the job registry, `crate::jobs::Jobs::series`).
+/// What the MDS knows of one job's recent I/O (built from the MDS's job registry, `tessera_mds::jobs::Jobs::series`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobSeries {
     pub job: String,
