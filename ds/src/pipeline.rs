@@ -15,19 +15,20 @@
 //! Observers only record: none changes how a request is served or can fail it.
 
 use crate::address::Addresses;
-use crate::device::{Device, DeviceOp, OpKind};
+use crate::device::{Device, DeviceModel, DeviceOp, OpKind};
 use crate::jobtrace::JobTraces;
 use crate::locality::Locality;
 pub use crate::observe::{Observer, Request, Run};
-use crate::scheduler::{Scheduler, ServeControl};
+use crate::scheduler::{Orchestrated, Scheduler, ServeControl};
 use crate::store::Store;
 use crate::targetstats::TargetStats;
 use crate::trace::Trace;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+use tessera_proto::config::{DsOptions, OrchestratorOptions};
 use tessera_proto::msg::Extent;
-use tessera_proto::{FsResult, IoTag};
+use tessera_proto::{DsId, FsError, FsResult, IoTag};
 
 /// One storage target: its object store, the addresses of its objects and its device queue.
 #[derive(Clone)]
@@ -51,6 +52,67 @@ pub struct DataPath {
     pub trace: Option<Arc<Trace>>,
     /// Per-job traces (`tessera trace`).
     pub job_traces: Arc<JobTraces>,
+}
+
+/// How to assemble a data server's parts.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    pub ds: DsId,
+    pub model: DeviceModel,
+    pub queue_depth: u32,
+    pub reservation: u64,
+    pub trace: bool,
+    /// Jobs silent for longer are not reported.
+    pub job_idle: Duration,
+    /// Fallback for serve commands that do not name one.
+    pub fallback: Duration,
+    /// Count reads and writes per job (`[metrics] job_counters`).
+    pub job_counters: bool,
+}
+
+impl Setup {
+    /// Defaults of the configuration, for data server `ds`.
+    pub fn new(ds: DsId) -> Setup {
+        Setup::from_options(ds, &DsOptions::default(), &OrchestratorOptions::default(), DeviceModel::None)
+    }
+
+    pub fn from_options(ds: DsId, d: &DsOptions, o: &OrchestratorOptions, model: DeviceModel) -> Setup {
+        Setup {
+            ds,
+            model,
+            queue_depth: d.device_queue_depth,
+            reservation: d.object_reservation_bytes,
+            trace: d.trace,
+            job_idle: Duration::from_millis(o.job_idle_ms),
+            fallback: Duration::from_millis((u64::from(o.fallback_windows) * u64::from(o.window_ms)).max(100)),
+            job_counters: true,
+        }
+    }
+}
+
+impl DataPath {
+    /// Builds the data path of the targets `stores` (by index; at least one) as `s` says: each target's
+    /// addresses, device and statistics, the scheduler, the locality monitor and the request trace. Needs
+    /// a runtime.
+    pub fn assemble(stores: &[Store], s: &Setup) -> FsResult<DataPath> {
+        let first = stores.first().ok_or_else(|| FsError::invalid("a data server needs at least one target"))?;
+        let trace = if s.trace { Some(Trace::start(first.root())?) } else { None };
+        let targets = stores
+            .iter()
+            .map(|store| {
+                Ok(Target {
+                    store: store.clone(),
+                    addresses: Addresses::open(store.root(), s.reservation)?,
+                    device: Device::start(s.model)?,
+                    stats: Arc::new(TargetStats::new(s.job_counters)),
+                })
+            })
+            .collect::<FsResult<Vec<_>>>()?;
+        let locality = Locality::new(s.ds, s.model, s.job_idle);
+        let serve = ServeControl::new(locality.clone(), s.fallback);
+        let scheduler = Scheduler::start(s.queue_depth, Orchestrated::new(serve.clone()));
+        Ok(DataPath { targets: targets.into(), scheduler, locality, serve, trace, job_traces: Arc::default() })
+    }
 }
 
 /// Most observers of a request: the target's statistics, job traces, locality, trace.
@@ -128,17 +190,17 @@ async fn address(target: &Target, op: &DeviceOp) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::DeviceModel;
-    use crate::server::tests::tag;
-    use crate::server::{assemble, Setup};
     use bytes::Bytes;
-    use std::time::Duration;
     use tessera_proto::msg::DsReply;
 
     fn path_with(setup: &Setup) -> (tempfile::TempDir, DataPath) {
         let d = tempfile::tempdir().unwrap();
-        let (_reporter, path) = assemble(vec![Store::open(d.path(), setup.ds).unwrap()], setup).unwrap();
+        let path = DataPath::assemble(&[Store::open(d.path(), setup.ds).unwrap()], setup).unwrap();
         (d, path)
+    }
+
+    fn tag(job: &str) -> IoTag {
+        IoTag { origin: tessera_proto::Origin { job: job.into(), client: 1, pid: 42 }, ino: 5 }
     }
 
     async fn write(path: &DataPath, job: &str, object: u64, offset: u64, data: &'static [u8]) {

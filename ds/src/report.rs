@@ -3,6 +3,7 @@
 
 use crate::counters::Counters;
 use crate::locality::Locality;
+use crate::pipeline::DataPath;
 use crate::scheduler::Scheduler;
 use crate::store::Store;
 use crate::targetstats::TargetStats;
@@ -31,6 +32,19 @@ pub struct Reporter {
 }
 
 impl Reporter {
+    /// The reporter of data server `ds` serving `path`: its targets' stores and statistics, its scheduler,
+    /// and per-job counters (switched off unless `job_counters`: `[metrics] job_counters`).
+    pub fn new(ds: DsId, path: &DataPath, job_counters: bool) -> Reporter {
+        Reporter {
+            ds,
+            stores: path.targets.iter().map(|t| t.store.clone()).collect(),
+            target_stats: path.targets.iter().map(|t| t.stats.clone()).collect(),
+            scheduler: path.scheduler.clone(),
+            counters: Arc::new(Counters::switched(job_counters)),
+            load: Arc::default(),
+        }
+    }
+
     pub async fn build(&self) -> FsResult<DsReport> {
         let mut targets = Vec::with_capacity(self.stores.len());
         for (k, store) in self.stores.iter().enumerate() {
@@ -172,48 +186,4 @@ where
             }
         }
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn report_has_job_counters_after_io() {
-        let d = tempfile::tempdir().unwrap();
-        let store = Store::open(d.path(), 4).unwrap();
-        let (reporter, path) = crate::server::assemble(vec![store], &crate::server::Setup::new(4)).unwrap();
-        let svc = crate::server::DsService::new(reporter.clone(), path, false);
-        let tag = |job: &str| tessera_proto::IoTag { origin: Origin { job: job.into(), client: 1, pid: 0 }, ino: 2 };
-        for i in 0..3u64 {
-            svc.write(&tag("wjob"), 9, i * 100, Bytes::from(vec![7u8; 100]), false).await.unwrap();
-        }
-        let got = svc.read(&tag("rjob"), 9, 50, 1000).await.unwrap();
-        assert_eq!(got.len(), 250);
-        let r = reporter.build().await.unwrap();
-        assert_eq!(r.ds, 4);
-        assert_eq!(r.objects, 1);
-        assert!(r.capacity > 0);
-        assert_eq!(r.queue_depth, 0);
-        let w = r.jobs.iter().find(|j| j.job == "wjob").unwrap();
-        assert_eq!((w.write_ops, w.write_bytes, w.read_ops), (3, 300, 0));
-        let rj = r.jobs.iter().find(|j| j.job == "rjob").unwrap();
-        assert_eq!((rj.read_ops, rj.read_bytes, rj.write_ops), (1, 250, 0));
-    }
-
-    #[tokio::test]
-    async fn job_counters_switched_off_count_no_job() {
-        let d = tempfile::tempdir().unwrap();
-        let store = Store::open(d.path(), 4).unwrap();
-        let setup = crate::server::Setup { job_counters: false, ..crate::server::Setup::new(4) };
-        let (reporter, path) = crate::server::assemble(vec![store], &setup).unwrap();
-        let svc = crate::server::DsService::new(reporter.clone(), path, false);
-        let tag = tessera_proto::IoTag { origin: Origin { job: "j".into(), client: 1, pid: 0 }, ino: 2 };
-        svc.write(&tag, 9, 0, Bytes::from(vec![7u8; 100]), false).await.unwrap();
-        assert_eq!(svc.read(&tag, 9, 0, 100).await.unwrap().len(), 100);
-        let r = reporter.build().await.unwrap();
-        assert!(r.jobs.is_empty(), "{:?}", r.jobs);
-        assert!(reporter.counters.take_changed().is_empty(), "no detail to send");
-        assert_eq!(r.data_rx_bytes, 100, "the node's own totals still count");
-    }
 }

@@ -1,21 +1,15 @@
 //! The data service: checks each request (role, tag, sizes) and serves it from the store, data
 //! operations through the data path ([`crate::pipeline`]: scheduler, device, observers); serve
-//! commands from the orchestrator go to the scheduler's [`ServeControl`].
+//! commands from the orchestrator go to the scheduler's [`ServeControl`](crate::scheduler::ServeControl).
 
-use crate::address::Addresses;
 use crate::counters::Counters;
-use crate::device::{Device, DeviceModel, DeviceOp, OpKind};
-use crate::locality::Locality;
+use crate::device::{DeviceOp, OpKind};
+pub use crate::pipeline::Setup;
 use crate::pipeline::{DataPath, Target};
 use crate::report::Reporter;
-use crate::scheduler::{Orchestrated, Scheduler, ServeControl};
 use crate::store::Store;
-use crate::targetstats::TargetStats;
-use crate::trace::Trace;
 use bytes::Bytes;
 use std::sync::Arc;
-use std::time::Duration;
-use tessera_proto::config::{DsOptions, OrchestratorOptions};
 use tessera_proto::frame::MAX_PAYLOAD;
 use tessera_proto::msg::{
     carries_data, check_read_extents, split_runs, DsCall, DsReply, DsRequest, Extent, MAX_LIST_OBJECTS,
@@ -25,71 +19,11 @@ use tessera_proto::rpc::{PeerInfo, Service};
 
 use tessera_proto::{DsId, FsError, FsResult, IoTag, ObjectId, Role, PROTOCOL_VERSION};
 
-/// How to assemble a data server's parts.
-#[derive(Clone, Debug)]
-pub struct Setup {
-    pub ds: DsId,
-    pub model: DeviceModel,
-    pub queue_depth: u32,
-    pub reservation: u64,
-    pub trace: bool,
-    /// Jobs silent for longer are not reported.
-    pub job_idle: Duration,
-    /// Fallback for serve commands that do not name one.
-    pub fallback: Duration,
-    /// Count reads and writes per job (`[metrics] job_counters`).
-    pub job_counters: bool,
-}
-
-impl Setup {
-    /// Defaults of the configuration, for data server `ds`.
-    pub fn new(ds: DsId) -> Setup {
-        Setup::from_options(ds, &DsOptions::default(), &OrchestratorOptions::default(), DeviceModel::None)
-    }
-
-    pub fn from_options(ds: DsId, d: &DsOptions, o: &OrchestratorOptions, model: DeviceModel) -> Setup {
-        Setup {
-            ds,
-            model,
-            queue_depth: d.device_queue_depth,
-            reservation: d.object_reservation_bytes,
-            trace: d.trace,
-            job_idle: Duration::from_millis(o.job_idle_ms),
-            fallback: Duration::from_millis((u64::from(o.fallback_windows) * u64::from(o.window_ms)).max(100)),
-            job_counters: true,
-        }
-    }
-}
-
 /// Builds the reporter (stores, scheduler, counters) and the data path of the targets `stores` (by
 /// index; at least one). Needs a runtime.
 pub fn assemble(stores: Vec<Store>, s: &Setup) -> FsResult<(Reporter, DataPath)> {
-    let first = stores.first().ok_or_else(|| FsError::invalid("a data server needs at least one target"))?;
-    let trace = if s.trace { Some(Trace::start(first.root())?) } else { None };
-    let targets = stores
-        .iter()
-        .map(|store| {
-            Ok(Target {
-                store: store.clone(),
-                addresses: Addresses::open(store.root(), s.reservation)?,
-                device: Device::start(s.model)?,
-                stats: Arc::new(TargetStats::new(s.job_counters)),
-            })
-        })
-        .collect::<FsResult<Vec<_>>>()?;
-    let locality = Locality::new(s.ds, s.model, s.job_idle);
-    let serve = ServeControl::new(locality.clone(), s.fallback);
-    let scheduler = Scheduler::start(s.queue_depth, Orchestrated::new(serve.clone()));
-    let reporter = Reporter {
-        ds: s.ds,
-        stores,
-        target_stats: targets.iter().map(|t| t.stats.clone()).collect(),
-        scheduler: scheduler.clone(),
-        counters: Arc::new(Counters::switched(s.job_counters)),
-        load: Arc::default(),
-    };
-    let job_traces = Arc::default();
-    Ok((reporter, DataPath { targets: targets.into(), scheduler, locality, serve, trace, job_traces }))
+    let path = DataPath::assemble(&stores, s)?;
+    Ok((Reporter::new(s.ds, &path, s.job_counters), path))
 }
 
 pub struct DsService {
@@ -357,6 +291,8 @@ impl Service for DsService {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::device::DeviceModel;
+    use std::time::Duration;
     use std::time::Instant;
     use tessera_proto::error::ErrorCode;
     use tessera_proto::msg::{ServeCommand, ServeTarget};
@@ -375,6 +311,48 @@ pub(crate) mod tests {
 
     pub(crate) fn tag(job: &str) -> IoTag {
         IoTag { origin: tessera_proto::Origin { job: job.into(), client: 1, pid: 42 }, ino: 5 }
+    }
+
+    #[tokio::test]
+    async fn report_has_job_counters_after_io() {
+        let d = tempfile::tempdir().unwrap();
+        let store = Store::open(d.path(), 4).unwrap();
+        let (reporter, path) = assemble(vec![store], &Setup::new(4)).unwrap();
+        let svc = DsService::new(reporter.clone(), path, false);
+        let tag = |job: &str| tessera_proto::IoTag {
+            origin: tessera_proto::Origin { job: job.into(), client: 1, pid: 0 },
+            ino: 2,
+        };
+        for i in 0..3u64 {
+            svc.write(&tag("wjob"), 9, i * 100, Bytes::from(vec![7u8; 100]), false).await.unwrap();
+        }
+        let got = svc.read(&tag("rjob"), 9, 50, 1000).await.unwrap();
+        assert_eq!(got.len(), 250);
+        let r = reporter.build().await.unwrap();
+        assert_eq!(r.ds, 4);
+        assert_eq!(r.objects, 1);
+        assert!(r.capacity > 0);
+        assert_eq!(r.queue_depth, 0);
+        let w = r.jobs.iter().find(|j| j.job == "wjob").unwrap();
+        assert_eq!((w.write_ops, w.write_bytes, w.read_ops), (3, 300, 0));
+        let rj = r.jobs.iter().find(|j| j.job == "rjob").unwrap();
+        assert_eq!((rj.read_ops, rj.read_bytes, rj.write_ops), (1, 250, 0));
+    }
+
+    #[tokio::test]
+    async fn job_counters_switched_off_count_no_job() {
+        let d = tempfile::tempdir().unwrap();
+        let store = Store::open(d.path(), 4).unwrap();
+        let setup = Setup { job_counters: false, ..Setup::new(4) };
+        let (reporter, path) = assemble(vec![store], &setup).unwrap();
+        let svc = DsService::new(reporter.clone(), path, false);
+        let tag = tessera_proto::IoTag { origin: tessera_proto::Origin { job: "j".into(), client: 1, pid: 0 }, ino: 2 };
+        svc.write(&tag, 9, 0, Bytes::from(vec![7u8; 100]), false).await.unwrap();
+        assert_eq!(svc.read(&tag, 9, 0, 100).await.unwrap().len(), 100);
+        let r = reporter.build().await.unwrap();
+        assert!(r.jobs.is_empty(), "{:?}", r.jobs);
+        assert!(reporter.counters.take_changed().is_empty(), "no detail to send");
+        assert_eq!(r.data_rx_bytes, 100, "the node's own totals still count");
     }
 
     #[tokio::test]
