@@ -1,7 +1,8 @@
 //! `tessera up`: a whole cluster on loopback, kept running as a supervisor would (systemd, a process
 //! manager). The cluster directory (certificates and configs) is written by
-//! [`tessera_ops::clusterdir::prepare`]; [`up`] starts its servers as child processes stage by stage and
-//! watches them until Ctrl-C/SIGTERM. A server that ends is logged and started again, with the same
+//! [`tessera_ops::clusterdir::prepare`]; [`up`] starts its servers stage by stage and watches them until
+//! Ctrl-C/SIGTERM. The processes are a [`LocalCluster`]'s, the type `tessera-bench` and the tests run
+//! their clusters with; the supervisor adds what a process manager does. A server that ends is logged and started again, with the same
 //! arguments, after a delay that grows while it keeps ending ([`crate::supervise::RestartPolicy`]); the
 //! others keep running. `up` itself ends only on Ctrl-C/SIGTERM (it then stops the forwarding nodes, the
 //! data servers and the MDS last) or when a server keeps failing to start (it then says why, with the
@@ -14,8 +15,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use tessera_ops::child::{self, Child, Signals, READY_TIMEOUT, STOP_GRACE};
-use tessera_ops::clusterdir::{existing_ds_count, prepare, ClusterFiles, Server, Shape, STATUS_FILE};
+use tessera_ops::child::{Signals, READY_TIMEOUT, STOP_GRACE};
+use tessera_ops::cluster::LocalCluster;
+use tessera_ops::clusterdir::{existing_ds_count, ClusterFiles, Server, Shape, STATUS_FILE};
 use tessera_proto::config::{ClusterConfig, Defaults};
 use tessera_proto::types::format_utc;
 
@@ -42,18 +44,16 @@ const TICK: Duration = Duration::from_millis(50);
 /// How often the status file is rewritten when nothing changed (its `updated_at_ms` shows `up` lives).
 const REFRESH: Duration = Duration::from_secs(2);
 
-/// A server's process, if it has one.
+/// A server's state; its process, when it has one, is the [`LocalCluster`]'s.
 enum Run {
     /// Its stage has not started yet.
     Waiting,
     /// Started at `since`, not `READY` yet.
     Starting {
-        child: Child,
         since: Instant,
     },
     /// `READY` since `since`.
     Running {
-        child: Child,
         since: Instant,
     },
     /// Ended; started again at `until` (`at_ms` in Unix time, for the status file).
@@ -64,17 +64,16 @@ enum Run {
     /// Kept failing at start.
     Failed,
     /// SIGTERM sent while stopping the cluster.
-    Stopping {
-        child: Child,
-    },
+    Stopping,
     Stopped,
 }
 
 /// One supervised server.
 struct Supervised {
     server: Server,
-    bin: PathBuf,
     log: PathBuf,
+    /// Its current process (`Starting`, `Running`, `Stopping`).
+    pid: Option<u32>,
     /// Its start stage (0: the MDS, 1: data servers, 2: forwarding nodes).
     stage: usize,
     backoff: Backoff,
@@ -90,13 +89,6 @@ struct Supervised {
 }
 
 impl Supervised {
-    fn pid(&self) -> Option<u32> {
-        match &self.run {
-            Run::Starting { child, .. } | Run::Running { child, .. } | Run::Stopping { child } => Some(child.id()),
-            _ => None,
-        }
-    }
-
     fn status(&self) -> ChildStatus {
         let (state, restart_at_ms) = match &self.run {
             Run::Waiting => (ChildState::Waiting, None),
@@ -104,10 +96,10 @@ impl Supervised {
             Run::Running { .. } => (ChildState::Running, None),
             Run::Backoff { at_ms, .. } => (ChildState::Backoff, Some(*at_ms)),
             Run::Failed => (ChildState::Failed, None),
-            Run::Stopping { .. } => (ChildState::Stopping, None),
+            Run::Stopping => (ChildState::Stopping, None),
             Run::Stopped => (ChildState::Stopped, None),
         };
-        let pid = self.pid();
+        let pid = self.pid;
         ChildStatus {
             name: self.server.name.clone(),
             state,
@@ -138,6 +130,7 @@ enum Event {
 
 /// The servers of one `tessera up` and the status file it keeps.
 struct Supervisor {
+    cluster: LocalCluster,
     kids: Vec<Supervised>,
     status_path: PathBuf,
     dir: String,
@@ -156,15 +149,16 @@ fn short_reason(name: &str, e: &str) -> String {
 }
 
 impl Supervisor {
-    fn new(files: &ClusterFiles, bins: &std::collections::HashMap<&str, PathBuf>, policy: RestartPolicy) -> Self {
+    fn new(cluster: LocalCluster, policy: RestartPolicy) -> Self {
+        let files = &cluster.files;
         let kids = files
             .start_stages()
             .into_iter()
             .enumerate()
             .flat_map(|(stage, servers)| servers.into_iter().map(move |s| (stage, s)))
             .map(|(stage, server)| Supervised {
-                bin: bins[server.binary].clone(),
                 log: files.log_path(&server.name),
+                pid: None,
                 server,
                 stage,
                 backoff: Backoff::new(policy),
@@ -176,9 +170,10 @@ impl Supervisor {
             })
             .collect();
         Supervisor {
-            kids,
             status_path: files.status_path(),
             dir: files.dir.display().to_string(),
+            cluster,
+            kids,
             state: "starting",
             message: None,
             written: None,
@@ -237,7 +232,6 @@ impl Supervisor {
     /// Starts server `i` (again): its output goes to its log, appended to; a restart is noted there.
     /// An error is the give-up message.
     fn start(&mut self, i: usize) -> Result<(), String> {
-        use std::os::unix::process::CommandExt;
         let k = &mut self.kids[i];
         // Each start is marked in the log (appended to, over restarts and runs of `up`).
         let now = format_utc((now_ms() / 1000) as i64);
@@ -254,14 +248,13 @@ impl Supervisor {
         if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&k.log) {
             let _ = writeln!(f, "{note}");
         }
-        let mut cmd = k.server.command(&k.bin);
-        // Own process group: a Ctrl-C on the terminal reaches only us, and we stop the servers in order.
-        cmd.process_group(0);
-        child::die_with_parent(&mut cmd);
-        match child::spawn(&k.server.name, &mut cmd, Some(&k.log)) {
-            Ok(child) => {
+        // Its own process group (the cluster's setting): a Ctrl-C on the terminal reaches only us, and we
+        // stop the servers in order.
+        match self.cluster.spawn(&k.server.name) {
+            Ok(()) => {
+                k.pid = self.cluster.child(&k.server.name).ok().map(|c| c.id());
                 k.started_at_ms = Some(now_ms());
-                k.run = Run::Starting { child, since: Instant::now() };
+                k.run = Run::Starting { since: Instant::now() };
                 Ok(())
             }
             Err(e) => {
@@ -282,6 +275,8 @@ impl Supervisor {
         detail: String,
     ) -> Result<(), String> {
         let k = &mut self.kids[i];
+        self.cluster.forget(&k.server.name);
+        k.pid = None;
         k.run = Run::Stopped;
         k.last_exit = Some((why.clone(), now_ms(), pid));
         let name = k.server.name.clone();
@@ -321,8 +316,15 @@ impl Supervisor {
         for i in 0..self.kids.len() {
             let k = &mut self.kids[i];
             let name = k.server.name.clone();
-            let event = match &mut k.run {
-                Run::Starting { child, since } => match child.poll_ready() {
+            let child = match &k.run {
+                Run::Starting { .. } | Run::Running { .. } => match self.cluster.child(&name) {
+                    Ok(c) => Some(c),
+                    Err(e) => return Err(format!("{name}: its process is lost: {e}")),
+                },
+                _ => None,
+            };
+            let event = match (&mut k.run, child) {
+                (Run::Starting { since }, Some(child)) => match child.poll_ready() {
                     Some(Ok(_)) => Event::Ready,
                     Some(Err(e)) => {
                         let e = e.to_string();
@@ -335,24 +337,21 @@ impl Supervisor {
                     }
                     None => continue,
                 },
-                Run::Running { child, since } => match child.try_wait() {
+                (Run::Running { since }, Some(child)) => match child.try_wait() {
                     Some(st) => {
                         let why = st.to_string();
                         Event::Ended { served: Some(since.elapsed()), detail: why.clone(), why }
                     }
                     None => continue,
                 },
-                Run::Backoff { until, .. } if Instant::now() >= *until => Event::Restart,
+                (Run::Backoff { until, .. }, _) if Instant::now() >= *until => Event::Restart,
                 _ => continue,
             };
             changed = true;
             match event {
                 Event::Ready => {
-                    let Run::Starting { child, .. } = std::mem::replace(&mut k.run, Run::Stopped) else {
-                        unreachable!("ready only while starting")
-                    };
-                    let pid = child.id();
-                    k.run = Run::Running { child, since: Instant::now() };
+                    let pid = k.pid.unwrap_or_default();
+                    k.run = Run::Running { since: Instant::now() };
                     k.backoff.ready();
                     k.ever_ready = true;
                     if let Some((_, at, _)) = &k.last_exit {
@@ -364,7 +363,7 @@ impl Supervisor {
                     }
                 }
                 Event::Ended { served, why, detail } => {
-                    let pid = k.pid();
+                    let pid = k.pid;
                     self.ended(i, pid, served, why, detail)?;
                 }
                 Event::Restart => {
@@ -383,14 +382,17 @@ impl Supervisor {
         for stage in (0..self.stages()).rev() {
             for k in self.kids.iter_mut().filter(|k| k.stage == stage) {
                 k.run = match std::mem::replace(&mut k.run, Run::Stopped) {
-                    Run::Starting { mut child, .. } | Run::Running { mut child, .. } => {
-                        if hurry {
-                            child.kill();
-                        } else {
-                            child.terminate();
+                    Run::Starting { .. } | Run::Running { .. } => match self.cluster.child(&k.server.name) {
+                        Ok(child) => {
+                            if hurry {
+                                child.kill();
+                            } else {
+                                child.terminate();
+                            }
+                            Run::Stopping
                         }
-                        Run::Stopping { child }
-                    }
+                        Err(_) => Run::Stopped,
+                    },
                     Run::Failed => Run::Failed,
                     _ => Run::Stopped,
                 };
@@ -399,19 +401,17 @@ impl Supervisor {
             let deadline = Instant::now() + STOP_GRACE;
             loop {
                 let mut left = 0;
-                for k in self.kids.iter_mut().filter(|k| k.stage == stage) {
-                    if let Run::Stopping { child } = &mut k.run {
-                        if child.running() {
-                            left += 1;
-                        }
+                for k in self.kids.iter().filter(|k| k.stage == stage && matches!(k.run, Run::Stopping)) {
+                    if self.cluster.child(&k.server.name).is_ok_and(|c| c.running()) {
+                        left += 1;
                     }
                 }
                 if left == 0 {
                     break;
                 }
                 if hurry || Instant::now() >= deadline {
-                    for k in self.kids.iter_mut().filter(|k| k.stage == stage) {
-                        if let Run::Stopping { child } = &mut k.run {
+                    for k in self.kids.iter().filter(|k| k.stage == stage && matches!(k.run, Run::Stopping)) {
+                        if let Ok(child) = self.cluster.child(&k.server.name) {
                             if child.running() {
                                 if !hurry {
                                     eprintln!(
@@ -435,7 +435,9 @@ impl Supervisor {
             }
             let mut stopped = Vec::new();
             for k in self.kids.iter_mut().filter(|k| k.stage == stage) {
-                if let Run::Stopping { .. } = k.run {
+                if let Run::Stopping = k.run {
+                    self.cluster.forget(&k.server.name);
+                    k.pid = None;
                     k.run = Run::Stopped;
                     stopped.push(k.server.name.clone());
                 }
@@ -513,17 +515,12 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<ExitCode> {
         defaults.placement = p;
     }
     let shape = Shape { ds: n_ds, ion: n_ion, targets: opts.targets, target_capacity: opts.target_capacity };
-    let files = prepare(&opts.dir, shape, opts.port_base, defaults)?;
+    let cluster = LocalCluster::prepare(&opts.dir, shape, opts.port_base, defaults)?.with_own_process_groups();
+    let files = cluster.files.clone();
     let cfg = ClusterConfig::load(&files.client_config)?;
-
     // Every binary is looked up first, so a missing one starts nothing.
-    let mut bins = std::collections::HashMap::new();
-    for s in files.start_stages().iter().flatten() {
-        if !bins.contains_key(s.binary) {
-            bins.insert(s.binary, child::server_binary(s.binary)?);
-        }
-    }
-    let mut sup = Supervisor::new(&files, &bins, RestartPolicy::default());
+    cluster.locate_binaries()?;
+    let mut sup = Supervisor::new(cluster, RestartPolicy::default());
     sup.write_status();
 
     // Stage by stage (the MDS, the data servers, the forwarding nodes), each once the one before is

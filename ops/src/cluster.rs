@@ -1,8 +1,8 @@
 //! One local cluster: the servers of a prepared cluster directory ([`crate::clusterdir`]) as child
 //! processes of this one, started stage by stage (the MDS, then the data servers, then the forwarding
 //! nodes), each waited for until it says `READY`, killed or started again by name, stopped cleanly or
-//! killed with the cluster. `tessera-bench` (its experiments, soak and fuzzer) and the cross-process tests
-//! run their clusters with it; `tessera up` supervises the same [`Server`]s with its own restart policy.
+//! killed with the cluster. `tessera up` (its supervisor adds the restart policy and the status file),
+//! `tessera-bench` (its experiments, soak and fuzzer) and the cross-process tests run their clusters with it.
 //!
 //! Processes only: connecting clients to the cluster is the caller's (this crate is below the client
 //! library).
@@ -23,6 +23,9 @@ pub struct LocalCluster {
     /// Running servers (and ones that ended and were not looked at yet), in start order.
     children: Vec<Child>,
     locate: Locate,
+    /// Each server in a process group of its own (`tessera up`: a Ctrl-C on the terminal reaches only the
+    /// supervisor, which stops the servers in order).
+    own_groups: bool,
 }
 
 fn other(e: impl std::fmt::Display) -> Error {
@@ -32,7 +35,7 @@ fn other(e: impl std::fmt::Display) -> Error {
 impl LocalCluster {
     /// The servers of `files`, none started; binaries are found with [`child::server_binary`].
     pub fn new(files: ClusterFiles) -> LocalCluster {
-        LocalCluster { files, children: Vec::new(), locate: child::server_binary }
+        LocalCluster { files, children: Vec::new(), locate: child::server_binary, own_groups: false }
     }
 
     /// Writes a fresh cluster directory into `dir` ([`prepare`]; its `logs/` made) and returns its servers,
@@ -47,6 +50,18 @@ impl LocalCluster {
     pub fn with_binaries(mut self, locate: Locate) -> LocalCluster {
         self.locate = locate;
         self
+    }
+
+    /// Starts each server in a process group of its own, so that a signal to this process's group (a
+    /// Ctrl-C on its terminal) does not reach the servers.
+    pub fn with_own_process_groups(mut self) -> LocalCluster {
+        self.own_groups = true;
+        self
+    }
+
+    /// Finds every server's binary, so that a missing one is reported before anything starts.
+    pub fn locate_binaries(&self) -> Result<()> {
+        self.servers().iter().try_for_each(|s| (self.locate)(s.binary).map(drop))
     }
 
     /// Every server, in start order.
@@ -66,7 +81,9 @@ impl LocalCluster {
             .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no server {name} in this cluster")))
     }
 
-    fn child(&mut self, name: &str) -> Result<&mut Child> {
+    /// The process of server `name` (running, or ended and not yet looked at): to poll its readiness or
+    /// exit, or signal it.
+    pub fn child(&mut self, name: &str) -> Result<&mut Child> {
         self.children
             .iter_mut()
             .find(|c| c.name() == name)
@@ -81,6 +98,9 @@ impl LocalCluster {
         }
         let s = self.server(name)?;
         let mut cmd = s.command(&(self.locate)(s.binary)?);
+        if self.own_groups {
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        }
         let c = child::spawn(&s.name, child::die_with_parent(&mut cmd), Some(&self.files.log_path(&s.name)))?;
         self.children.push(c);
         Ok(())
@@ -150,6 +170,13 @@ impl LocalCluster {
         let mut c = self.children.remove(k);
         c.kill();
         Ok(())
+    }
+
+    /// Forgets the process of server `name` (one that ended, or one whose end is not waited for): it is
+    /// returned, and killed when dropped.
+    pub fn forget(&mut self, name: &str) -> Option<Child> {
+        let k = self.children.iter().position(|c| c.name() == name)?;
+        Some(self.children.remove(k))
     }
 
     /// The servers that ended since started (each reported once, then forgotten).
