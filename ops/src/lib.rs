@@ -9,7 +9,8 @@
 //! - [`clusterdir`] (feature `ca`): certificates and configs of a cluster on loopback (`tessera up`,
 //!   experiments, tests).
 //! - [`cluster`] (feature `ca`): one local cluster's servers as child processes: started stage by stage,
-//!   killed and started again by name, stopped (`tessera-bench` and the cross-process tests).
+//!   killed and started again by name, stopped (`tessera up` under its supervisor, `tessera-bench` and the
+//!   cross-process tests).
 //!
 //! The daemons depend on this crate without the `ca` feature: rcgen stays out of their build.
 
