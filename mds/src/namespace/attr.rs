@@ -101,14 +101,14 @@ impl Namespace {
         if let (Some(size), Some(l)) = (set.size, &cur.layout) {
             self.truncate_objects(l, size).await?;
         }
-        let r = Self::offload(|| {
+        let r = {
             let _g = self.lock();
             let mut tx = self.store.begin();
             let mut i = tx.inode(ino)?;
             self.apply_setattr(c, &mut i, &set, Timestamp::now())?;
             tx.put_inode(&i)?;
             self.commit(tx).map(|_| MdsReply::Attr(i.attr))
-        });
+        };
         self.durable(r).await
     }
 

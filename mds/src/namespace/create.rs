@@ -25,7 +25,7 @@ impl Namespace {
         exclusive: bool,
         layout: Option<LayoutSpec>,
     ) -> FsResult<MdsReply> {
-        let r = Self::offload(|| self.create_sync(c, parent, name, kind, perm, rdev, exclusive, layout, None));
+        let r = self.create_sync(c, parent, name, kind, perm, rdev, exclusive, layout, None);
         self.durable(r.map(|(i, _)| entry(i))).await
     }
 
@@ -43,7 +43,7 @@ impl Namespace {
         flags: OpenFlags,
     ) -> FsResult<MdsReply> {
         let open = Some(client);
-        let r = Self::offload(|| self.create_sync(c, parent, name, FileKind::File, perm, 0, exclusive, layout, open));
+        let r = self.create_sync(c, parent, name, FileKind::File, perm, 0, exclusive, layout, open);
         match self.durable(r).await? {
             (i, Some((handle, parent))) => {
                 Ok(MdsReply::Opened { attr: i.attr, layout: i.layout, handle, parent: Some(parent) })
@@ -54,15 +54,15 @@ impl Namespace {
     }
 
     pub(crate) async fn mkdir(&self, c: &Caller, parent: Ino, name: &str, perm: u32) -> FsResult<MdsReply> {
-        self.durable(Self::offload(|| self.mkdir_sync(c, parent, name, perm))).await
+        self.durable(self.mkdir_sync(c, parent, name, perm)).await
     }
 
     pub(crate) async fn symlink(&self, c: &Caller, parent: Ino, name: &str, target: &str) -> FsResult<MdsReply> {
-        self.durable(Self::offload(|| self.symlink_sync(c, parent, name, target))).await
+        self.durable(self.symlink_sync(c, parent, name, target)).await
     }
 
     pub(crate) async fn link(&self, c: &Caller, ino: Ino, new_parent: Ino, new_name: &str) -> FsResult<MdsReply> {
-        self.durable(Self::offload(|| self.link_sync(c, ino, new_parent, new_name))).await
+        self.durable(self.link_sync(c, ino, new_parent, new_name)).await
     }
 
     /// Creates `name` (or, if `exclusive` is false, finds the regular file of that name). With `open`

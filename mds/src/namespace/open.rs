@@ -63,7 +63,7 @@ impl Namespace {
                 self.truncate_objects(l, 0).await?;
             }
         }
-        let r = Self::offload(|| {
+        let r = {
             let _g = self.lock();
             let mut tx = self.store.begin();
             let mut i = tx.inode(ino)?;
@@ -78,7 +78,7 @@ impl Namespace {
             }
             let handle = self.register_open(ino, client);
             Ok(MdsReply::Opened { attr: i.attr, layout: i.layout, handle, parent: None })
-        });
+        };
         if truncate {
             self.durable(r).await
         } else {
@@ -88,7 +88,7 @@ impl Namespace {
 
     /// `Close`. A close that changed nothing (no write, no orphan removed) has nothing to make durable.
     pub(crate) async fn close(&self, ino: Ino, handle: u64, size: Option<u64>, wrote: bool) -> FsResult<MdsReply> {
-        match Self::offload(|| self.close_sync(ino, handle, size, wrote)) {
+        match self.close_sync(ino, handle, size, wrote) {
             Ok((reply, true)) => self.durable(Ok(reply)).await,
             other => other.map(|(reply, _)| reply),
         }
@@ -152,11 +152,11 @@ impl Namespace {
     }
 
     pub(crate) async fn report_write(&self, c: &Caller, ino: Ino, size: u64) -> FsResult<MdsReply> {
-        self.durable(Self::offload(|| self.report_write_sync(c, ino, size))).await
+        self.durable(self.report_write_sync(c, ino, size)).await
     }
 
     pub(crate) async fn append(&self, c: &Caller, ino: Ino, len: u64) -> FsResult<MdsReply> {
-        self.durable(Self::offload(|| self.append_sync(c, ino, len))).await
+        self.durable(self.append_sync(c, ino, len)).await
     }
 
     fn report_write_sync(&self, c: &Caller, ino: Ino, size: u64) -> FsResult<MdsReply> {

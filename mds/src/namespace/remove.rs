@@ -19,11 +19,11 @@ impl Namespace {
     }
 
     pub(crate) async fn unlink(&self, c: &Caller, parent: Ino, name: &str) -> FsResult<MdsReply> {
-        self.durable(Self::offload(|| self.unlink_sync(c, parent, name))).await
+        self.durable(self.unlink_sync(c, parent, name)).await
     }
 
     pub(crate) async fn rmdir(&self, c: &Caller, parent: Ino, name: &str) -> FsResult<MdsReply> {
-        self.durable(Self::offload(|| self.rmdir_sync(c, parent, name))).await
+        self.durable(self.rmdir_sync(c, parent, name)).await
     }
 
     fn unlink_sync(&self, c: &Caller, parent: Ino, name: &str) -> FsResult<MdsReply> {

@@ -33,7 +33,7 @@ impl Namespace {
         new_name: &str,
         flags: RenameFlags,
     ) -> FsResult<MdsReply> {
-        self.durable(Self::offload(|| self.rename_sync(c, parent, name, new_parent, new_name, flags))).await
+        self.durable(self.rename_sync(c, parent, name, new_parent, new_name, flags)).await
     }
 
     fn rename_sync(

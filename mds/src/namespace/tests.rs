@@ -1401,13 +1401,15 @@ async fn appends_are_given_the_files_end_one_after_another() {
     assert_eq!(code(ns.handle(&alice, MdsRequest::Append { ino: 999_999, len: 1 }).await), ErrorCode::NotFound);
 }
 
-/// A mutation blocked in its synchronous section — here waiting for the mutation lock, as it would behind
-/// another's journal write(2), sled transaction or placement solve — does not stall the runtime's worker:
-/// with one worker, another request is served meanwhile, and the mutation completes once unblocked.
+/// A long mutation (a directory lease's grant: the directory's names listed under the lock) blocked in its synchronous
+/// section — here waiting for the mutation lock, as it would behind another's journal write(2), sled
+/// transaction or placement solve — does not stall the runtime's worker: with one worker, another request
+/// is served meanwhile, and the grant completes once unblocked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_blocked_mutation_leaves_the_worker_to_other_requests() {
     let dir = tempfile::tempdir().unwrap();
     let ns = Arc::new(open_ns(dir.path()).0);
+    let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap().ino;
     // Another thread holds the mutation lock until told to let go.
     let (held_tx, held_rx) = std::sync::mpsc::channel();
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
@@ -1422,7 +1424,7 @@ async fn a_blocked_mutation_leaves_the_worker_to_other_requests() {
     held_rx.recv().unwrap();
     let mutation = {
         let ns = ns.clone();
-        tokio::spawn(async move { create(&ns, &root(), ROOT_INO, "f").await })
+        tokio::spawn(async move { ns.handle_client(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await })
     };
     // Time for the mutation to reach the lock on the only worker (std sleeps: the timer needs a worker).
     std::thread::sleep(Duration::from_millis(200));
@@ -1435,11 +1437,11 @@ async fn a_blocked_mutation_leaves_the_worker_to_other_requests() {
     let waiting = !mutation.is_finished();
     release_tx.send(()).unwrap();
     holder.join().unwrap();
+    let granted = mutation.await.unwrap();
     assert!(
         matches!(served, Ok(Ok(MdsReply::Attr(_)))),
         "a getattr was not served while a mutation blocked: {served:?}"
     );
-    assert!(waiting, "the mutation finished while the lock was held");
-    let f = mutation.await.unwrap().unwrap();
-    assert_eq!(lookup(&ns, &root(), ROOT_INO, "f").await.unwrap().ino, f.ino);
+    assert!(waiting, "the mutation finished while the lock was held: {granted:?}");
+    assert!(matches!(granted, Ok(MdsReply::Lease(_))), "the lease is granted once unblocked: {granted:?}");
 }

@@ -80,7 +80,7 @@ impl Namespace {
     }
 
     pub(crate) async fn set_layout(&self, c: &Caller, ino: Ino, spec: LayoutSpec) -> FsResult<MdsReply> {
-        self.durable(Self::offload(|| self.set_layout_sync(c, ino, spec))).await
+        self.durable(self.set_layout_sync(c, ino, spec)).await
     }
 
     fn set_layout_sync(&self, c: &Caller, ino: Ino, spec: LayoutSpec) -> FsResult<MdsReply> {
@@ -152,7 +152,7 @@ impl Namespace {
         value: &[u8],
         mode: XattrMode,
     ) -> FsResult<MdsReply> {
-        self.durable(Self::offload(|| self.set_xattr_sync(c, ino, name, value, mode))).await
+        self.durable(self.set_xattr_sync(c, ino, name, value, mode)).await
     }
 
     fn set_xattr_sync(&self, c: &Caller, ino: Ino, name: &str, value: &[u8], mode: XattrMode) -> FsResult<MdsReply> {
@@ -222,7 +222,7 @@ impl Namespace {
     }
 
     pub(crate) async fn remove_xattr(&self, c: &Caller, ino: Ino, name: &str) -> FsResult<MdsReply> {
-        self.durable(Self::offload(|| self.remove_xattr_sync(c, ino, name))).await
+        self.durable(self.remove_xattr_sync(c, ino, name)).await
     }
 
     fn remove_xattr_sync(&self, c: &Caller, ino: Ino, name: &str) -> FsResult<MdsReply> {
