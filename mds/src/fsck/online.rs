@@ -117,9 +117,12 @@ impl Namespace {
         // What can be destroyed is, so the log holds only what does not drain.
         destroy::drain_once(&self.store, self.data.as_ref()).await;
         let mut scan = Scan { start, mark, ..Default::default() };
-        self.read_trees(&mut scan, &[T::Inodes, T::Dentries, T::Dirseq])?;
-        scan.orphan_markers = self.store.orphans()?.into_iter().collect();
-        self.read_trees(&mut scan, &[T::Xattrs, T::DirLayouts, T::Destroy])?;
+        // Whole trees read: not on the async worker.
+        Self::offload(|| -> FsResult<()> {
+            self.read_trees(&mut scan, &[T::Inodes, T::Dentries, T::Dirseq])?;
+            scan.orphan_markers = self.store.orphans()?.into_iter().collect();
+            self.read_trees(&mut scan, &[T::Xattrs, T::DirLayouts, T::Destroy])
+        })?;
         scan.open = self.opens().iter().filter(|(_, h)| !h.is_empty()).map(|(i, _)| *i).collect();
         scan.servers = servers;
         let data = self.data.as_ref();
@@ -158,7 +161,7 @@ impl Namespace {
         let mut confirmed = Vec::new();
         let mut repaired = 0;
         for chunk in found.chunks(CHUNK) {
-            let r = {
+            let r = Self::offload(|| {
                 let _g = self.lock();
                 let mut tx = self.store.begin();
                 let checked = chunk.iter().try_for_each(|f| {
@@ -174,7 +177,7 @@ impl Namespace {
                     Ok(())
                 });
                 checked.and_then(|()| self.commit(tx))
-            };
+            });
             self.durable(r).await?;
         }
         Ok((confirmed, repaired))

@@ -69,7 +69,7 @@ impl Namespace {
     /// `SetCompositeLayout`: a directory's composite default (replacing its plain one), or an empty
     /// file's new layout (its first extent placed now, its old objects destroyed); EBUSY on a file with data.
     pub(crate) async fn set_composite(&self, c: &Caller, ino: Ino, specs: &[ExtentSpec]) -> FsResult<MdsReply> {
-        self.durable(self.set_composite_sync(c, ino, specs)).await
+        self.durable(Self::offload(|| self.set_composite_sync(c, ino, specs))).await
     }
 
     pub(super) fn set_composite_sync(&self, c: &Caller, ino: Ino, specs: &[ExtentSpec]) -> FsResult<MdsReply> {
@@ -137,22 +137,23 @@ impl Namespace {
         if l.extent(want).is_none_or(|e| e.instantiated()) {
             return Ok(l);
         }
-        let mut avoid: Vec<Slot> = l.all_targets().map(|t| (t.ds, target_of(t.object))).collect();
-        let mut placed = Vec::new();
-        for (k, e) in l.extents.iter().enumerate().take(want).filter(|(_, e)| e.targets.is_empty()) {
-            let expected_size = if e.end == EOF { 0 } else { e.end - e.start };
-            let req = CreateRequest {
-                stripe_count: e.stripe_count as usize,
-                stripe_size: e.stripe_size,
-                expected_size,
-                exclude: Vec::new(),
-            };
-            // `k + 1`: the extent's index in the layout (extent 0 is the first, `l.targets`).
-            let slots = self.placer.place_extent(policy.as_deref(), ino, k + 1, e.start, e.end, req, &avoid)?;
-            avoid.extend(&slots);
-            placed.push((k, e.start, slots));
-        }
-        let r = {
+        // Placement (a solve per extent) and the commit, off the async worker.
+        let r = Self::offload(|| {
+            let mut avoid: Vec<Slot> = l.all_targets().map(|t| (t.ds, target_of(t.object))).collect();
+            let mut placed = Vec::new();
+            for (k, e) in l.extents.iter().enumerate().take(want).filter(|(_, e)| e.targets.is_empty()) {
+                let expected_size = if e.end == EOF { 0 } else { e.end - e.start };
+                let req = CreateRequest {
+                    stripe_count: e.stripe_count as usize,
+                    stripe_size: e.stripe_size,
+                    expected_size,
+                    exclude: Vec::new(),
+                };
+                // `k + 1`: the extent's index in the layout (extent 0 is the first, `l.targets`).
+                let slots = self.placer.place_extent(policy.as_deref(), ino, k + 1, e.start, e.end, req, &avoid)?;
+                avoid.extend(&slots);
+                placed.push((k, e.start, slots));
+            }
             let _g = self.lock();
             let mut tx = self.store.begin();
             let mut i = tx.inode(ino)?;
@@ -175,7 +176,7 @@ impl Namespace {
                 self.commit(tx)?;
             }
             Ok(out)
-        };
+        });
         self.durable(r).await
     }
 }

@@ -126,6 +126,11 @@ impl Namespace {
     /// composite default layout, every extent the expected size reaches is placed in that batch too (the
     /// first extent with the declared stripe count, if one is given).
     pub(crate) fn declare(&self, c: &Caller, files: Vec<DeclaredFile>) -> FsResult<MdsReply> {
+        // A batch solve (balanced placement) can take a while: not on the async worker.
+        Self::offload(|| self.declare_sync(c, files))
+    }
+
+    fn declare_sync(&self, c: &Caller, files: Vec<DeclaredFile>) -> FsResult<MdsReply> {
         if files.len() > MAX_DECLARE {
             return Err(FsError::invalid(format!("{} files in one declaration (at most {MAX_DECLARE})", files.len())));
         }

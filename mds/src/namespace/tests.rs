@@ -1400,3 +1400,48 @@ async fn appends_are_given_the_files_end_one_after_another() {
     assert_eq!(code(ns.handle(&user(1001), append(1)).await), ErrorCode::Access);
     assert_eq!(code(ns.handle(&alice, MdsRequest::Append { ino: 999_999, len: 1 }).await), ErrorCode::NotFound);
 }
+
+/// A long mutation (a directory lease's grant: the directory's names listed under the lock) blocked in its synchronous
+/// section — here waiting for the mutation lock, as it would behind another's journal write(2), sled
+/// transaction or placement solve — does not stall the runtime's worker: with one worker, another request
+/// is served meanwhile, and the grant completes once unblocked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_blocked_mutation_leaves_the_worker_to_other_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = Arc::new(open_ns(dir.path()).0);
+    let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap().ino;
+    // Another thread holds the mutation lock until told to let go.
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let holder = {
+        let ns = ns.clone();
+        std::thread::spawn(move || {
+            let _g = ns.lock();
+            held_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+        })
+    };
+    held_rx.recv().unwrap();
+    let mutation = {
+        let ns = ns.clone();
+        tokio::spawn(async move { ns.handle_client(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await })
+    };
+    // Time for the mutation to reach the lock on the only worker (std sleeps: the timer needs a worker).
+    std::thread::sleep(Duration::from_millis(200));
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    {
+        let ns = ns.clone();
+        tokio::spawn(async move { done_tx.send(ns.handle(&root(), MdsRequest::GetAttr { ino: ROOT_INO }).await) });
+    }
+    let served = done_rx.recv_timeout(Duration::from_secs(10));
+    let waiting = !mutation.is_finished();
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+    let granted = mutation.await.unwrap();
+    assert!(
+        matches!(served, Ok(Ok(MdsReply::Attr(_)))),
+        "a getattr was not served while a mutation blocked: {served:?}"
+    );
+    assert!(waiting, "the mutation finished while the lock was held: {granted:?}");
+    assert!(matches!(granted, Ok(MdsReply::Lease(_))), "the lease is granted once unblocked: {granted:?}");
+}
