@@ -136,6 +136,18 @@ enum Event {
     Restart,
 }
 
+/// A server that failed to start too many times in a row: `tessera up` gives up and stops the cluster.
+#[derive(Debug, thiserror::Error)]
+#[error("{name} failed to start {start_failures} times in a row; the last time it {why}; {detail}")]
+struct GaveUp {
+    name: String,
+    start_failures: u32,
+    /// What happened the last time, short.
+    why: String,
+    /// The last start's output (the log's tail), or the error in full.
+    detail: String,
+}
+
 /// The servers of one `tessera up` and the status file it keeps.
 struct Supervisor {
     kids: Vec<Supervised>,
@@ -220,7 +232,7 @@ impl Supervisor {
     }
 
     /// Starts the servers of `stage`.
-    fn start_stage(&mut self, stage: usize) -> Result<(), String> {
+    fn start_stage(&mut self, stage: usize) -> Result<(), GaveUp> {
         for i in 0..self.kids.len() {
             if self.kids[i].stage == stage && matches!(self.kids[i].run, Run::Waiting) {
                 self.start(i)?;
@@ -236,7 +248,7 @@ impl Supervisor {
 
     /// Starts server `i` (again): its output goes to its log, appended to; a restart is noted there.
     /// An error is the give-up message.
-    fn start(&mut self, i: usize) -> Result<(), String> {
+    fn start(&mut self, i: usize) -> Result<(), GaveUp> {
         use std::os::unix::process::CommandExt;
         let k = &mut self.kids[i];
         // Each start is marked in the log (appended to, over restarts and runs of `up`).
@@ -280,7 +292,7 @@ impl Supervisor {
         served: Option<Duration>,
         why: String,
         detail: String,
-    ) -> Result<(), String> {
+    ) -> Result<(), GaveUp> {
         let k = &mut self.kids[i];
         k.run = Run::Stopped;
         k.last_exit = Some((why.clone(), now_ms(), pid));
@@ -309,14 +321,14 @@ impl Supervisor {
                 k.run = Run::Failed;
                 let tail = last_start_output(&k.log, TAIL_LINES);
                 let detail = if tail.trim().is_empty() { detail } else { format!("its log {log} ends:\n{tail}") };
-                Err(format!("{name} failed to start {start_failures} times in a row; the last time it {why}; {detail}"))
+                Err(GaveUp { name, start_failures, why, detail })
             }
         }
     }
 
     /// Looks at every server once: readiness, exits, backoffs that are over. Returns whether anything
     /// changed, or the give-up message.
-    fn tick(&mut self) -> Result<bool, String> {
+    fn tick(&mut self) -> Result<bool, GaveUp> {
         let mut changed = false;
         for i in 0..self.kids.len() {
             let k = &mut self.kids[i];
@@ -578,6 +590,7 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<ExitCode> {
         Err(e) => {
             eprintln!("tessera up: a server keeps failing to start; stopping the cluster");
             sup.state = "stopping";
+            let e = e.to_string();
             sup.message = e.lines().next().and_then(|l| l.split("; its log").next()).map(str::to_string);
             sup.stop(&mut signals).await;
             sup.state = "failed";
