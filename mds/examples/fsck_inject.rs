@@ -113,10 +113,11 @@ fn main() -> std::process::ExitCode {
             }
         }
     }
-    match tx.commit().and_then(|()| store.flush_sync()) {
+    let committed = tx.commit().map_err(anyhow::Error::from).and_then(|()| Ok(store.flush_sync()?));
+    match committed {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("commit: {e}");
+            eprintln!("commit: {e:#}");
             std::process::ExitCode::from(1)
         }
     }
