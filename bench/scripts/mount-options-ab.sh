@@ -28,5 +28,5 @@ echo "round mount creates/s stats/s reads/s removes/s  ($nds data servers, $n fi
 for r in $(seq "$reps"); do
   run "$r A:${a_opts:-default}" -a posix -d "$work/a/md"
   run "$r B:${b_opts:-default}" -a posix -d "$work/b/md"
-  [ "${LIB:-0}" = 1 ] && run "$r library" -a tessera -d /md
+  if [ "${LIB:-0}" = 1 ]; then run "$r library" -a tessera -d /md; fi
 done

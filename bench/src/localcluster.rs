@@ -137,8 +137,8 @@ impl LocalCluster {
             edit_config(c, o);
             edit(c);
         })?;
-        let client_cfg = ClusterConfig::load(&procs.files.client_config).map_err(|e| anyhow!("{e}"))?;
-        let admin_cfg = ClusterConfig::load(&procs.files.admin_config).map_err(|e| anyhow!("{e}"))?;
+        let client_cfg = ClusterConfig::load(&procs.files.client_config)?;
+        let admin_cfg = ClusterConfig::load(&procs.files.admin_config)?;
         Ok(PreparedCluster(LocalCluster { procs, client_cfg, admin_cfg, admin: None }))
     }
 

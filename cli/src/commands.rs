@@ -12,7 +12,7 @@ use tessera_client::client::{clean_path, join_path, split_parent, Client};
 use tessera_client::file::{File, OpenOptions};
 use tessera_ops::ca::{CaDir, CertState};
 use tessera_proto::config::ClusterConfig;
-use tessera_proto::error::{ErrorCode, FsError};
+use tessera_proto::error::{chain, ErrorCode, FsError};
 use tessera_proto::layout::{ExtentSpec, Layout, LayoutSpec, EOF};
 use tessera_proto::msg::{
     ost_cost, FsckReport, OrchestratorMode, OrchestratorStatus, SetAttrs, TargetJob, TargetReport, XattrMode,
@@ -434,7 +434,7 @@ impl CaDirArg {
         let Some(config) = config else {
             return Err(CliError::plain("give --dir CA_DIR (the directory holding ca.pem and ca.key) or --config"));
         };
-        let cfg = ClusterConfig::load(config).map_err(CliError::plain)?;
+        let cfg = ClusterConfig::load(config).map_err(CliError::error)?;
         Ok(cfg.tls.ca.parent().map(Path::to_path_buf).unwrap_or_default())
     }
 }
@@ -484,6 +484,10 @@ impl CliError {
     fn plain(e: impl std::fmt::Display) -> CliError {
         CliError { path: None, msg: e.to_string() }
     }
+    /// An error with its sources ([`chain`]: `config x.toml: No such file or directory`).
+    fn error(e: impl std::error::Error + 'static) -> CliError {
+        CliError::plain(chain(&e))
+    }
 }
 
 impl From<anyhow::Error> for CliError {
@@ -527,7 +531,7 @@ impl From<std::io::Error> for ErrText {
 
 impl From<tls::TlsError> for ErrText {
     fn from(e: tls::TlsError) -> ErrText {
-        ErrText(e.to_string())
+        ErrText(chain(&e))
     }
 }
 
@@ -561,11 +565,11 @@ impl<T, E: Into<ErrText>> At<T> for Result<T, E> {
 }
 
 /// Parses octal permission bits (`644`, `0755`, `1777`).
-pub fn parse_mode(s: &str) -> Result<u32, String> {
+pub fn parse_mode(s: &str) -> anyhow::Result<u32> {
     let t = s.trim().trim_start_matches("0o");
     match u32::from_str_radix(t, 8) {
         Ok(m) if m <= 0o7777 && !t.is_empty() => Ok(m),
-        _ => Err(format!("invalid mode '{s}': give octal permission bits such as 644 or 0755")),
+        _ => anyhow::bail!("invalid mode '{s}': give octal permission bits such as 644 or 0755"),
     }
 }
 
@@ -668,13 +672,13 @@ fn up_status(dir: Option<&Path>, config: Option<&Path>, json: bool) -> CliResult
             dir.display()
         )));
     }
-    let st = UpStatus::read(&path).map_err(CliError::plain)?;
+    let st = UpStatus::read(&path)?;
     let alive = up_process_alive(st.pid);
     let now = now_ms();
     if json {
         let mut v = st.to_json(if alive { now } else { st.updated_at_ms });
         v["up_running"] = serde_json::Value::Bool(alive);
-        println!("{}", serde_json::to_string_pretty(&v).map_err(CliError::plain)?);
+        println!("{}", serde_json::to_string_pretty(&v).map_err(CliError::error)?);
     } else {
         print!("{}", st.table(now, alive));
     }
@@ -682,7 +686,7 @@ fn up_status(dir: Option<&Path>, config: Option<&Path>, json: bool) -> CliResult
 }
 
 /// `-E` of `setstripe`: an extent's end (K/M/G suffixes), `-1` or `EOF` for the last.
-fn parse_extent_end(s: &str) -> Result<u64, String> {
+fn parse_extent_end(s: &str) -> Result<u64, tessera_proto::units::SizeError> {
     match s {
         "-1" | "EOF" | "eof" => Ok(tessera_proto::layout::EOF),
         _ => parse_size(s),
@@ -690,10 +694,10 @@ fn parse_extent_end(s: &str) -> Result<u64, String> {
 }
 
 /// `-c` of `setstripe`: a stripe count, `-1` (Lustre's spelling) or 0 for all targets.
-fn parse_count(s: &str) -> Result<u32, String> {
+fn parse_count(s: &str) -> anyhow::Result<u32> {
     match s {
         "-1" => Ok(0),
-        _ => s.parse().map_err(|_| format!("'{s}' is not a stripe count")),
+        _ => s.parse().map_err(|_| anyhow::anyhow!("'{s}' is not a stripe count")),
     }
 }
 
@@ -708,14 +712,14 @@ where
     let m = Cli::command().try_get_matches_from(args)?;
     let mut cli = Cli::from_arg_matches(&m)?;
     if let (Cmd::Setstripe { extents, .. }, Some(("setstripe", sm))) = (&mut cli.cmd, m.subcommand()) {
-        *extents =
-            setstripe_extents(sm).map_err(|e| Cli::command().error(clap::error::ErrorKind::ValueValidation, e))?;
+        *extents = setstripe_extents(sm)
+            .map_err(|e| Cli::command().error(clap::error::ErrorKind::ValueValidation, format!("{e:#}")))?;
     }
     Ok(cli)
 }
 
 /// The extents of `setstripe -E END [-c COUNT] [-S SIZE] -E ...`, in order (empty without `-E`).
-fn setstripe_extents(m: &clap::ArgMatches) -> Result<Vec<ExtentSpec>, String> {
+fn setstripe_extents(m: &clap::ArgMatches) -> anyhow::Result<Vec<ExtentSpec>> {
     let at = |id: &str| -> Vec<usize> { m.indices_of(id).map(|i| i.collect()).unwrap_or_default() };
     let ends: Vec<(usize, u64)> =
         at("extent_end").into_iter().zip(m.get_many::<u64>("extent_end").into_iter().flatten().copied()).collect();
@@ -725,21 +729,21 @@ fn setstripe_extents(m: &clap::ArgMatches) -> Result<Vec<ExtentSpec>, String> {
     let mut specs: Vec<ExtentSpec> =
         ends.iter().map(|&(_, end)| ExtentSpec { end, stripe_size: None, stripe_count: None }).collect();
     let owner = |i: usize, flag: &str| {
-        ends.iter().rposition(|&(e, _)| e < i).ok_or_else(|| format!("{flag} before the first -E"))
+        ends.iter().rposition(|&(e, _)| e < i).ok_or_else(|| anyhow::anyhow!("{flag} before the first -E"))
     };
     for (i, &v) in at("stripe_size").into_iter().zip(m.get_many::<u64>("stripe_size").into_iter().flatten()) {
         let k = owner(i, "-S")?;
         if specs[k].stripe_size.replace(v).is_some() {
-            return Err(format!("two -S for extent {k}"));
+            anyhow::bail!("two -S for extent {k}");
         }
     }
     for (i, &v) in at("stripe_count").into_iter().zip(m.get_many::<u32>("stripe_count").into_iter().flatten()) {
         let k = owner(i, "-c")?;
         if specs[k].stripe_count.replace(v).is_some() {
-            return Err(format!("two -c for extent {k}"));
+            anyhow::bail!("two -c for extent {k}");
         }
     }
-    tessera_proto::layout::validate_extents(&specs).map_err(|e| e.detail)?;
+    tessera_proto::layout::validate_extents(&specs).map_err(|e| anyhow::anyhow!(e.detail))?;
     Ok(specs)
 }
 
@@ -763,8 +767,8 @@ pub fn main_entry() -> ExitCode {
 }
 
 async fn connect(cli: &Cli) -> CliResult<Client> {
-    let cfg = ClusterConfig::locate(cli.config.as_deref()).map_err(CliError::plain)?;
-    let client = Client::connect(&cfg).await.map_err(CliError::plain)?;
+    let cfg = ClusterConfig::locate(cli.config.as_deref()).map_err(CliError::error)?;
+    let client = Client::connect(&cfg).await.map_err(CliError::error)?;
     Ok(match &cli.job {
         Some(j) => client.with_job(j.clone()),
         None => client,
@@ -801,7 +805,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         Cmd::Ls { long, path } => ls(&c, &path, long).await?,
         Cmd::Stat { path } => stat(&c, &path).await?,
         Cmd::Mkdir { parents, mode, path } => {
-            let perm = parse_mode(&mode).map_err(CliError::plain)?;
+            let perm = parse_mode(&mode)?;
             if parents {
                 c.mkdir_all(&path, perm).await.at(&path)?;
             } else {
@@ -833,7 +837,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
             }
         }
         Cmd::Chmod { mode, path } => {
-            let perm = parse_mode(&mode).map_err(CliError::plain)?;
+            let perm = parse_mode(&mode)?;
             c.setattr(&path, SetAttrs { perm: Some(perm), ..Default::default() }).await.at(&path)?;
         }
         Cmd::Truncate { size, path } => {
@@ -903,7 +907,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
                     let bad = |what: &str| CliError::plain(format!("{}:{}: {what}", l.display(), n + 1));
                     let mut w = line.split_whitespace();
                     let path = w.next().ok_or_else(|| bad("no path"))?.to_string();
-                    let sz = w.next().map(parse_size).transpose().map_err(|e| bad(&e))?.unwrap_or(size);
+                    let sz = w.next().map(parse_size).transpose().map_err(|e| bad(&e.to_string()))?.unwrap_or(size);
                     let count = w.next().map(|c| c.parse::<u32>()).transpose().map_err(|_| bad("bad stripe count"))?;
                     files.push((path, sz, count.or(stripe_count)));
                 }
@@ -911,7 +915,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
             if files.is_empty() {
                 return Err(CliError::plain("declare needs PATH... or --list FILE"));
             }
-            let n = c.declare(&files).await.map_err(CliError::plain)?;
+            let n = c.declare(&files).await.map_err(CliError::error)?;
             println!("declared {n} files");
         }
         Cmd::Df { jobs, json, policy } => df(&c, jobs, json, policy).await?,
@@ -927,7 +931,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
             periodic_register(c, job, nodes, compute, volume).await?
         }
         Cmd::Orchestrator(OrchCmd::Status { watch }) => watch_status(&c, watch, orchestrator_text).await?,
-        Cmd::Ion(cmd) => crate::ion::run(&c, cmd).await.map_err(CliError::plain)?,
+        Cmd::Ion(cmd) => crate::ion::run(&c, cmd).await?,
         Cmd::Jobstats { job, watch, json } => crate::jobreport::jobstats(&c, job.as_deref(), watch, json).await?,
         Cmd::Report { job, json, out, dt, threshold } => {
             crate::jobreport::report(&c, &job, json.as_deref(), out.as_deref(), dt, threshold).await?
@@ -958,9 +962,9 @@ fn ca_cmd(ca: &CaCmd, config: Option<&Path>) -> CliResult<()> {
         }
         CaCmd::Issue { dir, role, name, sans, days, force } => {
             let dir = dir.resolve(config)?;
-            let mut ca_dir = CaDir::open(&dir).map_err(CliError::plain)?;
+            let mut ca_dir = CaDir::open(&dir).map_err(CliError::error)?;
             let (files, info) =
-                ca_dir.issue(*role, name, sans, tls::Validity::days(*days), *force).map_err(CliError::plain)?;
+                ca_dir.issue(*role, name, sans, tls::Validity::days(*days), *force).map_err(CliError::error)?;
             println!(
                 "{role} certificate for '{name}': {} and {} (serial {}, valid until {} UTC)",
                 files.cert.display(),
@@ -971,8 +975,8 @@ fn ca_cmd(ca: &CaCmd, config: Option<&Path>) -> CliResult<()> {
         }
         CaCmd::List { dir } => {
             let dir = dir.resolve(config)?;
-            let ca_dir = CaDir::open(&dir).map_err(CliError::plain)?;
-            ca_dir.save().map_err(CliError::plain)?;
+            let ca_dir = CaDir::open(&dir).map_err(CliError::error)?;
+            ca_dir.save().map_err(CliError::error)?;
             let now = tls::unix_now();
             println!(
                 "{:<12} {:<7} {:<32} {:<19}  {:<19}  STATE",
@@ -999,8 +1003,8 @@ fn ca_cmd(ca: &CaCmd, config: Option<&Path>) -> CliResult<()> {
         }
         CaCmd::Revoke { name, dir, serial } => {
             let dir = dir.resolve(config)?;
-            let mut ca_dir = CaDir::open(&dir).map_err(CliError::plain)?;
-            let revoked = ca_dir.revoke(name, serial.as_deref()).map_err(CliError::plain)?;
+            let mut ca_dir = CaDir::open(&dir).map_err(CliError::error)?;
+            let revoked = ca_dir.revoke(name, serial.as_deref()).map_err(CliError::error)?;
             if revoked.is_empty() {
                 println!("'{name}': already revoked");
             }
@@ -1017,8 +1021,8 @@ fn ca_cmd(ca: &CaCmd, config: Option<&Path>) -> CliResult<()> {
         CaCmd::Renew { name, dir, days } => {
             let dir = dir.resolve(config)?;
             let d = dir.display().to_string();
-            let mut ca_dir = CaDir::open(&dir).map_err(CliError::plain)?;
-            let (old, new) = ca_dir.renew(name, tls::Validity::days(*days)).map_err(CliError::plain)?;
+            let mut ca_dir = CaDir::open(&dir).map_err(CliError::error)?;
+            let (old, new) = ca_dir.renew(name, tls::Validity::days(*days)).map_err(CliError::error)?;
             println!(
                 "{} certificate for '{name}' renewed: {d}/{name}.pem and .key (new key), serial {}, valid until {} \
                  UTC; restart the node to use it",
@@ -1363,14 +1367,14 @@ fn format_file_layout(path: &str, l: &Layout) -> String {
 }
 
 async fn df(c: &Client, jobs: bool, json: bool, policy: bool) -> CliResult<()> {
-    let mut status = c.cluster_status().await.map_err(CliError::plain)?;
+    let mut status = c.cluster_status().await.map_err(CliError::error)?;
     status.sort_by_key(|s| s.ds);
     let targets: Vec<(DsId, TargetReport, Option<u64>)> =
         status.iter().flat_map(|s| s.target_reports().into_iter().map(move |t| (s.ds, t, s.report_age_ms))).collect();
     let utilisations: Vec<f64> = targets.iter().map(|(_, t, _)| t.utilisation()).collect();
     let cost = ost_cost(&utilisations);
     let placement = match policy {
-        true => Some(c.placement_status().await.map_err(CliError::plain)?),
+        true => Some(c.placement_status().await.map_err(CliError::error)?),
         false => None,
     };
     if json {
@@ -1388,9 +1392,9 @@ async fn df(c: &Client, jobs: bool, json: bool, policy: bool) -> CliResult<()> {
             .collect();
         let mut doc = serde_json::json!({ "ost_cost": cost, "targets": list, "servers": status });
         if let Some(p) = placement {
-            doc["placement"] = serde_json::to_value(p).map_err(CliError::plain)?;
+            doc["placement"] = serde_json::to_value(p).map_err(CliError::error)?;
         }
-        println!("{}", serde_json::to_string_pretty(&doc).map_err(CliError::plain)?);
+        println!("{}", serde_json::to_string_pretty(&doc).map_err(CliError::error)?);
         return Ok(());
     }
     println!(
@@ -1584,7 +1588,7 @@ async fn fsck(c: &Client, repair: bool, json: bool) -> CliResult<ExitCode> {
     }
     let r = c.mds().fsck(repair).await.map_err(admin_hint)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&r).map_err(CliError::plain)?);
+        println!("{}", serde_json::to_string_pretty(&r).map_err(CliError::error)?);
     } else {
         print!("{}", fsck_text(&r));
     }
@@ -1653,7 +1657,7 @@ async fn periodic_register(c: Client, job: String, nodes: u32, compute: f64, vol
     }
     let profile = tessera_proto::msg::PeriodicProfile { nodes, compute_ms: (compute * 1e3).round() as u64, volume };
     let c = c.with_job(job.clone());
-    let g = c.mds().periodic_register(profile).await.map_err(CliError::plain)?.unwrap_or_default();
+    let g = c.mds().periodic_register(profile).await.map_err(CliError::error)?.unwrap_or_default();
     println!(
         "job {job}: period {:.3} s, {} interval(s), lease {} ms",
         g.period_ms as f64 / 1e3,
@@ -1672,7 +1676,7 @@ async fn periodic_register(c: Client, job: String, nodes: u32, compute: f64, vol
 }
 
 async fn periodic_text(c: &Client) -> CliResult<String> {
-    let r = c.mds().periodic_status().await.map_err(CliError::plain)?;
+    let r = c.mds().periodic_status().await.map_err(CliError::error)?;
     let mut out = format!(
         "{:<24} {:>5} {:>10} {:>12} {:>10} {:>10} {:>9} {:>10}\n",
         "JOB", "NODES", "COMPUTE_S", "VOLUME", "PLANNED", "MEASURED", "DILATION", "SOURCE"
@@ -1698,7 +1702,7 @@ async fn periodic_text(c: &Client) -> CliResult<String> {
 
 async fn watch_status(c: &Client, watch: bool, render: fn(&OrchestratorStatus) -> String) -> CliResult<()> {
     if !watch {
-        let st = c.mds().orchestrator_status().await.map_err(CliError::plain)?;
+        let st = c.mds().orchestrator_status().await.map_err(CliError::error)?;
         print!("{}", render(&st));
         return Ok(());
     }

@@ -1,8 +1,10 @@
 //! `tessera ion status|scheduler`: the forwarding nodes' state, and switching their request scheduler
 //! at run time.
 
+use anyhow::{anyhow, bail};
 use clap::Subcommand;
 use tessera_client::proto::msg::{IonStatus, SchedulerSetting, SizeHistogram};
+use tessera_client::proto::FsResult;
 use tessera_client::Client;
 
 #[derive(Subcommand, Debug)]
@@ -36,17 +38,17 @@ pub enum IonCmd {
 }
 
 /// Runs an `ion` command.
-pub async fn run(c: &Client, cmd: IonCmd) -> Result<(), String> {
+pub async fn run(c: &Client, cmd: IonCmd) -> anyhow::Result<()> {
     let names: Vec<String> = c.config().ion.iter().map(|i| i.name.clone()).collect();
     if names.is_empty() {
-        return Err("the cluster configuration lists no forwarding nodes (start one with `tessera up --ion M`)".into());
+        bail!("the cluster configuration lists no forwarding nodes (start one with `tessera up --ion M`)");
     }
     match cmd {
         IonCmd::Status { watch, json } => status(c, names.len(), watch, json).await,
         IonCmd::Scheduler { name, window, quantum, ion } => {
             let window_us = match window {
                 Some(ms) if ms.is_finite() && ms > 0.0 => Some((ms * 1000.0).round().max(1.0) as u64),
-                Some(ms) => return Err(format!("--window {ms}: must be a positive number of milliseconds")),
+                Some(ms) => bail!("--window {ms}: must be a positive number of milliseconds"),
                 None => None,
             };
             let targets: Vec<usize> = match ion {
@@ -56,16 +58,16 @@ pub async fn run(c: &Client, cmd: IonCmd) -> Result<(), String> {
                     _ => names
                         .iter()
                         .position(|n| *n == s)
-                        .ok_or_else(|| format!("no forwarding node '{s}' (configured: {})", names.join(", ")))?,
+                        .ok_or_else(|| anyhow!("no forwarding node '{s}' (configured: {})", names.join(", ")))?,
                 }],
             };
             for k in targets {
                 let setting = SchedulerSetting { name: name.clone(), window_us, quantum };
                 let st = c.set_ion_scheduler(k, setting).await.map_err(|e| {
                     if e.code == tessera_client::ErrorCode::Perm {
-                        format!("{}: {e}\n(use the admin configuration: --config DIR/admin.toml as written by `tessera up`)", names[k])
+                        anyhow!("{}: {e}\n(use the admin configuration: --config DIR/admin.toml as written by `tessera up`)", names[k])
                     } else {
-                        format!("{}: {e}", names[k])
+                        anyhow::Error::new(e).context(names[k].clone())
                     }
                 })?;
                 println!(
@@ -86,10 +88,10 @@ fn window_ms(us: u64) -> f64 {
 }
 
 /// Every forwarding node's status, and the request sizes arriving at the data servers (all of them).
-async fn gather(c: &Client, n: usize) -> (Vec<Result<IonStatus, String>>, SizeHistogram) {
+async fn gather(c: &Client, n: usize) -> (Vec<FsResult<IonStatus>>, SizeHistogram) {
     let mut out = Vec::with_capacity(n);
     for k in 0..n {
-        out.push(c.ion_status(k).await.map_err(|e| e.to_string()));
+        out.push(c.ion_status(k).await);
     }
     let mut at_servers = SizeHistogram::default();
     for ds in c.ds_ids() {
@@ -100,7 +102,7 @@ async fn gather(c: &Client, n: usize) -> (Vec<Result<IonStatus, String>>, SizeHi
     (out, at_servers)
 }
 
-fn json_text(c: &Client, all: &[Result<IonStatus, String>], at_servers: &SizeHistogram) -> String {
+fn json_text(c: &Client, all: &[FsResult<IonStatus>], at_servers: &SizeHistogram) -> String {
     let list: Vec<serde_json::Value> = all
         .iter()
         .enumerate()
@@ -116,7 +118,7 @@ fn json_text(c: &Client, all: &[Result<IonStatus, String>], at_servers: &SizeHis
                 }
                 v
             }
-            Err(e) => serde_json::json!({ "name": c.config().ion[k].name, "error": e }),
+            Err(e) => serde_json::json!({ "name": c.config().ion[k].name, "error": e.to_string() }),
         })
         .collect();
     serde_json::to_string_pretty(&list).unwrap_or_default() + "\n"
@@ -183,8 +185,8 @@ pub fn status_text(st: &IonStatus, at_servers: &SizeHistogram) -> String {
     s
 }
 
-async fn status(c: &Client, n: usize, watch: bool, json: bool) -> Result<(), String> {
-    let render = |all: &[Result<IonStatus, String>], at: &SizeHistogram| -> String {
+async fn status(c: &Client, n: usize, watch: bool, json: bool) -> anyhow::Result<()> {
+    let render = |all: &[FsResult<IonStatus>], at: &SizeHistogram| -> String {
         if json {
             return json_text(c, all, at);
         }
@@ -201,7 +203,7 @@ async fn status(c: &Client, n: usize, watch: bool, json: bool) -> Result<(), Str
         let (all, at) = gather(c, n).await;
         print!("{}", render(&all, &at));
         return if all.iter().any(|s| s.is_err()) {
-            Err("some forwarding nodes did not answer".into())
+            Err(anyhow!("some forwarding nodes did not answer"))
         } else {
             Ok(())
         };

@@ -210,19 +210,20 @@ impl UpStatus {
     }
 
     /// Reads what [`to_json`](UpStatus::to_json) wrote.
-    pub fn from_json(v: &Value) -> Result<UpStatus, String> {
+    pub fn from_json(v: &Value) -> anyhow::Result<UpStatus> {
+        use anyhow::Context;
         let s = |v: &Value, k: &str| v[k].as_str().map(str::to_string);
         let u = |v: &Value, k: &str| v[k].as_u64();
         let children = v["children"]
             .as_array()
-            .ok_or("no \"children\" list")?
+            .context("no \"children\" list")?
             .iter()
             .map(|c| {
-                let name = s(c, "name").ok_or("a server without \"name\"")?;
+                let name = s(c, "name").context("a server without \"name\"")?;
                 let state = c["state"]
                     .as_str()
                     .and_then(ChildState::parse)
-                    .ok_or_else(|| format!("{name}: unknown \"state\" {}", c["state"]))?;
+                    .with_context(|| format!("{name}: unknown \"state\" {}", c["state"]))?;
                 Ok(ChildStatus {
                     name,
                     state,
@@ -235,11 +236,11 @@ impl UpStatus {
                     log: s(c, "log").unwrap_or_default(),
                 })
             })
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(UpStatus {
             dir: s(v, "dir").unwrap_or_default(),
-            pid: u(v, "pid").ok_or("no \"pid\"")? as u32,
-            state: s(v, "state").ok_or("no \"state\"")?,
+            pid: u(v, "pid").context("no \"pid\"")? as u32,
+            state: s(v, "state").context("no \"state\"")?,
             message: s(v, "message"),
             updated_at_ms: u(v, "updated_at_ms").unwrap_or(0),
             children,
@@ -256,10 +257,12 @@ impl UpStatus {
     }
 
     /// Reads the status file at `path`.
-    pub fn read(path: &Path) -> Result<UpStatus, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        UpStatus::from_json(&v).map_err(|e| format!("{}: {e}", path.display()))
+    pub fn read(path: &Path) -> anyhow::Result<UpStatus> {
+        use anyhow::Context;
+        let at = || path.display().to_string();
+        let text = std::fs::read_to_string(path).with_context(at)?;
+        let v: Value = serde_json::from_str(&text).with_context(at)?;
+        UpStatus::from_json(&v).with_context(at)
     }
 
     /// Whether `tessera up` runs and every server serves.
@@ -510,6 +513,7 @@ mod tests {
             &json!({"pid": 1, "state": "running", "children": [{"name": "x", "state": "odd"}]})
         )
         .unwrap_err()
+        .to_string()
         .contains("unknown \"state\""));
     }
 

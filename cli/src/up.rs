@@ -128,6 +128,18 @@ enum Event {
     Restart,
 }
 
+/// A server that failed to start too many times in a row: `tessera up` gives up and stops the cluster.
+#[derive(Debug, thiserror::Error)]
+#[error("{name} failed to start {start_failures} times in a row; the last time it {why}; {detail}")]
+struct GaveUp {
+    name: String,
+    start_failures: u32,
+    /// What happened the last time, short.
+    why: String,
+    /// The last start's output (the log's tail), or the error in full.
+    detail: String,
+}
+
 /// The servers of one `tessera up` and the status file it keeps.
 struct Supervisor {
     cluster: LocalCluster,
@@ -215,7 +227,7 @@ impl Supervisor {
     }
 
     /// Starts the servers of `stage`.
-    fn start_stage(&mut self, stage: usize) -> Result<(), String> {
+    fn start_stage(&mut self, stage: usize) -> Result<(), GaveUp> {
         for i in 0..self.kids.len() {
             if self.kids[i].stage == stage && matches!(self.kids[i].run, Run::Waiting) {
                 self.start(i)?;
@@ -231,7 +243,7 @@ impl Supervisor {
 
     /// Starts server `i` (again): its output goes to its log, appended to; a restart is noted there.
     /// An error is the give-up message.
-    fn start(&mut self, i: usize) -> Result<(), String> {
+    fn start(&mut self, i: usize) -> Result<(), GaveUp> {
         let k = &mut self.kids[i];
         // Each start is marked in the log (appended to, over restarts and runs of `up`).
         let now = format_utc((now_ms() / 1000) as i64);
@@ -273,7 +285,7 @@ impl Supervisor {
         served: Option<Duration>,
         why: String,
         detail: String,
-    ) -> Result<(), String> {
+    ) -> Result<(), GaveUp> {
         let k = &mut self.kids[i];
         self.cluster.forget(&k.server.name);
         k.pid = None;
@@ -304,23 +316,20 @@ impl Supervisor {
                 k.run = Run::Failed;
                 let tail = last_start_output(&k.log, TAIL_LINES);
                 let detail = if tail.trim().is_empty() { detail } else { format!("its log {log} ends:\n{tail}") };
-                Err(format!("{name} failed to start {start_failures} times in a row; the last time it {why}; {detail}"))
+                Err(GaveUp { name, start_failures, why, detail })
             }
         }
     }
 
     /// Looks at every server once: readiness, exits, backoffs that are over. Returns whether anything
     /// changed, or the give-up message.
-    fn tick(&mut self) -> Result<bool, String> {
+    fn tick(&mut self) -> Result<bool, GaveUp> {
         let mut changed = false;
         for i in 0..self.kids.len() {
             let k = &mut self.kids[i];
             let name = k.server.name.clone();
             let child = match &k.run {
-                Run::Starting { .. } | Run::Running { .. } => match self.cluster.child(&name) {
-                    Ok(c) => Some(c),
-                    Err(e) => return Err(format!("{name}: its process is lost: {e}")),
-                },
+                Run::Starting { .. } | Run::Running { .. } => self.cluster.child(&name).ok(),
                 _ => None,
             };
             let event = match (&mut k.run, child) {
@@ -344,6 +353,11 @@ impl Supervisor {
                     }
                     None => continue,
                 },
+                // Not the cluster's any more (cannot happen while it runs): ended, reason unknown.
+                (Run::Starting { .. } | Run::Running { .. }, None) => {
+                    let why = "its process is not known to the cluster".to_string();
+                    Event::Ended { served: None, detail: why.clone(), why }
+                }
                 (Run::Backoff { until, .. }, _) if Instant::now() >= *until => Event::Restart,
                 _ => continue,
             };
@@ -575,6 +589,7 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<ExitCode> {
         Err(e) => {
             eprintln!("tessera up: a server keeps failing to start; stopping the cluster");
             sup.state = "stopping";
+            let e = e.to_string();
             sup.message = e.lines().next().and_then(|l| l.split("; its log").next()).map(str::to_string);
             sup.stop(&mut signals).await;
             sup.state = "failed";

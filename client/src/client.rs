@@ -109,7 +109,8 @@ pub fn join_path(dir: &str, name: &str) -> String {
 impl Client {
     /// Connects to the cluster of `cfg` with the identity of `cfg.tls` and checks the MDS answers.
     pub async fn connect(cfg: &ClusterConfig) -> FsResult<Client> {
-        let id = NodeIdentity::load(&cfg.tls).map_err(|e| FsError::invalid(format!("TLS identity: {e}")))?;
+        let id = NodeIdentity::load(&cfg.tls)
+            .map_err(|e| FsError::invalid(format!("TLS identity: {}", tessera_proto::error::chain(&e))))?;
         let tuning = cfg.tuning();
         let mds_addr = resolve(&cfg.mds.addr)?;
         let endpoint = client_endpoint(mds_addr.is_ipv6())?;

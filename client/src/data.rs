@@ -171,13 +171,21 @@ fn batches<T>(pieces: Vec<T>, len: impl Fn(&T) -> u64, max_bytes: u64) -> Vec<Ve
     out
 }
 
+/// A vectored read's reply whose payload is not the length its runs declare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("declared {declared} bytes but sent {sent}")]
+struct PayloadMismatch {
+    declared: u64,
+    sent: u64,
+}
+
 /// A vectored read's reply payload (in the chunks it arrived in) cut into its runs of `lens` bytes, without
 /// copying; an error unless the lengths add up to exactly the payload.
-fn split_chunks(chunks: Vec<Bytes>, lens: &[u32]) -> Result<Vec<Vec<Bytes>>, String> {
+fn split_chunks(chunks: Vec<Bytes>, lens: &[u32]) -> Result<Vec<Vec<Bytes>>, PayloadMismatch> {
     let sent: u64 = chunks.iter().map(|c| c.len() as u64).sum();
     let declared: u64 = lens.iter().map(|&l| u64::from(l)).sum();
     if sent != declared {
-        return Err(format!("declared {declared} bytes but sent {sent}"));
+        return Err(PayloadMismatch { declared, sent });
     }
     let mut chunks = chunks.into_iter().filter(|c| !c.is_empty());
     let mut cur = Bytes::new();
@@ -187,7 +195,8 @@ fn split_chunks(chunks: Vec<Bytes>, lens: &[u32]) -> Result<Vec<Vec<Bytes>>, Str
         let mut run = Vec::new();
         while want > 0 {
             if cur.is_empty() {
-                cur = chunks.next().ok_or("payload ended early")?;
+                // Cannot happen once the sums agree.
+                cur = chunks.next().ok_or(PayloadMismatch { declared, sent })?;
             }
             let n = want.min(cur.len());
             run.push(cur.split_to(n));

@@ -2,6 +2,7 @@
 //! line, and shutdown on SIGINT/SIGTERM.
 
 use crate::{device, metrics, report, server, store};
+use anyhow::{anyhow, bail, Context};
 use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,40 +44,34 @@ pub fn main_entry() -> ExitCode {
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tessera-ds: {e}");
+            eprintln!("tessera-ds: {e:#}");
             ExitCode::from(1)
         }
     }
 }
 
-async fn run(args: Args) -> Result<(), String> {
-    let config = args.config.load().map_err(|e| e.detail)?;
+async fn run(args: Args) -> anyhow::Result<()> {
+    let config = args.config.load()?;
     let node =
-        config.ds_node(args.id).ok_or_else(|| format!("no [[ds]] entry with id {} in the configuration", args.id))?;
-    let data_dir = args
-        .data_dir
-        .clone()
-        .or_else(|| node.data_dir.clone())
-        .ok_or_else(|| format!("data server {} has no data_dir in the configuration (pass --data-dir)", args.id))?;
+        config.ds_node(args.id).with_context(|| format!("no [[ds]] entry with id {} in the configuration", args.id))?;
+    let data_dir =
+        args.data_dir.clone().or_else(|| node.data_dir.clone()).with_context(|| {
+            format!("data server {} has no data_dir in the configuration (pass --data-dir)", args.id)
+        })?;
     let listen = args.listen.clone().unwrap_or_else(|| node.addr.clone());
-    let listen = rpc::resolve(&listen).map_err(|e| e.detail)?;
-    let identity = NodeIdentity::load(&config.tls).map_err(|e| format!("TLS identity: {e}"))?;
+    let listen = rpc::resolve(&listen)?;
+    let identity = NodeIdentity::load(&config.tls).context("TLS identity")?;
     if identity.role != Role::Ds {
-        return Err(format!(
-            "certificate {} has role {}, a data server needs role ds",
-            config.tls.cert.display(),
-            identity.role
-        ));
+        bail!("certificate {} has role {}, a data server needs role ds", config.tls.cert.display(), identity.role);
     }
     let opts = &config.ds_options;
     let kind = args.device_model.unwrap_or(opts.device_model);
-    let model = device::DeviceModel::of(kind, &opts.hdd).map_err(|e| e.detail)?;
+    let model = device::DeviceModel::of(kind, &opts.hdd)?;
     let count = node.target_count();
     let mut stores = Vec::with_capacity(usize::from(count));
     for k in 0..count {
         let root = store::target_dir(&data_dir, k);
-        let store = store::Store::open_target(&root, args.id, store::DEFAULT_OPEN_FILES, node.capacity)
-            .map_err(|e| e.detail)?;
+        let store = store::Store::open_target(&root, args.id, store::DEFAULT_OPEN_FILES, node.capacity)?;
         store.set_direct_writes(opts.direct_writes);
         // The write cache's memory is shared out among the targets.
         store.set_write_cache(opts.write_cache_mb.saturating_mul(1 << 20) / u64::from(count));
@@ -84,18 +79,18 @@ async fn run(args: Args) -> Result<(), String> {
     }
     let store_handles = stores.clone();
     let tuning = config.tuning();
-    let endpoint = rpc::server_endpoint(listen, &identity, &tuning).map_err(|e| e.detail)?;
-    let local = endpoint.local_addr().map_err(|e| format!("listening address: {e}"))?;
+    let endpoint = rpc::server_endpoint(listen, &identity, &tuning)?;
+    let local = endpoint.local_addr().context("listening address")?;
 
     let setup = server::Setup {
         job_counters: config.metrics.job_counters,
         ..server::Setup::from_options(args.id, opts, &config.orchestrator, model)
     };
-    let (reporter, data_path) = server::assemble(stores, &setup).map_err(|e| e.detail)?;
+    let (reporter, data_path) = server::assemble(stores, &setup)?;
     let metrics = match config.metrics.ds_base_port {
         Some(base) => {
             let port = u16::try_from(u32::from(base) + args.id)
-                .map_err(|_| format!("metrics port {base} + {} is out of range", args.id))?;
+                .map_err(|_| anyhow!("metrics port {base} + {} is out of range", args.id))?;
             let addr = std::net::SocketAddr::new(listen.ip(), port);
             let m = metrics::Metrics {
                 ds: args.id,
@@ -107,29 +102,27 @@ async fn run(args: Args) -> Result<(), String> {
                 stores: store_handles.clone(),
                 target_stats: reporter.target_stats.clone(),
             };
-            let endpoint = tessera_metrics::Endpoint::bind(addr, m.registry()).await.map_err(|e| e.to_string())?;
+            let endpoint = tessera_metrics::Endpoint::bind(addr, m.registry()).await?;
             info!(addr = %endpoint.local_addr(), "metrics on http://{}/metrics", endpoint.local_addr());
             Some(endpoint)
         }
         None => None,
     };
-    let mds_addr = rpc::resolve(&config.mds.addr).map_err(|e| format!("MDS {}", e.detail))?;
+    let mds_addr = rpc::resolve(&config.mds.addr).context("MDS")?;
     let report_task = report::spawn_report_task(
         reporter.clone(),
         &identity,
         mds_addr,
         tuning,
         Duration::from_millis(opts.report_interval_ms),
-    )
-    .map_err(|e| e.detail)?;
+    )?;
     let locality_task = report::spawn_locality_task(
         data_path.locality.clone(),
         &identity,
         mds_addr,
         tuning,
         Duration::from_millis(config.orchestrator.report_interval_ms),
-    )
-    .map_err(|e| e.detail)?;
+    )?;
     let trace = data_path.trace.clone();
     let service = Arc::new(server::DsService::new(reporter, data_path, opts.sync_writes));
     let server = tokio::spawn(rpc::serve(endpoint.clone(), service, identity.crl.clone()));
@@ -162,8 +155,8 @@ async fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-async fn wait_for_signal() -> Result<(), String> {
-    let mut signals = Signals::new().map_err(|e| format!("SIGINT/SIGTERM handlers: {e}"))?;
+async fn wait_for_signal() -> anyhow::Result<()> {
+    let mut signals = Signals::new().context("SIGINT/SIGTERM handlers")?;
     signals.recv().await;
     Ok(())
 }

@@ -36,7 +36,7 @@ pub struct DsService {
 }
 
 fn check_tag(tag: &IoTag) -> FsResult<()> {
-    tag.origin.check().map_err(FsError::invalid)
+    tag.origin.check().map_err(FsError::from)
 }
 
 /// Only the MDS and administrators change or enumerate objects outside the data path.

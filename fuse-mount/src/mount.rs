@@ -3,6 +3,7 @@
 //! SIGINT/SIGTERM (then unmounts cleanly).
 
 use crate::fs::{FsOptions, TesseraFs};
+use anyhow::{anyhow, bail, Context};
 use clap::Parser;
 use fuser::{Config, MountOption, Session, SessionACL};
 use std::os::unix::fs::MetadataExt;
@@ -49,14 +50,14 @@ pub struct MountPlan {
 }
 
 /// Translates `--allow-other` and `-o` options.
-pub fn plan(args: &Args) -> Result<MountPlan, String> {
+pub fn plan(args: &Args) -> anyhow::Result<MountPlan> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     plan_as(args, unsafe { libc::geteuid() } == 0)
 }
 
 /// `plan` for a mount by root (`root`) or by an ordinary user: root's mount serves every user, like any
 /// multi-user file system (pjdfstest and other suites switch uids), unless `-o owner_only`.
-fn plan_as(args: &Args, root: bool) -> Result<MountPlan, String> {
+fn plan_as(args: &Args, root: bool) -> anyhow::Result<MountPlan> {
     let mut opts = vec![MountOption::FSName("tessera".into()), MountOption::Subtype("tessera".into())];
     let mut acl = if args.allow_other || root { SessionACL::All } else { SessionACL::Owner };
     let mut fs = FsOptions::default();
@@ -94,7 +95,7 @@ fn plan_as(args: &Args, root: bool) -> Result<MountPlan, String> {
                 opts.retain(|x| !matches!(x, MountOption::FSName(_)));
                 opts.push(MountOption::FSName(o["fsname=".len()..].to_string()));
             }
-            o => return Err(format!("unknown mount option '{o}'")),
+            o => bail!("unknown mount option '{o}'"),
         }
     }
     if kernel_perms {
@@ -137,35 +138,33 @@ pub fn unescape_mountinfo(s: &str) -> String {
 }
 
 /// Clear errors for the usual mistakes, before anything is mounted.
-pub fn check_mount_point(mp: &Path) -> Result<PathBuf, String> {
+pub fn check_mount_point(mp: &Path) -> anyhow::Result<PathBuf> {
     let meta = match std::fs::metadata(mp) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(format!("mount point {} does not exist", mp.display()))
+            bail!("mount point {} does not exist", mp.display())
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            return Err(format!(
+            bail!(
                 "mount point {} is busy: a FUSE file system whose daemon died is still mounted there \
                  (unmount it with `fusermount3 -u {0}` or `umount -l {0}`)",
                 mp.display()
-            ))
+            )
         }
-        Err(e) => return Err(format!("mount point {}: {e}", mp.display())),
+        Err(e) => bail!("mount point {}: {e}", mp.display()),
     };
     if !meta.is_dir() {
-        return Err(format!("mount point {} is not a directory", mp.display()));
+        bail!("mount point {} is not a directory", mp.display());
     }
-    let canon = std::fs::canonicalize(mp).map_err(|e| format!("mount point {}: {e}", mp.display()))?;
+    let canon = std::fs::canonicalize(mp).with_context(|| format!("mount point {}", mp.display()))?;
     if is_mount_point(&canon) {
-        return Err(format!(
-            "mount point {} is busy: something is already mounted there (unmount it first)",
-            canon.display()
-        ));
+        bail!("mount point {} is busy: something is already mounted there (unmount it first)", canon.display());
     }
     if !Path::new("/dev/fuse").exists() {
-        return Err("/dev/fuse is missing: load the fuse kernel module (`modprobe fuse`) or, in a container, \
-                    pass the device in (--device /dev/fuse)"
-            .to_string());
+        bail!(
+            "/dev/fuse is missing: load the fuse kernel module (`modprobe fuse`) or, in a container, \
+             pass the device in (--device /dev/fuse)"
+        );
     }
     Ok(canon)
 }
@@ -235,33 +234,33 @@ pub fn main_entry() -> ExitCode {
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tessera-fuse: {e}");
+            eprintln!("tessera-fuse: {e:#}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn run(args: Args) -> Result<(), String> {
+fn run(args: Args) -> anyhow::Result<()> {
     let plan = plan(&args)?;
     let mp = check_mount_point(&args.mountpoint)?;
-    let cfg = args.config.load().map_err(|e| e.to_string())?;
+    let cfg = args.config.load()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("tessera-fuse")
         .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        .context("cannot start the async runtime")?;
     let client =
-        rt.block_on(Client::connect(&cfg)).map_err(|e| format!("cannot reach the cluster of {}: {e}", cfg.mds.addr))?;
+        rt.block_on(Client::connect(&cfg)).with_context(|| format!("cannot reach the cluster of {}", cfg.mds.addr))?;
     let fs = TesseraFs::new(client, plan.fs, rt.handle().clone());
     let state = fs.state();
     let mut session = Session::new(fs, &mp, &plan.config).map_err(|e| {
         if e.kind() == std::io::ErrorKind::PermissionDenied || e.raw_os_error() == Some(libc::EPERM) {
-            format!(
+            anyhow!(
                 "cannot mount on {}: {e} (mounting needs root, or fusermount3 from the fuse3 package)",
                 mp.display()
             )
         } else {
-            format!("cannot mount on {}: {e}", mp.display())
+            anyhow::Error::new(e).context(format!("cannot mount on {}", mp.display()))
         }
     })?;
     state.set_notifier(session.notifier());
@@ -273,25 +272,25 @@ fn run(args: Args) -> Result<(), String> {
             let r = session.run();
             let _ = done_tx.send(r);
         })
-        .map_err(|e| format!("cannot start the session thread: {e}"))?;
+        .context("cannot start the session thread")?;
     set_kernel_read_ahead(&mp);
     tracing::info!("mounted {} on {}", cfg.mds.addr, mp.display());
     tessera_ops::child::announce_ready(mp.display());
 
     let outcome = rt.block_on(async {
-        let mut signals = child::Signals::new().map_err(|e| format!("cannot watch SIGINT/SIGTERM: {e}"))?;
+        let mut signals = child::Signals::new().context("cannot watch SIGINT/SIGTERM")?;
         tokio::select! {
-            _ = signals.recv() => Ok::<Option<std::io::Result<()>>, String>(None),
+            _ = signals.recv() => Ok::<Option<std::io::Result<()>>, anyhow::Error>(None),
             r = done_rx => Ok(Some(r.unwrap_or(Ok(())))),
         }
     })?;
     let result = match outcome {
-        Some(r) => r.map_err(|e| format!("FUSE session ended: {e}")),
+        Some(r) => r.context("FUSE session ended"),
         None => {
             tracing::info!("signal received: unmounting {}", mp.display());
             if let Err(e) = unmounter.unmount() {
                 tracing::warn!("unmount of {} failed ({e}); detaching it", mp.display());
-                let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+                let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())?;
                 // SAFETY: a valid NUL-terminated path.
                 unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
             }
@@ -345,11 +344,11 @@ mod tests {
     fn mount_point_checks() {
         let d = tempfile::tempdir().unwrap();
         let missing = d.path().join("nope");
-        assert!(check_mount_point(&missing).unwrap_err().contains("does not exist"));
+        assert!(check_mount_point(&missing).unwrap_err().to_string().contains("does not exist"));
         let f = d.path().join("file");
         std::fs::write(&f, b"x").unwrap();
-        assert!(check_mount_point(&f).unwrap_err().contains("not a directory"));
-        assert!(check_mount_point(Path::new("/proc")).unwrap_err().contains("busy"));
+        assert!(check_mount_point(&f).unwrap_err().to_string().contains("not a directory"));
+        assert!(check_mount_point(Path::new("/proc")).unwrap_err().to_string().contains("busy"));
         assert_eq!(unescape_mountinfo("/a\\040b"), "/a b");
     }
 }

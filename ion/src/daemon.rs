@@ -6,6 +6,7 @@ use crate::dispatch::Dispatcher;
 use crate::sched::Params;
 use crate::server::IonService;
 use crate::stats::Stats;
+use anyhow::{anyhow, bail, Context};
 use clap::Parser;
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -53,36 +54,30 @@ pub fn main_entry() -> ExitCode {
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tessera-ion: {e}");
+            eprintln!("tessera-ion: {e:#}");
             ExitCode::from(1)
         }
     }
 }
 
-async fn run(args: Args) -> Result<(), String> {
-    let config = args.config.load().map_err(|e| e.detail)?;
-    let node = config.ion.get(args.index).ok_or_else(|| {
+async fn run(args: Args) -> anyhow::Result<()> {
+    let config = args.config.load()?;
+    let node = config.ion.get(args.index).with_context(|| {
         format!("no forwarding node {} in the configuration (it lists {})", args.index, config.ion.len())
     })?;
-    let listen = rpc::resolve(args.listen.as_deref().unwrap_or(&node.addr)).map_err(|e| e.detail)?;
-    let identity = NodeIdentity::load(&config.tls).map_err(|e| format!("TLS identity: {e}"))?;
+    let listen = rpc::resolve(args.listen.as_deref().unwrap_or(&node.addr))?;
+    let identity = NodeIdentity::load(&config.tls).context("TLS identity")?;
     if identity.role != Role::Ion {
-        return Err(format!(
-            "certificate {} has role {}, a forwarding node needs role ion",
-            config.tls.cert.display(),
-            identity.role
-        ));
+        bail!("certificate {} has role {}, a forwarding node needs role ion", config.tls.cert.display(), identity.role);
     }
     let tuning = config.tuning();
-    let endpoint = rpc::server_endpoint(listen, &identity, &tuning).map_err(|e| e.detail)?;
-    let local = endpoint.local_addr().map_err(|e| format!("listening address: {e}"))?;
+    let endpoint = rpc::server_endpoint(listen, &identity, &tuning)?;
+    let local = endpoint.local_addr().context("listening address")?;
     // Connections to the MDS and the data servers go out from the same socket.
-    let mds = Arc::new(
-        RpcPeer::to_host(endpoint.clone(), &identity, Role::Mds, &config.mds.addr, tuning).map_err(|e| e.detail)?,
-    );
+    let mds = Arc::new(RpcPeer::to_host(endpoint.clone(), &identity, Role::Mds, &config.mds.addr, tuning)?);
     let mut servers = HashMap::new();
     for ds in &config.ds {
-        let peer = RpcPeer::to_host(endpoint.clone(), &identity, Role::Ds, &ds.addr, tuning).map_err(|e| e.detail)?;
+        let peer = RpcPeer::to_host(endpoint.clone(), &identity, Role::Ds, &ds.addr, tuning)?;
         servers.insert(ds.id, Arc::new(peer));
     }
     let o = &config.ion_options;
@@ -106,11 +101,9 @@ async fn run(args: Args) -> Result<(), String> {
     let metrics = match config.metrics.ion_base_port {
         Some(base) => {
             let port = u16::try_from(usize::from(base) + args.index)
-                .map_err(|_| format!("metrics port {base} + {} is out of range", args.index))?;
+                .map_err(|_| anyhow!("metrics port {base} + {} is out of range", args.index))?;
             let addr = std::net::SocketAddr::new(listen.ip(), port);
-            let endpoint = tessera_metrics::Endpoint::bind(addr, crate::metrics::registry(service.clone()))
-                .await
-                .map_err(|e| e.to_string())?;
+            let endpoint = tessera_metrics::Endpoint::bind(addr, crate::metrics::registry(service.clone())).await?;
             info!(addr = %endpoint.local_addr(), "metrics on http://{}/metrics", endpoint.local_addr());
             Some(endpoint)
         }
@@ -119,7 +112,7 @@ async fn run(args: Args) -> Result<(), String> {
     let server = tokio::spawn(rpc::serve(endpoint.clone(), service, identity.crl.clone()));
     info!(ion = %node.name, addr = %local, scheduler = %scheduler, "forwarding node ready");
     tessera_ops::child::announce_ready(local);
-    let mut signals = Signals::new().map_err(|e| format!("SIGINT/SIGTERM handlers: {e}"))?;
+    let mut signals = Signals::new().context("SIGINT/SIGTERM handlers")?;
     let failed = tokio::select! {
         _ = signals.recv() => None,
         why = watched.failed() => Some(why),
@@ -135,7 +128,7 @@ async fn run(args: Args) -> Result<(), String> {
     }
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
     match failed {
-        Some(why) => Err(format!("forwarding stopped: {why}")),
+        Some(why) => Err(anyhow!("forwarding stopped: {why}")),
         None => Ok(()),
     }
 }

@@ -16,7 +16,7 @@
 //! [`Dispatcher::failed`] says so, and `tessera-ion` exits non-zero for its supervisor to start it
 //! afresh.
 
-use crate::sched::{self, Next, Op, Params, Req, Scheduler, MAX_MERGE, MAX_MERGED_BYTES};
+use crate::sched::{self, Next, Op, Params, Req, SchedError, Scheduler, MAX_MERGE, MAX_MERGED_BYTES};
 use crate::stats::Stats;
 use bytes::{Bytes, BytesMut};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -39,7 +39,7 @@ pub const MAX_PANICS: usize = 3;
 pub const PANIC_WINDOW: Duration = Duration::from_secs(60);
 
 /// How a scheduler is built from its name (`sched::build`; another in tests).
-type Build = fn(&str, &Params) -> Result<Box<dyn Scheduler>, String>;
+type Build = fn(&str, &Params) -> Result<Box<dyn Scheduler>, SchedError>;
 
 /// A client request's answer: the reply and its payload (whole, or passed on as it arrives).
 pub type Answer = (FsResult<DsReply>, Payload);
@@ -99,7 +99,7 @@ impl Dispatcher {
         params: Params,
         depth: u32,
         stats: Arc<Stats>,
-    ) -> Result<Arc<Dispatcher>, String> {
+    ) -> Result<Arc<Dispatcher>, SchedError> {
         let sched = sched::build(name, &params)?;
         Ok(Dispatcher::start(ion, servers, sched, sched::build, params, depth, stats))
     }
@@ -146,7 +146,7 @@ impl Dispatcher {
             return error(FsError::invalid(format!("data server {ds} is not in the cluster configuration")));
         }
         if let Err(e) = tag.origin.check() {
-            return error(FsError::invalid(e));
+            return error(FsError::from(e));
         }
         if offset.checked_add(len).is_none() {
             return error(FsError::invalid("request ends past the largest offset"));
@@ -170,7 +170,7 @@ impl Dispatcher {
     }
 
     /// Switches the scheduler: the queued requests move to the new one in arrival order.
-    pub fn switch(&self, s: &SchedulerSetting) -> Result<(), String> {
+    pub fn switch(&self, s: &SchedulerSetting) -> Result<(), SchedError> {
         let mut st = self.lock();
         let mut params = st.params.clone();
         if let Some(w) = s.window_us {

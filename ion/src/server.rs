@@ -209,7 +209,7 @@ impl Service for IonService {
                         tracing::info!(scheduler = %setting.name, by = %peer.name, "scheduler switched");
                         whole(Ok(IonReply::Status(self.status())))
                     }
-                    Err(e) => whole(Err(FsError::invalid(e))),
+                    Err(e) => whole(Err(FsError::from(e))),
                 }
             }
         }

@@ -60,7 +60,7 @@ pub async fn drain_once(store: &Store, data: &dyn DataServers) -> bool {
     // The unlinks that queued these must be on disk first: after a power loss they must not come
     // back pointing at destroyed objects.
     if let Err(e) = store.flush().await {
-        warn!("destroy log: metadata commit failed, destroying later: {e}");
+        warn!("destroy log: metadata commit failed, destroying later: {}", tessera_proto::error::chain(&e));
         return true;
     }
     let mut remaining = false;

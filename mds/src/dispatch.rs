@@ -177,11 +177,11 @@ impl MdsService {
     }
 
     async fn admit_and_serve(&self, peer: &PeerInfo, props: Properties, call: MdsCall) -> FsResult<MdsReply> {
-        props.senders.admit(peer.role, &call.caller).map_err(FsError::perm)?;
-        call.origin.check().map_err(FsError::invalid)?;
+        props.senders.admit(peer.role, &call.caller)?;
+        call.origin.check()?;
         if let MdsRequest::DirBatch { entries, .. } = &call.req {
             for e in entries {
-                tessera_proto::check_job_id(e.by().0).map_err(FsError::invalid)?;
+                tessera_proto::check_job_id(e.by().0)?;
             }
         }
         let MdsCall { caller, origin, req } = call;

@@ -45,7 +45,7 @@ pub async fn list_all_objects(data: &dyn DataServers, ds: DsId) -> FsResult<Vec<
 
 /// One RPC peer per configured data server.
 pub struct RpcDataServers {
-    peers: HashMap<DsId, Result<RpcPeer, String>>,
+    peers: HashMap<DsId, FsResult<RpcPeer>>,
 }
 
 impl RpcDataServers {
@@ -54,10 +54,10 @@ impl RpcDataServers {
         for ds in &cfg.ds {
             // Resolved at every (re)connect: a data server that is not resolvable yet (containers starting)
             // or comes back at another address is found once it is there.
-            let peer = RpcPeer::to_host(endpoint.clone(), identity, Role::Ds, &ds.addr, cfg.tuning()).map_err(|e| {
-                tracing::warn!(ds = ds.id, "data server unusable: {e}");
-                e.to_string()
-            });
+            let peer =
+                RpcPeer::to_host(endpoint.clone(), identity, Role::Ds, &ds.addr, cfg.tuning()).inspect_err(|e| {
+                    tracing::warn!(ds = ds.id, "data server unusable: {e}");
+                });
             peers.insert(ds.id, peer);
         }
         Ok(RpcDataServers { peers })

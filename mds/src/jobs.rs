@@ -8,7 +8,7 @@
 //! start). The registry part (everything but the series) is kept in the database's `jobs` tree, written
 //! once a second and at shutdown, so it survives a restart.
 
-use crate::store::{db_err, Store, T};
+use crate::store::{Store, StoreError, T};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Mutex;
@@ -292,13 +292,13 @@ impl Jobs {
         let dt_us = (dt.as_micros() as u64).max(1000);
         let mut live = HashMap::new();
         for kv in tree.iter() {
-            let (_, v) = kv.map_err(db_err)?;
+            let (_, v) = kv.map_err(StoreError::from)?;
             match wire::decode::<Record>(&v) {
                 Ok(rec) => {
                     let job = rec.job.clone();
                     live.insert(job, Live::loaded(rec, dt_us));
                 }
-                Err(e) => tracing::warn!("skipping a corrupt job record: {e}"),
+                Err(e) => tracing::warn!("skipping a corrupt job record: {}", tessera_proto::error::chain(&e)),
             }
         }
         Ok(Jobs { tree: Some(tree), live: Mutex::new(live), names: Mutex::default(), dt_us })
@@ -475,8 +475,8 @@ impl Jobs {
                 .collect()
         };
         for rec in dirty {
-            let v = wire::encode(&rec).map_err(|e| db_err(format!("job record: {e}")))?;
-            tree.insert(rec.job.as_bytes(), v).map_err(db_err)?;
+            let v = wire::encode(&rec).map_err(|source| StoreError::Encode { what: "job record", source })?;
+            tree.insert(rec.job.as_bytes(), v).map_err(StoreError::from)?;
         }
         Ok(())
     }

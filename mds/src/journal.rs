@@ -104,7 +104,10 @@ pub fn read_segment(path: &Path) -> io::Result<Segment> {
         // The journal's own bound: a record may be far larger than a frame header.
         match tessera_proto::wire::decode_bounded::<Record, MAX_RECORD>(payload) {
             Ok(Record(ws)) => records.push(ws),
-            Err(e) => return Ok(Segment { records, cut: cut(at, format!("record of {len} bytes: {e}")) }),
+            Err(e) => {
+                let why = format!("record of {len} bytes: {}", tessera_proto::error::chain(&e));
+                return Ok(Segment { records, cut: cut(at, why) });
+            }
         }
         at += HEADER + len;
     }

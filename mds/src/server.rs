@@ -186,7 +186,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let cfg = opts.config.load()?;
-    let identity = NodeIdentity::load(&cfg.tls).map_err(|e| anyhow::anyhow!("TLS identity: {e}"))?;
+    let identity = NodeIdentity::load(&cfg.tls).map_err(|e| anyhow::Error::new(e).context("TLS identity"))?;
     if identity.role != Role::Mds {
         anyhow::bail!(
             "certificate {} has role {}, the metadata server needs a certificate with role mds",

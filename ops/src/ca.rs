@@ -23,9 +23,14 @@ pub const INDEX_FILE: &str = "issued.toml";
 /// until a newer one replaces it).
 const CRL_NEXT_UPDATE_DAYS: i64 = 365;
 
-fn file_err(path: &Path, e: impl std::fmt::Display) -> TlsError {
-    TlsError::File { path: path.to_path_buf(), err: e.to_string() }
+fn file_err(path: &Path, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> TlsError {
+    TlsError::file(path, e)
 }
+
+/// The CA's certificate or key could not be read ([`CaDir::open`]).
+#[derive(Debug, thiserror::Error)]
+#[error("reading the CA")]
+struct ReadingCa(#[source] std::io::Error);
 
 /// Writes a new CA into `dir`: `ca.pem`, `ca.key` (readable by the owner only), an empty record of
 /// issued certificates and an empty revocation list.
@@ -154,7 +159,7 @@ impl CaDir {
     /// Opens the CA in `dir`. Certificates found there that the record does not know (issued before
     /// it existed) are added to it.
     pub fn open(dir: &Path) -> Result<CaDir, TlsError> {
-        let ca = read_ca(dir).map_err(|e| file_err(dir, format!("reading the CA: {e}")))?;
+        let ca = read_ca(dir).map_err(|e| file_err(dir, ReadingCa(e)))?;
         CaDir::open_with(dir, &ca)
     }
 
@@ -215,7 +220,7 @@ impl CaDir {
     }
 
     pub fn save(&self) -> Result<(), TlsError> {
-        let text = toml::to_string(&self.index).map_err(|e| TlsError::Config(e.to_string()))?;
+        let text = toml::to_string(&self.index).map_err(|e| file_err(&self.dir.join(INDEX_FILE), e))?;
         let text = format!(
             "# Certificates issued by this CA: tessera ca issue, renew and revoke keep this file.\n\
              # Times are seconds since the Unix epoch; `tessera ca list` shows them.\n\n{text}"

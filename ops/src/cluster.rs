@@ -28,8 +28,9 @@ pub struct LocalCluster {
     own_groups: bool,
 }
 
-fn other(e: impl std::fmt::Display) -> Error {
-    Error::other(e.to_string())
+/// `e` as an I/O error of kind `Other`, kept whole (its sources too: `tessera_proto::error::chain` prints them).
+fn other(e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::other(e)
 }
 
 impl LocalCluster {

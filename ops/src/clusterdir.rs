@@ -265,7 +265,9 @@ pub fn prepare(dir: &Path, shape: Shape, port_base: u16, defaults: Defaults) -> 
 
 /// Issues the CA and every node certificate that is missing (all of them when the CA is new).
 fn ensure_certificates(tls_dir: &Path, shape: Shape) -> FsResult<()> {
-    let tls_err = |e: &dyn std::fmt::Display| FsError::io(format!("certificates in {}: {e}", tls_dir.display()));
+    let tls_err = |e: &(dyn std::error::Error + 'static)| {
+        FsError::io(format!("certificates in {}: {}", tls_dir.display(), tessera_proto::error::chain(e)))
+    };
     let have_ca = tls_dir.join("ca.pem").exists() && tls_dir.join("ca.key").exists();
     let ca = if have_ca {
         ca::read_ca(tls_dir).map_err(|e| tls_err(&e))?

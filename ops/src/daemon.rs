@@ -39,14 +39,23 @@ pub fn init_logging() {
 pub fn start(program: &str) -> Option<tokio::runtime::Runtime> {
     tune_allocator();
     init_logging();
-    runtime(program).map_err(|e| eprintln!("{e}")).ok()
+    runtime(program).map_err(|e| eprintln!("{}", tessera_proto::error::chain(&e))).ok()
 }
 
-pub fn runtime(program: &str) -> Result<tokio::runtime::Runtime, String> {
+pub fn runtime(program: &str) -> Result<tokio::runtime::Runtime, RuntimeError> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("{program}: cannot start the async runtime: {e}"))
+        .map_err(|source| RuntimeError { program: program.to_string(), source })
+}
+
+/// The async runtime did not start ([`runtime`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{program}: cannot start the async runtime")]
+pub struct RuntimeError {
+    pub program: String,
+    #[source]
+    pub source: std::io::Error,
 }
 
 #[cfg(all(test, target_os = "linux", target_env = "gnu"))]
@@ -177,7 +186,7 @@ impl ConfigArgs {
     }
 
     /// Loads the configuration, the values set over it, and checks it.
-    pub fn load(&self) -> tessera_proto::FsResult<tessera_proto::config::ClusterConfig> {
+    pub fn load(&self) -> Result<tessera_proto::config::ClusterConfig, tessera_proto::config::ConfigError> {
         tessera_proto::config::ClusterConfig::locate_with(self.config.as_deref(), &self.set)
     }
 }

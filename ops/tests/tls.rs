@@ -188,7 +188,7 @@ fn bad_revocation_lists_are_not_taken_into_use() {
     write_ca(other.path(), &generate_ca("other").unwrap()).unwrap();
     std::fs::copy(other.path().join(CRL_FILE), &crl).unwrap();
     assert_eq!(ds.crl.recheck().revoked.len(), 1, "a foreign list is not used");
-    let err = NodeIdentity::load(&TlsFiles::in_dir(t.dir.path(), "ds0")).unwrap_err().to_string();
+    let err = tessera_proto::error::chain(&NodeIdentity::load(&TlsFiles::in_dir(t.dir.path(), "ds0")).unwrap_err());
     assert!(err.contains("not issued by this cluster's CA"), "{err}");
     std::fs::write(&crl, "-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n").unwrap();
     assert_eq!(ds.crl.recheck().revoked.len(), 1, "a corrupt list is not used");

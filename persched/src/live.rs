@@ -138,16 +138,34 @@ pub struct Registry {
     left: BTreeSet<String>,
 }
 
+/// Why a periodic job was not taken into the pattern ([`Registry::register`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Refused {
+    #[error("nodes must be 1..={0} (the platform's N)")]
+    Nodes(u32),
+    #[error("compute must be 1 ms..={MAX_COMPUTE_MS} ms")]
+    Compute,
+    #[error("volume must be at least one byte")]
+    Volume,
+    #[error("at most {MAX_JOBS} periodic jobs")]
+    TooManyJobs,
+    #[error(
+        "this profile beside the other periodic jobs would need patterns of {0:.0} instances \
+         (at most {MAX_PATTERN_INSTANCES:.0}): their periods differ too much"
+    )]
+    PeriodsDiffer(f64),
+}
+
 impl Profile {
-    pub fn check(&self, cfg: &LiveConfig) -> Result<(), String> {
+    pub fn check(&self, cfg: &LiveConfig) -> Result<(), Refused> {
         if self.nodes == 0 || self.nodes > cfg.nodes {
-            return Err(format!("nodes must be 1..={} (the platform's N)", cfg.nodes));
+            return Err(Refused::Nodes(cfg.nodes));
         }
         if self.compute_ms == 0 || self.compute_ms > MAX_COMPUTE_MS {
-            return Err(format!("compute must be 1 ms..={MAX_COMPUTE_MS} ms"));
+            return Err(Refused::Compute);
         }
         if self.volume == 0 {
-            return Err("volume must be at least one byte".into());
+            return Err(Refused::Volume);
         }
         Ok(())
     }
@@ -184,7 +202,7 @@ impl Registry {
 
     /// Registers (or updates) `job`'s profile; the pattern goes stale when the set of periodic jobs or a
     /// profile changes (its grant comes with the next plan: [`Registry::replan`], then [`Registry::grant`]).
-    pub fn register(&mut self, job: &str, p: Profile, now_ms: u64) -> Result<(), String> {
+    pub fn register(&mut self, job: &str, p: Profile, now_ms: u64) -> Result<(), Refused> {
         self.admit(job, p, now_ms, PeriodicSource::Registered, self.cfg.lease_ms)?;
         self.left.remove(job);
         Ok(())
@@ -198,11 +216,11 @@ impl Registry {
         now_ms: u64,
         source: PeriodicSource,
         idle_ms: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refused> {
         p.check(&self.cfg)?;
         let known = self.jobs.get(job).map(|e| e.profile);
         if known.is_none() && self.jobs.len() >= MAX_JOBS {
-            return Err(format!("at most {MAX_JOBS} periodic jobs"));
+            return Err(Refused::TooManyJobs);
         }
         let pf = self.platform();
         let cycles: Vec<f64> = self
@@ -216,10 +234,7 @@ impl Registry {
         let t_min = cycles.iter().copied().fold(0.0, f64::max);
         let instances: f64 = cycles.iter().map(|c| self.params().k_prime * t_min / c).sum();
         if instances > MAX_PATTERN_INSTANCES {
-            return Err(format!(
-                "this profile beside the other periodic jobs would need patterns of {instances:.0} instances \
-                 (at most {MAX_PATTERN_INSTANCES:.0}): their periods differ too much"
-            ));
+            return Err(Refused::PeriodsDiffer(instances));
         }
         let e = self.jobs.entry(job.to_string()).or_insert(Entry {
             profile: p,
@@ -625,7 +640,7 @@ mod tests {
     }
 
     /// Registers `job`, plans, and returns its grant (what the MDS answers a registration with).
-    fn reg(r: &mut Registry, job: &str, p: Profile, now_ms: u64) -> Result<Grant, String> {
+    fn reg(r: &mut Registry, job: &str, p: Profile, now_ms: u64) -> Result<Grant, Refused> {
         r.register(job, p, now_ms)?;
         r.replan(now_ms);
         Ok(r.grant(job).expect("registered"))
@@ -809,7 +824,7 @@ mod tests {
         // Periods too far apart for one pattern: refused, the registry unchanged.
         reg(&mut r, "slow", prof(1, MAX_COMPUTE_MS, 1_000), 0).unwrap();
         let e = reg(&mut r, "fast", prof(1, 1, 1_000), 0).unwrap_err();
-        assert!(e.contains("differ too much"), "{e}");
+        assert!(e.to_string().contains("differ too much"), "{e}");
         assert!(r.leave("slow"));
         for i in 0..MAX_JOBS {
             reg(&mut r, &format!("j{i}"), prof(1, 1_000, 1_000), 0).unwrap();

@@ -30,17 +30,24 @@ pub fn err(e: impl std::fmt::Display) -> anyhow::Error {
 
 /// Registers the font once; an error says how to get one.
 pub fn init_font() -> Result<()> {
-    static LOADED: OnceLock<Result<(), String>> = OnceLock::new();
+    static LOADED: OnceLock<Result<(), NoFont>> = OnceLock::new();
     let r = LOADED.get_or_init(|| {
         let candidates: Vec<String> =
             std::env::var(FONT_ENV).ok().into_iter().chain(FONT_PATHS.iter().map(|s| s.to_string())).collect();
         register_first(&candidates)
     });
-    r.clone().map_err(|e| anyhow!(e))
+    r.clone().map_err(anyhow::Error::new)
+}
+
+/// No font could be registered ([`init_font`]): the paths tried, and how to get one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no usable TTF font (tried {}); install fonts-dejavu-core or set {FONT_ENV}", tried.join(", "))]
+pub struct NoFont {
+    pub tried: Vec<String>,
 }
 
 /// Registers the first of `candidates` (paths) that reads and parses as a font.
-fn register_first(candidates: &[String]) -> Result<(), String> {
+fn register_first(candidates: &[String]) -> Result<(), NoFont> {
     for p in candidates {
         if let Ok(bytes) = std::fs::read(p) {
             // The registry keeps fonts for the life of the process.
@@ -50,7 +57,7 @@ fn register_first(candidates: &[String]) -> Result<(), String> {
             }
         }
     }
-    Err(format!("no usable TTF font (tried {}); install fonts-dejavu-core or set {FONT_ENV}", candidates.join(", ")))
+    Err(NoFont { tried: candidates.to_vec() })
 }
 
 /// How a series looks in a legend.
@@ -150,7 +157,7 @@ mod tests {
 
     #[test]
     fn no_usable_font_says_what_was_tried_and_how_to_get_one() {
-        let e = register_first(&["/nonexistent/font.ttf".to_string()]).unwrap_err();
+        let e = register_first(&["/nonexistent/font.ttf".to_string()]).unwrap_err().to_string();
         assert!(e.contains("/nonexistent/font.ttf") && e.contains("fonts-dejavu-core") && e.contains(FONT_ENV), "{e}");
         // Found where the system keeps it (when it does): registered.
         if let Some(p) = FONT_PATHS.iter().find(|p| std::path::Path::new(p).exists()) {

@@ -546,7 +546,7 @@ impl Default for TransportOptions {
 
 impl ClusterConfig {
     /// Reads a config file; relative paths inside it are resolved against the file's directory.
-    pub fn load(path: &Path) -> FsResult<ClusterConfig> {
+    pub fn load(path: &Path) -> Result<ClusterConfig, ConfigError> {
         ClusterConfig::load_with(path, &[])
     }
 
@@ -554,14 +554,15 @@ impl ClusterConfig {
     /// `KEY=VALUE`, KEY a dotted path into the file (`ds_options.device_model`, `ds.1.data_dir`: a number
     /// picks an array's element), VALUE a TOML value, or a string when it is not one. Every value of the
     /// file can so be given on a daemon's command line (`--set`).
-    pub fn load_with(path: &Path, overrides: &[String]) -> FsResult<ClusterConfig> {
-        let bad = |e: &dyn std::fmt::Display| FsError::invalid(format!("config {}: {e}", path.display()));
-        let text = std::fs::read_to_string(path).map_err(|e| bad(&e))?;
-        let mut table: toml::Table = toml::from_str(&text).map_err(|e| bad(&e))?;
+    pub fn load_with(path: &Path, overrides: &[String]) -> Result<ClusterConfig, ConfigError> {
+        let at = || path.to_path_buf();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: at(), source })?;
+        let mut table: toml::Table =
+            toml::from_str(&text).map_err(|source| ConfigError::Parse { path: at(), source })?;
         for kv in overrides {
-            set_value(&mut table, kv).map_err(|e| bad(&format!("--set {kv}: {e}")))?;
+            set_value(&mut table, kv).map_err(|source| ConfigError::Set { path: at(), kv: kv.clone(), source })?;
         }
-        let mut cfg: ClusterConfig = table.try_into().map_err(|e| bad(&e))?;
+        let mut cfg: ClusterConfig = table.try_into().map_err(|source| ConfigError::Parse { path: at(), source })?;
         let base = path.parent().unwrap_or(Path::new("."));
         let fix = |p: &mut PathBuf| {
             if p.is_relative() {
@@ -582,22 +583,20 @@ impl ClusterConfig {
                 fix(d);
             }
         }
-        cfg.validate().map_err(|e| FsError::invalid(format!("config {}: {}", path.display(), e.detail)))?;
+        cfg.validate().map_err(|e| ConfigError::Invalid { path: at(), detail: e.detail })?;
         Ok(cfg)
     }
 
     /// Finds the config: the explicit path, else `$TESSERA_CONFIG`.
-    pub fn locate(explicit: Option<&Path>) -> FsResult<ClusterConfig> {
+    pub fn locate(explicit: Option<&Path>) -> Result<ClusterConfig, ConfigError> {
         ClusterConfig::locate_with(explicit, &[])
     }
 
     /// [`ClusterConfig::locate`] with `overrides` ([`ClusterConfig::load_with`]).
-    pub fn locate_with(explicit: Option<&Path>, overrides: &[String]) -> FsResult<ClusterConfig> {
+    pub fn locate_with(explicit: Option<&Path>, overrides: &[String]) -> Result<ClusterConfig, ConfigError> {
         let path = match explicit {
             Some(p) => p.to_path_buf(),
-            None => std::env::var_os(CONFIG_ENV).map(PathBuf::from).ok_or_else(|| {
-                FsError::invalid(format!("no cluster configuration: pass --config FILE or set {CONFIG_ENV} (`tessera up` writes DIR/client.toml)"))
-            })?,
+            None => std::env::var_os(CONFIG_ENV).map(PathBuf::from).ok_or(ConfigError::Missing)?,
         };
         ClusterConfig::load_with(&path, overrides)
     }
@@ -637,9 +636,9 @@ impl ClusterConfig {
         Ok(())
     }
 
-    pub fn save(&self, path: &Path) -> FsResult<()> {
-        let text = toml::to_string_pretty(self).map_err(|e| FsError::invalid(e.to_string()))?;
-        std::fs::write(path, text).map_err(|e| FsError::io(format!("{}: {e}", path.display())))
+    pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
+        let text = toml::to_string_pretty(self).map_err(ConfigError::Serialize)?;
+        std::fs::write(path, text).map_err(|source| ConfigError::Write { path: path.to_path_buf(), source })
     }
 
     /// The forwarding node a client goes through: `setting` (`TESSERA_ION` or `client.ion`: a name,
@@ -690,10 +689,76 @@ impl ClusterConfig {
     }
 }
 
+/// Why a configuration was not loaded or saved ([`ClusterConfig::load_with`], [`ClusterConfig::save`]);
+/// the file's path and the underlying error (I/O, TOML) are kept. A reply carries it as an
+/// [`FsError`] (`Invalid`, or `Io` when the file could not be written).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("no cluster configuration: pass --config FILE or set {CONFIG_ENV} (`tessera up` writes DIR/client.toml)")]
+    Missing,
+    #[error("config {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config {}", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("config {}: --set {kv}", path.display())]
+    Set {
+        path: PathBuf,
+        kv: String,
+        #[source]
+        source: SetError,
+    },
+    /// The values read are not a valid cluster ([`ClusterConfig::validate`]).
+    #[error("config {}: {detail}", path.display())]
+    Invalid { path: PathBuf, detail: String },
+    #[error("config")]
+    Serialize(#[source] toml::ser::Error),
+    #[error("{}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<ConfigError> for FsError {
+    fn from(e: ConfigError) -> FsError {
+        let code = match e {
+            ConfigError::Write { .. } => crate::error::ErrorCode::Io,
+            _ => crate::error::ErrorCode::Invalid,
+        };
+        FsError::from_error(code, &e)
+    }
+}
+
+/// Why a `--set KEY=VALUE` override was not applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SetError {
+    #[error("expected KEY=VALUE")]
+    NoValue,
+    #[error("'{0}' is not a dotted key")]
+    NotDotted(String),
+    #[error("empty key")]
+    Empty,
+    #[error("'{key}': '{part}' must index a list")]
+    NotIndex { key: String, part: String },
+    #[error("'{key}': the list has {len} element(s)")]
+    OutOfRange { key: String, len: usize },
+    #[error("'{key}': '{part}' is inside a value, not a table")]
+    InsideValue { key: String, part: String },
+}
+
 /// Sets `KEY=VALUE` in `table` ([`ClusterConfig::load_with`]): the tables on the way are made when
 /// missing; a number indexes a list.
-fn set_value(table: &mut toml::Table, kv: &str) -> Result<(), String> {
-    let (key, value) = kv.split_once('=').ok_or("expected KEY=VALUE")?;
+fn set_value(table: &mut toml::Table, kv: &str) -> Result<(), SetError> {
+    let (key, value) = kv.split_once('=').ok_or(SetError::NoValue)?;
     let key = key.trim();
     let value = match toml::from_str::<toml::Table>(&format!("v = {value}")) {
         Ok(mut t) => t.remove("v").unwrap_or_else(|| toml::Value::String(value.to_string())),
@@ -701,7 +766,7 @@ fn set_value(table: &mut toml::Table, kv: &str) -> Result<(), String> {
     };
     let parts: Vec<&str> = key.split('.').collect();
     if parts.iter().any(|p| p.is_empty()) {
-        return Err(format!("'{key}' is not a dotted key"));
+        return Err(SetError::NotDotted(key.to_string()));
     }
     let mut root = toml::Value::Table(std::mem::take(table));
     let r = set_in(&mut root, &parts, value, key);
@@ -711,8 +776,8 @@ fn set_value(table: &mut toml::Table, kv: &str) -> Result<(), String> {
     r
 }
 
-fn set_in(at: &mut toml::Value, parts: &[&str], value: toml::Value, key: &str) -> Result<(), String> {
-    let Some((first, rest)) = parts.split_first() else { return Err("empty key".into()) };
+fn set_in(at: &mut toml::Value, parts: &[&str], value: toml::Value, key: &str) -> Result<(), SetError> {
+    let Some((first, rest)) = parts.split_first() else { return Err(SetError::Empty) };
     let next = match at {
         toml::Value::Table(t) if rest.is_empty() => {
             t.insert(first.to_string(), value);
@@ -721,10 +786,11 @@ fn set_in(at: &mut toml::Value, parts: &[&str], value: toml::Value, key: &str) -
         toml::Value::Table(t) => t.entry(first.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new())),
         toml::Value::Array(a) => {
             let n = a.len();
-            let i: usize = first.parse().map_err(|_| format!("'{key}': '{first}' must index a list"))?;
-            a.get_mut(i).ok_or_else(|| format!("'{key}': the list has {n} element(s)"))?
+            let i: usize =
+                first.parse().map_err(|_| SetError::NotIndex { key: key.to_string(), part: first.to_string() })?;
+            a.get_mut(i).ok_or_else(|| SetError::OutOfRange { key: key.to_string(), len: n })?
         }
-        _ => return Err(format!("'{key}': '{first}' is inside a value, not a table")),
+        _ => return Err(SetError::InsideValue { key: key.to_string(), part: first.to_string() }),
     };
     if rest.is_empty() {
         *next = value;
@@ -812,7 +878,7 @@ mod tests {
             ("mds.addr.port=1", "inside a value"),
             ("orchestrator.window_ms", "KEY=VALUE"),
         ] {
-            let e = set(&[kv]).unwrap_err().to_string();
+            let e = crate::error::chain(&set(&[kv]).unwrap_err());
             assert!(e.contains(says), "--set {kv}: {e}");
         }
     }

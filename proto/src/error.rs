@@ -162,6 +162,27 @@ impl FsError {
     pub fn unavailable(d: impl Into<String>) -> FsError {
         FsError::new(ErrorCode::Unavailable, d)
     }
+    /// A local error flattened for the wire: `code`, and `e` with its sources as the detail ([`chain`]).
+    pub fn from_error(code: ErrorCode, e: &(dyn std::error::Error + 'static)) -> FsError {
+        FsError::new(code, chain(e))
+    }
+}
+
+/// `e` and each of its sources, joined by ": " (as anyhow's `{:#}`): how a local error with typed
+/// sources becomes one line of text (an [`FsError`]'s detail, a log line) without losing its causes.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        // A source that repeats its wrapper's text (or adds nothing) is not printed twice.
+        if !text.is_empty() && !s.ends_with(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        next = cause.source();
+    }
+    s
 }
 
 impl From<std::io::Error> for FsError {

@@ -14,7 +14,7 @@ pub const MAGIC: [u8; 2] = *b"TS";
 /// Bytes of a frame before its header: magic, version, header length, payload length.
 pub const PREFIX: usize = 12;
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 pub enum FrameError {
     #[error("stream closed before a frame")]
     Closed,
@@ -28,8 +28,8 @@ pub enum FrameError {
     HeaderTooLarge(usize),
     #[error("payload of {0} bytes exceeds the limit of {1}")]
     PayloadTooLarge(usize, usize),
-    #[error("malformed header: {0}")]
-    Decode(String),
+    #[error("malformed header")]
+    Decode(#[from] wire::WireError),
     #[error("stream error: {0}")]
     Io(String),
 }
@@ -41,13 +41,13 @@ pub struct Frame {
 
 impl Frame {
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, FrameError> {
-        wire::decode(&self.header).map_err(FrameError::Decode)
+        Ok(wire::decode(&self.header)?)
     }
 }
 
 /// Encodes the prefix and header of a frame (the payload is sent after it as is).
 pub fn encode_head<T: Serialize>(header: &T, payload_len: usize) -> Result<Vec<u8>, FrameError> {
-    let h = wire::encode(header).map_err(FrameError::Decode)?;
+    let h = wire::encode(header)?;
     if h.len() > MAX_HEADER {
         return Err(FrameError::HeaderTooLarge(h.len()));
     }
@@ -283,7 +283,7 @@ mod tests {
         assert_eq!(parse_prefix(&p, MAX_PAYLOAD).unwrap(), (head.len() - PREFIX, 10));
         let mut bad = p;
         bad[0] = b'X';
-        assert_eq!(parse_prefix(&bad, MAX_PAYLOAD), Err(FrameError::BadMagic));
+        assert!(matches!(parse_prefix(&bad, MAX_PAYLOAD), Err(FrameError::BadMagic)));
         let mut v = p;
         v[3] = v[3].wrapping_add(1);
         assert!(matches!(parse_prefix(&v, MAX_PAYLOAD), Err(FrameError::Version { .. })));

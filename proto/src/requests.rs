@@ -46,7 +46,7 @@ pub enum Senders {
 
 impl Senders {
     /// Whether a peer of `role` calling as `caller` may send the request.
-    pub fn admit(self, role: Role, caller: &Caller) -> Result<(), String> {
+    pub fn admit(self, role: Role, caller: &Caller) -> Result<(), NotAdmitted> {
         let ok = match self {
             Senders::Anyone => true,
             Senders::DataServers => role == Role::Ds,
@@ -57,12 +57,28 @@ impl Senders {
         if ok {
             return Ok(());
         }
-        Err(match self {
-            Senders::DataServers => format!("only data servers send reports (peer is {role})"),
-            Senders::Admins => "this needs the admin certificate or a root caller".to_string(),
-            Senders::ForwardingNodes => format!("only forwarding nodes send this report (peer is {role})"),
-            _ => format!("a peer with role {role} may only ping and report"),
-        })
+        Err(NotAdmitted { senders: self, role })
+    }
+}
+
+/// A peer that may not send a request ([`Senders::admit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", match senders {
+    Senders::DataServers => format!("only data servers send reports (peer is {role})"),
+    Senders::Admins => "this needs the admin certificate or a root caller".to_string(),
+    Senders::ForwardingNodes => format!("only forwarding nodes send this report (peer is {role})"),
+    _ => format!("a peer with role {role} may only ping and report"),
+})]
+pub struct NotAdmitted {
+    /// Who may send the request.
+    pub senders: Senders,
+    /// The peer's role.
+    pub role: Role,
+}
+
+impl From<NotAdmitted> for crate::error::FsError {
+    fn from(e: NotAdmitted) -> crate::error::FsError {
+        crate::error::FsError::perm(e.to_string())
     }
 }
 

@@ -224,17 +224,30 @@ pub struct Origin {
 
 impl Origin {
     /// Checks what a server must bound before using it.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), JobIdTooLong> {
         check_job_id(&self.job)
     }
 }
 
 /// A job id a server may keep: at most [`JOB_ID_MAX`] bytes.
-pub fn check_job_id(job: &str) -> Result<(), String> {
+pub fn check_job_id(job: &str) -> Result<(), JobIdTooLong> {
     if job.len() > JOB_ID_MAX {
-        return Err(format!("job id of {} bytes exceeds {JOB_ID_MAX}", job.len()));
+        return Err(JobIdTooLong { len: job.len() });
     }
     Ok(())
+}
+
+/// A job id longer than [`JOB_ID_MAX`] bytes ([`check_job_id`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("job id of {len} bytes exceeds {JOB_ID_MAX}")]
+pub struct JobIdTooLong {
+    pub len: usize,
+}
+
+impl From<JobIdTooLong> for crate::error::FsError {
+    fn from(e: JobIdTooLong) -> crate::error::FsError {
+        crate::error::FsError::invalid(e.to_string())
+    }
 }
 
 /// Which program a data request belongs to and the file it is for. Every data request carries one.
@@ -312,9 +325,18 @@ impl std::fmt::Display for Role {
     }
 }
 
+impl Role {
+    /// Every role's name, as [`Role::parse`] takes them.
+    pub const NAMES: &'static [&'static str] = &["mds", "ds", "ion", "client", "admin"];
+}
+
 impl std::str::FromStr for Role {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Role, String> {
-        Role::parse(s).ok_or_else(|| format!("unknown role '{s}' (mds, ds, ion, client, admin)"))
+    type Err = crate::config::UnknownName;
+    fn from_str(s: &str) -> Result<Role, crate::config::UnknownName> {
+        Role::parse(s).ok_or_else(|| crate::config::UnknownName {
+            what: "role",
+            name: s.to_string(),
+            choices: Role::NAMES,
+        })
     }
 }

@@ -14,22 +14,33 @@ const BINARY: parse_size::Config = parse_size::Config::new().with_binary();
 /// no suffix is bytes. Blanks around the number and before the suffix are allowed. Fractions, signs,
 /// exponents, larger units and sizes over 64 bits are refused. The error names the input, so the
 /// function serves as a clap `value_parser` as it is.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     let t = s.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     if digits == 0 {
-        return Err(format!("'{s}' is not a size (e.g. 4096, 64K, 1M, 2G)"));
+        return Err(SizeError::NotASize(s.to_string()));
     }
     // parse-size also takes fractions, exponents, digit grouping and P/E units: not sizes here.
     let unit = t[digits..].trim_start().chars().next().map(|c| c.to_ascii_lowercase());
-    let bad_unit = || format!("'{s}': unknown size suffix (use K, M, G or T)");
+    let bad_unit = || SizeError::Suffix(s.to_string());
     if !matches!(unit, None | Some('b' | 'k' | 'm' | 'g' | 't')) {
         return Err(bad_unit());
     }
     BINARY.parse_size(t).map_err(|e| match e {
-        parse_size::Error::PosOverflow => format!("'{s}' is too large (over 64 bits)"),
+        parse_size::Error::PosOverflow => SizeError::TooLarge(s.to_string()),
         _ => bad_unit(),
     })
+}
+
+/// Why [`parse_size`] refused its input (each names it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("'{0}' is not a size (e.g. 4096, 64K, 1M, 2G)")]
+    NotASize(String),
+    #[error("'{0}': unknown size suffix (use K, M, G or T)")]
+    Suffix(String),
+    #[error("'{0}' is too large (over 64 bits)")]
+    TooLarge(String),
 }
 
 /// Human-readable binary size, exact when possible (`1 MiB`, `1.50 GiB`, `100 bytes`).
@@ -128,9 +139,9 @@ mod tests {
 
     #[test]
     fn errors_name_the_input_and_the_problem() {
-        assert_eq!(parse_size("12Q").unwrap_err(), "'12Q': unknown size suffix (use K, M, G or T)");
-        assert_eq!(parse_size("abc").unwrap_err(), "'abc' is not a size (e.g. 4096, 64K, 1M, 2G)");
-        assert_eq!(parse_size("20000000T").unwrap_err(), "'20000000T' is too large (over 64 bits)");
+        assert_eq!(parse_size("12Q").unwrap_err().to_string(), "'12Q': unknown size suffix (use K, M, G or T)");
+        assert_eq!(parse_size("abc").unwrap_err().to_string(), "'abc' is not a size (e.g. 4096, 64K, 1M, 2G)");
+        assert_eq!(parse_size("20000000T").unwrap_err().to_string(), "'20000000T' is too large (over 64 bits)");
     }
 
     #[test]

@@ -12,8 +12,19 @@ fn config<const LIMIT: usize>() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<LIMIT>()
 }
 
-pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
-    bincode::serde::encode_to_vec(value, config::<MAX_HEADER>()).map_err(|e| format!("encode: {e}"))
+/// Why a value did not encode or decode (the bincode error is the source).
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("encode")]
+    Encode(#[source] bincode::error::EncodeError),
+    #[error("decode")]
+    Decode(#[source] bincode::error::DecodeError),
+    #[error("decode: {0} trailing bytes")]
+    Trailing(usize),
+}
+
+pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, WireError> {
+    bincode::serde::encode_to_vec(value, config::<MAX_HEADER>()).map_err(WireError::Encode)
 }
 
 /// Decodes exactly `bytes` (trailing bytes are an error: a frame is one value), allocating at most
@@ -24,7 +35,7 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
 /// what a valid encoding holds. So the limit follows the input's size, and a 20-byte header declaring a
 /// string of a MiB fails at once instead of having a MiB allocated and zeroed first (found by the
 /// structured fuzz tests, [`crate::fuzz`]); longer inputs keep [`MAX_HEADER`].
-pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
     if bytes.len() <= SMALL {
         decode_bounded::<T, { SMALL * INFLATION }>(bytes)
     } else if bytes.len() <= MEDIUM {
@@ -41,10 +52,10 @@ const MEDIUM: usize = 64 << 10;
 
 /// [`decode`] with another bound, for values that are not frame headers (the MDS journal's records,
 /// whose own bound is larger).
-pub fn decode_bounded<T: DeserializeOwned, const LIMIT: usize>(bytes: &[u8]) -> Result<T, String> {
-    let (v, used) = bincode::serde::decode_from_slice(bytes, config::<LIMIT>()).map_err(|e| format!("decode: {e}"))?;
+pub fn decode_bounded<T: DeserializeOwned, const LIMIT: usize>(bytes: &[u8]) -> Result<T, WireError> {
+    let (v, used) = bincode::serde::decode_from_slice(bytes, config::<LIMIT>()).map_err(WireError::Decode)?;
     if used != bytes.len() {
-        return Err(format!("decode: {} trailing bytes", bytes.len() - used));
+        return Err(WireError::Trailing(bytes.len() - used));
     }
     Ok(v)
 }

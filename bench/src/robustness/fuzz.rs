@@ -253,7 +253,7 @@ fn memory(pid: u32) -> Option<(u64, u64)> {
 
 fn load(dir: &Path, name: &str) -> Result<ClusterConfig> {
     let path = dir.join(format!("{name}.toml"));
-    ClusterConfig::load(&path).map_err(|e| anyhow!("{}: {e}", path.display()))
+    Ok(ClusterConfig::load(&path)?)
 }
 
 /// A peer of the target server with the identity of `cfg`.
@@ -637,7 +637,7 @@ impl Connection {
 
     /// Counts a reply by its code and learns what it names.
     fn answered(&self, target: Target, header: &[u8], counts: &Counts, rng: &mut Rng) {
-        let result: Option<Result<Option<MdsReply>, String>> = match target {
+        let result: Option<Result<Option<MdsReply>, tessera_proto::error::ErrorCode>> = match target {
             Target::Mds => wire::decode::<FsResult<MdsReply>>(header).ok().map(|r| r.map(Some).map_err(code)),
             Target::Ds => wire::decode::<FsResult<DsReply>>(header).ok().map(|r| r.map(|_| None).map_err(code)),
             Target::Ion => wire::decode::<FsResult<IonReply>>(header).ok().map(|r| {
@@ -652,7 +652,7 @@ impl Connection {
             None => {
                 counts.undecodable.fetch_add(1, Ordering::Relaxed);
             }
-            Some(Err(code)) => bump(&counts.errors, &code),
+            Some(Err(code)) => bump(&counts.errors, &format!("{code:?}")),
             Some(Ok(reply)) => {
                 counts.answered_ok.fetch_add(1, Ordering::Relaxed);
                 if let Some(r) = reply {
@@ -663,8 +663,8 @@ impl Connection {
     }
 }
 
-fn code(e: tessera_proto::FsError) -> String {
-    format!("{:?}", e.code)
+fn code(e: tessera_proto::FsError) -> tessera_proto::error::ErrorCode {
+    e.code
 }
 
 #[derive(Clone, Copy)]

@@ -146,10 +146,31 @@ pub const NAMES: &[&str] = tessera_proto::config::IonScheduler::NAMES;
 /// would hold every request queued on the node, and its data, for good.
 pub const MAX_WINDOW_US: u64 = 10_000_000;
 
+/// Why a scheduler was not built ([`build`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchedError {
+    #[error(transparent)]
+    Unknown(#[from] tessera_proto::config::UnknownName),
+    #[error("a window of {0} us is longer than the limit of {MAX_WINDOW_US} us")]
+    WindowTooLong(u64),
+    #[error("twins: no data servers to rotate over")]
+    NoServers,
+    #[error("twins: window must be at least 1 µs")]
+    ZeroWindow,
+    #[error("twins: data server {0} listed twice")]
+    ServerTwice(tessera_proto::DsId),
+}
+
+impl From<SchedError> for tessera_proto::FsError {
+    fn from(e: SchedError) -> tessera_proto::FsError {
+        tessera_proto::FsError::invalid(e.to_string())
+    }
+}
+
 /// Builds the scheduler called `name`.
-pub fn build(name: &str, p: &Params) -> Result<Box<dyn Scheduler>, String> {
+pub fn build(name: &str, p: &Params) -> Result<Box<dyn Scheduler>, SchedError> {
     if matches!(name, "sw" | "twins") && p.window_us > MAX_WINDOW_US {
-        return Err(format!("a window of {} us is longer than the limit of {MAX_WINDOW_US} us", p.window_us));
+        return Err(SchedError::WindowTooLong(p.window_us));
     }
     Ok(match name {
         "fifo" => Box::new(fifo::Fifo::default()),
@@ -160,7 +181,13 @@ pub fn build(name: &str, p: &Params) -> Result<Box<dyn Scheduler>, String> {
         "mlf" => Box::new(mlf::Mlf::new(p.quantum)),
         "sw" => Box::new(sw::StaticWindows::new(p.window_us)),
         "twins" => Box::new(twins::Twins::new(p)?),
-        other => return Err(format!("unknown scheduler '{other}' (one of: {})", NAMES.join(", "))),
+        other => {
+            return Err(SchedError::Unknown(tessera_proto::config::UnknownName {
+                what: "scheduler",
+                name: other.to_string(),
+                choices: NAMES,
+            }))
+        }
     })
 }
 
@@ -287,7 +314,7 @@ pub(crate) mod tests {
             assert_eq!(s.name(), name);
             assert!(s.is_empty());
         }
-        assert!(build("cfq", &p).err().expect("unknown name").contains("twins"));
+        assert!(build("cfq", &p).err().expect("unknown name").to_string().contains("twins"));
         assert!(build("twins", &Params::default()).is_err(), "twins needs servers");
     }
 

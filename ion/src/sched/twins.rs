@@ -21,7 +21,7 @@
 //! - `new` refuses an empty server list, a zero window and a server listed twice. `ion_index` may be
 //!   any number (taken mod n: nodes beyond n share rotations with nodes below).
 
-use super::{by_arrival, take_run, Next, Params, Req, Scheduler, MAX_MERGE};
+use super::{by_arrival, take_run, Next, Params, Req, SchedError, Scheduler, MAX_MERGE};
 use std::collections::{HashMap, VecDeque};
 use tessera_proto::types::DsId;
 
@@ -40,17 +40,17 @@ pub struct Twins {
 }
 
 impl Twins {
-    pub fn new(p: &Params) -> Result<Twins, String> {
+    pub fn new(p: &Params) -> Result<Twins, SchedError> {
         if p.servers.is_empty() {
-            return Err("twins: no data servers to rotate over".to_string());
+            return Err(SchedError::NoServers);
         }
         if p.window_us == 0 {
-            return Err("twins: window must be at least 1 µs".to_string());
+            return Err(SchedError::ZeroWindow);
         }
         let mut position = HashMap::new();
         for (i, &ds) in p.servers.iter().enumerate() {
             if position.insert(ds, i).is_some() {
-                return Err(format!("twins: data server {ds} listed twice"));
+                return Err(SchedError::ServerTwice(ds));
             }
         }
         Ok(Twins {

@@ -23,7 +23,7 @@ pub mod online;
 use crate::store::{Dentry, DestroyEntry, Inode, T};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use tessera_proto::layout::Layout;
-use tessera_proto::{DsId, FileKind, Ino, ObjectId, Timestamp, ROOT_INO};
+use tessera_proto::{DsId, FileKind, FsResult, Ino, ObjectId, Timestamp, ROOT_INO};
 
 /// Name of the directory under the root that unreachable inodes are moved to.
 pub const LOST_FOUND: &str = "lost+found";
@@ -57,7 +57,7 @@ pub struct Scan {
     /// The configured data servers.
     pub servers: Vec<DsId>,
     /// Each configured data server's objects with their sizes, or why they could not be listed.
-    pub objects: BTreeMap<DsId, Result<Vec<(ObjectId, u64)>, String>>,
+    pub objects: BTreeMap<DsId, FsResult<Vec<(ObjectId, u64)>>>,
     /// Inodes with open handles when scanned.
     pub open: BTreeSet<Ino>,
 }
@@ -435,7 +435,7 @@ fn hex(b: &[u8]) -> String {
 mod tests {
     use super::*;
     use tessera_proto::layout::StripeTarget;
-    use tessera_proto::Attr;
+    use tessera_proto::{Attr, FsError};
 
     const T0: Timestamp = Timestamp { secs: 1000, nanos: 0 };
     const START: Timestamp = Timestamp { secs: 2000, nanos: 0 };
@@ -589,7 +589,7 @@ mod tests {
         let mut s = clean();
         s.destroy.push((5u64.to_be_bytes().to_vec(), DestroyEntry { ds: 9, objects: vec![50] }));
         s.destroy.push((6u64.to_be_bytes().to_vec(), DestroyEntry { ds: 2, objects: vec![51] }));
-        s.objects.insert(2, Err("connection refused".into()));
+        s.objects.insert(2, Err(FsError::unavailable("connection refused")));
         let k = kinds(&s);
         assert!(k.contains(&("destroy-log", Fix::DropDestroy { key: 5u64.to_be_bytes().to_vec() })), "{k:?}");
         assert!(k.contains(&("destroy-log", Fix::Report)), "{k:?}");

@@ -128,7 +128,7 @@ impl Namespace {
         let data = self.data.as_ref();
         let listed = futures::future::join_all(scan.servers.iter().map(|&ds| list_all_objects(data, ds))).await;
         for (&ds, r) in scan.servers.iter().zip(listed) {
-            scan.objects.insert(ds, r.map_err(|e| e.to_string()));
+            scan.objects.insert(ds, r);
         }
         Ok(scan)
     }

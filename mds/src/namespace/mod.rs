@@ -159,7 +159,7 @@ impl Namespace {
             info!(orphans, "destroyed files unlinked while open before the restart");
         }
         tx.commit()?;
-        self.store.flush_sync()
+        Ok(self.store.flush_sync()?)
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -309,6 +309,7 @@ impl Namespace {
 
     /// `Sync`: every committed change durable.
     pub(crate) async fn sync(&self) -> FsResult<MdsReply> {
-        self.store.flush().await.map(|_| MdsReply::Ok)
+        self.store.flush().await?;
+        Ok(MdsReply::Ok)
     }
 }

@@ -82,7 +82,7 @@ async fn prepare(persched: &Arc<Shared>, job: &str, change: Change) -> FsResult<
         }
     }
     if let Some(e) = refused {
-        return Err(FsError::invalid(e));
+        return Err(FsError::invalid(e.to_string()));
     }
     Ok(now_ms)
 }

@@ -2,14 +2,14 @@
 //! callers share one fsync) and every [`COMMIT_INTERVAL`] while the journal holds changes, then retires
 //! the journal segments the flush made redundant.
 
+use super::error::{StoreError, StoreResult};
 use super::overlay::{apply_pending, Overlay};
-use super::records::db_err;
 use crate::journal::{self, Journal};
 use sled::{Db, Tree};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
-use tessera_proto::{FsError, FsResult};
+
 use tokio::sync::watch;
 use tracing::warn;
 
@@ -37,7 +37,7 @@ struct FlushCtl {
 struct FlushState {
     /// Highest ticket known durable (or failed, with `error`).
     done: u64,
-    error: Option<Arc<str>>,
+    error: Option<Arc<StoreError>>,
 }
 
 impl GroupCommit {
@@ -47,7 +47,7 @@ impl GroupCommit {
         overlay: Arc<Overlay>,
         journal: Option<Arc<Mutex<Journal>>>,
         interval: Duration,
-    ) -> FsResult<GroupCommit> {
+    ) -> StoreResult<GroupCommit> {
         let next = Arc::new(AtomicU64::new(0));
         let pending = Arc::new((Mutex::new(FlushCtl::default()), Condvar::new()));
         let (tx, done) = watch::channel(FlushState::default());
@@ -86,8 +86,8 @@ impl GroupCommit {
                 // The rotation took the journal's lock, so every change journaled before it is pending
                 // (or applied) now: the flush below covers the segments up to `retire`.
                 let applied = apply_pending(&trees, &overlay);
-                let error = applied.and_then(|()| db.flush().map(|_| ()).map_err(db_err)).err();
-                let error = error.map(|e| Arc::from(e.to_string()));
+                let error = applied.and_then(|()| db.flush().map(|_| ()).map_err(StoreError::from)).err();
+                let error = error.map(Arc::new);
                 if let (None, Some(upto), Some(dir)) = (&error, retire, &jdir) {
                     if let Err(e) = journal::retire(dir, upto) {
                         warn!("metadata journal: cannot delete committed segments: {e}");
@@ -98,11 +98,11 @@ impl GroupCommit {
                     return;
                 }
             })
-            .map_err(|e| FsError::io(format!("flush thread: {e}")))?;
+            .map_err(StoreError::FlushThread)?;
         Ok(GroupCommit { next, pending, done, thread: Some(thread) })
     }
 
-    pub(super) async fn flush(&self) -> FsResult<()> {
+    pub(super) async fn flush(&self) -> StoreResult<()> {
         let ticket = self.next.fetch_add(1, Ordering::SeqCst) + 1;
         {
             let (m, cv) = &*self.pending;
@@ -110,10 +110,9 @@ impl GroupCommit {
             cv.notify_one();
         }
         let mut rx = self.done.clone();
-        let state =
-            rx.wait_for(|s| s.done >= ticket).await.map_err(|_| FsError::io("metadata flush thread stopped"))?.clone();
+        let state = rx.wait_for(|s| s.done >= ticket).await.map_err(|_| StoreError::FlushStopped)?.clone();
         match state.error {
-            Some(e) => Err(db_err(format!("flush: {e}"))),
+            Some(e) => Err(StoreError::Flush(e)),
             None => Ok(()),
         }
     }

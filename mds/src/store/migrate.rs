@@ -1,34 +1,32 @@
 //! Format migration on open: a database of an older format is rewritten in the current one (format 1:
 //! layouts without composite extents), one newer than this server understands is refused.
 
-use super::records::{db_err, dec, enc, Inode, FORMAT_KEY, FORMAT_VERSION, T};
+use super::error::{StoreError, StoreResult};
+use super::records::{dec, enc, Inode, FORMAT_KEY, FORMAT_VERSION, T};
 use super::Store;
 use serde::{Deserialize, Serialize};
 use sled::Tree;
 use std::path::Path;
 use tessera_proto::layout::{Layout, StripeTarget};
-use tessera_proto::{wire, Attr, FsError, FsResult, Ino};
+use tessera_proto::{wire, Attr, Ino};
 use tracing::info;
 
 /// Records the format of a new database; migrates an older one in place; refuses a newer one.
-pub(super) fn check_format(store: &Store, dir: &Path) -> FsResult<()> {
+pub(super) fn check_format(store: &Store, dir: &Path) -> StoreResult<()> {
     let meta = store.tree(T::Meta);
-    match meta.get(FORMAT_KEY).map_err(db_err)? {
+    match meta.get(FORMAT_KEY)? {
         None => {
-            meta.insert(FORMAT_KEY, enc(&FORMAT_VERSION)?).map_err(db_err)?;
+            meta.insert(FORMAT_KEY, enc(&FORMAT_VERSION)?)?;
         }
         Some(v) => {
             let ver: u32 = dec(&v)?;
             if ver == 1 {
                 let n = migrate_v1(store.tree(T::Inodes))?;
-                meta.insert(FORMAT_KEY, enc(&FORMAT_VERSION)?).map_err(db_err)?;
-                store.db.flush().map_err(db_err)?;
+                meta.insert(FORMAT_KEY, enc(&FORMAT_VERSION)?)?;
+                store.db.flush()?;
                 info!("metadata database {} migrated from format 1 to {FORMAT_VERSION} ({n} layouts)", dir.display());
             } else if ver != FORMAT_VERSION {
-                return Err(FsError::invalid(format!(
-                    "metadata database {} has format {ver}, this server understands {FORMAT_VERSION}",
-                    dir.display()
-                )));
+                return Err(StoreError::Format { path: dir.to_path_buf(), found: ver, understood: FORMAT_VERSION });
             }
         }
     }
@@ -55,11 +53,11 @@ struct LayoutV1 {
 /// format (a migration interrupted after its batch, before the format key) is left as it is; v1 and v2
 /// records differ only for files, and a v2 file record read as v1 always leaves trailing bytes.
 /// Returns how many records held a layout.
-pub(super) fn migrate_v1(inodes: &Tree) -> FsResult<usize> {
+pub(super) fn migrate_v1(inodes: &Tree) -> StoreResult<usize> {
     let mut batch = sled::Batch::default();
     let mut layouts = 0;
     for kv in inodes.iter() {
-        let (k, v) = kv.map_err(db_err)?;
+        let (k, v) = kv?;
         let new = match wire::decode::<InodeV1>(&v) {
             Ok(old) => Inode {
                 attr: old.attr,
@@ -72,7 +70,7 @@ pub(super) fn migrate_v1(inodes: &Tree) -> FsResult<usize> {
         layouts += usize::from(new.layout.is_some());
         batch.insert(k, enc(&new)?);
     }
-    inodes.apply_batch(batch).map_err(db_err)?;
+    inodes.apply_batch(batch)?;
     Ok(layouts)
 }
 

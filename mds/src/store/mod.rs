@@ -15,16 +15,16 @@
 //! - `migrate`: the database format, and migrating older formats on open.
 
 mod commit;
+mod error;
 mod migrate;
 mod overlay;
 mod records;
 mod replay;
 
 pub use commit::COMMIT_INTERVAL;
+pub use error::{StoreError, StoreResult};
 pub use overlay::Scan;
-pub use records::{
-    db_err, dentry_key, dirseq_key, ino_key, key_ino, xattr_key, xattr_prefix, Dentry, DestroyEntry, Inode, T,
-};
+pub use records::{dentry_key, dirseq_key, ino_key, key_ino, xattr_key, xattr_prefix, Dentry, DestroyEntry, Inode, T};
 pub use replay::JournalRecovery;
 
 use crate::journal::{Journal, WriteSet};
@@ -56,7 +56,7 @@ pub struct Store {
 
 impl Store {
     /// Opens (or creates) the database in `dir`, replaying what the journal holds beyond it.
-    pub fn open(dir: &Path, commit: MetadataCommit) -> FsResult<Store> {
+    pub fn open(dir: &Path, commit: MetadataCommit) -> StoreResult<Store> {
         Store::open_with(dir, commit, COMMIT_INTERVAL, JournalRecovery::Refuse)
     }
 
@@ -66,21 +66,21 @@ impl Store {
         commit: MetadataCommit,
         interval: Duration,
         recovery: JournalRecovery,
-    ) -> FsResult<Store> {
-        std::fs::create_dir_all(dir).map_err(|e| FsError::io(format!("{}: {e}", dir.display())))?;
+    ) -> StoreResult<Store> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: dir.to_path_buf(), source })?;
         let db = sled::Config::new()
             .path(dir)
             .cache_capacity(256 << 20)
             .flush_every_ms(Some(500))
             .open()
-            .map_err(|e| FsError::io(format!("open metadata database {}: {e}", dir.display())))?;
-        let trees = TREE_NAMES.iter().map(|n| db.open_tree(n)).collect::<Result<Vec<_>, _>>().map_err(db_err)?;
+            .map_err(|source| StoreError::Open { path: dir.to_path_buf(), source })?;
+        let trees = TREE_NAMES.iter().map(|n| db.open_tree(n)).collect::<Result<Vec<_>, _>>()?;
         let jdir = dir.join("journal");
         let next_segment = replay::replay_journal(&db, &trees, &jdir, recovery)?;
         let journal = match commit {
             MetadataCommit::Journal => Some(Arc::new(Mutex::new(
                 Journal::create(&jdir, next_segment)
-                    .map_err(|e| FsError::io(format!("metadata journal {}: {e}", jdir.display())))?,
+                    .map_err(|source| StoreError::Journal { path: jdir.clone(), source })?,
             ))),
             MetadataCommit::Fsync => None,
         };
@@ -97,13 +97,13 @@ impl Store {
     }
 
     /// A fresh id from sled's persistent monotonic counter (never 0).
-    pub fn new_id(&self) -> FsResult<u64> {
-        Ok(self.db.generate_id().map_err(db_err)? + 1)
+    pub fn new_id(&self) -> StoreResult<u64> {
+        Ok(self.db.generate_id()? + 1)
     }
 
     /// A fresh inode number (never the root's).
-    pub fn new_ino(&self) -> FsResult<Ino> {
-        Ok(self.db.generate_id().map_err(db_err)? + 2)
+    pub fn new_ino(&self) -> StoreResult<Ino> {
+        Ok(self.db.generate_id()? + 2)
     }
 
     pub fn inode_count(&self) -> u64 {
@@ -116,21 +116,22 @@ impl Store {
     }
 
     /// Makes every committed change durable. Concurrent callers share one fsync (group commit).
-    pub async fn flush(&self) -> FsResult<()> {
+    pub async fn flush(&self) -> StoreResult<()> {
         self.flusher.flush().await
     }
 
-    pub fn flush_sync(&self) -> FsResult<()> {
+    pub fn flush_sync(&self) -> StoreResult<()> {
         apply_pending(&self.trees, &self.overlay)?;
-        self.db.flush().map(|_| ()).map_err(db_err)
+        self.db.flush()?;
+        Ok(())
     }
 
     /// The committed value of a key (pending overlay first, then sled).
-    pub fn read(&self, t: T, key: &[u8]) -> FsResult<Option<Vec<u8>>> {
+    pub fn read(&self, t: T, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
         if let Some(v) = self.overlay.get(t, key) {
             return Ok(v);
         }
-        Ok(self.tree(t).get(key).map_err(db_err)?.map(|v| v.to_vec()))
+        Ok(self.tree(t).get(key)?.map(|v| v.to_vec()))
     }
 
     /// Committed keys from `start` on that begin with `prefix` (see [`Scan`]).
@@ -193,7 +194,7 @@ impl<'a> Txn<'a> {
         if let Some(v) = self.writes.get(&(t, key.to_vec())) {
             return Ok(v.clone());
         }
-        self.store.read(t, key)
+        Ok(self.store.read(t, key)?)
     }
 
     pub fn put(&mut self, t: T, key: &[u8], value: Vec<u8>) {
@@ -223,7 +224,7 @@ impl<'a> Txn<'a> {
     }
 
     pub fn get_inode(&self, ino: Ino) -> FsResult<Option<Inode>> {
-        self.get(T::Inodes, &ino_key(ino))?.map(|b| dec(&b)).transpose()
+        Ok(self.get(T::Inodes, &ino_key(ino))?.map(|b| dec(&b)).transpose()?)
     }
 
     /// The inode, or ENOENT.
@@ -316,7 +317,7 @@ impl<'a> Txn<'a> {
     }
 
     pub fn dentry(&self, parent: Ino, name: &str) -> FsResult<Option<Dentry>> {
-        self.get(T::Dentries, &dentry_key(parent, name))?.map(|b| dec(&b)).transpose()
+        Ok(self.get(T::Dentries, &dentry_key(parent, name))?.map(|b| dec(&b)).transpose()?)
     }
 
     /// Adds (or overwrites) an entry and its readdir position.
@@ -381,7 +382,7 @@ impl<'a> Txn<'a> {
     }
 
     pub fn dir_layout(&self, ino: Ino) -> FsResult<Option<LayoutSpec>> {
-        self.get(T::DirLayouts, &ino_key(ino))?.map(|b| dec(&b)).transpose()
+        Ok(self.get(T::DirLayouts, &ino_key(ino))?.map(|b| dec(&b)).transpose()?)
     }
 
     pub fn set_dir_layout(&mut self, ino: Ino, spec: Option<LayoutSpec>) -> FsResult<()> {
@@ -397,7 +398,7 @@ impl<'a> Txn<'a> {
 
     /// A directory's composite default layout (`setstripe -E ...`), if it has one.
     pub fn dir_composite(&self, ino: Ino) -> FsResult<Option<Vec<ExtentSpec>>> {
-        self.get(T::DirLayouts, &composite_key(ino))?.map(|b| dec(&b)).transpose()
+        Ok(self.get(T::DirLayouts, &composite_key(ino))?.map(|b| dec(&b)).transpose()?)
     }
 
     /// Sets (or with `None` removes) a directory's composite default.

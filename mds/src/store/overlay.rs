@@ -3,7 +3,8 @@
 //! group-commit thread does every [`super::COMMIT_INTERVAL`]; and the reads that merge it with sled
 //! ([`Scan`]).
 
-use super::records::{db_err, T};
+use super::error::{StoreError, StoreResult};
+use super::records::T;
 use sled::transaction::TransactionError;
 use sled::{Transactional, Tree};
 use std::collections::BTreeMap;
@@ -80,7 +81,7 @@ impl Overlay {
 pub(super) fn apply_writes<'w>(
     trees: &[Tree],
     writes: impl Iterator<Item = (&'w Key, &'w Option<Vec<u8>>)> + Clone,
-) -> FsResult<()> {
+) -> StoreResult<()> {
     let mut involved: Vec<T> = writes.clone().map(|((t, _), _)| *t).collect();
     involved.sort();
     involved.dedup();
@@ -102,11 +103,15 @@ pub(super) fn apply_writes<'w>(
         }
         Ok(())
     });
-    res.map_err(|e| db_err(format!("commit: {e:?}")))
+    res.map_err(|e| match e {
+        TransactionError::Storage(e) => StoreError::Commit(e),
+        // The closure above aborts only through sled's own errors.
+        TransactionError::Abort(()) => StoreError::Aborted,
+    })
 }
 
 /// Moves everything pending into sled (one transaction); entries rewritten meanwhile stay pending.
-pub(super) fn apply_pending(trees: &[Tree], overlay: &Overlay) -> FsResult<()> {
+pub(super) fn apply_pending(trees: &[Tree], overlay: &Overlay) -> StoreResult<()> {
     let _one_at_a_time = overlay.applying.lock().unwrap_or_else(|e| e.into_inner());
     let pending = &overlay.pending;
     let snapshot: Vec<(Key, Versioned)> =
@@ -155,7 +160,7 @@ impl Iterator for Scan {
             if self.sled_head.is_none() && !self.sled_done {
                 match self.sled.next() {
                     Some(Ok((k, v))) if k.starts_with(&self.prefix) => self.sled_head = Some((k.to_vec(), v.to_vec())),
-                    Some(Err(e)) => return Some(Err(db_err(e))),
+                    Some(Err(e)) => return Some(Err(StoreError::from(e).into())),
                     _ => self.sled_done = true,
                 }
             }

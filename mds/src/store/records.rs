@@ -1,8 +1,9 @@
 //! The records of the MDS database: its trees, record types and key layouts, and their encoding.
 
+use super::error::{StoreError, StoreResult};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tessera_proto::layout::Layout;
-use tessera_proto::{wire, Attr, DsId, FileKind, FsError, FsResult, Ino, ObjectId};
+use tessera_proto::{wire, Attr, DsId, FileKind, Ino, ObjectId};
 
 /// The trees of the MDS database.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -112,14 +113,10 @@ pub(super) fn composite_key(ino: Ino) -> [u8; 9] {
     k
 }
 
-pub fn db_err(e: impl std::fmt::Display) -> FsError {
-    FsError::io(format!("metadata database: {e}"))
+pub(super) fn enc<V: Serialize>(v: &V) -> StoreResult<Vec<u8>> {
+    wire::encode(v).map_err(|source| StoreError::Encode { what: "record", source })
 }
 
-pub(super) fn enc<V: Serialize>(v: &V) -> FsResult<Vec<u8>> {
-    wire::encode(v).map_err(db_err)
-}
-
-pub(super) fn dec<V: DeserializeOwned>(b: &[u8]) -> FsResult<V> {
-    wire::decode(b).map_err(|e| db_err(format!("corrupt record: {e}")))
+pub(super) fn dec<V: DeserializeOwned>(b: &[u8]) -> StoreResult<V> {
+    wire::decode(b).map_err(StoreError::Corrupt)
 }

@@ -1,11 +1,10 @@
 //! Start-up after a crash: the journal segments the previous run left are applied to sled, oldest first,
 //! made durable and deleted; what a corrupt segment does is the operator's choice ([`JournalRecovery`]).
 
-use super::records::db_err;
+use super::error::{StoreError, StoreResult};
 use crate::journal;
 use sled::{Db, Tree};
 use std::path::Path;
-use tessera_proto::{FsError, FsResult};
 use tracing::info;
 
 /// What start-up does when a journal segment other than the newest ends before its last byte.
@@ -24,8 +23,8 @@ pub enum JournalRecovery {
 /// deletes them. Returns the number for the next segment. Only the newest segment may end torn (the
 /// write(2) a crash interrupted, never acknowledged); a cut anywhere else is corruption, and nothing is
 /// applied or deleted unless `recovery` says to skip it.
-pub(super) fn replay_journal(db: &Db, trees: &[Tree], dir: &Path, recovery: JournalRecovery) -> FsResult<u64> {
-    let jerr = |e: std::io::Error| FsError::io(format!("metadata journal {}: {e}", dir.display()));
+pub(super) fn replay_journal(db: &Db, trees: &[Tree], dir: &Path, recovery: JournalRecovery) -> StoreResult<u64> {
+    let jerr = |source: std::io::Error| StoreError::Journal { path: dir.to_path_buf(), source };
     let segs = journal::segments(dir).map_err(jerr)?;
     let Some(&(last, _)) = segs.last() else { return Ok(1) };
     // Read everything first: a refusal must leave the database and the journal as they are.
@@ -41,11 +40,7 @@ pub(super) fn replay_journal(db: &Db, trees: &[Tree], dir: &Path, recovery: Jour
             } else if recovery == JournalRecovery::SkipCorrupt {
                 tracing::warn!("skipping the rest of a corrupt {at} (--skip-corrupt-journal)");
             } else {
-                return Err(FsError::io(format!(
-                    "corrupt {at}; later segments hold acknowledged changes, so the metadata server will not \
-                     start past it (inspect or restore the journal, or start with --skip-corrupt-journal to \
-                     drop the rest of this segment)"
-                )));
+                return Err(StoreError::CorruptJournal { at });
             }
         }
         read.push(s.records);
@@ -53,16 +48,15 @@ pub(super) fn replay_journal(db: &Db, trees: &[Tree], dir: &Path, recovery: Jour
     let mut records = 0usize;
     for ws in read.into_iter().flatten() {
         for (t, k, v) in ws {
-            let tree = trees.get(t as usize).ok_or_else(|| db_err(format!("journal names tree {t}")))?;
+            let tree = trees.get(t as usize).ok_or(StoreError::UnknownTree(t))?;
             match v {
                 Some(v) => tree.insert(k, v),
                 None => tree.remove(k),
-            }
-            .map_err(db_err)?;
+            }?;
         }
         records += 1;
     }
-    db.flush().map_err(db_err)?;
+    db.flush()?;
     journal::retire(dir, last).map_err(jerr)?;
     info!(segments = segs.len(), records, torn_tails = torn, "metadata journal replayed");
     Ok(last + 1)
@@ -130,7 +124,9 @@ mod tests {
         std::fs::write(first, &bytes).unwrap();
         let crashed = tempfile::tempdir().unwrap();
         copy_dir(&jdir, &crashed.path().join("journal"));
-        let e = Store::open(crashed.path(), MetadataCommit::Journal).err().expect("start-up must refuse");
+        let e = tessera_proto::FsError::from(
+            Store::open(crashed.path(), MetadataCommit::Journal).err().expect("start-up must refuse"),
+        );
         let name = first.file_name().unwrap().to_str().unwrap();
         assert!(e.detail.contains(name), "names the segment: {}", e.detail);
         assert!(e.detail.contains(&format!("offset {second_at}")), "names the offset: {}", e.detail);

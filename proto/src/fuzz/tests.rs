@@ -78,9 +78,9 @@ fn heap_bound(len: usize) -> usize {
 }
 
 /// One wire type's decoder: the value it decodes from the bytes, encoded again.
-type Decoder = fn(&[u8]) -> Option<Result<Vec<u8>, String>>;
+type Decoder = fn(&[u8]) -> Option<Result<Vec<u8>, wire::WireError>>;
 
-fn decoder<T: serde::de::DeserializeOwned + serde::Serialize>(b: &[u8]) -> Option<Result<Vec<u8>, String>> {
+fn decoder<T: serde::de::DeserializeOwned + serde::Serialize>(b: &[u8]) -> Option<Result<Vec<u8>, wire::WireError>> {
     wire::decode::<T>(b).ok().map(|v| wire::encode(&v))
 }
 

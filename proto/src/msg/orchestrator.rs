@@ -30,13 +30,17 @@ impl OrchestratorMode {
 }
 
 impl std::str::FromStr for OrchestratorMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::config::UnknownName;
+    fn from_str(s: &str) -> Result<Self, crate::config::UnknownName> {
         match s {
             "off" => Ok(OrchestratorMode::Off),
             "even" => Ok(OrchestratorMode::Even),
             "iorchestrator" => Ok(OrchestratorMode::IOrchestrator),
-            _ => Err(format!("unknown orchestrator mode '{s}' (one of: off, even, iorchestrator)")),
+            _ => Err(crate::config::UnknownName {
+                what: "orchestrator mode",
+                name: s.to_string(),
+                choices: &["off", "even", "iorchestrator"],
+            }),
         }
     }
 }

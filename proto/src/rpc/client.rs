@@ -6,7 +6,7 @@ use super::{
     CLOSE_REVOKED,
 };
 use crate::crl::CrlWatch;
-use crate::error::{ErrorCode, FsError, FsResult};
+use crate::error::{chain, ErrorCode, FsError, FsResult};
 use crate::frame::{self, FrameError, MAX_PAYLOAD};
 use crate::tls::{self, CertInfo, NodeIdentity};
 use crate::types::Role;
@@ -378,9 +378,9 @@ impl RpcPeer {
     fn frame_err(&self, e: FrameError) -> FsError {
         match e {
             FrameError::Io(_) | FrameError::Closed | FrameError::Truncated(_) => {
-                FsError::new(ErrorCode::Io, format!("{} {}: {e}", self.role, self.target()))
+                FsError::new(ErrorCode::Io, format!("{} {}: {}", self.role, self.target(), chain(&e)))
             }
-            _ => FsError::protocol(format!("{} {}: {e}", self.role, self.target())),
+            _ => FsError::protocol(format!("{} {}: {}", self.role, self.target(), chain(&e))),
         }
     }
 }

@@ -87,8 +87,8 @@ fn transport_config(t: &Tuning, loopback: bool) -> quinn::TransportConfig {
     c
 }
 
-fn tls_err(e: impl std::fmt::Display) -> FsError {
-    FsError::new(ErrorCode::Invalid, format!("TLS setup: {e}"))
+fn tls_err(e: impl std::error::Error + 'static) -> FsError {
+    FsError::new(ErrorCode::Invalid, format!("TLS setup: {}", crate::error::chain(&e)))
 }
 
 /// Endpoint settings: the largest UDP payload we accept is advertised to peers, and quinn's default

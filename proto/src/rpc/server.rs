@@ -6,7 +6,7 @@ use super::{
     CLOSE_REVOKED,
 };
 use crate::crl::CrlWatch;
-use crate::error::{FsError, FsResult};
+use crate::error::{chain, FsError, FsResult};
 use crate::frame::{self, FrameError, MAX_PAYLOAD};
 use crate::tls::NodeIdentity;
 use crate::types::Role;
@@ -172,8 +172,9 @@ async fn serve_stream<S: Service>(
             Ok(Ok(f)) => f,
             Ok(Err(FrameError::Closed)) => return,
             Ok(Err(e)) => {
+                let e = chain(&e);
                 debug!(addr = %peer.addr, "bad request frame: {e}");
-                let reply: FsResult<S::Reply> = Err(FsError::protocol(e.to_string()));
+                let reply: FsResult<S::Reply> = Err(FsError::protocol(e));
                 // The prefix may be garbage (bad magic/version): still answer in our framing, then stop reading.
                 let _ = frame::write_frame(&mut send, &reply, Bytes::new()).await;
                 let _ = send.finish();
@@ -188,12 +189,12 @@ async fn serve_stream<S: Service>(
         };
     let (reply, payload) = match frame.decode::<S::Request>() {
         Ok(req) => service.handle_streamed(peer.clone(), req, frame.payload).await,
-        Err(e) => (Err(FsError::protocol(e.to_string())), Payload::Whole(Bytes::new())),
+        Err(e) => (Err(FsError::protocol(chain(&e))), Payload::Whole(Bytes::new())),
     };
     let (len, mut chunks) = match payload {
         Payload::Whole(payload) => {
             if let Err(e) = frame::write_frame(&mut send, &reply, payload).await {
-                debug!(addr = %peer.addr, "reply not delivered: {e}");
+                debug!(addr = %peer.addr, "reply not delivered: {}", chain(&e));
                 return;
             }
             let _ = send.finish();
@@ -206,7 +207,7 @@ async fn serve_stream<S: Service>(
     let head = match frame::encode_head(&reply, len) {
         Ok(h) => h,
         Err(e) => {
-            debug!(addr = %peer.addr, "reply not encodable: {e}");
+            debug!(addr = %peer.addr, "reply not encodable: {}", chain(&e));
             let _ = send.reset(5u32.into());
             return;
         }

@@ -8,15 +8,41 @@ use rustls::pki_types::CertificateDer;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// Why TLS material could not be read, made or used. The underlying error is the source (print the
+/// chain: `tessera_proto::error::chain`, or anyhow's `{:#}`).
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("{path}: {err}")]
-    File { path: PathBuf, err: String },
+    /// A file (or directory) of TLS material: unreadable, malformed, or not what it must be.
+    #[error("{}", path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Making a key, a certificate or a revocation list failed (`tessera-ops` issues them).
-    #[error("certificate generation: {0}")]
+    #[error("certificate generation")]
     Gen(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A setting that cannot be used, said in words (no underlying error).
     #[error("tls configuration: {0}")]
     Config(String),
+    /// rustls refused the configuration (a key that does not fit the certificate, a CA certificate it
+    /// cannot use, ...).
+    #[error("tls configuration{}", if what.is_empty() { String::new() } else { format!(": {what}") })]
+    Rustls {
+        what: &'static str,
+        #[source]
+        source: rustls::Error,
+    },
+    /// A certificate verifier could not be built.
+    #[error("tls configuration: certificate verifier")]
+    Verifier(#[source] rustls::server::VerifierBuilderError),
+}
+
+impl TlsError {
+    /// A file error: `path`, and what was wrong with it (an error, or words).
+    pub fn file(path: &Path, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> TlsError {
+        TlsError::File { path: path.to_path_buf(), source: source.into() }
+    }
 }
 
 /// A certificate's validity period, in seconds since the Unix epoch (both ends included).

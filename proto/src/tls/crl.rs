@@ -12,6 +12,7 @@
 //! refusal is logged with the peer's role, name and serial and the reason (revoked, expired, not yet
 //! valid...).
 
+use crate::error::chain;
 use crate::tls::cert::{CertInfo, TlsError};
 use crate::types::format_utc;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -105,11 +106,10 @@ impl CrlWatch {
         ca: CertificateDer<'static>,
         own: CertificateDer<'static>,
     ) -> Result<CrlWatch, TlsError> {
-        let err = |e: String| TlsError::File { path: path.clone(), err: e };
-        let st = stamp(&path).map_err(|e| err(e.to_string()))?;
+        let st = stamp(&path).map_err(|e| TlsError::file(&path, e))?;
         let mut current = Snapshot::default();
         if st.is_some() {
-            current = read_list(&path, &ca, &own).map_err(err)?;
+            current = read_list(&path, &ca, &own).map_err(|e| TlsError::file(&path, e))?;
             debug!(
                 "revocation list {}: number {}, {} revoked",
                 path.display(),
@@ -243,8 +243,9 @@ impl CrlWatch {
                 self.replace(s, list);
             }
             Err(e) => error!(
-                "revocation list {}: {e}; keeping list number {} in force",
+                "revocation list {}: {}; keeping list number {} in force",
                 self.path.display(),
+                chain(&e),
                 s.current.number()
             ),
         }
@@ -256,19 +257,36 @@ impl CrlWatch {
     }
 }
 
+/// What is wrong with a revocation list file ([`CrlWatch`] refuses it, and keeps the list in force).
+#[derive(Debug, thiserror::Error)]
+pub enum CrlError {
+    #[error(transparent)]
+    Read(#[from] rustls::pki_types::pem::Error),
+    #[error("no revocation list in the file")]
+    Empty,
+    #[error("not a revocation list")]
+    NotAList(#[source] x509_parser::nom::Err<x509_parser::error::X509Error>),
+    #[error("not usable: {0:?}")]
+    Unusable(rustls::CertRevocationListError),
+    #[error("not issued by this cluster's CA")]
+    NotOurCa,
+    #[error("CA certificate")]
+    Ca(#[source] Error),
+    #[error(transparent)]
+    Verifier(#[from] rustls::server::VerifierBuilderError),
+}
+
 /// Reads and checks a revocation list file.
-fn read_list(path: &Path, ca: &CertificateDer<'static>, own: &CertificateDer<'static>) -> Result<Snapshot, String> {
-    let crls: Vec<CertificateRevocationListDer<'static>> = CertificateRevocationListDer::pem_file_iter(path)
-        .map_err(|e| e.to_string())?
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
+fn read_list(path: &Path, ca: &CertificateDer<'static>, own: &CertificateDer<'static>) -> Result<Snapshot, CrlError> {
+    let crls: Vec<CertificateRevocationListDer<'static>> =
+        CertificateRevocationListDer::pem_file_iter(path)?.collect::<Result<_, _>>()?;
     if crls.is_empty() {
-        return Err("no revocation list in the file".into());
+        return Err(CrlError::Empty);
     }
     let mut revoked = HashSet::new();
     let mut numbers = Vec::new();
     for crl in &crls {
-        let (_, parsed) = x509_parser::parse_x509_crl(crl).map_err(|e| format!("not a revocation list: {e}"))?;
+        let (_, parsed) = x509_parser::parse_x509_crl(crl).map_err(CrlError::NotAList)?;
         numbers.push(parsed.crl_number().map(|n| n.to_string()).unwrap_or_else(|| "?".into()));
         revoked.extend(parsed.iter_revoked_certificates().map(|r| crate::tls::cert::hex(r.raw_serial())));
     }
@@ -276,18 +294,16 @@ fn read_list(path: &Path, ca: &CertificateDer<'static>, own: &CertificateDer<'st
     // check fail, so it must not be taken into use.
     let verifier = build_client(&roots(ca)?, &crls)?;
     match verifier.verify_client_cert(own, &[], UnixTime::now()) {
-        Err(Error::InvalidCertRevocationList(e)) => return Err(format!("not usable: {e:?}")),
-        Err(Error::InvalidCertificate(CertificateError::UnknownRevocationStatus)) => {
-            return Err("not issued by this cluster's CA".into())
-        }
+        Err(Error::InvalidCertRevocationList(e)) => return Err(CrlError::Unusable(e)),
+        Err(Error::InvalidCertificate(CertificateError::UnknownRevocationStatus)) => return Err(CrlError::NotOurCa),
         _ => {}
     }
     Ok(Snapshot { generation: 0, crls: Arc::new(crls), number: Some(numbers.join("+")), revoked: Arc::new(revoked) })
 }
 
-fn roots(ca: &CertificateDer<'static>) -> Result<Arc<rustls::RootCertStore>, String> {
+fn roots(ca: &CertificateDer<'static>) -> Result<Arc<rustls::RootCertStore>, CrlError> {
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.clone()).map_err(|e| format!("CA certificate: {e}"))?;
+    roots.add(ca.clone()).map_err(CrlError::Ca)?;
     Ok(Arc::new(roots))
 }
 
@@ -298,26 +314,27 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 fn build_client(
     roots: &Arc<rustls::RootCertStore>,
     crls: &[CertificateRevocationListDer<'static>],
-) -> Result<Arc<dyn ClientCertVerifier>, String> {
+) -> Result<Arc<dyn ClientCertVerifier>, rustls::server::VerifierBuilderError> {
     rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
         .with_crls(crls.iter().cloned())
         .build()
-        .map_err(|e| e.to_string())
 }
 
 fn build_server(
     roots: &Arc<rustls::RootCertStore>,
     crls: &[CertificateRevocationListDer<'static>],
-) -> Result<Arc<dyn ServerCertVerifier>, String> {
+) -> Result<Arc<dyn ServerCertVerifier>, rustls::server::VerifierBuilderError> {
     let v = rustls::client::WebPkiServerVerifier::builder_with_provider(roots.clone(), provider())
         .with_crls(crls.iter().cloned())
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     Ok(v)
 }
 
 /// Builds a verifier trusting `roots` and checking the lists given.
-type Build<V> = fn(&Arc<rustls::RootCertStore>, &[CertificateRevocationListDer<'static>]) -> Result<Arc<V>, String>;
+type Build<V> = fn(
+    &Arc<rustls::RootCertStore>,
+    &[CertificateRevocationListDer<'static>],
+) -> Result<Arc<V>, rustls::server::VerifierBuilderError>;
 
 /// A verifier built for one revocation list, rebuilt when another is in force.
 struct Cached<V: ?Sized> {
@@ -337,9 +354,9 @@ impl<V: ?Sized> std::fmt::Debug for Cached<V> {
 
 impl<V: ?Sized> Cached<V> {
     fn new(roots: Arc<rustls::RootCertStore>, crl: Arc<CrlWatch>, build: Build<V>) -> Result<Cached<V>, TlsError> {
-        let base = build(&roots, &[]).map_err(TlsError::Config)?;
+        let base = build(&roots, &[]).map_err(TlsError::Verifier)?;
         let snap = crl.snapshot();
-        let current = build(&roots, &snap.crls).map_err(TlsError::Config)?;
+        let current = build(&roots, &snap.crls).map_err(TlsError::Verifier)?;
         Ok(Cached { roots, crl, base, current: Mutex::new((snap.generation, current)), build })
     }
 
@@ -351,7 +368,7 @@ impl<V: ?Sized> Cached<V> {
             match (self.build)(&self.roots, &snap.crls) {
                 Ok(v) => *cur = (snap.generation, v),
                 // Cannot happen for a list read_list accepted; the previous verifier stays.
-                Err(e) => error!("revocation list {}: {e}", self.crl.path().display()),
+                Err(e) => error!("revocation list {}: {}", self.crl.path().display(), chain(&e)),
             }
         }
         (cur.1.clone(), snap)

@@ -52,8 +52,8 @@ pub struct NodeIdentity {
     pub crl: Arc<CrlWatch>,
 }
 
-fn file_err(path: &Path, e: impl std::fmt::Display) -> TlsError {
-    TlsError::File { path: path.to_path_buf(), err: e.to_string() }
+fn file_err(path: &Path, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> TlsError {
+    TlsError::file(path, e)
 }
 
 impl NodeIdentity {
@@ -94,7 +94,7 @@ impl NodeIdentity {
 
     fn roots(&self) -> Result<Arc<rustls::RootCertStore>, TlsError> {
         let mut roots = rustls::RootCertStore::empty();
-        roots.add(self.ca.clone()).map_err(|e| TlsError::Config(format!("CA certificate: {e}")))?;
+        roots.add(self.ca.clone()).map_err(|source| TlsError::Rustls { what: "CA certificate", source })?;
         Ok(Arc::new(roots))
     }
 
@@ -105,10 +105,10 @@ impl NodeIdentity {
         let verifier = RevocationClientVerifier::new(self.roots()?, self.crl.clone())?;
         let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| TlsError::Config(e.to_string()))?
+            .map_err(|source| TlsError::Rustls { what: "", source })?
             .with_client_cert_verifier(Arc::new(verifier))
             .with_single_cert(self.chain.clone(), self.key.clone_key())
-            .map_err(|e| TlsError::Config(e.to_string()))?;
+            .map_err(|source| TlsError::Rustls { what: "", source })?;
         cfg.alpn_protocols = vec![ALPN.to_vec()];
         // No session resumption: a resumed handshake checks no certificate, so a peer revoked (or
         // expired) since its last full handshake would get in. Connections are long-lived, and a full
@@ -125,11 +125,11 @@ impl NodeIdentity {
         let verifier = RevocationServerVerifier::new(self.roots()?, self.crl.clone())?;
         let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| TlsError::Config(e.to_string()))?
+            .map_err(|source| TlsError::Rustls { what: "", source })?
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(verifier))
             .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
-            .map_err(|e| TlsError::Config(e.to_string()))?;
+            .map_err(|source| TlsError::Rustls { what: "", source })?;
         cfg.alpn_protocols = vec![ALPN.to_vec()];
         // See server_config: every connection checks the server's certificate.
         cfg.resumption = rustls::client::Resumption::disabled();
