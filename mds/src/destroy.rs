@@ -2,7 +2,6 @@
 //! and deletes each log entry once its data server confirmed; retries while a server is unreachable.
 
 use crate::dsclient::DataServers;
-use crate::namespace::Namespace;
 use crate::store::{DestroyEntry, Store};
 use futures::stream::{self, StreamExt};
 use std::collections::BTreeMap;
@@ -76,7 +75,8 @@ pub async fn drain_once(store: &Store, data: &dyn DataServers) -> bool {
         match res {
             Ok(()) => {
                 debug!(ds = r.ds, objects = n, "objects destroyed");
-                let removed = Namespace::offload(|| store.remove_destroy_entries(r.keys.iter().map(Vec::as_slice)));
+                let removed =
+                    crate::offload::offload(|| store.remove_destroy_entries(r.keys.iter().map(Vec::as_slice)));
                 if let Err(err) = removed {
                     warn!("destroy log: {err}");
                     remaining = true;

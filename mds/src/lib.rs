@@ -5,6 +5,7 @@
 //! - [`lease`]: directory leases, which let a client create files in a directory without waiting.
 //! - [`perm`]: POSIX permission checks from the caller's credentials.
 //! - [`namespace`]: every metadata operation with POSIX semantics.
+//! - [`offload`]: long synchronous sections (batches, placement solves, scans) off the async workers.
 //! - [`placement`]: placement policies (round-robin, lustre, balanced) and `placer`, the subsystem around them.
 //! - [`fsck`]: `tessera fsck`: what is inconsistent and what repair does; `online`: scan, confirmation, repair.
 //! - [`stats`]: the latest report of each data server and its age.
@@ -29,6 +30,7 @@ pub mod journal;
 pub mod lease;
 pub mod metrics;
 pub mod namespace;
+mod offload;
 pub mod orchestrator;
 pub mod perm;
 pub mod persched;

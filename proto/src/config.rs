@@ -82,14 +82,9 @@ macro_rules! named_setting {
     };
 }
 
-/// A name that is none of a setting's choices.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown {what} '{name}' (one of: {})", choices.join(", "))]
-pub struct UnknownName {
-    pub what: &'static str,
-    pub name: String,
-    pub choices: &'static [&'static str],
-}
+/// A name that is none of a setting's choices (defined with the other errors, so that every module can
+/// name it).
+pub use crate::error::UnknownName;
 
 named_setting! {
     /// How new files' stripes are placed on the storage targets (`defaults.placement`, a directory's

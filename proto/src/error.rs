@@ -207,3 +207,12 @@ impl From<FsError> for std::io::Error {
         std::io::Error::new(std::io::Error::from_raw_os_error(e.errno()).kind(), e.to_string())
     }
 }
+
+/// A name that is none of a setting's choices (a configuration setting, a role, a mode).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} '{name}' (one of: {})", choices.join(", "))]
+pub struct UnknownName {
+    pub what: &'static str,
+    pub name: String,
+    pub choices: &'static [&'static str],
+}

@@ -331,9 +331,9 @@ impl Role {
 }
 
 impl std::str::FromStr for Role {
-    type Err = crate::config::UnknownName;
-    fn from_str(s: &str) -> Result<Role, crate::config::UnknownName> {
-        Role::parse(s).ok_or_else(|| crate::config::UnknownName {
+    type Err = crate::error::UnknownName;
+    fn from_str(s: &str) -> Result<Role, crate::error::UnknownName> {
+        Role::parse(s).ok_or_else(|| crate::error::UnknownName {
             what: "role",
             name: s.to_string(),
             choices: Role::NAMES,

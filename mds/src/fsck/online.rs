@@ -118,7 +118,7 @@ impl Namespace {
         destroy::drain_once(&self.store, self.data.as_ref()).await;
         let mut scan = Scan { start, mark, ..Default::default() };
         // Whole trees read: not on the async worker.
-        Self::offload(|| -> FsResult<()> {
+        crate::offload::offload(|| -> FsResult<()> {
             self.read_trees(&mut scan, &[T::Inodes, T::Dentries, T::Dirseq])?;
             scan.orphan_markers = self.store.orphans()?.into_iter().collect();
             self.read_trees(&mut scan, &[T::Xattrs, T::DirLayouts, T::Destroy])
@@ -161,7 +161,7 @@ impl Namespace {
         let mut confirmed = Vec::new();
         let mut repaired = 0;
         for chunk in found.chunks(CHUNK) {
-            let r = Self::offload(|| {
+            let r = crate::offload::offload(|| {
                 let _g = self.lock();
                 let mut tx = self.store.begin();
                 let checked = chunk.iter().try_for_each(|f| {

@@ -69,7 +69,7 @@ impl Namespace {
     /// `SetCompositeLayout`: a directory's composite default (replacing its plain one), or an empty
     /// file's new layout (its first extent placed now, its old objects destroyed); EBUSY on a file with data.
     pub(crate) async fn set_composite(&self, c: &Caller, ino: Ino, specs: &[ExtentSpec]) -> FsResult<MdsReply> {
-        self.durable(Self::offload(|| self.set_composite_sync(c, ino, specs))).await
+        self.durable(crate::offload::offload(|| self.set_composite_sync(c, ino, specs))).await
     }
 
     pub(super) fn set_composite_sync(&self, c: &Caller, ino: Ino, specs: &[ExtentSpec]) -> FsResult<MdsReply> {
@@ -138,7 +138,7 @@ impl Namespace {
             return Ok(l);
         }
         // Placement (a solve per extent) and the commit, off the async worker.
-        let r = Self::offload(|| {
+        let r = crate::offload::offload(|| {
             let mut avoid: Vec<Slot> = l.all_targets().map(|t| (t.ds, target_of(t.object))).collect();
             let mut placed = Vec::new();
             for (k, e) in l.extents.iter().enumerate().take(want).filter(|(_, e)| e.targets.is_empty()) {

@@ -127,7 +127,7 @@ impl Namespace {
     /// first extent with the declared stripe count, if one is given).
     pub(crate) fn declare(&self, c: &Caller, files: Vec<DeclaredFile>) -> FsResult<MdsReply> {
         // A batch solve (balanced placement) can take a while: not on the async worker.
-        Self::offload(|| self.declare_sync(c, files))
+        crate::offload::offload(|| self.declare_sync(c, files))
     }
 
     fn declare_sync(&self, c: &Caller, files: Vec<DeclaredFile>) -> FsResult<MdsReply> {

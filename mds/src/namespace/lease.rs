@@ -45,7 +45,7 @@ impl Namespace {
     /// Grants `holder` the lease on directory `dir`, with its names, if `c` may create and remove in it and
     /// its names fit in the grant.
     pub(crate) fn lease_dir(&self, c: &Caller, holder: Holder, dir: Ino) -> FsResult<DirLease> {
-        Self::offload(|| self.lease_dir_sync(c, holder, dir))
+        crate::offload::offload(|| self.lease_dir_sync(c, holder, dir))
     }
 
     fn lease_dir_sync(&self, c: &Caller, holder: Holder, dir: Ino) -> FsResult<DirLease> {
@@ -83,7 +83,7 @@ impl Namespace {
         }
         // Each create used a reserved inode number (or meant to): as many come with the renewal.
         let used = entries.iter().filter(|e| matches!(e, DirOp::Create(_))).count();
-        let r = Self::offload(|| self.dir_batch_sync(holder.client, dir, entries));
+        let r = crate::offload::offload(|| self.dir_batch_sync(holder.client, dir, entries));
         let (results, dir_attr) = self.durable(r).await?;
         let lease = match self.leases.renew(dir, token, keep) {
             Renewal::Renewed => Some(self.new_lease(dir, token, used, dir_attr.clone())?),

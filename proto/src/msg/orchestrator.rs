@@ -30,13 +30,13 @@ impl OrchestratorMode {
 }
 
 impl std::str::FromStr for OrchestratorMode {
-    type Err = crate::config::UnknownName;
-    fn from_str(s: &str) -> Result<Self, crate::config::UnknownName> {
+    type Err = crate::error::UnknownName;
+    fn from_str(s: &str) -> Result<Self, crate::error::UnknownName> {
         match s {
             "off" => Ok(OrchestratorMode::Off),
             "even" => Ok(OrchestratorMode::Even),
             "iorchestrator" => Ok(OrchestratorMode::IOrchestrator),
-            _ => Err(crate::config::UnknownName {
+            _ => Err(crate::error::UnknownName {
                 what: "orchestrator mode",
                 name: s.to_string(),
                 choices: &["off", "even", "iorchestrator"],
