@@ -71,6 +71,8 @@ pub struct ClusterArgs {
 pub struct TesseraBackend {
     client: Client,
     read_ahead: bool,
+    /// Writes through, each as the benchmark issues it (IOR's `--posix.odirect`), not into the write-behind.
+    direct: bool,
 }
 
 impl TesseraBackend {
@@ -80,7 +82,7 @@ impl TesseraBackend {
             Some(j) => client.with_job(j),
             None => client,
         };
-        Ok(TesseraBackend { client, read_ahead: false })
+        Ok(TesseraBackend { client, read_ahead: false, direct: false })
     }
 
     /// Reads through the engine's read-ahead too, as the mount's.
@@ -88,9 +90,15 @@ impl TesseraBackend {
         TesseraBackend { read_ahead, ..self }
     }
 
+    /// Writes through and reads exactly (IOR's `--posix.odirect`): the data servers see each transfer as
+    /// the benchmark issued it, as a job's characterisation from their traces expects.
+    pub fn with_direct(self, direct: bool) -> TesseraBackend {
+        TesseraBackend { direct, ..self }
+    }
+
     fn open_opts(&self, read: bool, write: bool) -> OpenOptions {
-        let o = OpenOptions { read, write, perm: 0o644, write_behind: true, ..OpenOptions::default() };
-        OpenOptions { read_ahead: self.read_ahead, ..o }
+        let o = OpenOptions { read, write, perm: 0o644, write_behind: !self.direct, ..OpenOptions::default() };
+        OpenOptions { read_ahead: self.read_ahead && !self.direct, ..o }
     }
 }
 

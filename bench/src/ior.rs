@@ -105,6 +105,10 @@ pub struct IorArgs {
     /// Reads through the client engine's read-ahead, as the mount's (tessera; else each read is exact).
     #[arg(long = "read-ahead")]
     pub read_ahead: bool,
+    /// Each transfer goes to the data servers as issued: written through, read exactly (tessera; IOR's
+    /// `--posix.odirect`). Default: writes go into the client engine's write-behind.
+    #[arg(long, conflicts_with = "read_ahead")]
+    pub direct: bool,
 }
 
 /// Where each task's transfers go.
@@ -415,8 +419,8 @@ fn plan(args: IorArgs) -> Result<Plan> {
     } else {
         None
     };
-    if args.api == Api::Posix && (layout.is_some() || args.cluster.job.is_some() || args.read_ahead) {
-        tracing::warn!("--stripe-size/--stripe-count/--job/--read-ahead only apply to -a tessera; ignored");
+    if args.api == Api::Posix && (layout.is_some() || args.cluster.job.is_some() || args.read_ahead || args.direct) {
+        tracing::warn!("--stripe-size/--stripe-count/--job/--read-ahead/--direct only apply to -a tessera; ignored");
     }
     Ok(Plan { args, geo, write, read, layout })
 }
@@ -430,7 +434,7 @@ pub async fn run(args: IorArgs) -> Result<()> {
             let mut backends = Vec::with_capacity(p.geo.tasks);
             for _ in 0..p.geo.tasks {
                 let b = TesseraBackend::connect(&cfg, p.args.cluster.job.as_deref()).await?;
-                backends.push(Arc::new(b.with_read_ahead(p.args.read_ahead)));
+                backends.push(Arc::new(b.with_read_ahead(p.args.read_ahead).with_direct(p.args.direct)));
             }
             run_with(&p, &backends).await
         }
@@ -670,6 +674,7 @@ mod tests {
         assert_eq!((a.xfer, a.block, a.segments, a.tasks), (1 << 20, 16 << 20, 2, 3));
         assert!(a.file_per_task && a.fsync && a.reorder && !a.keep && !a.read_ahead);
         assert!(parse(&["--read-ahead"]).read_ahead);
+        assert!(parse(&["--direct"]).direct);
         let p = plan(parse(&["-S", "64k", "-c", "2", "--tasks", "2", "-i", "3", "-k"])).unwrap();
         assert!(p.write && p.read, "neither -w nor -r means both");
         assert_eq!(p.layout, Some(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(2) }));
