@@ -2,9 +2,9 @@
 //! manager). The cluster directory (certificates and configs) is written by
 //! [`tessera_ops::clusterdir::prepare`]; [`up`] starts its servers stage by stage and watches them until
 //! Ctrl-C/SIGTERM. The processes are a [`LocalCluster`]'s, the type `tessera-bench` and the tests run
-//! their clusters with; the supervisor adds what a process manager does. A server that ends is logged and started again, with the same
-//! arguments, after a delay that grows while it keeps ending ([`crate::supervise::RestartPolicy`]); the
-//! others keep running. `up` itself ends only on Ctrl-C/SIGTERM (it then stops the forwarding nodes, the
+//! their clusters with; the supervisor adds what a process manager does. A server that ends is logged and
+//! started again, with the same arguments, after a delay that grows while it keeps ending
+//! ([`crate::supervise::RestartPolicy`]); the others keep running. `up` itself ends only on Ctrl-C/SIGTERM (it then stops the forwarding nodes, the
 //! data servers and the MDS last) or when a server keeps failing to start (it then says why, with the
 //! end of that server's log). The servers' state is kept in DIR/status.json for `tessera status`.
 
