@@ -72,8 +72,6 @@ enum Run {
 struct Supervised {
     server: Server,
     log: PathBuf,
-    /// Its current process (`Starting`, `Running`, `Stopping`).
-    pid: Option<u32>,
     /// Its start stage (0: the MDS, 1: data servers, 2: forwarding nodes).
     stage: usize,
     backoff: Backoff,
@@ -89,7 +87,8 @@ struct Supervised {
 }
 
 impl Supervised {
-    fn status(&self) -> ChildStatus {
+    /// Its status; `pid`: its current process (`Starting`, `Running`, `Stopping`), the cluster's.
+    fn status(&self, pid: Option<u32>) -> ChildStatus {
         let (state, restart_at_ms) = match &self.run {
             Run::Waiting => (ChildState::Waiting, None),
             Run::Starting { .. } => (ChildState::Starting, None),
@@ -99,7 +98,6 @@ impl Supervised {
             Run::Stopping => (ChildState::Stopping, None),
             Run::Stopped => (ChildState::Stopped, None),
         };
-        let pid = self.pid;
         ChildStatus {
             name: self.server.name.clone(),
             state,
@@ -170,7 +168,6 @@ impl Supervisor {
             .flat_map(|(stage, servers)| servers.into_iter().map(move |s| (stage, s)))
             .map(|(stage, server)| Supervised {
                 log: files.log_path(&server.name),
-                pid: None,
                 server,
                 stage,
                 backoff: Backoff::new(policy),
@@ -205,7 +202,7 @@ impl Supervisor {
             state: self.state.to_string(),
             message: self.message.clone(),
             updated_at_ms: now_ms(),
-            children: self.kids.iter().map(Supervised::status).collect(),
+            children: self.kids.iter().map(|k| k.status(self.cluster.process_id(&k.server.name))).collect(),
         };
         self.written = Some(Instant::now());
         if let Err(e) = st.write(&self.status_path) {
@@ -264,7 +261,6 @@ impl Supervisor {
         // stop the servers in order.
         match self.cluster.spawn(&k.server.name) {
             Ok(()) => {
-                k.pid = self.cluster.child(&k.server.name).ok().map(|c| c.id());
                 k.started_at_ms = Some(now_ms());
                 k.run = Run::Starting { since: Instant::now() };
                 Ok(())
@@ -288,7 +284,6 @@ impl Supervisor {
     ) -> Result<(), GaveUp> {
         let k = &mut self.kids[i];
         self.cluster.forget(&k.server.name);
-        k.pid = None;
         k.run = Run::Stopped;
         k.last_exit = Some((why.clone(), now_ms(), pid));
         let name = k.server.name.clone();
@@ -364,7 +359,7 @@ impl Supervisor {
             changed = true;
             match event {
                 Event::Ready => {
-                    let pid = k.pid.unwrap_or_default();
+                    let pid = self.cluster.process_id(&name).unwrap_or_default();
                     k.run = Run::Running { since: Instant::now() };
                     k.backoff.ready();
                     k.ever_ready = true;
@@ -377,7 +372,7 @@ impl Supervisor {
                     }
                 }
                 Event::Ended { served, why, detail } => {
-                    let pid = k.pid;
+                    let pid = self.cluster.process_id(&name);
                     self.ended(i, pid, served, why, detail)?;
                 }
                 Event::Restart => {
@@ -451,7 +446,6 @@ impl Supervisor {
             for k in self.kids.iter_mut().filter(|k| k.stage == stage) {
                 if let Run::Stopping = k.run {
                     self.cluster.forget(&k.server.name);
-                    k.pid = None;
                     k.run = Run::Stopped;
                     stopped.push(k.server.name.clone());
                 }

@@ -173,6 +173,12 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// The process id of server `name`'s process while the cluster holds it (running, or ended and not yet
+    /// forgotten: [`LocalCluster::forget`]).
+    pub fn process_id(&self, name: &str) -> Option<u32> {
+        self.children.iter().find(|c| c.name() == name).map(Child::id)
+    }
+
     /// Forgets the process of server `name` (one that ended, or one whose end is not waited for): it is
     /// returned, and killed when dropped.
     pub fn forget(&mut self, name: &str) -> Option<Child> {
