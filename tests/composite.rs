@@ -23,8 +23,12 @@ fn tessera(cluster: &Cluster, args: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_composite_layout_places_its_second_extent_when_the_file_reaches_it() {
-    let defaults =
-        Defaults { stripe_size: 64 << 10, stripe_count: 1, placement: tessera_proto::config::Placement::RoundRobin };
+    let defaults = Defaults {
+        stripe_size: 64 << 10,
+        stripe_count: 1,
+        placement: tessera_proto::config::Placement::RoundRobin,
+        mirrors: 1,
+    };
     let cluster = Cluster::start_with(3, defaults);
     let c = cluster.client().await;
     c.mkdir("/pfl", 0o755).await.unwrap();

@@ -18,7 +18,7 @@ async fn round_trips_over_stripe_sizes_and_counts() {
         for count in [1u32, 2, 3, 4] {
             case += 1;
             let path = format!("/rt-{stripe_size}-{count}");
-            let spec = LayoutSpec { stripe_size: Some(stripe_size), stripe_count: Some(count) };
+            let spec = LayoutSpec { stripe_size: Some(stripe_size), stripe_count: Some(count), mirrors: None };
             let f = client.create(&path, 0o644, Some(spec)).await.unwrap();
             assert_eq!(f.layout().stripe_size, stripe_size);
             assert_eq!(f.layout().targets.len(), count as usize);
@@ -69,7 +69,7 @@ async fn batches_of_scattered_writes_land_every_run() {
 async fn sparse_files_truncate_and_append() {
     let cluster = Cluster::start(3);
     let client = cluster.client().await;
-    let spec = LayoutSpec { stripe_size: Some(64 << 10), stripe_count: Some(3) };
+    let spec = LayoutSpec { stripe_size: Some(64 << 10), stripe_count: Some(3), mirrors: None };
 
     // Sparse: a small write far out.
     let f = client.create("/sparse", 0o644, Some(spec)).await.unwrap();
@@ -129,7 +129,7 @@ async fn sparse_files_truncate_and_append() {
 async fn concurrent_clients_write_disjoint_ranges_of_a_shared_file() {
     let cluster = Cluster::start(4);
     let creator = cluster.client().await;
-    let spec = LayoutSpec { stripe_size: Some(64 << 10), stripe_count: Some(4) };
+    let spec = LayoutSpec { stripe_size: Some(64 << 10), stripe_count: Some(4), mirrors: None };
     creator.create("/shared", 0o666, Some(spec)).await.unwrap().close().await.unwrap();
 
     // IOR shared-file layout: 4 tasks, 3 segments, 300 KiB blocks (unaligned to stripes), 100 KiB transfers.
@@ -175,7 +175,7 @@ async fn concurrent_clients_write_disjoint_ranges_of_a_shared_file() {
 async fn cached_files_of_one_inode_in_one_client_see_each_others_writes() {
     let cluster = Cluster::start(3);
     let client = cluster.client().await;
-    let spec = LayoutSpec { stripe_size: Some(256 << 10), stripe_count: Some(3) };
+    let spec = LayoutSpec { stripe_size: Some(256 << 10), stripe_count: Some(3), mirrors: None };
     let cached = rw().with_cache();
     let a = client.create_with("/cached", OpenOptions { create: true, exclusive: true, ..cached }, Some(spec));
     let a = a.await.unwrap();

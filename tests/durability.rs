@@ -15,7 +15,7 @@ async fn kill9_after_fsync_loses_nothing() {
         for i in 0..50 {
             c.create(&format!("/proj/run1/empty{i}"), 0o644, None).await.unwrap().close().await.unwrap();
         }
-        let spec = LayoutSpec { stripe_size: Some(256 << 10), stripe_count: Some(3) };
+        let spec = LayoutSpec { stripe_size: Some(256 << 10), stripe_count: Some(3), mirrors: None };
         let f = c.create("/proj/data", 0o644, Some(spec)).await.unwrap();
         f.write_at(0, Bytes::from(pattern(42, 5 << 20))).await.unwrap();
         f.fsync().await.unwrap();
@@ -52,7 +52,7 @@ async fn kill9_after_fsync_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cached_writes_are_durable_after_fsync_and_their_errors_reach_close() {
     let mut cluster = Cluster::start(3);
-    let spec = LayoutSpec { stripe_size: Some(256 << 10), stripe_count: Some(3) };
+    let spec = LayoutSpec { stripe_size: Some(256 << 10), stripe_count: Some(3), mirrors: None };
     let data = pattern(43, 5 << 20);
     {
         let c = cluster.client().await;
@@ -127,14 +127,14 @@ async fn a_dead_data_server_fails_calls_fast_and_is_used_again_after_restart() {
     use std::time::{Duration, Instant};
     let mut cluster = Cluster::start(2);
     let c = cluster.client().await;
-    let both = LayoutSpec { stripe_size: Some(64 << 10), stripe_count: Some(2) };
+    let both = LayoutSpec { stripe_size: Some(64 << 10), stripe_count: Some(2), mirrors: None };
     let f = std::sync::Arc::new(c.create("/both", 0o644, Some(both)).await.unwrap());
     f.write_at(0, Bytes::from(pattern(1, 1 << 20))).await.unwrap();
     f.fsync().await.unwrap();
     // A file on data server 1 only (placement is round-robin from where the last file started).
     let mut other = None;
     for i in 0..4 {
-        let one = LayoutSpec { stripe_size: None, stripe_count: Some(1) };
+        let one = LayoutSpec { stripe_size: None, stripe_count: Some(1), mirrors: None };
         let g = c.create(&format!("/one{i}"), 0o644, Some(one)).await.unwrap();
         g.write_at(0, Bytes::from(pattern(2, 4096))).await.unwrap();
         g.close().await.unwrap();

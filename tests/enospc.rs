@@ -29,7 +29,7 @@ async fn full_disk_gives_enospc_and_recovers() {
     let c = cluster.client().await;
 
     // Stripe count 1 on each server in turn: the file on server 1 cannot fit.
-    let one = LayoutSpec { stripe_size: Some(1 << 20), stripe_count: Some(1) };
+    let one = LayoutSpec { stripe_size: Some(1 << 20), stripe_count: Some(1), mirrors: None };
     let mut on_full = None;
     for i in 0..4 {
         let f = c.create(&format!("/f{i}"), 0o644, Some(one)).await.unwrap();
@@ -62,7 +62,11 @@ async fn full_disk_gives_enospc_and_recovers() {
     let mut recovered = false;
     for _ in 0..50 {
         let f = c
-            .create("/retry", 0o644, Some(LayoutSpec { stripe_size: Some(1 << 20), stripe_count: Some(2) }))
+            .create(
+                "/retry",
+                0o644,
+                Some(LayoutSpec { stripe_size: Some(1 << 20), stripe_count: Some(2), mirrors: None }),
+            )
             .await
             .unwrap();
         let r = f.write_at(0, Bytes::from(pattern(3, 4 << 20))).await;

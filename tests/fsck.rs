@@ -34,7 +34,7 @@ fn kinds(report: &serde_json::Value) -> Vec<String> {
 async fn fsck_finds_hand_made_corruptions_repairs_them_and_runs_clean_after() {
     let mut cluster = Cluster::start_with(2, Defaults::default());
     let admin = connect(&ClusterConfig::load(&cluster.files.admin_config).unwrap()).await;
-    let spec = LayoutSpec { stripe_size: Some(64 << 10), stripe_count: Some(2) };
+    let spec = LayoutSpec { stripe_size: Some(64 << 10), stripe_count: Some(2), mirrors: None };
     let data = pattern(7, 300_000);
     let f = admin.create("/f", 0o644, Some(spec)).await.unwrap();
     let layout = f.layout().clone();

@@ -149,7 +149,7 @@ impl Hdd {
 }
 
 fn layout() -> LayoutSpec {
-    LayoutSpec { stripe_size: Some(STRIPE), stripe_count: Some(0) }
+    LayoutSpec { stripe_size: Some(STRIPE), stripe_count: Some(0), mirrors: None }
 }
 
 /// Waits for a child process, killing it (and failing) after `bound`.

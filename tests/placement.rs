@@ -44,8 +44,12 @@ async fn used(c: &Client, min_total: u64) -> Vec<((u32, u16), u64)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn targets_are_placed_on_reported_and_a_full_cluster_refuses_new_files_only() {
     let shape = Shape { ds: 2, targets: 3, target_capacity: Some(CAP), ..Shape::default() };
-    let defaults =
-        Defaults { stripe_size: 64 << 10, stripe_count: 1, placement: tessera_proto::config::Placement::Balanced };
+    let defaults = Defaults {
+        stripe_size: 64 << 10,
+        stripe_count: 1,
+        placement: tessera_proto::config::Placement::Balanced,
+        mirrors: 1,
+    };
     let cluster = Cluster::start_shape(shape, defaults);
     let c = connect(&ClusterConfig::load(&cluster.files.client_config).unwrap()).await;
     used(&c, 0).await;
@@ -84,7 +88,9 @@ async fn targets_are_placed_on_reported_and_a_full_cluster_refuses_new_files_onl
     }
 
     // Nothing has room: a new file cannot be placed, and says so.
-    let e = c.create("/one-too-many", 0o644, Some(LayoutSpec { stripe_size: None, stripe_count: Some(1) })).await;
+    let e = c
+        .create("/one-too-many", 0o644, Some(LayoutSpec { stripe_size: None, stripe_count: Some(1), mirrors: None }))
+        .await;
     assert_eq!(e.err().map(|e| e.code), Some(ErrorCode::NoSpace));
     assert!(c.stat("/one-too-many").await.is_err(), "no entry left behind");
     // What was there is whole.

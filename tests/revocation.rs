@@ -55,7 +55,7 @@ async fn revoked_client_and_data_server_are_refused_without_restarting_the_other
     }
     let alice = connect(&config_of(&cluster, "alice")).await;
     let bob = connect(&config_of(&cluster, "bob")).await;
-    let both = LayoutSpec { stripe_size: Some(64 << 10), stripe_count: Some(2) };
+    let both = LayoutSpec { stripe_size: Some(64 << 10), stripe_count: Some(2), mirrors: None };
     let f = bob.create("/shared", 0o644, Some(both)).await.unwrap();
     f.write_at(0, bytes::Bytes::from(pattern(1, 1 << 20))).await.unwrap();
     f.close().await.unwrap();

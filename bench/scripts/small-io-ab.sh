@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Small reads through the mount, two builds of the mount side by side on one cluster (issue 19). Every round
-# runs each workload through mount A then mount B (A = $BIN/tessera-fuse, B = $B_BIN/tessera-fuse; the servers
+# runs each workload through mount A and mount B, A first in odd rounds and B first in even ones (A = $BIN/tessera-fuse, B = $B_BIN/tessera-fuse; the servers
 # are B's). The page cache is dropped before every read run, so each run reads through the mount:
 #  - randread: fio, 4 KiB random reads, 2 jobs, psync, over FILE_SIZE files, time_based FIO_SECONDS;
 #  - seqread:  fio, 1 MiB sequential reads of the same files (read-ahead must keep them fast);
@@ -12,6 +12,7 @@
 #
 #   bench/scripts/small-io-ab.sh [OUT_DIR]
 #   env: BIN=target/release B_BIN=$BIN REPS=3 DS=4 FILE_SIZE=128m FIO_SECONDS=10 SEGMENTS=2048
+#        WORKLOADS="randread seqread strided" (any of them)
 #        RANDMAP=0: fio picks random blocks with replacement (--norandommap). With its random map (default)
 #        fio reads every block once per pass and, nearing the end of a pass, sweeps the remaining free blocks
 #        in order — short sequential runs that read-ahead rightly follows.
@@ -91,10 +92,11 @@ EOF
 echo "config: $nds data servers, device model none, files $fsize x 2 jobs, fio $secs s, strided 2 x $segs x 32 KiB;" \
   "A=$a_bin B=$b_bin; $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$out/setup.txt"
 printf 'round\tworkload\tmount\tvalue\tunit\tmoved_per_byte\tp50_us\tp99_us\tmax_us\n' > "$out/runs.tsv"
+workloads=${WORKLOADS:-randread seqread strided}
 for r in $(seq "$reps"); do
-  for wl in randread seqread strided; do
-    run "$r" "$wl" a
-    run "$r" "$wl" b
+  for wl in $workloads; do
+    # Odd rounds run A first, even rounds B first, so neither build always reads second.
+    if [ $((r % 2)) = 1 ]; then run "$r" "$wl" a; run "$r" "$wl" b; else run "$r" "$wl" b; run "$r" "$wl" a; fi
   done
 done
 python3 - "$out/runs.tsv" << 'EOF' | tee "$out/summary.md"
@@ -103,7 +105,7 @@ rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 med = lambda wl, m, k: statistics.median(float(r[k]) for r in rows if r["workload"] == wl and r["mount"] == m and r[k] != "-")
 print("| workload | unit | A | B | B/A | A moved/byte | B moved/byte | A p99 µs | B p99 µs |")
 print("|---|---|---|---|---|---|---|---|---|")
-for wl in ["randread", "seqread", "strided"]:
+for wl in [w for w in ["randread", "seqread", "strided"] if any(r["workload"] == w for r in rows)]:
     unit = next(r["unit"] for r in rows if r["workload"] == wl)
     a, b = med(wl, "a", "value"), med(wl, "b", "value")
     def opt(m, k):

@@ -413,7 +413,7 @@ fn plan(args: IorArgs) -> Result<Plan> {
     }
     let (write, read) = if !args.write && !args.read { (true, true) } else { (args.write, args.read) };
     let layout = if args.stripe_size.is_some() || args.stripe_count.is_some() {
-        let l = LayoutSpec { stripe_size: args.stripe_size, stripe_count: args.stripe_count };
+        let l = LayoutSpec { stripe_size: args.stripe_size, stripe_count: args.stripe_count, mirrors: None };
         l.validate()?;
         Some(l)
     } else {
@@ -677,7 +677,7 @@ mod tests {
         assert!(parse(&["--direct"]).direct);
         let p = plan(parse(&["-S", "64k", "-c", "2", "--tasks", "2", "-i", "3", "-k"])).unwrap();
         assert!(p.write && p.read, "neither -w nor -r means both");
-        assert_eq!(p.layout, Some(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(2) }));
+        assert_eq!(p.layout, Some(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(2), mirrors: None }));
         assert_eq!((p.geo.tasks, p.args.iterations, p.args.keep), (2, 3, true));
         assert!(plan(parse(&["-S", "1000"])).is_err());
         assert!(plan(parse(&["-t", "3k", "-b", "1m"])).is_err());

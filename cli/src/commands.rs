@@ -199,6 +199,10 @@ enum Cmd {
         /// Number of storage targets to stripe over (0 or -1 = all); with -E, of the extent before it.
         #[arg(short = 'c', long = "stripe-count", value_parser = parse_count, allow_hyphen_values = true)]
         stripe_count: Vec<u32>,
+        /// Mirror count (1-3): keep each stripe object on this many data servers (distinct failure
+        /// domains); with -E, of the extent before it (before the first -E: of every extent).
+        #[arg(short = 'N', long = "mirror-count", value_parser = clap::value_parser!(u8).range(1..=3))]
+        mirrors: Vec<u8>,
         /// Placement policy for the directory's new files (or to place an empty file anew):
         /// round-robin, lustre or balanced (stored as the `tessera.placement` attribute).
         #[arg(long)]
@@ -727,10 +731,23 @@ fn setstripe_extents(m: &clap::ArgMatches) -> anyhow::Result<Vec<ExtentSpec>> {
         return Ok(Vec::new());
     }
     let mut specs: Vec<ExtentSpec> =
-        ends.iter().map(|&(_, end)| ExtentSpec { end, stripe_size: None, stripe_count: None }).collect();
+        ends.iter().map(|&(_, end)| ExtentSpec { end, stripe_size: None, stripe_count: None, mirrors: None }).collect();
     let owner = |i: usize, flag: &str| {
         ends.iter().rposition(|&(e, _)| e < i).ok_or_else(|| anyhow::anyhow!("{flag} before the first -E"))
     };
+    // -N before the first -E: every extent's (Lustre's `lfs mirror create -N2 -E ...`); after one: its own.
+    let mut every = None;
+    for (i, &v) in at("mirrors").into_iter().zip(m.get_many::<u8>("mirrors").into_iter().flatten()) {
+        match ends.iter().rposition(|&(e, _)| e < i) {
+            None if every.replace(v).is_some() => anyhow::bail!("two -N before the first -E"),
+            None => {}
+            Some(k) if specs[k].mirrors.replace(v).is_some() => anyhow::bail!("two -N for extent {k}"),
+            Some(_) => {}
+        }
+    }
+    for s in &mut specs {
+        s.mirrors = s.mirrors.or(every);
+    }
     for (i, &v) in at("stripe_size").into_iter().zip(m.get_many::<u64>("stripe_size").into_iter().flatten()) {
         let k = owner(i, "-S")?;
         if specs[k].stripe_size.replace(v).is_some() {
@@ -852,8 +869,11 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
             }
         }
         Cmd::Put { stripe_size, stripe_count, quiet, local, path } => {
-            let spec =
-                (stripe_size.is_some() || stripe_count.is_some()).then_some(LayoutSpec { stripe_size, stripe_count });
+            let spec = (stripe_size.is_some() || stripe_count.is_some()).then_some(LayoutSpec {
+                stripe_size,
+                stripe_count,
+                mirrors: None,
+            });
             put(&c, &local, &path, spec, quiet).await?
         }
         Cmd::Get { quiet, path, local } => get(&c, &path, &local, quiet).await?,
@@ -872,16 +892,19 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
                 c.mds().setxattr(attr.ino, "tessera.placement", p.into_bytes(), XattrMode::Any).await.at(&path)?;
             }
         }
-        Cmd::Setstripe { stripe_size, stripe_count, policy, path, .. } => {
-            if stripe_size.len() > 1 || stripe_count.len() > 1 {
-                return Err(CliError::plain("one -S and one -c per layout (or per extent, after each -E)"));
+        Cmd::Setstripe { stripe_size, stripe_count, mirrors, policy, path, .. } => {
+            if stripe_size.len() > 1 || stripe_count.len() > 1 || mirrors.len() > 1 {
+                return Err(CliError::plain("one -S, one -c and one -N per layout (or per extent, after each -E)"));
             }
             let (stripe_size, stripe_count) = (stripe_size.first().copied(), stripe_count.first().copied());
-            if stripe_size.is_none() && stripe_count.is_none() && policy.is_none() {
-                return Err(CliError::plain("setstripe needs -S SIZE, -c COUNT, -E END ... and/or --policy NAME"));
+            let mirrors = mirrors.first().copied();
+            let shaped = stripe_size.is_some() || stripe_count.is_some() || mirrors.is_some();
+            if !shaped && policy.is_none() {
+                return Err(CliError::plain(
+                    "setstripe needs -S SIZE, -c COUNT, -N MIRRORS, -E END ... and/or --policy NAME",
+                ));
             }
-            let spec = LayoutSpec { stripe_size, stripe_count };
-            let shaped = stripe_size.is_some() || stripe_count.is_some();
+            let spec = LayoutSpec { stripe_size, stripe_count, mirrors };
             match c.lstat(&path).await {
                 Ok(_) if shaped => c.set_layout(&path, spec).await.at(&path)?,
                 Ok(_) => {}
@@ -1286,7 +1309,11 @@ async fn getstripe(c: &Client, path: &str) -> CliResult<()> {
                     Some(n) => n.to_string(),
                     None => format!("default {}", defaults.stripe_count),
                 };
-                println!("extent {k}: {}  stripe_size {size}  stripe_count {count}", extent_range(start, e.end));
+                let mirrors = e.mirrors.map_or(String::new(), |m| format!("  mirror_count {m}"));
+                println!(
+                    "extent {k}: {}  stripe_size {size}  stripe_count {count}{mirrors}",
+                    extent_range(start, e.end)
+                );
                 start = e.end;
             }
             return Ok(());
@@ -1306,6 +1333,10 @@ async fn getstripe(c: &Client, path: &str) -> CliResult<()> {
             Some(n) => println!("stripe_count: {n}"),
             None => println!("stripe_count: inherited (cluster default {})", defaults.stripe_count),
         }
+        match spec.mirrors {
+            Some(n) => println!("mirror_count: {n}"),
+            None => println!("mirror_count: inherited (cluster default {})", defaults.mirrors),
+        }
         return Ok(());
     }
     let l = c.get_layout(path).await.at(path)?;
@@ -1324,24 +1355,47 @@ fn extent_range(start: u64, end: u64) -> String {
 fn format_file_layout(path: &str, l: &Layout) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let stripes = |out: &mut String, first: usize, targets: &[tessera_proto::layout::StripeTarget]| {
-        let _ = writeln!(out, "{:>6} {:>6} {:>6} {:>20}", "stripe", "ds", "target", "object");
-        for (i, t) in targets.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "{:>6} {:>6} {:>6} {:>20}",
-                first + i,
-                t.ds,
-                tessera_proto::target_of(t.object),
-                t.object
-            );
+    // An unmirrored extent: one row per stripe. A mirrored one: one row per replica (the primary, 0,
+    // first) with its state: in-sync, stale or resyncing.
+    let stripes = |out: &mut String, e: &tessera_proto::layout::ExtentView<'_>| {
+        let target = |t: &tessera_proto::layout::StripeTarget| tessera_proto::target_of(t.object);
+        if e.mirror_count <= 1 {
+            let _ = writeln!(out, "{:>6} {:>6} {:>6} {:>20}", "stripe", "ds", "target", "object");
+            for (i, t) in e.targets.iter().enumerate() {
+                let _ = writeln!(out, "{:>6} {:>6} {:>6} {:>20}", e.first_stripe + i, t.ds, target(t), t.object);
+            }
+            return;
+        }
+        let _ = writeln!(out, "{:>6} {:>7} {:>6} {:>6} {:>20}  state", "stripe", "replica", "ds", "target", "object");
+        for (i, t) in e.targets.iter().enumerate() {
+            let primary =
+                tessera_proto::layout::Replica { target: *t, state: tessera_proto::layout::ReplicaState::InSync };
+            let others = e.mirrors.get(i).map_or(&[][..], Vec::as_slice);
+            for (r, x) in std::iter::once(&primary).chain(others).enumerate() {
+                let t = &x.target;
+                let _ = writeln!(
+                    out,
+                    "{:>6} {:>7} {:>6} {:>6} {:>20}  {}",
+                    e.first_stripe + i,
+                    r,
+                    t.ds,
+                    target(t),
+                    t.object,
+                    x.state
+                );
+            }
         }
     };
     let _ = writeln!(out, "{path}");
     if !l.is_composite() {
         let _ = writeln!(out, "stripe_size:  {} ({})", l.stripe_size, human_bytes(l.stripe_size));
         let _ = writeln!(out, "stripe_count: {}", l.targets.len());
-        stripes(&mut out, 0, &l.targets);
+        if l.mirror_count > 1 {
+            let _ = writeln!(out, "mirror_count: {}", l.mirror_count);
+        }
+        if let Some(e) = l.extent(0) {
+            stripes(&mut out, &e);
+        }
         return out;
     }
     let inst = l.extent_views().filter(|e| e.instantiated()).count();
@@ -1355,12 +1409,14 @@ fn format_file_layout(path: &str, l: &Layout) -> String {
             e.stripe_size,
             human_bytes(e.stripe_size)
         );
+        let mirrors = if e.mirror_count > 1 { format!("  mirror_count {}", e.mirror_count) } else { String::new() };
         if e.instantiated() {
-            let _ = writeln!(out, "  stripe_count {}", e.targets.len());
-            stripes(&mut out, e.first_stripe, e.targets);
+            let _ = writeln!(out, "  stripe_count {}{mirrors}", e.targets.len());
+            stripes(&mut out, &e);
         } else {
             let asked = if e.stripe_count == 0 { "all".to_string() } else { e.stripe_count.to_string() };
-            let _ = writeln!(out, "  stripe_count {asked}  (not instantiated: placed when the file reaches it)");
+            let _ =
+                writeln!(out, "  stripe_count {asked}{mirrors}  (not instantiated: placed when the file reaches it)");
         }
     }
     out
@@ -1940,7 +1996,7 @@ mod tests {
         .unwrap();
         let Cmd::Setstripe { extents, path, .. } = c.cmd else { panic!() };
         assert_eq!(path, "/d");
-        let e = |end, c, s| ExtentSpec { end, stripe_count: Some(c), stripe_size: s };
+        let e = |end, c, s| ExtentSpec { end, stripe_count: Some(c), stripe_size: s, mirrors: None };
         assert_eq!(extents, vec![e(128 << 20, 1, None), e(512 << 20, 3, Some(2 << 20)), e(EOF, 8, None)]);
         let c = parse_args(["tessera", "setstripe", "-E", "1M", "-E", "-1", "-c", "-1", "/d"]).unwrap();
         let Cmd::Setstripe { extents, .. } = c.cmd else { panic!() };
@@ -1963,8 +2019,15 @@ mod tests {
     fn getstripe_shows_every_extent_instantiated_or_not() {
         use tessera_proto::layout::{Component, StripeTarget};
         let mut l = Layout::plain(1 << 20, vec![StripeTarget { ds: 2, object: 77 }]);
-        l.extents =
-            vec![Component { start: 1 << 20, end: EOF, stripe_size: 1 << 20, stripe_count: 2, targets: vec![] }];
+        l.extents = vec![Component {
+            start: 1 << 20,
+            end: EOF,
+            stripe_size: 1 << 20,
+            stripe_count: 2,
+            targets: vec![],
+            mirror_count: 1,
+            mirrors: vec![],
+        }];
         let text = format_file_layout("/f", &l);
         assert!(text.contains("composite layout: 2 extents, 1 instantiated"), "{text}");
         assert!(text.contains("extent 1: [1.0 MiB, EOF)"), "{text}");

@@ -24,7 +24,7 @@ async fn files_holes_appends_and_close_to_open() {
     c.mkdir_all(&format!("{dir}/sub"), 0o755).await.unwrap();
 
     // Small stripes over 2 servers; a write past a hole, then reads across the hole and the end.
-    let spec = LayoutSpec { stripe_size: Some(4096), stripe_count: Some(2) };
+    let spec = LayoutSpec { stripe_size: Some(4096), stripe_count: Some(2), mirrors: None };
     let path = format!("{dir}/f");
     let f = c.create(&path, 0o600, Some(spec)).await.unwrap();
     assert_eq!(f.layout().stripe_size, 4096);
@@ -84,10 +84,12 @@ async fn files_holes_appends_and_close_to_open() {
     assert_eq!(e.code, ErrorCode::Exists);
     c.truncate(&format!("{dir}/sub/w2"), 1).await.unwrap();
     assert_eq!(c.read_file(&format!("{dir}/sub/w2")).await.unwrap(), b"h");
-    c.set_layout(&format!("{dir}/sub"), LayoutSpec { stripe_size: Some(65536), stripe_count: Some(1) }).await.unwrap();
+    c.set_layout(&format!("{dir}/sub"), LayoutSpec { stripe_size: Some(65536), stripe_count: Some(1), mirrors: None })
+        .await
+        .unwrap();
     assert_eq!(
         c.get_dir_layout(&format!("{dir}/sub")).await.unwrap(),
-        Some(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(1) })
+        Some(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(1), mirrors: None })
     );
     assert_eq!(c.get_dir_layout(&dir).await.unwrap(), None);
     assert!(c.statfs().await.unwrap().blocks > 0);

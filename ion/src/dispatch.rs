@@ -358,7 +358,8 @@ impl Dispatcher {
                 // Cut-through: the client gets the header at once and the data as it arrives.
                 let Some((r, w)) = batch.into_iter().next() else { return };
                 let req = DsRequest::Read { tag, object, offset, len: total as u32 };
-                match peer.call_streamed::<DsCall, DsReply>(&DsCall { ds, req, via }, Bytes::new()).await {
+                match peer.call_streamed::<DsCall, DsReply>(&DsCall { ds, req, via, mirror: None }, Bytes::new()).await
+                {
                     Ok((DsReply::Data { len }, mut stream))
                         if len as usize == stream.left() && u64::from(len) <= total =>
                     {
@@ -400,7 +401,8 @@ impl Dispatcher {
             }
             Op::Read => {
                 let req = DsRequest::Read { tag, object, offset, len: total as u32 };
-                let result = peer.call_chunked::<DsCall, DsReply>(&DsCall { ds, req, via }, Bytes::new()).await;
+                let result =
+                    peer.call_chunked::<DsCall, DsReply>(&DsCall { ds, req, via, mirror: None }, Bytes::new()).await;
                 let data = match result {
                     Ok((DsReply::Data { len }, chunks)) => {
                         let data = tessera_proto::frame::concat(chunks);
@@ -443,7 +445,7 @@ impl Dispatcher {
                     buf.freeze()
                 };
                 let req = DsRequest::Write { tag, object, offset, sync };
-                let result = peer.call::<DsCall, DsReply>(&DsCall { ds, req, via }, payload).await;
+                let result = peer.call::<DsCall, DsReply>(&DsCall { ds, req, via, mirror: None }, payload).await;
                 let outcome = match result {
                     Ok((DsReply::Written { len }, _)) if u64::from(len) == total => Ok(()),
                     Ok((DsReply::Written { len }, _)) => {

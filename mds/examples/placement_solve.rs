@@ -42,7 +42,7 @@ fn cluster(prefill: bool) -> Vec<TargetInfo> {
 }
 
 fn request(count: usize, size: u64) -> CreateRequest {
-    CreateRequest { stripe_count: count, stripe_size: MIB, expected_size: size, exclude: vec![] }
+    CreateRequest { stripe_count: count, stripe_size: MIB, expected_size: size, exclude: vec![], mirrors: 1 }
 }
 
 fn median(mut v: Vec<Duration>) -> (Duration, Duration, Duration) {

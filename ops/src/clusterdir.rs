@@ -169,7 +169,7 @@ pub fn prepare(dir: &Path, shape: Shape, port_base: u16, defaults: Defaults) -> 
     if n_ds == 0 {
         return Err(FsError::invalid("a cluster needs at least one data server"));
     }
-    LayoutSpec { stripe_size: Some(defaults.stripe_size), stripe_count: None }.validate()?;
+    LayoutSpec { stripe_size: Some(defaults.stripe_size), stripe_count: None, mirrors: None }.validate()?;
     std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
     let dir = dir.canonicalize().map_err(|e| io_err(dir, e))?;
     let files = ClusterFiles::at(&dir, shape);

@@ -19,6 +19,7 @@
 //! stripe_size = 1048576
 //! stripe_count = 0          # 0 = all data servers
 //! placement = "round-robin"
+//! mirrors = 1               # copies of each stripe object on distinct data servers (1-3)
 //!
 //! [tls]
 //! ca = "tls/ca.pem"         # relative paths are relative to this file
@@ -446,11 +447,14 @@ pub struct Defaults {
     /// 0 = all data servers.
     pub stripe_count: u32,
     pub placement: Placement,
+    /// Mirror count of new files (1..=3; 1 = one copy): each stripe object kept on this many data
+    /// servers (`tessera setstripe -N` sets it per directory or file).
+    pub mirrors: u8,
 }
 
 impl Default for Defaults {
     fn default() -> Self {
-        Defaults { stripe_size: 1 << 20, stripe_count: 0, placement: Placement::RoundRobin }
+        Defaults { stripe_size: 1 << 20, stripe_count: 0, placement: Placement::RoundRobin, mirrors: 1 }
     }
 }
 
@@ -615,7 +619,13 @@ impl ClusterConfig {
                 "forwarding node name '{bad}': must be non-empty, not 'none' and not a number"
             )));
         }
-        crate::layout::LayoutSpec { stripe_size: Some(self.defaults.stripe_size), stripe_count: None }.validate()?;
+        crate::layout::LayoutSpec {
+            stripe_size: Some(self.defaults.stripe_size),
+            stripe_count: None,
+            mirrors: Some(self.defaults.mirrors),
+        }
+        .validate()
+        .map_err(|e| FsError::invalid(format!("[defaults] {}", e.detail)))?;
         if !["persched", "online-syseff", "online-dilation"].contains(&self.persched.scheduler.as_str()) {
             return Err(FsError::invalid(format!(
                 "[persched] scheduler '{}': must be persched, online-syseff or online-dilation",

@@ -408,6 +408,7 @@ fn extent_specs(rng: &mut Rng) -> Vec<crate::layout::ExtentSpec> {
                 end: rng.usually(end),
                 stripe_size: spec.stripe_size,
                 stripe_count: spec.stripe_count,
+                mirrors: spec.mirrors,
             }
         })
         .collect();
@@ -427,6 +428,7 @@ fn layout_spec(rng: &mut Rng) -> LayoutSpec {
             let v = r.below(5) as u32;
             r.usually32(v)
         }),
+        mirrors: rng.percent(20).then(|| rng.below(5) as u8),
     }
 }
 
@@ -707,7 +709,15 @@ pub fn ds_call(rng: &mut Rng, ds: DsId, known: &Known) -> (DsCall, Vec<u8>) {
     defuse(&mut req);
     let via = rng.percent(5).then(|| Forwarded { ion: rng.usually32(0), requests: rng.usually32(1) });
     let ds = if rng.percent(95) { ds } else { rng.interesting_u64() as u32 };
-    (DsCall { ds, req, via }, payload)
+    let mirror = rng.percent(10).then(|| crate::msg::MirrorCall {
+        gen: rng.usually(0),
+        stripe: rng.usually32(0),
+        replicas: (0..rng.below(4))
+            .map(|_| crate::layout::StripeTarget { ds: rng.below(4) as u32, object: object(rng, known) })
+            .collect(),
+        from_primary: rng.percent(30),
+    });
+    (DsCall { ds, req, via, mirror }, payload)
 }
 
 #[cfg(test)]

@@ -14,6 +14,14 @@
 //! (reaching an extent instantiates every one before it, as Lustre's layout change does), so the *global
 //! stripe index* — the position of an object in [`Layout::all_targets`], the first extent's objects first —
 //! never changes once given out, and everything past [`Layout::instantiated_end`] is a hole.
+//!
+//! **Mirrored layouts** (issue 36): an extent with mirror count M > 1 keeps each stripe object as M
+//! replicas on M distinct data servers (and failure domains). Replica 0 of a stripe is its
+//! [`StripeTarget`] in the extent's `targets` (the *primary*: the ordering point of the stripe's writes,
+//! always in sync); the M − 1 others are in the extent's `mirrors` (`mirrors[k]` for stripe `k`), each with
+//! its [`ReplicaState`]. An unmirrored extent (M = 1) has no `mirrors` and is exactly the RAID-0 layout
+//! above. [`Layout::mirror_gen`] counts the MDS's changes of any replica's place or state: a data server
+//! refuses a mirrored write from a client whose layout is older than the one it knows.
 
 pub mod text;
 
@@ -34,11 +42,64 @@ pub struct StripeTarget {
 pub struct Layout {
     /// The first extent's stripe size (a plain layout's only one).
     pub stripe_size: u64,
-    /// The first extent's objects, one per stripe (its stripe count is `targets.len()`).
+    /// The first extent's objects, one per stripe (its stripe count is `targets.len()`): replica 0 of
+    /// each stripe when the extent is mirrored.
     pub targets: Vec<StripeTarget>,
     /// Composite layouts: the extents after the first, in file order (the first ends where
     /// `extents[0]` starts). Empty for a plain layout.
     pub extents: Vec<Component>,
+    /// The first extent's mirror count M (1: unmirrored).
+    pub mirror_count: u8,
+    /// The first extent's other replicas: `mirrors[k]` holds the M − 1 replicas of stripe `k` after
+    /// `targets[k]`. Empty when M = 1.
+    pub mirrors: Vec<Vec<Replica>>,
+    /// Generation of the replicas' places and states: bumped by the MDS at every change of either.
+    pub mirror_gen: u64,
+}
+
+/// Most replicas of one stripe object.
+pub const MAX_MIRRORS: u8 = 3;
+
+/// One replica of a mirrored stripe after the first, and its state.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct Replica {
+    pub target: StripeTarget,
+    pub state: ReplicaState,
+}
+
+/// Whether a replica holds every acknowledged write of its stripe.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub enum ReplicaState {
+    /// Holds every acknowledged write: written with the others, read from.
+    InSync,
+    /// Missed writes (its server was down or unreachable): never read, not written, until resynced.
+    Stale,
+    /// Being brought up to date from an in-sync replica: written with the others, not yet read from.
+    Resyncing,
+}
+
+impl ReplicaState {
+    /// The word `tessera getstripe` prints: `in-sync`, `stale`, `resyncing`.
+    pub fn word(self) -> &'static str {
+        match self {
+            ReplicaState::InSync => "in-sync",
+            ReplicaState::Stale => "stale",
+            ReplicaState::Resyncing => "resyncing",
+        }
+    }
+
+    /// Whether writes go to this replica.
+    pub fn written(self) -> bool {
+        !matches!(self, ReplicaState::Stale)
+    }
+}
+
+impl std::fmt::Display for ReplicaState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.word())
+    }
 }
 
 /// The end of the last extent of a composite layout (`-E -1`, "to EOF").
@@ -60,11 +121,15 @@ pub struct Component {
     pub stripe_count: u32,
     /// Empty until the extent is instantiated (the file reaches it).
     pub targets: Vec<StripeTarget>,
+    /// The extent's mirror count M (1: unmirrored), asked for and then placed.
+    pub mirror_count: u8,
+    /// The other replicas of each stripe, as [`Layout::mirrors`]; empty until instantiated or when M = 1.
+    pub mirrors: Vec<Vec<Replica>>,
 }
 
 /// One extent of a requested composite layout (`setstripe -E END [-c COUNT] [-S SIZE]`): it starts where
 /// the one before it ends (the first at 0); unset fields take the cluster's defaults.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub struct ExtentSpec {
     /// Exclusive end; [`EOF`] (`-E -1`) for the last.
@@ -72,6 +137,8 @@ pub struct ExtentSpec {
     pub stripe_size: Option<u64>,
     /// `Some(0)` means all targets (`-c -1`).
     pub stripe_count: Option<u32>,
+    /// Mirror count M (`-N`); unset: the cluster's default.
+    pub mirrors: Option<u8>,
 }
 
 /// Checks a requested composite layout: 1..=[`MAX_EXTENTS`] extents, ends increasing, multiples of
@@ -85,7 +152,7 @@ pub fn validate_extents(specs: &[ExtentSpec]) -> FsResult<()> {
     }
     let mut start = 0u64;
     for (i, e) in specs.iter().enumerate() {
-        LayoutSpec { stripe_size: e.stripe_size, stripe_count: e.stripe_count }.validate()?;
+        LayoutSpec { stripe_size: e.stripe_size, stripe_count: e.stripe_count, mirrors: e.mirrors }.validate()?;
         if e.end <= start {
             return Err(FsError::invalid(format!("extent {i} ends at {} but starts at {start}", e.end)));
         }
@@ -115,6 +182,10 @@ pub struct ExtentView<'a> {
     pub targets: &'a [StripeTarget],
     /// Global stripe index of `targets[0]`.
     pub first_stripe: usize,
+    /// Mirror count M (1: unmirrored).
+    pub mirror_count: u8,
+    /// The other replicas of each stripe (empty when M = 1 or not instantiated).
+    pub mirrors: &'a [Vec<Replica>],
 }
 
 impl ExtentView<'_> {
@@ -130,6 +201,8 @@ pub struct LayoutSpec {
     pub stripe_size: Option<u64>,
     /// `Some(0)` or `None` with no other default means "all data servers".
     pub stripe_count: Option<u32>,
+    /// Mirror count M, 1..=[`MAX_MIRRORS`] (`setstripe -N`); `None`: the directory's or the cluster's.
+    pub mirrors: Option<u8>,
 }
 
 pub const MIN_STRIPE_SIZE: u64 = 4096;
@@ -144,6 +217,11 @@ impl LayoutSpec {
                 )));
             }
         }
+        if let Some(m) = self.mirrors {
+            if !(1..=MAX_MIRRORS).contains(&m) {
+                return Err(FsError::invalid(format!("mirror count {m} must be between 1 and {MAX_MIRRORS}")));
+            }
+        }
         Ok(())
     }
 
@@ -152,6 +230,7 @@ impl LayoutSpec {
         LayoutSpec {
             stripe_size: self.stripe_size.or(base.stripe_size),
             stripe_count: self.stripe_count.or(base.stripe_count),
+            mirrors: self.mirrors.or(base.mirrors),
         }
     }
 }
@@ -171,7 +250,67 @@ pub struct Chunk {
 impl Layout {
     /// A plain (one-extent) layout.
     pub fn plain(stripe_size: u64, targets: Vec<StripeTarget>) -> Layout {
-        Layout { stripe_size, targets, extents: Vec::new() }
+        Layout { stripe_size, targets, extents: Vec::new(), mirror_count: 1, mirrors: Vec::new(), mirror_gen: 0 }
+    }
+
+    /// A plain layout whose stripe `k` has replicas `targets[k]` (primary first, all in sync).
+    pub fn mirrored(stripe_size: u64, targets: Vec<Vec<StripeTarget>>) -> Layout {
+        let m = targets.first().map_or(1, Vec::len) as u8;
+        let mut l = Layout::plain(stripe_size, targets.iter().filter_map(|r| r.first().copied()).collect());
+        if m > 1 {
+            l.mirror_count = m;
+            l.mirrors = targets
+                .iter()
+                .map(|r| r[1..].iter().map(|&target| Replica { target, state: ReplicaState::InSync }).collect())
+                .collect();
+        }
+        l
+    }
+
+    /// Whether any extent keeps more than one replica of its stripes.
+    pub fn is_mirrored(&self) -> bool {
+        self.mirror_count > 1 || self.extents.iter().any(|e| e.mirror_count > 1)
+    }
+
+    /// The replicas of global stripe `stripe` after its primary (empty when unmirrored or out of range).
+    pub fn mirrors_of(&self, stripe: usize) -> &[Replica] {
+        match self.locate(stripe) {
+            Some((e, k)) => e.mirrors.get(k).map_or(&[][..], Vec::as_slice),
+            None => &[],
+        }
+    }
+
+    /// [`Layout::mirrors_of`], to change them.
+    pub fn mirrors_of_mut(&mut self, stripe: usize) -> Option<&mut Vec<Replica>> {
+        let mut k = stripe;
+        if k < self.targets.len() {
+            return self.mirrors.get_mut(k);
+        }
+        k -= self.targets.len();
+        for e in &mut self.extents {
+            if k < e.targets.len() {
+                return e.mirrors.get_mut(k);
+            }
+            k -= e.targets.len();
+        }
+        None
+    }
+
+    /// Every replica of global stripe `stripe`, the primary first (in sync by definition).
+    pub fn replicas(&self, stripe: usize) -> Vec<Replica> {
+        let Some(primary) = self.target(stripe) else { return Vec::new() };
+        let mut out = vec![Replica { target: primary, state: ReplicaState::InSync }];
+        out.extend_from_slice(self.mirrors_of(stripe));
+        out
+    }
+
+    /// Every object of the layout, every replica of every stripe (the primaries in global stripe order
+    /// first, then the other replicas).
+    pub fn all_objects(&self) -> impl Iterator<Item = StripeTarget> + '_ {
+        let others = std::iter::once(&self.mirrors)
+            .chain(self.extents.iter().map(|e| &e.mirrors))
+            .flat_map(|m| m.iter().flat_map(|r| r.iter().map(|x| x.target)));
+        self.all_targets().copied().chain(others)
     }
 
     pub fn is_composite(&self) -> bool {
@@ -213,6 +352,8 @@ impl Layout {
                 stripe_count: self.targets.len() as u32,
                 targets: &self.targets,
                 first_stripe: 0,
+                mirror_count: self.mirror_count,
+                mirrors: &self.mirrors,
             });
         }
         let e = self.extents.get(i - 1)?;
@@ -225,6 +366,8 @@ impl Layout {
             stripe_count: e.stripe_count,
             targets: &e.targets,
             first_stripe,
+            mirror_count: e.mirror_count,
+            mirrors: &e.mirrors,
         })
     }
 
@@ -260,7 +403,9 @@ impl Layout {
         }
         let mut pending = false;
         for e in self.extent_views() {
-            LayoutSpec { stripe_size: Some(e.stripe_size), stripe_count: None }.validate()?;
+            LayoutSpec { stripe_size: Some(e.stripe_size), stripe_count: None, mirrors: Some(e.mirror_count) }
+                .validate()?;
+            check_mirrors(&e)?;
             if e.end <= e.start {
                 return Err(FsError::invalid(format!("extent {} is empty", e.index)));
             }
@@ -355,6 +500,40 @@ impl Layout {
     }
 }
 
+/// An extent's replicas: none when M = 1 or not instantiated, else M − 1 per stripe, each stripe's on
+/// distinct data servers.
+fn check_mirrors(e: &ExtentView<'_>) -> FsResult<()> {
+    if e.mirror_count <= 1 || !e.instantiated() {
+        if !e.mirrors.is_empty() {
+            return Err(FsError::invalid(format!("extent {} has replicas it should not", e.index)));
+        }
+        return Ok(());
+    }
+    if e.mirrors.len() != e.targets.len() {
+        return Err(FsError::invalid(format!(
+            "extent {}: replicas for {} of {} stripes",
+            e.index,
+            e.mirrors.len(),
+            e.targets.len()
+        )));
+    }
+    for (k, (t, others)) in e.targets.iter().zip(e.mirrors).enumerate() {
+        if others.len() + 1 != e.mirror_count as usize {
+            return Err(FsError::invalid(format!(
+                "extent {} stripe {k}: {} replicas, not {}",
+                e.index,
+                others.len() + 1,
+                e.mirror_count
+            )));
+        }
+        let servers: Vec<DsId> = std::iter::once(t.ds).chain(others.iter().map(|r| r.target.ds)).collect();
+        if (1..servers.len()).any(|i| servers[..i].contains(&servers[i])) {
+            return Err(FsError::invalid(format!("extent {} stripe {k}: two replicas on one data server", e.index)));
+        }
+    }
+    Ok(())
+}
+
 /// RAID-0 chunks of `[offset, offset+len)` over `c` objects of stripe size `s` (offsets relative).
 fn raid0_chunks(s: u64, c: u64, offset: u64, len: u64, out: &mut impl FnMut(Chunk)) {
     if s == 0 || c == 0 {
@@ -418,6 +597,39 @@ mod tests {
         }
     }
 
+    #[test]
+    fn mirrored_layouts_keep_replicas_per_stripe_on_distinct_servers() {
+        let t = |ds, object| StripeTarget { ds, object };
+        let l = Layout::mirrored(65536, vec![vec![t(0, 1), t(1, 2)], vec![t(2, 3), t(3, 4)]]);
+        l.validate().unwrap();
+        assert!(l.is_mirrored());
+        assert_eq!(l.mirror_count, 2);
+        assert_eq!(l.targets, vec![t(0, 1), t(2, 3)], "replica 0 is the stripe's target");
+        assert_eq!(l.replicas(1).iter().map(|r| r.target).collect::<Vec<_>>(), vec![t(2, 3), t(3, 4)]);
+        assert_eq!(l.mirrors_of(0), &[Replica { target: t(1, 2), state: ReplicaState::InSync }]);
+        assert_eq!(l.all_objects().count(), 4);
+        // The stripe math does not change with mirrors.
+        assert_eq!(l.chunks(0, 200_000), Layout::plain(65536, l.targets.clone()).chunks(0, 200_000));
+        let mut bad = l.clone();
+        bad.mirrors[1][0].target.ds = 2;
+        assert!(bad.validate().is_err(), "two replicas on one server");
+        let mut bad = l.clone();
+        bad.mirrors.pop();
+        assert!(bad.validate().is_err(), "a stripe without its replicas");
+        let mut bad = l.clone();
+        bad.mirror_count = 4;
+        assert!(bad.validate().is_err(), "more than MAX_MIRRORS");
+        let mut stale = l.clone();
+        stale.mirrors_of_mut(1).unwrap()[0].state = ReplicaState::Stale;
+        assert_eq!(stale.mirrors_of(1)[0].state.word(), "stale");
+        assert!(!ReplicaState::Stale.written() && ReplicaState::Resyncing.written());
+        // One copy: exactly the layout it always was.
+        let one = Layout::mirrored(65536, vec![vec![t(0, 1)], vec![t(2, 3)]]);
+        assert_eq!(one, Layout::plain(65536, vec![t(0, 1), t(2, 3)]));
+        assert!(LayoutSpec { mirrors: Some(0), ..Default::default() }.validate().is_err());
+        assert!(LayoutSpec { mirrors: Some(3), ..Default::default() }.validate().is_ok());
+    }
+
     fn layout(s: u64, c: usize) -> Layout {
         Layout::plain(s, (0..c).map(|i| StripeTarget { ds: i as u32, object: 100 + i as u64 }).collect())
     }
@@ -472,11 +684,14 @@ mod tests {
 
     #[test]
     fn spec_validation() {
-        assert!(LayoutSpec { stripe_size: Some(1000), stripe_count: None }.validate().is_err());
-        assert!(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(2) }.validate().is_ok());
-        let merged = LayoutSpec { stripe_size: None, stripe_count: Some(3) }
-            .over(LayoutSpec { stripe_size: Some(8192), stripe_count: Some(1) });
-        assert_eq!(merged, LayoutSpec { stripe_size: Some(8192), stripe_count: Some(3) });
+        assert!(LayoutSpec { stripe_size: Some(1000), stripe_count: None, mirrors: None }.validate().is_err());
+        assert!(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(2), mirrors: None }.validate().is_ok());
+        let merged = LayoutSpec { stripe_size: None, stripe_count: Some(3), mirrors: None }.over(LayoutSpec {
+            stripe_size: Some(8192),
+            stripe_count: Some(1),
+            mirrors: None,
+        });
+        assert_eq!(merged, LayoutSpec { stripe_size: Some(8192), stripe_count: Some(3), mirrors: None });
     }
 
     /// `[0,1M): 64K×1`, `[1M,3M): 128K×3`, `[3M,EOF): 64K×2`; the first `inst` extents instantiated.
@@ -484,8 +699,24 @@ mod tests {
         let t = |n: usize, base: u64| (0..n).map(|i| StripeTarget { ds: i as u32, object: base + i as u64 }).collect();
         let mut l = Layout::plain(65536, t(1, 100));
         l.extents = vec![
-            Component { start: 1 << 20, end: 3 << 20, stripe_size: 131072, stripe_count: 3, targets: t(3, 200) },
-            Component { start: 3 << 20, end: EOF, stripe_size: 65536, stripe_count: 2, targets: t(2, 300) },
+            Component {
+                start: 1 << 20,
+                end: 3 << 20,
+                stripe_size: 131072,
+                stripe_count: 3,
+                targets: t(3, 200),
+                mirror_count: 1,
+                mirrors: vec![],
+            },
+            Component {
+                start: 3 << 20,
+                end: EOF,
+                stripe_size: 65536,
+                stripe_count: 2,
+                targets: t(2, 300),
+                mirror_count: 1,
+                mirrors: vec![],
+            },
         ];
         for e in l.extents.iter_mut().skip(inst.saturating_sub(1)) {
             e.targets.clear();
@@ -590,14 +821,14 @@ mod tests {
 
     #[test]
     fn extent_specs_are_checked() {
-        let e = |end, c| ExtentSpec { end, stripe_size: None, stripe_count: Some(c) };
+        let e = |end, c| ExtentSpec { end, stripe_size: None, stripe_count: Some(c), mirrors: None };
         assert!(validate_extents(&[e(1 << 20, 1), e(EOF, 2)]).is_ok());
         assert!(validate_extents(&[e(EOF, 2)]).is_ok());
         assert!(validate_extents(&[]).is_err());
         assert!(validate_extents(&[e(1 << 20, 1)]).is_err(), "must end at EOF");
         assert!(validate_extents(&[e(2 << 20, 1), e(1 << 20, 1), e(EOF, 1)]).is_err(), "ends increase");
         assert!(validate_extents(&[e(1000, 1), e(EOF, 1)]).is_err(), "4 KiB multiples");
-        let bad_size = ExtentSpec { end: EOF, stripe_size: Some(1000), stripe_count: None };
+        let bad_size = ExtentSpec { end: EOF, stripe_size: Some(1000), stripe_count: None, mirrors: None };
         assert!(validate_extents(&[bad_size]).is_err());
     }
 

@@ -22,7 +22,7 @@ pub use pattern::pattern;
 /// as zeros. The file gets 64 KiB stripes over (up to) 3 servers.
 pub async fn check_batched_writes(client: &tessera_client::Client, path: &str, seed: u64) {
     use tessera_client::data::WriteRun;
-    let spec = tessera_client::LayoutSpec { stripe_size: Some(65536), stripe_count: Some(3) };
+    let spec = tessera_client::LayoutSpec { stripe_size: Some(65536), stripe_count: Some(3), mirrors: None };
     let f = client.create(path, 0o644, Some(spec)).await.expect("create");
     let n = 300u64; // coprime with 37: i * 37 % n visits every run once
     let mut expect = vec![0u8; (n * 13_000 + 3 * 200_000) as usize];

@@ -405,7 +405,7 @@ pub async fn prepare_file(client: &Client, path: &str, size: u64) -> Result<()> 
     if let Some(parent) = parent_dir(path) {
         client.mkdir_all(&parent, 0o755).await?;
     }
-    let layout = LayoutSpec { stripe_size: Some(STRIPE), stripe_count: Some(0) };
+    let layout = LayoutSpec { stripe_size: Some(STRIPE), stripe_count: Some(0), mirrors: None };
     let f = client.create(path, 0o644, Some(layout)).await.with_context(|| format!("create {path}"))?;
     const CHUNK: u64 = 4 << 20;
     let buf = Bytes::from(vec![0xC3u8; CHUNK as usize]);

@@ -184,7 +184,7 @@ pub fn job_path(dir: &str, job: &str) -> String {
 }
 
 /// The job file's layout.
-pub const JOB_LAYOUT: LayoutSpec = LayoutSpec { stripe_size: Some(XFER), stripe_count: None };
+pub const JOB_LAYOUT: LayoutSpec = LayoutSpec { stripe_size: Some(XFER), stripe_count: None, mirrors: None };
 
 /// Runs the job on `client` (which carries the job id); `register`: declare the profile to PerSched first.
 /// Does not leave the pattern (the caller does, see the module's decisions). `start`: a common instant

@@ -481,7 +481,7 @@ async fn soak(
 
 /// Creates files with one stripe until one lands on data server `ds`.
 async fn file_on(c: &Client, name: &str, ds: u32) -> Result<tessera_client::File> {
-    let spec = LayoutSpec { stripe_size: Some(1 << 20), stripe_count: Some(1) };
+    let spec = LayoutSpec { stripe_size: Some(1 << 20), stripe_count: Some(1), mirrors: None };
     for i in 0..64 {
         let path = format!("{name}.{i}");
         let f = c.create(&path, 0o644, Some(spec)).await.map_err(|e| anyhow!("{path}: {e}"))?;

@@ -104,6 +104,7 @@ fn workloads(target_capacity: u64) -> Vec<Workload> {
                 end: if gb.is_infinite() { EOF } else { (scale(gb) / STRIPE).max(1) * STRIPE },
                 stripe_size: Some(STRIPE),
                 stripe_count: Some(c),
+                mirrors: None,
             })
             .collect();
         Some(specs)
@@ -272,7 +273,7 @@ async fn write_jobs(client: &Client, jobs: &[Job], run_dir: &str) -> Result<u64>
         for (i, path) in paths(job, run_dir).into_iter().enumerate() {
             let (client, job) = (client.clone(), job.clone());
             tasks.push(tokio::spawn(async move {
-                let spec = LayoutSpec { stripe_size: None, stripe_count: Some(job.count) };
+                let spec = LayoutSpec { stripe_size: None, stripe_count: Some(job.count), mirrors: None };
                 let spec = job.composite.is_none().then_some(spec);
                 let f = client.create(&path, 0o644, spec).await.map_err(|e| anyhow!("{path}: {e}"))?;
                 let f = std::sync::Arc::new(f);

@@ -23,17 +23,17 @@ use crate::placement::placer::Slot;
 use crate::placement::CreateRequest;
 use crate::store::{Inode, Txn};
 use tessera_proto::error::ErrorCode;
-use tessera_proto::layout::{validate_extents, Component, ExtentSpec, Layout, LayoutSpec, StripeTarget, EOF};
+use tessera_proto::layout::{validate_extents, Component, ExtentSpec, Layout, LayoutSpec, EOF};
 use tessera_proto::msg::MdsReply;
-use tessera_proto::{object_in, target_of, Caller, FileKind, FsError, FsResult, Ino, Timestamp};
+use tessera_proto::{target_of, Caller, FileKind, FsError, FsResult, Ino, Timestamp};
 
 impl Namespace {
     /// A requested composite layout resolved over the cluster defaults: the first extent's stripe size
     /// and count (0: all targets), and the other extents, not instantiated.
-    pub(super) fn composite_parts(&self, specs: &[ExtentSpec]) -> ((u64, usize), Vec<Component>) {
+    pub(super) fn composite_parts(&self, specs: &[ExtentSpec]) -> ((u64, usize, u8), Vec<Component>) {
         let resolve = |e: &ExtentSpec| {
             self.merged_spec(
-                LayoutSpec { stripe_size: e.stripe_size, stripe_count: e.stripe_count },
+                LayoutSpec { stripe_size: e.stripe_size, stripe_count: e.stripe_count, mirrors: e.mirrors },
                 LayoutSpec::default(),
             )
         };
@@ -44,13 +44,15 @@ impl Namespace {
         let mut start = specs.first().map_or(EOF, |e| e.end);
         let mut rest = Vec::new();
         for e in specs.iter().skip(1) {
-            let (stripe_size, stripe_count) = resolve(e);
+            let (stripe_size, stripe_count, mirror_count) = resolve(e);
             rest.push(Component {
                 start,
                 end: e.end,
                 stripe_size,
                 stripe_count: stripe_count as u32,
                 targets: Vec::new(),
+                mirror_count,
+                mirrors: Vec::new(),
             });
             start = e.end;
         }
@@ -83,10 +85,16 @@ impl Namespace {
                 }
                 FileKind::File => {
                     let policy = self.file_policy(&rd, &i)?;
-                    let ((stripe_size, stripe_count), rest) = self.composite_parts(specs);
-                    let req = CreateRequest { stripe_count, stripe_size, expected_size: 0, exclude: Vec::new() };
+                    let ((stripe_size, stripe_count, mirrors), rest) = self.composite_parts(specs);
+                    let req = CreateRequest {
+                        stripe_count,
+                        stripe_size,
+                        expected_size: 0,
+                        exclude: Vec::new(),
+                        mirrors: mirrors as usize,
+                    };
                     let slots = self.placer.place(policy.as_deref(), &[req])?.pop().unwrap_or_default();
-                    Some(Placed { stripe_size, slots, rest, planned: Vec::new() })
+                    Some(Placed { stripe_size, mirrors, slots, rest, planned: Vec::new() })
                 }
                 FileKind::Dir => None,
                 _ => return Err(FsError::invalid(format!("inode {ino} cannot have a layout"))),
@@ -148,6 +156,7 @@ impl Namespace {
                     stripe_size: e.stripe_size,
                     expected_size,
                     exclude: Vec::new(),
+                    mirrors: usize::from(e.mirror_count),
                 };
                 // `k + 1`: the extent's index in the layout (extent 0 is the first, `l.targets`).
                 let slots = self.placer.place_extent(policy.as_deref(), ino, k + 1, e.start, e.end, req, &avoid)?;
@@ -162,10 +171,7 @@ impl Namespace {
             for (k, start, slots) in placed {
                 // Skipped if another instantiation got there first, or the layout was replaced meanwhile.
                 if let Some(e) = l.extents.get_mut(k).filter(|e| e.targets.is_empty() && e.start == start) {
-                    e.targets = slots
-                        .iter()
-                        .map(|&(ds, t)| Ok(StripeTarget { ds, object: object_in(t, self.store.new_id()?) }))
-                        .collect::<FsResult<_>>()?;
+                    (e.targets, e.mirrors) = self.objects_on(e.mirror_count, &slots)?;
                     changed = true;
                 }
             }

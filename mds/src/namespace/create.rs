@@ -144,13 +144,14 @@ impl Namespace {
                 Some(specs) => self.declared_composite(&f, &specs),
                 None => {
                     let base = rd.dir_layout(f.parent)?.unwrap_or_default();
-                    let spec = LayoutSpec { stripe_size: None, stripe_count: f.stripe_count };
-                    let (stripe_size, stripe_count) = self.merged_spec(spec, base);
+                    let spec = LayoutSpec { stripe_size: None, stripe_count: f.stripe_count, mirrors: None };
+                    let (stripe_size, stripe_count, mirrors) = self.merged_spec(spec, base);
                     let req = CreateRequest {
                         stripe_count,
                         stripe_size,
                         expected_size: f.expected_size,
                         exclude: Vec::new(),
+                        mirrors: mirrors as usize,
                     };
                     DeclaredCreate::plain(f.parent, f.name, req)
                 }
@@ -168,7 +169,7 @@ impl Namespace {
     /// expected size reaches with the bytes it is expected to hold there (none reached when the size is
     /// unknown, 0).
     fn declared_composite(&self, f: &DeclaredFile, specs: &[ExtentSpec]) -> DeclaredCreate {
-        let ((stripe_size, count), rest) = self.composite_parts(specs);
+        let ((stripe_size, count, mirrors), rest) = self.composite_parts(specs);
         let stripe_count = f.stripe_count.map_or(count, |c| c as usize);
         let first_end = rest.first().map_or(EOF, |e| e.start);
         let first = CreateRequest {
@@ -176,6 +177,7 @@ impl Namespace {
             stripe_size,
             expected_size: f.expected_size.min(first_end),
             exclude: Vec::new(),
+            mirrors: mirrors as usize,
         };
         let later = rest
             .iter()
@@ -190,6 +192,7 @@ impl Namespace {
                     stripe_size: e.stripe_size,
                     expected_size: f.expected_size.min(e.end) - e.start,
                     exclude: Vec::new(),
+                    mirrors: usize::from(e.mirror_count),
                 },
             })
             .collect();

@@ -6,13 +6,15 @@ use crate::perm::{self, W, X};
 use crate::placement::placer::{Planned, Slot};
 use crate::placement::CreateRequest;
 use crate::store::{xattr_key, Dentry, Inode, Txn, T};
-use tessera_proto::layout::{Component, Layout, LayoutSpec, StripeTarget};
+use tessera_proto::layout::{Component, Layout, LayoutSpec, Replica, ReplicaState, StripeTarget};
 use tessera_proto::{object_in, Attr, Caller, FileKind, FsError, FsResult, Ino, Timestamp};
 
 /// A new file's placement, made before the namespace lock is taken.
 #[derive(Clone, Debug)]
 pub(super) struct Placed {
     pub stripe_size: u64,
+    /// The first extent's mirror count M: `slots` holds M × stripe count targets, replica-major.
+    pub mirrors: u8,
     pub slots: Vec<Slot>,
     /// A composite layout's extents after the first (placed when the file reaches them).
     pub rest: Vec<Component>,
@@ -94,37 +96,76 @@ impl Namespace {
         Ok(Inode { attr, layout: None, target: None, parent: parent.attr.ino })
     }
 
-    /// The stripe size and count (0: all targets) of `spec` over `base` over the cluster defaults.
-    pub(super) fn merged_spec(&self, spec: LayoutSpec, base: LayoutSpec) -> (u64, usize) {
+    /// The stripe size, count (0: all targets) and mirror count of `spec` over `base` over the cluster
+    /// defaults.
+    pub(super) fn merged_spec(&self, spec: LayoutSpec, base: LayoutSpec) -> (u64, usize, u8) {
         let merged = spec.over(base).over(self.defaults);
-        (merged.stripe_size.unwrap_or(1 << 20), merged.stripe_count.unwrap_or(0) as usize)
+        (
+            merged.stripe_size.unwrap_or(1 << 20),
+            merged.stripe_count.unwrap_or(0) as usize,
+            merged.mirrors.unwrap_or(1).clamp(1, tessera_proto::layout::MAX_MIRRORS),
+        )
     }
 
     /// A fresh layout: `spec` over `base` over the cluster defaults, placed by `policy` (`None`: the
     /// cluster's). Targets of data servers not heard from lately are left out while others are up (a
     /// file gets fewer stripes, as Lustre skips inactive OSTs).
     pub(super) fn new_layout(&self, spec: LayoutSpec, base: LayoutSpec, policy: Option<&str>) -> FsResult<Layout> {
-        let (stripe_size, stripe_count) = self.merged_spec(spec, base);
-        let req = CreateRequest { stripe_count, stripe_size, expected_size: 0, exclude: Vec::new() };
+        let (stripe_size, stripe_count, mirrors) = self.merged_spec(spec, base);
+        let req = CreateRequest {
+            stripe_count,
+            stripe_size,
+            expected_size: 0,
+            exclude: Vec::new(),
+            mirrors: mirrors as usize,
+        };
         let slots = self.placer.place(policy, &[req])?.pop().unwrap_or_default();
-        self.layout_on(stripe_size, &slots)
+        self.layout_on(stripe_size, mirrors, &slots)
     }
 
-    /// A layout of fresh objects on `slots` (object ids name their target).
-    pub(super) fn layout_on(&self, stripe_size: u64, slots: &[Slot]) -> FsResult<Layout> {
-        let targets = slots
-            .iter()
-            .map(|&(ds, t)| Ok(StripeTarget { ds, object: object_in(t, self.store.new_id()?) }))
-            .collect::<FsResult<_>>()?;
-        let l = Layout::plain(stripe_size, targets);
+    /// A layout of fresh objects on `slots` (object ids name their target): `mirrors` replicas per
+    /// stripe, `slots` replica-major (placement's order).
+    pub(super) fn layout_on(&self, stripe_size: u64, mirrors: u8, slots: &[Slot]) -> FsResult<Layout> {
+        let (targets, replicas) = self.objects_on(mirrors, slots)?;
+        let mut l = Layout::plain(stripe_size, targets);
+        if mirrors > 1 {
+            l.mirror_count = mirrors;
+            l.mirrors = replicas;
+        }
         l.validate()?;
         Ok(l)
+    }
+
+    /// Fresh objects on `slots`, `mirrors` replicas per stripe (`slots` replica-major: the first stripe
+    /// count of them are the primaries): the primaries, and each stripe's other replicas (in sync: nothing
+    /// is written yet).
+    pub(super) fn objects_on(&self, mirrors: u8, slots: &[Slot]) -> FsResult<(Vec<StripeTarget>, Vec<Vec<Replica>>)> {
+        let m = usize::from(mirrors.max(1));
+        if slots.len() % m != 0 {
+            return Err(FsError::io(format!("placement gave {} targets for {m} replicas per stripe", slots.len())));
+        }
+        let objects = slots
+            .iter()
+            .map(|&(ds, t)| Ok(StripeTarget { ds, object: object_in(t, self.store.new_id()?) }))
+            .collect::<FsResult<Vec<_>>>()?;
+        let count = objects.len() / m;
+        let primaries = objects[..count].to_vec();
+        let others = if m == 1 {
+            Vec::new()
+        } else {
+            (0..count)
+                .map(|k| {
+                    (1..m).map(|r| Replica { target: objects[r * count + k], state: ReplicaState::InSync }).collect()
+                })
+                .collect()
+        };
+        Ok((primaries, others))
     }
 
     /// The layout of the placed new file `ino`: fresh objects for its (first) extent, the others pending
     /// (their planned targets, if declared, kept by the placer until the file reaches them).
     pub(super) fn layout_of(&self, ino: Ino, p: Placed) -> FsResult<Layout> {
-        let mut l = self.layout_on(p.stripe_size, &p.slots)?;
+        let mut l = self.layout_on(p.stripe_size, p.mirrors, &p.slots)?;
         l.extents = p.rest;
         l.validate()?;
         self.placer.keep_planned(ino, p.planned);
@@ -153,14 +194,14 @@ impl Namespace {
             Some(s) if s != LayoutSpec::default() => None,
             _ => rd.dir_composite(dir)?,
         };
-        let (stripe_size, stripe_count, rest, first_end) = match &composite {
+        let (stripe_size, stripe_count, mirrors, rest, first_end) = match &composite {
             Some(specs) => {
                 let (first, rest) = self.composite_parts(specs);
-                (first.0, first.1, rest, specs[0].end)
+                (first.0, first.1, first.2, rest, specs[0].end)
             }
             None => {
-                let (size, count) = self.merged_spec(spec.unwrap_or_default(), base);
-                (size, count, Vec::new(), u64::MAX)
+                let (size, count, mirrors) = self.merged_spec(spec.unwrap_or_default(), base);
+                (size, count, mirrors, Vec::new(), u64::MAX)
             }
         };
         let mut out: Vec<Placed> = Vec::with_capacity(names.len());
@@ -179,7 +220,7 @@ impl Namespace {
                     (Vec::new(), Vec::new())
                 }
             };
-            out.push(Placed { stripe_size, slots, rest: rest.clone(), planned });
+            out.push(Placed { stripe_size, mirrors, slots, rest: rest.clone(), planned });
         }
         // Without a declaration, the predictor's size: what the same path held last (a job's previous run).
         let reqs: Vec<CreateRequest> = undeclared
@@ -189,6 +230,7 @@ impl Namespace {
                 stripe_size,
                 expected_size: self.placer.predict(dir, names[k]).min(first_end),
                 exclude: Vec::new(),
+                mirrors: mirrors as usize,
             })
             .collect();
         let placed = self.placer.place(policy.as_deref(), &reqs)?;

@@ -113,7 +113,11 @@ impl Namespace {
         data: Arc<dyn DataServers>,
     ) -> FsResult<Namespace> {
         let placer = Arc::new(Placer::new(stats.clone(), defaults.placement.as_str(), Duration::from_secs(1))?);
-        let spec = LayoutSpec { stripe_size: Some(defaults.stripe_size), stripe_count: Some(defaults.stripe_count) };
+        let spec = LayoutSpec {
+            stripe_size: Some(defaults.stripe_size),
+            stripe_count: Some(defaults.stripe_count),
+            mirrors: Some(defaults.mirrors),
+        };
         spec.validate()?;
         let boot_ino = store.new_ino()?;
         let leases = Leases::with_grace(lease::lease_grace(&store)?);

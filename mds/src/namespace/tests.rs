@@ -150,7 +150,7 @@ async fn create_lookup_getattr_and_layout() {
         perm: 0o644,
         rdev: 0,
         exclusive: true,
-        layout: Some(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(2) }),
+        layout: Some(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(2), mirrors: None }),
     };
     let g = attr_of(ns.handle(&r, req).await.unwrap());
     let gl = layout(&ns, g.ino).await;
@@ -651,7 +651,7 @@ async fn xattrs_and_layout_attribute() {
     );
     assert_eq!(
         ns.handle(&r, MdsRequest::GetLayout { ino: d.ino }).await.unwrap(),
-        MdsReply::DirLayout(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(2) })
+        MdsReply::DirLayout(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(2), mirrors: None })
     );
     let g = create(&ns, &r, d.ino, "g").await.unwrap();
     let gl = layout(&ns, g.ino).await;
@@ -686,7 +686,7 @@ async fn truncate_and_set_layout() {
     let f = create(&ns, &r, ROOT_INO, "f").await.unwrap();
     let l = layout(&ns, f.ino).await;
     // SetLayout on an empty file: fresh objects, the old ones destroyed.
-    let spec = LayoutSpec { stripe_size: Some(4096), stripe_count: Some(2) };
+    let spec = LayoutSpec { stripe_size: Some(4096), stripe_count: Some(2), mirrors: None };
     ns.handle(&r, MdsRequest::SetLayout { ino: f.ino, spec }).await.unwrap();
     let l2 = layout(&ns, f.ino).await;
     assert_eq!((l2.stripe_size, l2.targets.len()), (4096, 2));
@@ -1274,7 +1274,7 @@ async fn composite_layouts_place_extents_when_reached_on_distinct_targets() {
     let (ns, data) = open_ns(dir.path());
     let r = root();
     let d = mkdir(&ns, &r, ROOT_INO, "pfl").await.unwrap();
-    let e = |end, c| ExtentSpec { end, stripe_size: Some(65536), stripe_count: Some(c) };
+    let e = |end, c| ExtentSpec { end, stripe_size: Some(65536), stripe_count: Some(c), mirrors: None };
     // NDS = 4 targets: 1 + 2 stripes, then "all" gets the one target left (the file stops growing).
     let specs = vec![e(1 << 20, 1), e(4 << 20, 2), e(EOF, 0)];
     ns.handle(&r, MdsRequest::SetCompositeLayout { ino: d.ino, extents: specs.clone() }).await.unwrap();
@@ -1319,7 +1319,7 @@ async fn composite_layouts_place_extents_when_reached_on_distinct_targets() {
     all.sort_unstable();
     assert_eq!(destroyed_objects(&ns), all);
     // A plain layout set on the directory replaces the composite default.
-    let spec = LayoutSpec { stripe_size: None, stripe_count: Some(2) };
+    let spec = LayoutSpec { stripe_size: None, stripe_count: Some(2), mirrors: None };
     ns.handle(&r, MdsRequest::SetLayout { ino: d.ino, spec }).await.unwrap();
     assert_eq!(ns.handle(&r, MdsRequest::GetLayout { ino: d.ino }).await.unwrap(), MdsReply::DirLayout(spec));
     let g = create(&ns, &r, d.ino, "g").await.unwrap();
@@ -1328,7 +1328,7 @@ async fn composite_layouts_place_extents_when_reached_on_distinct_targets() {
     let value = b"extent=0-1M stripe_count=1 extent=1M-EOF stripe_count=2".to_vec();
     let name = text::XATTR_NAME.to_string();
     ns.handle(&r, MdsRequest::SetXattr { ino: d.ino, name, value, mode: XattrMode::Any }).await.unwrap();
-    let plain = |end, c| ExtentSpec { end, stripe_size: None, stripe_count: Some(c) };
+    let plain = |end, c| ExtentSpec { end, stripe_size: None, stripe_count: Some(c), mirrors: None };
     let want = vec![plain(1 << 20, 1), plain(EOF, 2)];
     assert_eq!(ns.handle(&r, MdsRequest::GetLayout { ino: d.ino }).await.unwrap(), MdsReply::DirComposite(want));
 }
@@ -1341,7 +1341,7 @@ async fn declared_files_in_a_composite_directory_get_the_extents_they_reach_plan
     let (ns, _) = open_ns(dir.path());
     let r = root();
     let d = mkdir(&ns, &r, ROOT_INO, "pfl").await.unwrap();
-    let e = |end, c| ExtentSpec { end, stripe_size: Some(65536), stripe_count: Some(c) };
+    let e = |end, c| ExtentSpec { end, stripe_size: Some(65536), stripe_count: Some(c), mirrors: None };
     let specs = vec![e(1 << 20, 1), e(4 << 20, 2), e(EOF, 0)];
     ns.handle(&r, MdsRequest::SetCompositeLayout { ino: d.ino, extents: specs }).await.unwrap();
     // "a" will reach the second extent (3 MiB), "b"'s size is unknown.

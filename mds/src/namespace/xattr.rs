@@ -197,10 +197,11 @@ impl Namespace {
         let composite = i.layout.as_ref().is_some_and(|l| l.is_composite());
         if let (XattrNs::Placement, FileKind::File, 0, false) = (&ns, i.attr.kind, i.attr.size, composite) {
             // An empty file is placed anew by its policy, keeping its stripe size and count.
-            let spec = i
-                .layout
-                .as_ref()
-                .map(|l| LayoutSpec { stripe_size: Some(l.stripe_size), stripe_count: Some(l.targets.len() as u32) });
+            let spec = i.layout.as_ref().map(|l| LayoutSpec {
+                stripe_size: Some(l.stripe_size),
+                stripe_count: Some(l.targets.len() as u32),
+                mirrors: None,
+            });
             self.apply_layout(&mut tx, c, &mut i, spec)?;
         }
         tx.put_inode(&i)?;

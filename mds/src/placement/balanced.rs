@@ -652,6 +652,7 @@ mod tests {
                 stripe_size: 100,
                 expected_size: rng.gen_range(0..4) * 100,
                 exclude: (0..nt).filter(|_| rng.gen_bool(0.15)).collect(),
+                mirrors: 1,
             })
             .collect();
         (t, batch)

@@ -57,6 +57,7 @@ pub struct CreateRequest {
     pub stripe_size: u64,
     pub expected_size: u64,  // bytes this file/extent is expected to hold; 0 = unknown
     pub exclude: Vec<usize>, // indices into the targets slice already used by this file's other extents
+    pub mirrors: usize,      // mirror count M: replicas per stripe (1 = unmirrored)
 }
 
 /// What the last batch solve of a policy cost (`tessera df --policy`).
@@ -246,7 +247,13 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn req(count: usize, expected: u64) -> CreateRequest {
-        CreateRequest { stripe_count: count, stripe_size: 1 << 20, expected_size: expected, exclude: vec![] }
+        CreateRequest {
+            stripe_count: count,
+            stripe_size: 1 << 20,
+            expected_size: expected,
+            exclude: vec![],
+            mirrors: 1,
+        }
     }
 
     #[test]

@@ -31,9 +31,10 @@ pub(super) const TREE_NAMES: [&str; 8] =
     ["inodes", "dentries", "dirseq", "dir_layouts", "xattrs", "jobs", "destroy_log", "meta"];
 pub(super) const ORPHAN_PREFIX: &[u8] = b"orphan";
 pub(super) const FORMAT_KEY: &[u8] = b"format";
-/// 2: layouts carry composite extents ([`Layout::extents`]); v1 databases are migrated in place on open
-/// ([`migrate_v1`](super::migrate::migrate_v1)).
-pub(super) const FORMAT_VERSION: u32 = 2;
+/// 2: layouts carry composite extents ([`Layout::extents`]); 3: layouts carry mirrors
+/// ([`Layout::mirrors`]) and layout requests a mirror count. Older databases are migrated in place on
+/// open, one format after the other ([`super::migrate`]).
+pub(super) const FORMAT_VERSION: u32 = 3;
 /// Suffix of a directory's composite default in [`T::DirLayouts`].
 const COMPOSITE_SUFFIX: u8 = b'E';
 

@@ -18,13 +18,37 @@ pub struct DsCall {
     /// Set by a forwarding node on what it passes on (data servers accept it only from the `ion`
     /// role): the request then carries the data of `requests` client requests, merged.
     pub via: Option<Forwarded>,
+    /// Set on calls about a mirrored stripe's object (see [`MirrorCall`]); `None` for an unmirrored one.
+    pub mirror: Option<MirrorCall>,
 }
 
 impl DsCall {
     /// A call straight from its sender.
     pub fn new(ds: DsId, req: DsRequest) -> DsCall {
-        DsCall { ds, req, via: None }
+        DsCall { ds, req, via: None, mirror: None }
     }
+}
+
+/// What a data server needs to know of a call about a mirrored stripe (issue 36, primary fan-out).
+///
+/// A client sends a stripe's writes (and its fsync and fallocate) to the stripe's primary replica with
+/// the other replicas to write (`replicas`); the primary applies the call and passes the same call on
+/// to each of them (with `from_primary` set and no replicas), and answers once every one has it. The
+/// primary is the stripe's one ordering point: overlapping writes are applied and passed on one after
+/// the other, so every replica applies them in the same order. Reads go to any in-sync replica.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct MirrorCall {
+    /// The layout's [`mirror_gen`](crate::layout::Layout::mirror_gen) the sender holds.
+    pub gen: u64,
+    /// The stripe's global index in its file's layout.
+    pub stripe: u32,
+    /// To a primary: the other replicas to write (those in sync or resyncing), at most
+    /// [`MAX_MIRRORS`](crate::layout::MAX_MIRRORS) − 1. Empty on reads and on passed-on calls.
+    pub replicas: Vec<crate::layout::StripeTarget>,
+    /// Set by a primary on a call it passes on (accepted only from the `ds` role): apply it, pass it on
+    /// to nobody.
+    pub from_primary: bool,
 }
 
 /// Which forwarding node passed a data call on, and how many client requests it merged into it.
