@@ -1,7 +1,7 @@
 //! `tessera-ds`: command line, start-up (config, identity, store, report tasks, metrics), the `READY`
 //! line, and shutdown on SIGINT/SIGTERM.
 
-use crate::{device, metrics, report, server, store};
+use crate::{device, metrics, replicate, report, server, store};
 use anyhow::{anyhow, bail, Context};
 use clap::Parser;
 use std::path::PathBuf;
@@ -124,7 +124,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         Duration::from_millis(config.orchestrator.report_interval_ms),
     )?;
     let trace = data_path.trace.clone();
-    let service = Arc::new(server::DsService::new(reporter, data_path, opts.sync_writes));
+    // Mirrored stripes: as a primary, this server passes writes on to the other data servers.
+    let peer_endpoint = rpc::client_endpoint(listen.is_ipv6())?;
+    let mut peers = std::collections::HashMap::new();
+    for d in config.ds.iter().filter(|d| d.id != args.id) {
+        peers.insert(d.id, rpc::RpcPeer::to_host(peer_endpoint.clone(), &identity, Role::Ds, &d.addr, tuning)?);
+    }
+    let replicator = Arc::new(replicate::Replicator::new(Arc::new(replicate::Peers::new(peers))));
+    let service = Arc::new(server::DsService::new(reporter, data_path, opts.sync_writes).with_replicator(replicator));
     let server = tokio::spawn(rpc::serve(endpoint.clone(), service, identity.crl.clone()));
 
     let capacity = node.capacity.map(tessera_proto::units::format_size).unwrap_or_else(|| "the disk's".into());

@@ -18,6 +18,8 @@
 //! - [`jobtrace`]: per-job bounded request traces (`tessera trace start|stop|export`; an observer).
 //! - [`trace`]: optional CSV trace of every served request (time, job, address, length, op; an observer).
 //! - [`metrics`]: the data server's Prometheus metrics (served by `tessera_metrics`).
+//! - [`replicate`]: mirrored stripes: the primary's fan-out of writes to the other replicas, in one
+//!   order per object range.
 //! - [`server`]: the RPC service: role and request checks, dispatch to the data path, store and serve
 //!   control.
 //! - [`daemon`]: the `tessera-ds` command line and start-up: config, identity, tasks, READY, shutdown.
@@ -32,6 +34,7 @@ pub mod locality;
 pub mod metrics;
 pub mod observe;
 pub mod pipeline;
+pub mod replicate;
 pub mod report;
 pub mod scheduler;
 pub mod server;

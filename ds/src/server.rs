@@ -6,6 +6,7 @@ use crate::counters::Counters;
 use crate::device::{DeviceOp, OpKind};
 pub use crate::pipeline::Setup;
 use crate::pipeline::{DataPath, Target};
+use crate::replicate::{self, Replicator};
 use crate::report::Reporter;
 use crate::store::Store;
 use bytes::Bytes;
@@ -33,6 +34,9 @@ pub struct DsService {
     path: DataPath,
     /// Make every write durable before acknowledging it.
     sync_writes: bool,
+    /// How this server, as a mirrored stripe's primary, reaches the other replicas (`None`: it cannot,
+    /// and refuses to be a primary).
+    replicator: Option<Arc<Replicator>>,
 }
 
 fn check_tag(tag: &IoTag) -> FsResult<()> {
@@ -49,7 +53,24 @@ fn check_privileged(role: Role) -> FsResult<()> {
 
 impl DsService {
     pub fn new(reporter: Reporter, path: DataPath, sync_writes: bool) -> DsService {
-        DsService { ds: reporter.ds, counters: reporter.counters.clone(), reporter, path, sync_writes }
+        DsService {
+            ds: reporter.ds,
+            counters: reporter.counters.clone(),
+            reporter,
+            path,
+            sync_writes,
+            replicator: None,
+        }
+    }
+
+    /// Mirrored calls this server holds as a primary right now.
+    pub fn replicator_in_flight(&self) -> usize {
+        self.replicator.as_ref().map_or(0, |r| r.ordering.in_flight())
+    }
+
+    /// The service passing mirrored stripes' writes on through `r` when it is their primary.
+    pub fn with_replicator(self, r: Arc<Replicator>) -> DsService {
+        DsService { replicator: Some(r), ..self }
     }
 
     pub fn data_path(&self) -> &DataPath {
@@ -160,6 +181,18 @@ impl DsService {
                 return (Err(FsError::invalid("a forwarded request carries no client request")), Bytes::new());
             }
         }
+        match &call.mirror {
+            Some(m) => {
+                if let Err(e) = replicate::check_call(self.ds, role, &call.req, m) {
+                    return (Err(e), Bytes::new());
+                }
+            }
+            None if role == Role::Ds => {
+                let e = "a data server sends only calls a mirrored stripe's primary passes on";
+                return (Err(FsError::perm(e)), Bytes::new());
+            }
+            None => {}
+        }
         let forwarded = call.via.map(|v| v.requests);
         match &call.req {
             DsRequest::Read { len, .. } => self.counters.record_request(u64::from(*len), forwarded),
@@ -172,7 +205,17 @@ impl DsService {
             }
             _ => {}
         }
-        self.request(role, call.req, payload).await
+        match call.mirror {
+            Some(m) if !m.replicas.is_empty() => {
+                let Some(rep) = &self.replicator else {
+                    let e = format!("data server {} cannot reach other replicas", self.ds);
+                    return (Err(FsError::unavailable(e)), Bytes::new());
+                };
+                let local = self.request(role, call.req.clone(), payload.clone());
+                rep.fan_out(call.req, m, payload, local).await
+            }
+            _ => self.request(role, call.req, payload).await,
+        }
     }
 
     /// Serves one request from a peer of `role`.
@@ -280,7 +323,8 @@ impl Service for DsService {
     type Reply = DsReply;
 
     fn accepts(&self, role: Role) -> bool {
-        matches!(role, Role::Client | Role::Ion | Role::Mds | Role::Admin)
+        // Data servers: only for calls a mirrored stripe's primary passes on (checked per call).
+        matches!(role, Role::Client | Role::Ion | Role::Mds | Role::Admin | Role::Ds)
     }
 
     async fn handle(&self, peer: Arc<PeerInfo>, call: DsCall, payload: Bytes) -> (FsResult<DsReply>, Bytes) {
@@ -298,7 +342,7 @@ pub(crate) mod tests {
     use tessera_proto::msg::{ServeCommand, ServeTarget};
     use tessera_proto::JOB_ID_MAX;
 
-    fn service_with(setup: Setup) -> (tempfile::TempDir, DsService) {
+    pub(crate) fn service_with(setup: Setup) -> (tempfile::TempDir, DsService) {
         let d = tempfile::tempdir().unwrap();
         let (reporter, path) = assemble(vec![Store::open(d.path(), setup.ds).unwrap()], &setup).unwrap();
         (d, DsService::new(reporter, path, false))

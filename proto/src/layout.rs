@@ -304,6 +304,11 @@ impl Layout {
         out
     }
 
+    /// Every replica of every stripe as (global stripe, object), stripe by stripe, the primary first.
+    pub fn stripe_objects(&self) -> impl Iterator<Item = (usize, StripeTarget)> + '_ {
+        (0..self.stripe_count()).flat_map(move |k| self.replicas(k).into_iter().map(move |r| (k, r.target)))
+    }
+
     /// Every object of the layout, every replica of every stripe (the primaries in global stripe order
     /// first, then the other replicas).
     pub fn all_objects(&self) -> impl Iterator<Item = StripeTarget> + '_ {

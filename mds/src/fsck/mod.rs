@@ -366,7 +366,8 @@ pub fn check(scan: &Scan) -> Vec<Finding> {
     let mut named: BTreeSet<(DsId, ObjectId)> = BTreeSet::new();
     for i in scan.inodes.values() {
         if let Some(l) = &i.layout {
-            named.extend(l.all_targets().map(|t| (t.ds, t.object)));
+            // Every replica of a mirrored stripe is named too: none of them is an orphan.
+            named.extend(l.all_objects().map(|t| (t.ds, t.object)));
         }
     }
     for (key, e) in &scan.destroy {
@@ -418,9 +419,9 @@ pub fn check(scan: &Scan) -> Vec<Finding> {
     out
 }
 
-/// The file size a layout's objects imply: the end of the furthest byte any of them holds.
+/// The file size a layout's objects imply: the end of the furthest byte any of them (any replica) holds.
 pub fn data_size(l: &Layout, objects: &HashMap<(DsId, ObjectId), u64>) -> u64 {
-    let sizes = l.all_targets().enumerate().map(|(k, t)| match objects.get(&(t.ds, t.object)) {
+    let sizes = l.stripe_objects().map(|(k, t)| match objects.get(&(t.ds, t.object)) {
         Some(&size) => l.file_size_from_object(k, size),
         None => 0,
     });

@@ -63,10 +63,10 @@ impl Namespace {
         Ok(())
     }
 
-    /// Truncates (or extends) every object of `l` to match a file of `size` bytes, in parallel.
+    /// Truncates (or extends) every object of `l` (every replica of a mirrored stripe) to match a file of
+    /// `size` bytes, in parallel.
     pub(super) async fn truncate_objects(&self, l: &Layout, size: u64) -> FsResult<()> {
-        let calls =
-            l.all_targets().enumerate().map(|(k, t)| self.data.truncate(t.ds, t.object, l.object_size(k, size)));
+        let calls = l.stripe_objects().map(|(k, t)| self.data.truncate(t.ds, t.object, l.object_size(k, size)));
         for r in futures::future::join_all(calls).await {
             r?;
         }

@@ -282,10 +282,10 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
-    /// Puts a layout's objects into the destroy log, one entry per data server.
+    /// Puts a layout's objects (every replica) into the destroy log, one entry per data server.
     pub fn queue_destroy(&mut self, l: &Layout) -> FsResult<()> {
         let mut per: BTreeMap<DsId, Vec<ObjectId>> = BTreeMap::new();
-        for t in l.all_targets() {
+        for t in l.all_objects() {
             per.entry(t.ds).or_default().push(t.object);
         }
         for (ds, objects) in per {
