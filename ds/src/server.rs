@@ -473,7 +473,10 @@ pub(crate) mod tests {
     async fn roles_and_validation() {
         let (_d, s) = service();
         assert!(s.accepts(Role::Client) && s.accepts(Role::Mds) && s.accepts(Role::Ion) && s.accepts(Role::Admin));
-        assert!(!s.accepts(Role::Ds));
+        // Data servers connect (a primary passes mirrored writes on), but only such calls are served.
+        assert!(s.accepts(Role::Ds));
+        let ping = s.call(Role::Ds, DsCall::new(2, DsRequest::Ping), Bytes::new()).await.0;
+        assert_eq!(ping.unwrap_err().code, ErrorCode::Perm);
         let w = DsRequest::Write { tag: tag("j"), object: 3, offset: 2, sync: true };
         let (r, _) = s.request(Role::Client, w, Bytes::from_static(b"xyz")).await;
         assert_eq!(r.unwrap(), DsReply::Written { len: 3 });
