@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{FsError, FsResult};
 use tessera_proto::frame::MAX_PAYLOAD;
-use tessera_proto::layout::{Layout, StripeTarget, MIN_STRIPE_SIZE};
-use tessera_proto::msg::{DsCall, DsReply, DsReport, DsRequest, Extent, MAX_EXTENTS};
+use tessera_proto::layout::{Layout, ReplicaState, StripeTarget, MIN_STRIPE_SIZE};
+use tessera_proto::msg::{DsCall, DsReply, DsReport, DsRequest, Extent, MirrorCall, MAX_EXTENTS};
 use tessera_proto::rpc::{RpcPeer, Tuning};
 use tessera_proto::tls::NodeIdentity;
 use tessera_proto::types::{DsId, IoTag, Role};
@@ -220,6 +220,7 @@ pub struct DsConn {
     pub id: DsId,
     pub peer: RpcPeer,
     permits: Semaphore,
+    max_inflight: usize,
 }
 
 impl DsConn {
@@ -282,7 +283,8 @@ impl Route {
         for ds in &cfg.ds {
             // Resolved at connect time: a data server may come back at another address.
             let peer = RpcPeer::to_host(endpoint.clone(), id, Role::Ds, &ds.addr, tuning)?;
-            servers.insert(ds.id, Arc::new(DsConn { id: ds.id, peer, permits: Semaphore::new(inflight) }));
+            let conn = DsConn { id: ds.id, peer, permits: Semaphore::new(inflight), max_inflight: inflight };
+            servers.insert(ds.id, Arc::new(conn));
         }
         Ok(servers)
     }
@@ -323,7 +325,20 @@ impl Route {
         payload: Bytes,
         app_len: u64,
     ) -> FsResult<(DsReply, Vec<Bytes>)> {
-        let call = DsCall::new(ds, req);
+        self.send(DsCall::new(ds, req), payload, app_len).await
+    }
+
+    /// Requests this client has in flight to data server `ds` (0 for a server it does not know).
+    pub fn in_flight(&self, ds: DsId) -> usize {
+        let servers = match self {
+            Route::Direct(servers) | Route::Forwarded { direct: servers, .. } => servers,
+        };
+        servers.get(&ds).map_or(0, |c| c.max_inflight.saturating_sub(c.permits.available_permits()))
+    }
+
+    /// [`Route::call_sized`] of a whole call (a mirrored stripe's carries its [`MirrorCall`]).
+    pub async fn send(&self, call: DsCall, payload: Bytes, app_len: u64) -> FsResult<(DsReply, Vec<Bytes>)> {
+        let ds = call.ds;
         match self {
             Route::Direct(servers) => Route::direct_conn(servers, ds)?.call_chunked(&call, payload).await,
             Route::Forwarded { fwd, direct } => {
@@ -428,10 +443,11 @@ impl DataPlane {
 
     /// Runs of one object (sorted by offset) as one request: a plain write for a single run.
     async fn write_batch(&self, tag: &IoTag, layout: &Layout, stripe: usize, batch: Vec<(u64, Bytes)>) -> FsResult<()> {
-        let target = stripe_target(layout, stripe)?;
+        let primary = stripe_target(layout, stripe)?;
+        let target = (layout, stripe, primary);
         let (req, payload) = match &batch[..] {
             [(at, data)] => {
-                (DsRequest::Write { tag: tag.clone(), object: target.object, offset: *at, sync: false }, data.clone())
+                (DsRequest::Write { tag: tag.clone(), object: primary.object, offset: *at, sync: false }, data.clone())
             }
             _ => {
                 // Runs that meet in the object (pieces of neighbouring writes) travel as one.
@@ -443,7 +459,7 @@ impl DataPlane {
                     }
                 }
                 let payload = tessera_proto::frame::concat(batch.into_iter().map(|(_, d)| d).collect());
-                (DsRequest::WriteV { tag: tag.clone(), object: target.object, extents, sync: false }, payload)
+                (DsRequest::WriteV { tag: tag.clone(), object: primary.object, extents, sync: false }, payload)
             }
         };
         let len = payload.len() as u64;
@@ -453,14 +469,22 @@ impl DataPlane {
     async fn write_piece(&self, tag: &IoTag, layout: &Layout, p: Piece, payload: Bytes, app_len: u64) -> FsResult<()> {
         let target = stripe_target(layout, p.stripe)?;
         let req = DsRequest::Write { tag: tag.clone(), object: target.object, offset: p.object_offset, sync: false };
-        self.send_write(target, req, payload, app_len).await
+        self.send_write((layout, p.stripe, target), req, payload, app_len).await
     }
 
-    /// Sends a write (plain or vectored) of `payload` to `target`'s server; an error unless it wrote
+    /// Sends a write (plain or vectored) of `payload` to the server of stripe `stripe`'s `target` (a
+    /// mirrored stripe's primary, which passes it on to the other replicas); an error unless it wrote
     /// all of it. `app_len`: see [`Route::call_sized`].
-    async fn send_write(&self, target: StripeTarget, req: DsRequest, payload: Bytes, app_len: u64) -> FsResult<()> {
+    async fn send_write(
+        &self,
+        (layout, stripe, target): (&Layout, usize, StripeTarget),
+        req: DsRequest,
+        payload: Bytes,
+        app_len: u64,
+    ) -> FsResult<()> {
         let len = payload.len() as u64;
-        match self.route.call_sized(target.ds, req, payload, app_len).await?.0 {
+        let call = DsCall { mirror: mirror_call(layout, stripe, true), ..DsCall::new(target.ds, req) };
+        match self.route.send(call, payload, app_len).await?.0 {
             DsReply::Written { len: n } if u64::from(n) == len => Ok(()),
             DsReply::Written { len: n } => Err(FsError::io(format!(
                 "data server {} wrote {n} of {len} bytes to object {}",
@@ -470,9 +494,10 @@ impl DataPlane {
         }
     }
 
-    /// Sends `req` (named `what` in errors), which carries no data, to `ds`; an error unless it answers `Ok`.
-    async fn call_ok(&self, ds: DsId, what: &str, req: DsRequest) -> FsResult<()> {
-        match self.route.call(ds, req, Bytes::new()).await?.0 {
+    /// Sends `req` (named `what` in errors), which carries no data, to `ds`; an error unless it answers
+    /// `Ok`. A mirrored stripe's call (`mirror`) goes to its primary, which passes it on.
+    async fn call_ok(&self, ds: DsId, what: &str, req: DsRequest, mirror: Option<MirrorCall>) -> FsResult<()> {
+        match self.route.send(DsCall { mirror, ..DsCall::new(ds, req) }, Bytes::new(), 0).await?.0 {
             DsReply::Ok => Ok(()),
             r => Err(FsError::protocol(format!("data server {ds} answered {what} with {r:?}"))),
         }
@@ -535,14 +560,24 @@ impl DataPlane {
         if let [(i, p)] = batch[..] {
             return Ok(vec![(i, p, self.read_piece(tag, layout, p, p.len).await?)]);
         }
-        let target = stripe_target(layout, stripe)?;
-        let extents = batch.iter().map(|(_, p)| Extent { offset: p.object_offset, len: p.len as u32 }).collect();
-        let req = DsRequest::ReadV { tag: tag.clone(), object: target.object, extents };
+        let extents: Vec<Extent> =
+            batch.iter().map(|(_, p)| Extent { offset: p.object_offset, len: p.len as u32 }).collect();
         let app_len = batch[0].1.len;
-        let (lens, chunks) = match self.route.call_sized(target.ds, req, Bytes::new(), app_len).await? {
-            (DsReply::DataV { lens }, chunks) if lens.len() == batch.len() => (lens, chunks),
-            (r, _) => return Err(FsError::protocol(format!("data server {} answered ReadV with {r:?}", target.ds))),
-        };
+        let runs = batch.len();
+        let (target, (lens, chunks)) = self
+            .read_replicas(layout, stripe, |target| {
+                let req = DsRequest::ReadV { tag: tag.clone(), object: target.object, extents: extents.clone() };
+                async move {
+                    let call = DsCall { mirror: mirror_call(layout, stripe, false), ..DsCall::new(target.ds, req) };
+                    match self.route.send(call, Bytes::new(), app_len).await? {
+                        (DsReply::DataV { lens }, chunks) if lens.len() == runs => Ok((lens, chunks)),
+                        (r, _) => {
+                            Err(FsError::protocol(format!("data server {} answered ReadV with {r:?}", target.ds)))
+                        }
+                    }
+                }
+            })
+            .await?;
         let mut split = split_chunks(chunks, &lens)
             .map_err(|e| FsError::protocol(format!("data server {}: {e}", target.ds)))?
             .into_iter();
@@ -551,10 +586,57 @@ impl DataPlane {
 
     /// One piece's reply, in the chunks it arrived in.
     async fn read_piece(&self, tag: &IoTag, layout: &Layout, p: Piece, app_len: u64) -> FsResult<Vec<Bytes>> {
-        let target = stripe_target(layout, p.stripe)?;
+        self.read_replicas(layout, p.stripe, |target| self.read_piece_at(tag, layout, p, target, app_len))
+            .await
+            .map(|(_, data)| data)
+    }
+
+    /// Tries `read` on the stripe's replicas that may be read (the primary and those in sync), the least
+    /// busy first (this client's requests in flight to each server; ties go round by stripe, so the
+    /// stripes of one file spread over the replicas), the next one when a replica fails. Returns the
+    /// replica that answered and its answer, or the last failure.
+    async fn read_replicas<T, F, Fut>(&self, layout: &Layout, stripe: usize, read: F) -> FsResult<(StripeTarget, T)>
+    where
+        F: Fn(StripeTarget) -> Fut,
+        Fut: std::future::Future<Output = FsResult<T>>,
+    {
+        let primary = stripe_target(layout, stripe)?;
+        let others = layout.mirrors_of(stripe);
+        if others.is_empty() {
+            return Ok((primary, read(primary).await?));
+        }
+        let mut order: Vec<StripeTarget> = std::iter::once(primary)
+            .chain(others.iter().filter(|r| r.state == ReplicaState::InSync).map(|r| r.target))
+            .collect();
+        let n = order.len();
+        order.rotate_left(stripe % n);
+        order.sort_by_key(|t| self.route.in_flight(t.ds));
+        let mut last = None;
+        for target in order {
+            match read(target).await {
+                Ok(v) => return Ok((target, v)),
+                Err(e) => {
+                    tracing::debug!(ds = target.ds, stripe, "replica read failed, trying the next: {e}");
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| FsError::unavailable(format!("stripe {stripe} has no replica to read"))))
+    }
+
+    /// One piece's reply from replica `target`, in the chunks it arrived in.
+    async fn read_piece_at(
+        &self,
+        tag: &IoTag,
+        layout: &Layout,
+        p: Piece,
+        target: StripeTarget,
+        app_len: u64,
+    ) -> FsResult<Vec<Bytes>> {
         let req =
             DsRequest::Read { tag: tag.clone(), object: target.object, offset: p.object_offset, len: p.len as u32 };
-        match self.route.call_sized(target.ds, req, Bytes::new(), app_len).await {
+        let call = DsCall { mirror: mirror_call(layout, p.stripe, false), ..DsCall::new(target.ds, req) };
+        match self.route.send(call, Bytes::new(), app_len).await {
             Ok((DsReply::Data { len }, chunks)) => {
                 let sent: usize = chunks.iter().map(Bytes::len).sum();
                 if len as usize != sent {
@@ -578,9 +660,9 @@ impl DataPlane {
     pub async fn fallocate(&self, tag: &IoTag, layout: &Layout, offset: u64, len: u64, punch: bool) -> FsResult<()> {
         let shares = layout.all_targets().enumerate().filter_map(|(s, &t)| {
             let r = layout.object_range(s, offset, len);
-            (!r.is_empty()).then_some((t, r))
+            (!r.is_empty()).then_some((s, t, r))
         });
-        try_join_all(shares.map(|(target, r)| async move {
+        try_join_all(shares.map(|(stripe, target, r)| async move {
             let req = DsRequest::Fallocate {
                 tag: tag.clone(),
                 object: target.object,
@@ -588,7 +670,7 @@ impl DataPlane {
                 len: r.end - r.start,
                 punch,
             };
-            self.call_ok(target.ds, "Fallocate", req).await
+            self.call_ok(target.ds, "Fallocate", req, mirror_call(layout, stripe, true)).await
         }))
         .await?;
         Ok(())
@@ -599,7 +681,7 @@ impl DataPlane {
         try_join_all(stripes.iter().map(|&s| async move {
             let target = stripe_target(layout, s)?;
             let req = DsRequest::Fsync { tag: tag.clone(), object: target.object };
-            self.call_ok(target.ds, "Fsync", req).await
+            self.call_ok(target.ds, "Fsync", req, mirror_call(layout, s, true)).await
         }))
         .await?;
         Ok(())
@@ -624,6 +706,18 @@ impl DataPlane {
             r => Err(FsError::protocol(format!("data server {ds} answered Report with {r:?}"))),
         }
     }
+}
+
+/// The mirror envelope of a call about stripe `stripe` (`None` when it has one copy): a write's names the
+/// other replicas its primary passes it on to (in sync or resyncing), a read's none.
+fn mirror_call(layout: &Layout, stripe: usize, write: bool) -> Option<MirrorCall> {
+    let others = layout.mirrors_of(stripe);
+    if others.is_empty() {
+        return None;
+    }
+    let replicas =
+        if write { others.iter().filter(|r| r.state.written()).map(|r| r.target).collect() } else { Vec::new() };
+    Some(MirrorCall { gen: layout.mirror_gen, stripe: stripe as u32, replicas, from_primary: false })
 }
 
 /// The object of global stripe `stripe`.

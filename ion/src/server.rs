@@ -39,6 +39,21 @@ impl IonService {
         if !carries_data(&call.req) && !payload.is_empty() {
             return error(FsError::protocol("unexpected payload on a request without data"));
         }
+        if call.mirror.is_some() {
+            // A mirrored stripe's call goes to its data server as it is: its primary orders the stripe's
+            // writes and passes them on, and the scheduler's merged calls carry no replicas.
+            // (Scheduling them like the others is left open.)
+            if matches!(call.req, DsRequest::Truncate { .. } | DsRequest::Remove { .. } | DsRequest::Serve(_)) {
+                return error(FsError::perm("forwarding nodes pass on only clients' data requests"));
+            }
+            let Some(peer) = self.servers.get(&call.ds) else {
+                return error(FsError::invalid(format!("data server {} is not in the cluster configuration", call.ds)));
+            };
+            return match peer.call_chunked::<DsCall, DsReply>(&call, payload).await {
+                Ok((r, chunks)) => (Ok(r), Payload::Whole(tessera_proto::frame::concat(chunks))),
+                Err(e) => error(e),
+            };
+        }
         match call.req {
             DsRequest::Read { .. } | DsRequest::Write { .. } => {
                 self.dispatcher.submit(call.ds, call.req, payload, app_len).await
