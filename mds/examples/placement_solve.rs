@@ -36,13 +36,14 @@ fn cluster(prefill: bool) -> Vec<TargetInfo> {
                 used: capacity / 100 * pct,
                 server_load: 0.0,
                 usable: true,
+                domain: i / 5,
             }
         })
         .collect()
 }
 
 fn request(count: usize, size: u64) -> CreateRequest {
-    CreateRequest { stripe_count: count, stripe_size: MIB, expected_size: size, exclude: vec![] }
+    CreateRequest { stripe_count: count, stripe_size: MIB, expected_size: size, exclude: vec![], mirrors: 1 }
 }
 
 fn median(mut v: Vec<Duration>) -> (Duration, Duration, Duration) {

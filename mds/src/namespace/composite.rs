@@ -84,7 +84,8 @@ impl Namespace {
                 FileKind::File => {
                     let policy = self.file_policy(&rd, &i)?;
                     let ((stripe_size, stripe_count), rest) = self.composite_parts(specs);
-                    let req = CreateRequest { stripe_count, stripe_size, expected_size: 0, exclude: Vec::new() };
+                    let req =
+                        CreateRequest { stripe_count, stripe_size, expected_size: 0, exclude: Vec::new(), mirrors: 1 };
                     let slots = self.placer.place(policy.as_deref(), &[req])?.pop().unwrap_or_default();
                     Some(Placed { stripe_size, slots, rest, planned: Vec::new() })
                 }
@@ -148,6 +149,7 @@ impl Namespace {
                     stripe_size: e.stripe_size,
                     expected_size,
                     exclude: Vec::new(),
+                    mirrors: 1,
                 };
                 // `k + 1`: the extent's index in the layout (extent 0 is the first, `l.targets`).
                 let slots = self.placer.place_extent(policy.as_deref(), ino, k + 1, e.start, e.end, req, &avoid)?;

@@ -151,6 +151,7 @@ impl Namespace {
                         stripe_size,
                         expected_size: f.expected_size,
                         exclude: Vec::new(),
+                        mirrors: 1,
                     };
                     DeclaredCreate::plain(f.parent, f.name, req)
                 }
@@ -176,6 +177,7 @@ impl Namespace {
             stripe_size,
             expected_size: f.expected_size.min(first_end),
             exclude: Vec::new(),
+            mirrors: 1,
         };
         let later = rest
             .iter()
@@ -190,6 +192,7 @@ impl Namespace {
                     stripe_size: e.stripe_size,
                     expected_size: f.expected_size.min(e.end) - e.start,
                     exclude: Vec::new(),
+                    mirrors: 1,
                 },
             })
             .collect();

@@ -105,7 +105,7 @@ impl Namespace {
     /// file gets fewer stripes, as Lustre skips inactive OSTs).
     pub(super) fn new_layout(&self, spec: LayoutSpec, base: LayoutSpec, policy: Option<&str>) -> FsResult<Layout> {
         let (stripe_size, stripe_count) = self.merged_spec(spec, base);
-        let req = CreateRequest { stripe_count, stripe_size, expected_size: 0, exclude: Vec::new() };
+        let req = CreateRequest { stripe_count, stripe_size, expected_size: 0, exclude: Vec::new(), mirrors: 1 };
         let slots = self.placer.place(policy, &[req])?.pop().unwrap_or_default();
         self.layout_on(stripe_size, &slots)
     }
@@ -189,6 +189,7 @@ impl Namespace {
                 stripe_size,
                 expected_size: self.placer.predict(dir, names[k]).min(first_end),
                 exclude: Vec::new(),
+                mirrors: 1,
             })
             .collect();
         let placed = self.placer.place(policy.as_deref(), &reqs)?;

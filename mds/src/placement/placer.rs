@@ -226,6 +226,8 @@ impl Placer {
                     used: used.saturating_add(pending),
                     server_load: load,
                     usable: !(s.silent && any_up),
+                    // Each server its own failure domain (until the configuration names them).
+                    domain: s.id,
                 });
                 slots.push((s.id, t));
             }
@@ -674,7 +676,13 @@ mod tests {
     }
 
     fn req(count: usize, expected: u64) -> CreateRequest {
-        CreateRequest { stripe_count: count, stripe_size: 1 << 20, expected_size: expected, exclude: vec![] }
+        CreateRequest {
+            stripe_count: count,
+            stripe_size: 1 << 20,
+            expected_size: expected,
+            exclude: vec![],
+            mirrors: 1,
+        }
     }
 
     #[test]
@@ -790,7 +798,13 @@ mod tests {
     }
 
     fn extent_req_in((config, stripe): Pfl, k: usize, expected: u64) -> CreateRequest {
-        CreateRequest { stripe_count: config[k].2, stripe_size: stripe, expected_size: expected, exclude: vec![] }
+        CreateRequest {
+            stripe_count: config[k].2,
+            stripe_size: stripe,
+            expected_size: expected,
+            exclude: vec![],
+            mirrors: 1,
+        }
     }
 
     /// The declaration of a file of `size` bytes under Config 1 (as the namespace builds it).
