@@ -36,6 +36,7 @@ fn cluster(prefill: bool) -> Vec<TargetInfo> {
                 used: capacity / 100 * pct,
                 server_load: 0.0,
                 usable: true,
+                domain: i / 5,
             }
         })
         .collect()

@@ -210,6 +210,7 @@ pub async fn run(
     let stats = Arc::new(
         StatsView::new(cfg.ds.iter().map(|d| (d.id, d.addr.clone())).collect())
             .with_target_counts(cfg.ds.iter().map(|d| (d.id, d.target_count())).collect())
+            .with_domains(cfg.ds.iter().filter_map(|d| Some((d.id, d.domain.clone()?))).collect())
             .with_report_interval(std::time::Duration::from_millis(cfg.ds_options.report_interval_ms)),
     );
     let ns = Arc::new(Namespace::new(store.clone(), &cfg.defaults, stats, data.clone())?);

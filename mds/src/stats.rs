@@ -70,6 +70,8 @@ pub struct StatsView {
     silent_after: Duration,
     /// Storage targets per server (1 unless configured).
     target_counts: HashMap<DsId, TargetIdx>,
+    /// Failure domain names of the servers that name one (`[[ds]] domain`).
+    domains: HashMap<DsId, String>,
 }
 
 impl StatsView {
@@ -81,7 +83,18 @@ impl StatsView {
             started: Instant::now(),
             silent_after: SILENT_AFTER,
             target_counts: HashMap::new(),
+            domains: HashMap::new(),
         }
+    }
+
+    /// The failure domain each server names (`[[ds]] domain`; those not named are their own).
+    pub fn with_domains(self, domains: HashMap<DsId, String>) -> StatsView {
+        StatsView { domains, ..self }
+    }
+
+    /// The failure domain server `ds` names, if any.
+    pub fn domain(&self, ds: DsId) -> Option<&str> {
+        self.domains.get(&ds).map(String::as_str)
     }
 
     /// The number of storage targets of each server (those not named have one).

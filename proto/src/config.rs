@@ -10,6 +10,7 @@
 //! id = 0
 //! addr = "127.0.0.1:7410"
 //! data_dir = "/var/lib/tessera/ds0"
+//! domain = "rack1"          # failure domain (optional; default: the server is its own)
 //!
 //! [[ion]]                 # forwarding nodes (optional; none = clients talk to servers directly)
 //! name = "ion0"
@@ -424,11 +425,16 @@ pub struct DsNode {
     /// ENOSPC. Default: the host file system's capacity, shared by the targets on it.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::units::opt_size")]
     pub capacity: Option<u64>,
+    /// The failure domain the server belongs to (`domain = "rack1"`): servers that can fail together,
+    /// such as one rack, power feed or host. A mirrored file's replicas of one stripe go to distinct
+    /// domains. Servers naming the same domain share it; a server without one is its own domain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
 }
 
 impl DsNode {
     pub fn new(id: DsId, addr: String, data_dir: Option<PathBuf>) -> DsNode {
-        DsNode { id, addr, data_dir, targets: None, capacity: None }
+        DsNode { id, addr, data_dir, targets: None, capacity: None, domain: None }
     }
 
     /// How many targets the server serves (at least 1).
@@ -886,6 +892,23 @@ mod tests {
             let e = crate::error::chain(&set(&[kv]).unwrap_err());
             assert!(e.contains(says), "--set {kv}: {e}");
         }
+    }
+
+    /// `[[ds]] domain`: a server's failure domain, optional (none: the server is its own), written back
+    /// only when set.
+    #[test]
+    fn data_servers_name_their_failure_domain() {
+        let c: ClusterConfig = toml::from_str(
+            "[mds]\naddr = \"m:1\"\n[[ds]]\nid = 0\naddr = \"x:1\"\ndomain = \"rack1\"\n[[ds]]\nid = 1\naddr = \"x:2\"\n\
+             domain = \"rack1\"\n[[ds]]\nid = 2\naddr = \"x:3\"\n[tls]\nca = \"ca\"\ncert = \"c\"\nkey = \"k\"\n",
+        )
+        .unwrap();
+        let domains: Vec<Option<&str>> = c.ds.iter().map(|d| d.domain.as_deref()).collect();
+        assert_eq!(domains, [Some("rack1"), Some("rack1"), None]);
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(text.matches("domain = \"rack1\"").count(), 2, "{text}");
+        assert_eq!(toml::from_str::<ClusterConfig>(&text).unwrap(), c);
+        assert_eq!(DsNode::new(3, "x:4".into(), None).domain, None);
     }
 
     #[test]

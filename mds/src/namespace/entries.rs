@@ -208,10 +208,10 @@ impl Namespace {
         let mut undeclared = Vec::new();
         for (k, name) in names.iter().enumerate() {
             // A declaration holds unless the create asks for another stripe count than declared.
-            let declared = self
-                .placer
-                .take_declared(dir, name)
-                .filter(|t| spec.and_then(|s| s.stripe_count).is_none_or(|c| c == 0 || c as usize == t.slots.len()));
+            let declared = self.placer.take_declared(dir, name).filter(|t| {
+                spec.and_then(|s| s.stripe_count)
+                    .is_none_or(|c| c == 0 || c as usize * usize::from(mirrors) == t.slots.len())
+            });
             let (slots, planned) = match declared {
                 // The plan of the later extents holds only for the composite layout it was made for.
                 Some(t) => (t.slots, if composite.is_some() { t.later } else { Vec::new() }),

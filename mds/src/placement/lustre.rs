@@ -20,11 +20,22 @@
 //!   maxage` (5 s) is halved `age / maxage` times, and cleared when `age > 32 * maxage` or after a round-robin
 //!   period (`lq_reset`).
 //!
+//! Mirrored files: replica 0 of the stripes is placed as above (the file's placement with M = 1, unchanged),
+//! then the later replicas row by row, stripe by stripe, in the same allocator: replica `r ≥ 1` of stripe
+//! `k` is the allocator's next choice among the targets whose server and failure domain differ from those of
+//! stripe `k`'s earlier replicas and that have room for one more of the file's objects — a weighted draw
+//! (with the penalties updated after each, so a replica's target and server are penalised as a stripe's
+//! are) when the weighted allocator placed replica 0, else the next such entry of the round-robin list after
+//! the last one looked at (the start advancing with every entry looked at, as for stripes). Lustre's FLR
+//! does the like for a file's mirrors, avoiding the targets and servers its other mirrors use
+//! (`lod_should_avoid_ost`), but as a preference; here the rule is strict, and a replica that has no such
+//! target fails the create with `NoSpace`.
+//!
 //! Differences, on purpose: only free bytes are weighed (later Lustre also multiplies in free inodes); a target
 //! must have room for the file's share (Lustre only skips targets nearly full); Lustre's "slow OSC" passes and
 //! reduced stripe counts for default striping are not modelled — a request that cannot be met is `NoSpace`.
 
-use super::{has_room, no_space, rr_order, sequential, CreateRequest, Placement, TargetInfo};
+use super::{add_replicas, has_room, no_space, rr_order, sequential, CreateRequest, Placement, TargetInfo};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
@@ -91,7 +102,8 @@ impl Placement for Lustre {
         let mut st = self.state();
         let order = rr_order(targets);
         sequential(targets, batch, |now, req, count, share| {
-            if let Some(chosen) = st.alloc_qos(self, now, req, count, share) {
+            if let Some(mut chosen) = st.alloc_qos(self, now, req, count, share) {
+                add_replicas(now, req, share, count, &mut chosen, |ok| st.draw(now, ok))?;
                 return Ok(chosen);
             }
             st.alloc_rr(&order, now, req, count, share)
@@ -300,8 +312,27 @@ impl State {
         Some(chosen)
     }
 
+    /// One weighted draw (as [`State::alloc_qos`] draws) among the targets for which `ok` holds, the
+    /// chosen one penalised; `None` when none is.
+    fn draw(&mut self, targets: &[TargetInfo], ok: &dyn Fn(usize) -> bool) -> Option<usize> {
+        let good: Vec<usize> = (0..targets.len()).filter(|&i| ok(i)).collect();
+        if good.is_empty() {
+            return None;
+        }
+        let weights: Vec<u64> = good.iter().map(|&i| self.weight(&targets[i])).collect();
+        let total: u128 = weights.iter().map(|&w| w as u128).sum();
+        let rand = if total > 0 { self.rng.gen_range(0..total) } else { 0 };
+        let mut cur: u128 = 0;
+        let k = weights.iter().position(|&w| {
+            cur += w as u128;
+            cur >= rand
+        })?;
+        self.used(targets, good[k]);
+        Some(good[k])
+    }
+
     /// `lod_alloc_rr`: consecutive entries of the round-robin list from a start that advances with every
-    /// entry looked at.
+    /// entry looked at; a mirrored file's later replicas continue along the list (module doc).
     fn alloc_rr(
         &mut self,
         order: &[usize],
@@ -327,7 +358,7 @@ impl State {
             }
         }
         let mut array_idx = (rr.start_idx + rr.offset_idx) % n;
-        let mut chosen = Vec::with_capacity(count);
+        let mut chosen = Vec::with_capacity(count * req.mirror_count());
         for _ in 0..n {
             rr.start_idx += 1;
             let t = order[array_idx];
@@ -337,10 +368,24 @@ impl State {
             }
             chosen.push(t);
             if chosen.len() == count {
-                return Ok(chosen);
+                break;
             }
         }
-        Err(no_space("not enough storage targets with room"))
+        if chosen.len() < count {
+            return Err(no_space("not enough storage targets with room"));
+        }
+        add_replicas(targets, req, share, count, &mut chosen, |ok| {
+            for _ in 0..n {
+                rr.start_idx += 1;
+                let t = order[array_idx];
+                array_idx = (array_idx + 1) % n;
+                if ok(t) {
+                    return Some(t);
+                }
+            }
+            None
+        })?;
+        Ok(chosen)
     }
 }
 
@@ -351,7 +396,7 @@ fn mul_256(a: u64, b: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{cluster, req};
+    use super::super::tests::{cluster, mirrored, req};
     use super::*;
 
     fn with_free(free: &[u64]) -> Vec<TargetInfo> {
@@ -548,5 +593,43 @@ mod tests {
         };
         assert_eq!(run(7), run(7));
         assert_ne!(run(7), run(8));
+    }
+
+    /// Rule: while balanced, a mirrored file's replicas continue along the round-robin list: its objects
+    /// are consecutive entries (servers alternate, so none is skipped here), replica-major.
+    #[test]
+    fn replicas_continue_along_the_round_robin_list() {
+        let p = Lustre::default();
+        let t = cluster(5, 2, 1000);
+        let order = rr_order(&t);
+        let pos = |i: usize| order.iter().position(|&x| x == i).unwrap();
+        for _ in 0..10 {
+            let o = p.place(&t, &mirrored(3, 0, 2)).unwrap();
+            for w in o.windows(2) {
+                assert_eq!(pos(w[1]), (pos(w[0]) + 1) % order.len(), "{o:?}");
+            }
+        }
+    }
+
+    /// Rule: when unbalanced, a replica is a weighted draw among the targets apart from its stripe's
+    /// other replicas: emptier targets take more replicas too.
+    #[test]
+    fn replicas_are_weighted_by_free_space() {
+        let p = Lustre::default();
+        let mut t = with_free(&[1000, 1000, 1000, 100, 100, 100]);
+        for x in &mut t {
+            let f = x.free();
+            x.capacity = 1 << 40;
+            x.used = (1 << 40) - f * (1 << 20);
+        }
+        let mut hits = [0u32; 6];
+        for _ in 0..3000 {
+            let o = p.place(&t, &mirrored(1, 0, 2)).unwrap();
+            assert_ne!(t[o[0]].server, t[o[1]].server);
+            hits[o[1]] += 1;
+        }
+        let full: u32 = hits[3..].iter().sum();
+        let empty: u32 = hits[..3].iter().sum();
+        assert!(full > 0 && empty > 3 * full, "replica 1: {hits:?}");
     }
 }

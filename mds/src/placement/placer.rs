@@ -185,9 +185,20 @@ impl Placer {
 
     /// Every configured target as placement sees it, and its slot. Targets of servers presumed down
     /// are unusable while some server is up; capacities not reported yet count as the largest reported
-    /// one (1 TiB when none is), so a cluster places files before its first reports.
+    /// one (1 TiB when none is), so a cluster places files before its first reports. Failure domains:
+    /// the names of `[[ds]] domain` numbered in the order the servers first name them, then each server
+    /// that names none a number of its own after those.
     pub fn view(&self) -> (Vec<TargetInfo>, Vec<Slot>) {
         let servers = self.stats.snapshot();
+        let mut named: HashMap<&str, u32> = HashMap::new();
+        for s in &servers {
+            if let Some(name) = self.stats.domain(s.id) {
+                let next = named.len() as u32;
+                named.entry(name).or_insert(next);
+            }
+        }
+        let unnamed = named.len() as u32;
+        let domain_of = |pos: usize, ds: DsId| self.stats.domain(ds).map_or(unnamed + pos as u32, |n| named[n]);
         let any_up = servers.iter().any(|s| !s.silent);
         let known_cap = servers
             .iter()
@@ -199,7 +210,8 @@ impl Placer {
         let mut st = self.state();
         let ttl = self.pending_ttl;
         let (mut infos, mut slots) = (Vec::new(), Vec::new());
-        for s in &servers {
+        for (pos, s) in servers.iter().enumerate() {
+            let domain = domain_of(pos, s.id);
             // A server's load: its queue (32 requests waiting count as full) or its CPU, whichever is higher.
             let load =
                 s.report.as_ref().map(|r| (f64::from(r.queue_depth) / 32.0).max(r.cpu).clamp(0.0, 1.0)).unwrap_or(0.0);
@@ -226,6 +238,7 @@ impl Placer {
                     used: used.saturating_add(pending),
                     server_load: load,
                     usable: !(s.silent && any_up),
+                    domain,
                 });
                 slots.push((s.id, t));
             }
@@ -234,7 +247,9 @@ impl Placer {
     }
 
     /// Places `batch` with policy `name` (`None`: the cluster's), as one batch; counts the expected
-    /// bytes of each stripe (one stripe's worth when unknown) as allocated.
+    /// bytes of each stripe object, every replica's (one stripe's worth when unknown), as allocated. Each
+    /// file's slots are replica-major, as [`Placement::place_batch`] answers: `count * M` of them, replica
+    /// `r` of stripe `k` at `r * count + k`.
     pub fn place(&self, name: Option<&str>, batch: &[CreateRequest]) -> FsResult<Vec<Vec<Slot>>> {
         if batch.is_empty() {
             return Ok(Vec::new());
@@ -292,33 +307,45 @@ impl Placer {
         // What each target holds as this batch is placed (the view's `used` plus this batch's objects).
         let mut load: Vec<u64> = targets.iter().map(|t| t.used).collect();
         let utilisation = |load: &[u64], i: usize| load[i] as f64 / targets[i].capacity.max(1) as f64;
-        for (req, mut chosen) in batch.iter().zip(placed) {
-            let n = chosen.len();
-            // Object j holds stripes j, j + n, ...: a file (extent) that is not a whole number of stripe
-            // rows has its larger objects first; what each object is expected to hold.
+        for (req, chosen) in batch.iter().zip(placed) {
+            let m = req.mirror_count();
+            if !chosen.len().is_multiple_of(m) {
+                return Err(FsError::io(format!("placement chose {} objects for a {m}-mirror file", chosen.len())));
+            }
+            let n = chosen.len() / m;
+            // Object j of each replica row holds stripes j, j + n, ...: a file (extent) that is not a whole
+            // number of stripe rows has its larger objects first; what each object is expected to hold.
             let bytes = |j: usize| object_bytes(req, n, j);
-            if name == "balanced" && !chosen.is_empty() {
+            // The stripe objects as columns: stripe k's replicas, replica 0 first.
+            let mut stripes: Vec<Vec<usize>> =
+                (0..n).map(|k| chosen.iter().skip(k).step_by(n).copied().collect()).collect();
+            if name == "balanced" && n > 0 {
                 // The flow gives each file a set of targets; which of them holds stripe 0 rotates from file
                 // to file, or the lowest-ranked target would hold every file's first stripe...
-                let k = st.rotation % chosen.len();
-                chosen.rotate_left(k);
+                let k = st.rotation % n;
+                stripes.rotate_left(k);
                 st.rotation = st.rotation.wrapping_add(1);
-                // ...and when the objects differ in size, the larger go to the chosen targets least used
-                // now (a stable sort: ties keep the rotation). Without it, IOR files of 4.5 stripes per
-                // object on Config 1 left a target with four 5-stripe objects: OST cost 1.185, not 1.094.
-                if bytes(0) != bytes(chosen.len() - 1) {
-                    chosen.sort_by(|&a, &b| utilisation(&load, a).total_cmp(&utilisation(&load, b)));
+                // ...and when the objects differ in size, the larger go to the stripes whose fullest target
+                // is least used now (a stable sort: ties keep the rotation). Without it, IOR files of 4.5
+                // stripes per object on Config 1 left a target with four 5-stripe objects: OST cost 1.185,
+                // not 1.094. Whole stripes move, so each stripe's replicas stay apart.
+                if bytes(0) != bytes(n - 1) {
+                    let fullest = |s: &[usize]| s.iter().map(|&i| utilisation(&load, i)).fold(0.0, f64::max);
+                    stripes.sort_by(|a, b| fullest(a).total_cmp(&fullest(b)));
                 }
             }
             let mut file = Vec::with_capacity(chosen.len());
-            for (j, i) in chosen.into_iter().enumerate() {
-                let slot = *slots
-                    .get(i)
-                    .ok_or_else(|| FsError::io(format!("placement chose target {i} of {}", slots.len())))?;
-                let b = bytes(j);
-                load[i] = load[i].saturating_add(b);
-                st.pending.entry(slot).or_default().push_back((now, b));
-                file.push(slot);
+            for r in 0..m {
+                for (j, stripe) in stripes.iter().enumerate() {
+                    let i = stripe[r];
+                    let slot = *slots
+                        .get(i)
+                        .ok_or_else(|| FsError::io(format!("placement chose target {i} of {}", slots.len())))?;
+                    let b = bytes(j);
+                    load[i] = load[i].saturating_add(b);
+                    st.pending.entry(slot).or_default().push_back((now, b));
+                    file.push(slot);
+                }
             }
             out.push(file);
         }
@@ -330,17 +357,18 @@ impl Placer {
     /// possible. Lustre's rules (the count is capped at the targets available, `-c -1`/0 takes them all):
     /// the count is capped to the usable targets the file does not use yet — the file stops growing once it
     /// has a stripe on every target — and an extent placed when no target is left unused reuses the full
-    /// set (its count capped at all targets, as a plain layout's).
+    /// set (its count capped at all targets, as a plain layout's). A mirrored extent reuses the full set as
+    /// soon as the targets left are in fewer failure domains than its mirror count.
     pub fn place_avoiding(&self, name: Option<&str>, mut req: CreateRequest, avoid: &[Slot]) -> FsResult<Vec<Slot>> {
         let (targets, slots) = self.view();
-        req.exclude = exclusions(&targets, &slots, avoid);
+        req.exclude = exclusions(&targets, &slots, avoid, req.mirror_count());
         self.place(name, &[req])?.pop().ok_or_else(|| FsError::io("placement returned no layout"))
     }
 
     /// Places extent `index` (`start..end`) of file `ino`: on the targets planned for it with the file's
     /// declaration if there is such a plan for this very extent and it still holds (no planned target
-    /// full, down or — while the file has targets left unused — already used by the file), else now, as
-    /// [`Placer::place_avoiding`] does.
+    /// full, down or — while the file has targets left unused — already used by the file; the replica rules
+    /// for `req`'s mirror count), else now, as [`Placer::place_avoiding`] does.
     #[allow(clippy::too_many_arguments)]
     pub fn place_extent(
         &self,
@@ -354,15 +382,20 @@ impl Placer {
     ) -> FsResult<Vec<Slot>> {
         if let Some(p) = self.take_planned(ino, index, start, end) {
             let (targets, slots) = self.view();
-            let excluded = exclusions(&targets, &slots, avoid);
-            let fits = |slot: &Slot| {
-                slots
-                    .iter()
-                    .position(|s| s == slot)
-                    .is_some_and(|i| placement::has_room(&targets[i], p.share) && !excluded.contains(&i))
-            };
-            let distinct = p.slots.iter().enumerate().all(|(k, s)| !p.slots[..k].contains(s));
-            if !p.slots.is_empty() && distinct && p.slots.iter().all(fits) {
+            let excluded = exclusions(&targets, &slots, avoid, req.mirror_count());
+            let at: Option<Vec<usize>> = p.slots.iter().map(|slot| slots.iter().position(|s| s == slot)).collect();
+            let m = req.mirror_count();
+            let holds = at.is_some_and(|at| {
+                let fits = |&i: &usize| {
+                    let objects = at.iter().filter(|&&j| j == i).count();
+                    placement::has_room_for(&targets[i], p.share, objects) && !excluded.contains(&i)
+                };
+                !at.is_empty()
+                    && at.len().is_multiple_of(m)
+                    && placement::replicas_apart(&targets, at.len() / m, &at).is_none()
+                    && at.iter().all(fits)
+            });
+            if holds {
                 self.state().planned_used += 1;
                 return Ok(p.slots);
             }
@@ -444,7 +477,7 @@ impl Placer {
                 .iter()
                 .map(|&f| {
                     let r = req_at(f, pos);
-                    let mut exclude = exclusions(&targets, &slots, &used[f]);
+                    let mut exclude = exclusions(&targets, &slots, &used[f], r.mirror_count());
                     for &i in &r.exclude {
                         if !exclude.contains(&i) {
                             exclude.push(i);
@@ -474,14 +507,18 @@ impl Placer {
                     continue;
                 }
                 let e = &files[f].later[pos - 1];
-                let share = placement::share(e.req.expected_size, chosen.len());
+                let share = placement::share(e.req.expected_size, chosen.len() / e.req.mirror_count());
                 later[f].push(Planned { index: e.index, start: e.start, end: e.end, slots: chosen, share });
             }
         }
         for l in &mut later {
             l.sort_by_key(|p| p.index);
         }
-        if policy == "balanced" {
+        // The exchanges know the plain rule only (a file's objects on distinct targets), not the replica
+        // rules: a declaration with mirrored files keeps what the solves gave.
+        let mirrored =
+            files.iter().any(|f| f.first.mirror_count() > 1 || f.later.iter().any(|e| e.req.mirror_count() > 1));
+        if policy == "balanced" && !mirrored {
             let exchanges = self.refine(&files, &mut placed, &mut later);
             tracing::debug!(exchanges, "declared files: objects exchanged off the fullest targets after the solves");
         }
@@ -633,12 +670,16 @@ fn object_bytes(req: &CreateRequest, n: usize, j: usize) -> u64 {
     }
 }
 
-/// The indices (into `targets`/`slots`, one view) a file's extent must not use: the targets in `avoid`
-/// (its other extents'), unless every usable target is among them (the file then reuses them all).
-fn exclusions(targets: &[TargetInfo], slots: &[Slot], avoid: &[Slot]) -> Vec<usize> {
+/// The indices (into `targets`/`slots`, one view) a file's extent with `mirrors` replicas per stripe must
+/// not use: the targets in `avoid` (its other extents'), unless the usable targets left are in fewer than
+/// `mirrors` failure domains — none left, for a plain extent — (the file then reuses them all).
+fn exclusions(targets: &[TargetInfo], slots: &[Slot], avoid: &[Slot], mirrors: usize) -> Vec<usize> {
     let exclude: Vec<usize> = slots.iter().enumerate().filter(|(_, s)| avoid.contains(s)).map(|(i, _)| i).collect();
-    let unused = targets.iter().enumerate().filter(|(i, t)| t.usable && !exclude.contains(i)).count();
-    if unused == 0 {
+    let mut domains: Vec<u32> =
+        targets.iter().enumerate().filter(|(i, t)| t.usable && !exclude.contains(i)).map(|(_, t)| t.domain).collect();
+    domains.sort_unstable();
+    domains.dedup();
+    if domains.len() < mirrors.max(1) {
         Vec::new()
     } else {
         exclude
@@ -1016,5 +1057,70 @@ mod tests {
         p.place_extent(None, 7, 1, start, end, extent_req(1, end - start), &t.slots).unwrap();
         assert_eq!(p.planned_counts(), (0, 1));
         assert_eq!(p.state().planned.get(&7).map(|(_, l)| l.len()), Some(1));
+    }
+
+    /// The failure domains come from the configuration (`[[ds]] domain`, through the stats view): named
+    /// domains shared by their servers, a server without one its own; a mirrored request's replicas go
+    /// to distinct domains and every replica's bytes count as allocated.
+    #[test]
+    fn failure_domains_come_from_the_configuration() {
+        let names = [(0, "rackA"), (1, "rackB"), (2, "rackA")].map(|(ds, n)| (ds, n.to_string()));
+        let stats = StatsView::new((0..4).map(|i| (i, String::new())).collect())
+            .with_target_counts((0..4).map(|i| (i, 2)).collect())
+            .with_domains(names.into_iter().collect());
+        let stats = Arc::new(stats);
+        for ds in 0..4 {
+            stats.record(report(ds, &[0, 0], 1 << 30));
+        }
+        let p = Placer::new(stats, "round-robin", Duration::from_secs(1)).unwrap();
+        let (t, _) = p.view();
+        let domains: Vec<u32> = t.iter().map(|x| x.domain).collect();
+        assert_eq!(domains, vec![0, 0, 1, 1, 0, 0, 5, 5], "rackA, rackB, rackA, then server 3's own");
+        for policy in POLICIES {
+            let placed = p.place(Some(policy), &[CreateRequest { mirrors: 3, ..req(2, 6 << 20) }]).unwrap();
+            let slots = &placed[0];
+            assert_eq!(slots.len(), 6, "{policy}");
+            for k in 0..2 {
+                // Each replica's domain, by its server: 0 and 2 share rackA.
+                let mut d: Vec<u32> = [slots[k], slots[2 + k], slots[4 + k]]
+                    .iter()
+                    .map(|&(ds, _)| if ds == 2 { 0 } else { ds })
+                    .collect();
+                d.sort_unstable();
+                d.dedup();
+                assert_eq!(d.len(), 3, "{policy}: stripe {k} {slots:?}");
+            }
+            let err = p.place(Some(policy), &[CreateRequest { mirrors: 3, stripe_count: 1, ..req(1, 0) }]);
+            assert!(err.is_ok(), "{policy}: three domains");
+        }
+        // Every replica's bytes count: 3 policies x 3 replicas x 6 MiB.
+        let (t, _) = p.view();
+        assert_eq!(t.iter().map(|x| x.used).sum::<u64>(), 3 * (3 * (6 << 20) + 3 * (1 << 20)));
+        // Two servers naming one domain are one domain: two mirrors cannot be placed.
+        let stats = StatsView::new((0..2).map(|i| (i, String::new())).collect())
+            .with_domains([(0, "r".to_string()), (1, "r".to_string())].into_iter().collect());
+        let p = Placer::new(Arc::new(stats), "lustre", Duration::from_secs(1)).unwrap();
+        let e = p.place(None, &[CreateRequest { mirrors: 2, ..req(1, 0) }]).unwrap_err();
+        assert!(e.detail.contains("needs 2 failure domains with room for a stripe, 1 have"), "{e}");
+    }
+
+    /// A mirrored extent avoids the targets of the file's earlier extents while the targets left are in at
+    /// least M failure domains, and reuses them all otherwise (rather than failing for want of domains).
+    #[test]
+    fn mirrored_extents_avoid_earlier_targets_while_enough_domains_are_left() {
+        let mirrored = |count, m| CreateRequest { mirrors: m, ..req(count, 0) };
+        for policy in POLICIES {
+            let p = Placer::new(view(2, 2), "round-robin", Duration::from_secs(1)).unwrap();
+            let first = p.place_avoiding(Some(policy), mirrored(1, 2), &[]).unwrap();
+            let second = p.place_avoiding(Some(policy), mirrored(1, 2), &first).unwrap();
+            assert!(second.iter().all(|s| !first.contains(s)), "{policy}: {first:?} then {second:?}");
+            let used: Vec<Slot> = first.iter().chain(&second).copied().collect();
+            assert_eq!(p.place_avoiding(Some(policy), mirrored(2, 2), &used).unwrap().len(), 4, "{policy}");
+            // Three servers, two used by the first extent: one domain left, so a 2-mirror extent reuses all.
+            let p = Placer::new(view(3, 1), "round-robin", Duration::from_secs(1)).unwrap();
+            let first = p.place_avoiding(Some(policy), req(2, 0), &[]).unwrap();
+            let second = p.place_avoiding(Some(policy), mirrored(1, 2), &first).unwrap();
+            assert_eq!(second.len(), 2, "{policy}");
+        }
     }
 }

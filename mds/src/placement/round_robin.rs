@@ -5,8 +5,15 @@
 //! round-robin list ([`super::rr_order`]), so that with several targets per server consecutive stripes
 //! alternate servers before reusing one. Targets that are not candidates (unusable, excluded, without room)
 //! are skipped; the start still advances by one per file.
+//!
+//! Mirrored files: a file takes its objects as consecutive candidates of the list, replica-major. Replica 0
+//! of the stripes are the entries above (the file's placement with M = 1, unchanged); then, row by row,
+//! replica `r ≥ 1` of stripe `k` is the next candidate after the entry the previous object took whose
+//! server and failure domain differ from those of stripe `k`'s earlier replicas (and which has room for
+//! one more of the file's objects), wrapping round the list. With one target per server in its own domain
+//! and a full stripe count, replica 1 of stripe `k` is thus stripe `k + 1`'s target.
 
-use super::{no_space, rr_order, sequential, CreateRequest, Placement, TargetInfo};
+use super::{add_replicas, no_space, rr_order, sequential, CreateRequest, Placement, TargetInfo};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tessera_proto::FsResult;
 
@@ -25,24 +32,33 @@ impl Placement for RoundRobin {
         sequential(targets, batch, |now, req, count, share| {
             let n = order.len();
             let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
-            let mut chosen = Vec::with_capacity(count);
+            let mut chosen = Vec::with_capacity(count * req.mirror_count());
+            // The entry after the last one taken.
+            let mut cursor = None;
             for k in 0..n {
                 let t = order[(start + k) % n];
                 if super::has_room(&now[t], share) && !req.exclude.contains(&t) {
                     chosen.push(t);
                     if chosen.len() == count {
-                        return Ok(chosen);
+                        cursor = Some((start + k + 1) % n);
+                        break;
                     }
                 }
             }
-            Err(no_space("not enough storage targets with room"))
+            let Some(mut cursor) = cursor else { return Err(no_space("not enough storage targets with room")) };
+            add_replicas(now, req, share, count, &mut chosen, |ok| {
+                let pos = (0..n).map(|j| (cursor + j) % n).find(|&p| ok(order[p]))?;
+                cursor = (pos + 1) % n;
+                Some(order[pos])
+            })?;
+            Ok(chosen)
         })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{cluster, req};
+    use super::super::tests::{cluster, in_domains, mirrored, req};
     use super::*;
 
     #[test]
@@ -87,5 +103,22 @@ mod tests {
         let t = cluster(1, 1, 1000);
         assert!(p.place_batch(&t, &b[..2]).is_ok());
         assert!(p.place_batch(&t, &b).is_err());
+    }
+
+    /// Rule: a mirrored file takes consecutive candidates of the list, replica-major; a replica skips the
+    /// entries on its stripe's other servers and domains.
+    #[test]
+    fn replicas_take_the_next_candidates_of_the_list() {
+        let p = RoundRobin::default();
+        let t = cluster(4, 1, 1000);
+        assert_eq!(p.place(&t, &mirrored(4, 0, 2)).unwrap(), vec![0, 1, 2, 3, 1, 2, 3, 0]);
+        assert_eq!(p.place(&t, &mirrored(2, 0, 2)).unwrap(), vec![1, 2, 3, 0]);
+        assert_eq!(p.place(&t, &mirrored(1, 0, 3)).unwrap(), vec![2, 3, 0]);
+        // Servers 0 and 1 in one domain, 2 and 3 in another: stripe 0 on 2 skips 3 for 0.
+        let p = RoundRobin::default();
+        let t = in_domains(4, 1, 1000, &[0, 0, 1, 1]);
+        assert_eq!(p.place(&t, &mirrored(2, 0, 2)).unwrap(), vec![0, 1, 2, 3]);
+        assert_eq!(p.place(&t, &mirrored(1, 0, 2)).unwrap(), vec![1, 2]);
+        assert_eq!(p.place(&t, &mirrored(1, 0, 2)).unwrap(), vec![2, 0]);
     }
 }
