@@ -141,7 +141,7 @@ impl Namespace {
     /// is written yet).
     pub(super) fn objects_on(&self, mirrors: u8, slots: &[Slot]) -> FsResult<(Vec<StripeTarget>, Vec<Vec<Replica>>)> {
         let m = usize::from(mirrors.max(1));
-        if slots.len() % m != 0 {
+        if !slots.len().is_multiple_of(m) {
             return Err(FsError::io(format!("placement gave {} targets for {m} replicas per stripe", slots.len())));
         }
         let objects = slots
