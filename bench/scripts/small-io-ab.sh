@@ -112,5 +112,5 @@ for wl in [w for w in ["randread", "seqread", "strided"] if any(r["workload"] ==
         try: return f"{med(wl, m, k):.2f}" if k == "moved_per_byte" else f"{med(wl, m, k):.0f}"
         except statistics.StatisticsError: return "-"
     print(f"| {wl} | {unit} | {a:.1f} | {b:.1f} | {b / a:.2f} | {opt('a', 'moved_per_byte')} | {opt('b', 'moved_per_byte')} | {opt('a', 'p99_us')} | {opt('b', 'p99_us')} |")
-print(f"\nmedians of {len({r[\"round\"] for r in rows})} rounds; moved/byte = bytes the data servers served / bytes the benchmark read")
+print(f"\nmedians of {len({r['round'] for r in rows})} rounds; moved/byte = bytes the data servers served / bytes the benchmark read")
 EOF
