@@ -5,22 +5,14 @@
 //! reader skips the dead replica. A one-copy file beside it keeps today's layout.
 
 use bytes::Bytes;
-use std::process::Command;
 use tessera_client::OpenOptions;
 use tessera_proto::config::Defaults;
 use tessera_proto::layout::ReplicaState;
 use tessera_proto::msg::{DsCall, DsReply, DsRequest};
-use tessera_test_support::{bin, pattern, Cluster};
+use tessera_test_support::{pattern, Cluster};
 
 fn tessera(cluster: &Cluster, args: &[&str]) -> String {
-    let out = Command::new(bin("tessera"))
-        .arg("--config")
-        .arg(&cluster.files.client_config)
-        .args(args)
-        .output()
-        .expect("run tessera");
-    assert!(out.status.success(), "tessera {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
+    tessera_test_support::up::tessera_ok(&cluster.files.client_config, args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

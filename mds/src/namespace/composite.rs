@@ -86,13 +86,7 @@ impl Namespace {
                 FileKind::File => {
                     let policy = self.file_policy(&rd, &i)?;
                     let ((stripe_size, stripe_count, mirrors), rest) = self.composite_parts(specs);
-                    let req = CreateRequest {
-                        stripe_count,
-                        stripe_size,
-                        expected_size: 0,
-                        exclude: Vec::new(),
-                        mirrors: mirrors as usize,
-                    };
+                    let req = CreateRequest::fresh(stripe_count, stripe_size, mirrors);
                     let slots = self.placer.place(policy.as_deref(), &[req])?.pop().unwrap_or_default();
                     Some(Placed { stripe_size, mirrors, slots, rest, planned: Vec::new() })
                 }

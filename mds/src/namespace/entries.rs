@@ -112,13 +112,7 @@ impl Namespace {
     /// file gets fewer stripes, as Lustre skips inactive OSTs).
     pub(super) fn new_layout(&self, spec: LayoutSpec, base: LayoutSpec, policy: Option<&str>) -> FsResult<Layout> {
         let (stripe_size, stripe_count, mirrors) = self.merged_spec(spec, base);
-        let req = CreateRequest {
-            stripe_count,
-            stripe_size,
-            expected_size: 0,
-            exclude: Vec::new(),
-            mirrors: mirrors as usize,
-        };
+        let req = CreateRequest::fresh(stripe_count, stripe_size, mirrors);
         let slots = self.placer.place(policy, &[req])?.pop().unwrap_or_default();
         self.layout_on(stripe_size, mirrors, &slots)
     }

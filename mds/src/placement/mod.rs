@@ -80,6 +80,11 @@ pub struct CreateRequest {
 pub const MAX_MIRRORS: usize = 3;
 
 impl CreateRequest {
+    /// A file's (or extent's) request with nothing known of its size and no targets to avoid.
+    pub fn fresh(stripe_count: usize, stripe_size: u64, mirrors: u8) -> CreateRequest {
+        CreateRequest { stripe_count, stripe_size, expected_size: 0, exclude: Vec::new(), mirrors: mirrors.into() }
+    }
+
     /// M: replicas per stripe (`mirrors`, 0 counting as 1).
     pub fn mirror_count(&self) -> usize {
         self.mirrors.max(1)

@@ -689,6 +689,7 @@ fn exclusions(targets: &[TargetInfo], slots: &[Slot], avoid: &[Slot], mirrors: u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::placement::tests::req;
     use tessera_ops::daemon::memory_share;
     use tessera_proto::msg::{DsReport, TargetReport};
 
@@ -712,16 +713,6 @@ mod tests {
             })
             .collect();
         DsReport { ds, targets, ..Default::default() }
-    }
-
-    fn req(count: usize, expected: u64) -> CreateRequest {
-        CreateRequest {
-            stripe_count: count,
-            stripe_size: 1 << 20,
-            expected_size: expected,
-            exclude: vec![],
-            mirrors: 1,
-        }
     }
 
     #[test]
