@@ -280,6 +280,12 @@ enum Cmd {
     /// IOrchestrator: its status, or switch its mode at run time.
     #[command(subcommand)]
     Orchestrator(OrchCmd),
+    /// Mirrored files (`setstripe -N`): replicas not in sync and the resync's progress.
+    #[command(subcommand)]
+    Mirror(MirrorCmd),
+    /// Data servers: take one out of the cluster.
+    #[command(subcommand)]
+    Ds(DsCmd),
     /// Forwarding nodes (IONs): their status, or switch their request scheduler at run time.
     #[command(subcommand)]
     Ion(crate::ion::IonCmd),
@@ -333,6 +339,36 @@ enum Cmd {
         /// MOUNTPOINT [--daemon] [--allow-other] [-o OPTS] (see `tessera-fuse --help`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         args: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum MirrorCmd {
+    /// Files and replica objects not in sync (stale: missed writes; resyncing: being copied), bytes left
+    /// to copy, and the resync rate.
+    Status {
+        /// Refresh every second in place until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
+        /// Print JSON: {"degraded_files", "degraded_objects", "stale", "resyncing", "bytes_to_resync",
+        /// "resyncs_done", "resynced_bytes", "resync_rate", "removed"} (bytes, bytes/s).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum DsCmd {
+    /// Take data server N out of the cluster for good (admin): no new objects are placed on it; with
+    /// --rebuild, each mirrored replica it held is replaced by a new one on another server, copied from
+    /// a surviving replica in the background (`tessera mirror status --watch` shows the progress).
+    /// Unmirrored files' objects on it are not moved.
+    Remove {
+        /// The data server's id.
+        id: DsId,
+        /// Rebuild its mirrored replicas on the other servers.
+        #[arg(long)]
+        rebuild: bool,
     },
 }
 
@@ -960,6 +996,15 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
             crate::jobreport::report(&c, &job, json.as_deref(), out.as_deref(), dt, threshold).await?
         }
         Cmd::Trace { action, job, out } => crate::jobreport::trace(&c, &action, &job, out.as_deref()).await?,
+        Cmd::Mirror(MirrorCmd::Status { watch, json }) => mirror_status(&c, watch, json).await?,
+        Cmd::Ds(DsCmd::Remove { id, rebuild }) => {
+            let st = c.mds().ds_remove(id, rebuild).await.map_err(admin_hint)?;
+            println!(
+                "data server {id} removed from placement{}",
+                if rebuild { "; its mirrored replicas are rebuilt on the others" } else { "" }
+            );
+            print!("{}", mirror_text(&st));
+        }
         Cmd::Orchestrator(OrchCmd::Mode { mode }) => {
             c.mds().set_orchestrator_mode(mode).await.map_err(admin_hint)?;
             println!("orchestrator mode: {mode} (from the next slice boundary)");
@@ -1770,6 +1815,50 @@ async fn watch_status(c: &Client, watch: bool, render: fn(&OrchestratorStatus) -
     })
     .await;
     Ok(())
+}
+
+async fn mirror_status(c: &Client, watch: bool, json: bool) -> CliResult<()> {
+    let render = |st: &tessera_proto::msg::MirrorStatus| {
+        if json {
+            serde_json::to_string(st).unwrap_or_default() + "\n"
+        } else {
+            mirror_text(st)
+        }
+    };
+    if !watch {
+        let st = c.mds().mirror_status().await.map_err(CliError::error)?;
+        print!("{}", render(&st));
+        return Ok(());
+    }
+    crate::watch::every_second(|| async {
+        match c.mds().mirror_status().await {
+            Ok(st) => render(&st),
+            Err(e) => format!("metadata server: {e}\n"),
+        }
+    })
+    .await;
+    Ok(())
+}
+
+fn mirror_text(st: &tessera_proto::msg::MirrorStatus) -> String {
+    use tessera_proto::units::format_size;
+    let mut o = String::new();
+    use std::fmt::Write;
+    let _ = writeln!(o, "degraded files:    {}", st.degraded_files);
+    let _ = writeln!(o, "degraded objects:  {} ({} stale, {} resyncing)", st.degraded_objects, st.stale, st.resyncing);
+    let _ = writeln!(o, "bytes to resync:   {}", format_size(st.bytes_to_resync));
+    let _ = writeln!(o, "resync rate:       {}/s", format_size(st.resync_rate));
+    let _ = writeln!(
+        o,
+        "resynced:          {} replicas, {} since the MDS started",
+        st.resyncs_done,
+        format_size(st.resynced_bytes)
+    );
+    if !st.removed.is_empty() {
+        let ids: Vec<String> = st.removed.iter().map(|d| d.to_string()).collect();
+        let _ = writeln!(o, "removed servers:   {}", ids.join(", "));
+    }
+    o
 }
 
 fn ms(us: f64) -> String {

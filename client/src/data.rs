@@ -18,6 +18,17 @@ use tessera_proto::types::{DsId, IoTag, Role};
 use tessera_proto::PROTOCOL_VERSION;
 use tokio::sync::Semaphore;
 
+/// How long a data server whose call failed for want of it is passed over for mirrored stripes' other
+/// replicas.
+pub const FAILED_MEMORY: Duration = Duration::from_secs(5);
+
+/// Whether an error means the data server (or the replica there) cannot serve the call now, so another
+/// replica should: it is down or unreachable, or its replica is not in sync.
+pub fn replica_unusable(e: &FsError) -> bool {
+    use tessera_proto::error::ErrorCode as C;
+    matches!(e.code, C::Unavailable | C::TimedOut | C::Stale | C::Io)
+}
+
 /// One data request's share of a file range: a contiguous run inside one object (the stripe math's chunk).
 pub type Piece = tessera_proto::layout::Chunk;
 
@@ -221,6 +232,8 @@ pub struct DsConn {
     pub peer: RpcPeer,
     permits: Semaphore,
     max_inflight: usize,
+    /// When a call to it last failed for want of the server (mirrored stripes go elsewhere meanwhile).
+    failed_at: std::sync::Mutex<Option<Instant>>,
 }
 
 impl DsConn {
@@ -283,7 +296,13 @@ impl Route {
         for ds in &cfg.ds {
             // Resolved at connect time: a data server may come back at another address.
             let peer = RpcPeer::to_host(endpoint.clone(), id, Role::Ds, &ds.addr, tuning)?;
-            let conn = DsConn { id: ds.id, peer, permits: Semaphore::new(inflight), max_inflight: inflight };
+            let conn = DsConn {
+                id: ds.id,
+                peer,
+                permits: Semaphore::new(inflight),
+                max_inflight: inflight,
+                failed_at: std::sync::Mutex::new(None),
+            };
             servers.insert(ds.id, Arc::new(conn));
         }
         Ok(servers)
@@ -334,6 +353,26 @@ impl Route {
             Route::Direct(servers) | Route::Forwarded { direct: servers, .. } => servers,
         };
         servers.get(&ds).map_or(0, |c| c.max_inflight.saturating_sub(c.permits.available_permits()))
+    }
+
+    fn conns(&self) -> &HashMap<DsId, Arc<DsConn>> {
+        match self {
+            Route::Direct(servers) | Route::Forwarded { direct: servers, .. } => servers,
+        }
+    }
+
+    /// Notes that data server `ds` could not be reached just now.
+    pub fn mark_failed(&self, ds: DsId) {
+        if let Some(c) = self.conns().get(&ds) {
+            *c.failed_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        }
+    }
+
+    /// Whether a call to `ds` failed for want of the server within the last [`FAILED_MEMORY`].
+    pub fn recently_failed(&self, ds: DsId) -> bool {
+        self.conns().get(&ds).is_some_and(|c| {
+            c.failed_at.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|t| t.elapsed() < FAILED_MEMORY)
+        })
     }
 
     /// [`Route::call_sized`] of a whole call (a mirrored stripe's carries its [`MirrorCall`]).
@@ -483,8 +522,7 @@ impl DataPlane {
         app_len: u64,
     ) -> FsResult<()> {
         let len = payload.len() as u64;
-        let call = DsCall { mirror: mirror_call(layout, stripe, true), ..DsCall::new(target.ds, req) };
-        match self.route.send(call, payload, app_len).await?.0 {
+        match self.send_mirrored(layout, stripe, target, req, payload, app_len).await?.0 {
             DsReply::Written { len: n } if u64::from(n) == len => Ok(()),
             DsReply::Written { len: n } => Err(FsError::io(format!(
                 "data server {} wrote {n} of {len} bytes to object {}",
@@ -496,11 +534,80 @@ impl DataPlane {
 
     /// Sends `req` (named `what` in errors), which carries no data, to `ds`; an error unless it answers
     /// `Ok`. A mirrored stripe's call (`mirror`) goes to its primary, which passes it on.
-    async fn call_ok(&self, ds: DsId, what: &str, req: DsRequest, mirror: Option<MirrorCall>) -> FsResult<()> {
-        match self.route.send(DsCall { mirror, ..DsCall::new(ds, req) }, Bytes::new(), 0).await?.0 {
+    async fn call_ok(
+        &self,
+        layout: &Layout,
+        stripe: usize,
+        target: StripeTarget,
+        what: &str,
+        req: DsRequest,
+    ) -> FsResult<()> {
+        match self.send_mirrored(layout, stripe, target, req, Bytes::new(), 0).await?.0 {
             DsReply::Ok => Ok(()),
-            r => Err(FsError::protocol(format!("data server {ds} answered {what} with {r:?}"))),
+            r => Err(FsError::protocol(format!("data server {} answered {what} with {r:?}", target.ds))),
         }
+    }
+
+    /// Sends a write, fallocate or fsync about stripe `stripe` to its primary `target`, which passes it
+    /// on to the other replicas. When the primary cannot serve it (down, unreachable, or no longer in
+    /// sync), the next in-sync replica that can takes over: it has the MDS mark the primary stale and
+    /// serves the call as the stripe's primary. A primary that failed within [`FAILED_MEMORY`] is passed
+    /// over at once.
+    async fn send_mirrored(
+        &self,
+        layout: &Layout,
+        stripe: usize,
+        target: StripeTarget,
+        req: DsRequest,
+        payload: Bytes,
+        app_len: u64,
+    ) -> FsResult<(DsReply, Vec<Bytes>)> {
+        let mirror = mirror_call(layout, stripe, true);
+        let Some(m) = mirror.filter(|_| layout.mirrors_of(stripe).iter().any(|r| r.state == ReplicaState::InSync))
+        else {
+            let call = DsCall { mirror: mirror_call(layout, stripe, true), ..DsCall::new(target.ds, req) };
+            return self.route.send(call, payload, app_len).await;
+        };
+        let mut failed: Vec<StripeTarget> = Vec::new();
+        let mut last = None;
+        if !self.route.recently_failed(target.ds) {
+            let call = DsCall { mirror: Some(m.clone()), ..DsCall::new(target.ds, req.clone()) };
+            match self.route.send(call, payload.clone(), app_len).await {
+                Err(e) if replica_unusable(&e) => {
+                    tracing::warn!(ds = target.ds, stripe, "primary replica failed, another takes over: {e}");
+                    if e.code != tessera_proto::error::ErrorCode::Stale {
+                        self.route.mark_failed(target.ds);
+                    }
+                    last = Some(e);
+                }
+                r => return r,
+            }
+        }
+        failed.push(target);
+        let mut candidates: Vec<StripeTarget> =
+            layout.mirrors_of(stripe).iter().filter(|r| r.state == ReplicaState::InSync).map(|r| r.target).collect();
+        candidates.sort_by_key(|t| self.route.recently_failed(t.ds));
+        for next in candidates {
+            let mut r = req.clone();
+            if let Some(o) = r.object_mut() {
+                *o = next.object;
+            }
+            let replicas = m.replicas.iter().copied().filter(|x| *x != next && !failed.contains(x)).collect();
+            let mc = MirrorCall { replicas, failed: failed.clone(), ..m.clone() };
+            let call = DsCall { mirror: Some(mc), ..DsCall::new(next.ds, r) };
+            match self.route.send(call, payload.clone(), app_len).await {
+                Err(e) if replica_unusable(&e) => {
+                    tracing::warn!(ds = next.ds, stripe, "replica cannot take over: {e}");
+                    if e.code != tessera_proto::error::ErrorCode::Stale {
+                        self.route.mark_failed(next.ds);
+                    }
+                    failed.push(next);
+                    last = Some(e);
+                }
+                r => return r,
+            }
+        }
+        Err(last.unwrap_or_else(|| FsError::unavailable(format!("no replica of stripe {stripe} can take the write"))))
     }
 
     /// Reads `[offset, offset+len)` of a file whose size is at least `offset+len` (the caller clamps to the
@@ -610,13 +717,19 @@ impl DataPlane {
             .collect();
         let n = order.len();
         order.rotate_left(stripe % n);
-        order.sort_by_key(|t| self.route.in_flight(t.ds));
+        order.sort_by_key(|t| (self.route.recently_failed(t.ds), self.route.in_flight(t.ds)));
         let mut last = None;
         for target in order {
             match read(target).await {
                 Ok(v) => return Ok((target, v)),
                 Err(e) => {
                     tracing::debug!(ds = target.ds, stripe, "replica read failed, trying the next: {e}");
+                    if matches!(
+                        e.code,
+                        tessera_proto::error::ErrorCode::Unavailable | tessera_proto::error::ErrorCode::TimedOut
+                    ) {
+                        self.route.mark_failed(target.ds);
+                    }
                     last = Some(e);
                 }
             }
@@ -670,7 +783,7 @@ impl DataPlane {
                 len: r.end - r.start,
                 punch,
             };
-            self.call_ok(target.ds, "Fallocate", req, mirror_call(layout, stripe, true)).await
+            self.call_ok(layout, stripe, target, "Fallocate", req).await
         }))
         .await?;
         Ok(())
@@ -681,7 +794,7 @@ impl DataPlane {
         try_join_all(stripes.iter().map(|&s| async move {
             let target = stripe_target(layout, s)?;
             let req = DsRequest::Fsync { tag: tag.clone(), object: target.object };
-            self.call_ok(target.ds, "Fsync", req, mirror_call(layout, s, true)).await
+            self.call_ok(layout, s, target, "Fsync", req).await
         }))
         .await?;
         Ok(())
@@ -717,7 +830,13 @@ fn mirror_call(layout: &Layout, stripe: usize, write: bool) -> Option<MirrorCall
     }
     let replicas =
         if write { others.iter().filter(|r| r.state.written()).map(|r| r.target).collect() } else { Vec::new() };
-    Some(MirrorCall { gen: layout.mirror_gen, stripe: stripe as u32, replicas, from_primary: false })
+    Some(MirrorCall {
+        gen: layout.mirror_gen,
+        stripe: stripe as u32,
+        replicas,
+        from_primary: false,
+        failed: Vec::new(),
+    })
 }
 
 /// The object of global stripe `stripe`.

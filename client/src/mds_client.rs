@@ -438,6 +438,27 @@ impl MdsClient {
         }
     }
 
+    /// Mirrored files' health (`tessera mirror status`).
+    pub async fn mirror_status(&self) -> FsResult<tessera_proto::msg::MirrorStatus> {
+        match self.call(MdsRequest::MirrorStatus).await? {
+            MdsReply::MirrorStatus(s) => Ok(s),
+            r => Err(unexpected("MirrorStatus", r)),
+        }
+    }
+
+    /// Takes data server `ds` out of the cluster (admin); with `rebuild`, its mirrored replicas are rebuilt
+    /// elsewhere. The mirror status after it.
+    pub async fn ds_remove(
+        &self,
+        ds: tessera_proto::DsId,
+        rebuild: bool,
+    ) -> FsResult<tessera_proto::msg::MirrorStatus> {
+        match self.call(MdsRequest::DsRemove { ds, rebuild }).await? {
+            MdsReply::MirrorStatus(s) => Ok(s),
+            r => Err(unexpected("DsRemove", r)),
+        }
+    }
+
     /// PerSched: registers this job's periodic profile; its grant in the recomputed pattern.
     pub async fn periodic_register(&self, profile: PeriodicProfile) -> FsResult<Option<PeriodicGrant>> {
         match self.call(MdsRequest::PeriodicRegister { profile }).await? {

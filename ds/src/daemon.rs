@@ -1,7 +1,7 @@
 //! `tessera-ds`: command line, start-up (config, identity, store, report tasks, metrics), the `READY`
 //! line, and shutdown on SIGINT/SIGTERM.
 
-use crate::{device, metrics, replicate, report, server, store};
+use crate::{device, fence, metrics, replicate, report, server, store};
 use anyhow::{anyhow, bail, Context};
 use clap::Parser;
 use std::path::PathBuf;
@@ -130,8 +130,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
     for d in config.ds.iter().filter(|d| d.id != args.id) {
         peers.insert(d.id, rpc::RpcPeer::to_host(peer_endpoint.clone(), &identity, Role::Ds, &d.addr, tuning)?);
     }
-    let replicator = Arc::new(replicate::Replicator::new(Arc::new(replicate::Peers::new(peers))));
-    let service = Arc::new(server::DsService::new(reporter, data_path, opts.sync_writes).with_replicator(replicator));
+    let mds_peer = rpc::RpcPeer::new(peer_endpoint.clone(), &identity, Role::Mds, mds_addr, tuning)?;
+    let marker = Arc::new(replicate::MdsMarker { peer: mds_peer });
+    let replicator = Arc::new(replicate::Replicator::new(Arc::new(replicate::Peers::new(peers))).with_marker(
+        args.id,
+        marker,
+        config.mirror.grace(),
+    ));
+    // Mirrored client calls wait for the first list of this server's replicas not in sync.
+    let fences = Arc::new(fence::Fences::new(config.mirror.fence_lease()));
+    let fence_task =
+        fence::spawn_fence_task(fences.clone(), args.id, &identity, mds_addr, tuning, config.mirror.fence_lease())?;
+    let service = Arc::new(
+        server::DsService::new(reporter, data_path, opts.sync_writes)
+            .with_replicator(replicator)
+            .with_fences(fences, config.mirror.resync_mib_per_s.saturating_mul(1 << 20)),
+    );
     let server = tokio::spawn(rpc::serve(endpoint.clone(), service, identity.crl.clone()));
 
     let capacity = node.capacity.map(tessera_proto::units::format_size).unwrap_or_else(|| "the disk's".into());
@@ -150,6 +164,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     info!("shutting down");
     report_task.abort();
     locality_task.abort();
+    fence_task.abort();
     if let Some(m) = metrics {
         m.shutdown().await;
     }

@@ -29,6 +29,7 @@ pub mod address;
 pub use tessera_iostats::counters;
 pub mod daemon;
 pub mod device;
+pub mod fence;
 pub mod jobtrace;
 pub mod locality;
 pub mod metrics;

@@ -15,22 +15,35 @@
 //! until every replica has answered; a call overlapping one in flight waits for it. Writes that do not
 //! overlap run in parallel, as without mirrors (the order of disjoint writes does not change the bytes).
 //!
-//! **Failures** (this step): a replica that cannot be reached fails the call (the client sees the
-//! error, the replicas may differ in the failed call's range, as a failed write's range is undefined on
-//! a local disk). Marking the missed replica stale at the MDS and going on is the next step.
+//! **Failures: degraded mode.** A replica that has not answered [`Replicator::grace`] after the
+//! primary's own write is done (or that failed) missed the call: the primary has the MDS mark it stale
+//! ([`Marker`]), durably and fenced (see `mds/src/namespace/mirror.rs`), and only then acknowledges the
+//! call; the MDS refuses if no replica in sync would remain, and the call fails. The primary remembers
+//! which replicas it had marked and leaves them out of later calls from clients whose layout is older
+//! than the mark (`known`). A client that cannot reach the primary sends the call to another in-sync
+//! replica naming the primary as failed ([`MirrorCall::failed`]): that replica has the MDS mark the
+//! primary stale first (which makes it the primary) and then serves the call as one (a takeover).
+//!
+//! **Resync** ([`Replicator::resync`]): the MDS has the primary copy a stale replica's object whole,
+//! range by range, each range held against writes like a call, throttled; the replica is written by
+//! every call from the moment the copy begins (the MDS hands the primary the replica set), so when the
+//! copy ends the replica holds everything.
 //!
 //! The sending is behind [`Sender`] (quinn-proto's style): [`Peers`] over QUIC in the daemon, another
 //! in-process service in the tests.
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tessera_proto::layout::StripeTarget;
 use tessera_proto::layout::MAX_MIRRORS;
-use tessera_proto::msg::{DsCall, DsReply, DsRequest, MirrorCall};
+use tessera_proto::msg::{DsCall, DsReply, DsRequest, MdsCall, MdsReply, MdsRequest, MirrorCall};
 use tessera_proto::rpc::RpcPeer;
-use tessera_proto::{DsId, FsError, FsResult, ObjectId, Role};
+use tessera_proto::{Caller, DsId, FsError, FsResult, ObjectId, Origin, Role};
 use tokio::sync::Notify;
 
 /// A boxed future of a reply from another data server.
@@ -64,6 +77,33 @@ impl Sender for Peers {
     }
 }
 
+/// How a primary has the MDS mark replicas that missed a call stale (returns the layout generation
+/// after the mark).
+pub trait Marker: Send + Sync {
+    fn mark_stale(&self, from: StripeTarget, missed: Vec<StripeTarget>) -> BoxFuture<'_, FsResult<u64>>;
+}
+
+/// The MDS over QUIC.
+pub struct MdsMarker {
+    pub peer: RpcPeer,
+}
+
+impl Marker for MdsMarker {
+    fn mark_stale(&self, from: StripeTarget, missed: Vec<StripeTarget>) -> BoxFuture<'_, FsResult<u64>> {
+        Box::pin(async move {
+            let call = MdsCall {
+                caller: Caller::root(),
+                origin: Origin::default(),
+                req: MdsRequest::MirrorMarkStale { from, missed },
+            };
+            match self.peer.call::<_, MdsReply>(&call, Bytes::new()).await?.0 {
+                MdsReply::MirrorMarked { gen } => Ok(gen),
+                other => Err(FsError::protocol(format!("MDS answered MirrorMarkStale with {other:?}"))),
+            }
+        })
+    }
+}
+
 /// The requests a primary passes on to the other replicas.
 pub fn is_replicated(req: &DsRequest) -> bool {
     matches!(
@@ -86,12 +126,8 @@ pub fn object_of(req: &DsRequest) -> Option<ObjectId> {
 /// `req` about `object` instead.
 fn with_object(req: &DsRequest, to: ObjectId) -> DsRequest {
     let mut r = req.clone();
-    match &mut r {
-        DsRequest::Write { object, .. }
-        | DsRequest::WriteV { object, .. }
-        | DsRequest::Fallocate { object, .. }
-        | DsRequest::Fsync { object, .. } => *object = to,
-        _ => {}
+    if let Some(o) = r.object_mut() {
+        *o = to;
     }
     r
 }
@@ -116,8 +152,20 @@ pub fn check_call(me: DsId, role: Role, req: &DsRequest, m: &MirrorCall) -> FsRe
             "a call passed on by a primary comes from a data server and only from one (peer is {role})"
         )));
     }
-    if m.from_primary && !(is_replicated(req) && m.replicas.is_empty()) {
-        return Err(FsError::perm("a primary passes on only writes, fallocate and fsync, to nobody further"));
+    let cut = matches!(req, DsRequest::Truncate { .. });
+    if m.from_primary && !((is_replicated(req) || cut) && m.replicas.is_empty() && m.failed.is_empty()) {
+        return Err(FsError::perm(
+            "a primary passes on only writes, fallocate, fsync and a resync's cut, to nobody further",
+        ));
+    }
+    if cut && !m.from_primary {
+        return Err(FsError::perm("only a primary's resync cuts an object with a mirrored call"));
+    }
+    if m.failed.len() >= MAX_MIRRORS as usize || (!m.failed.is_empty() && !is_replicated(req)) {
+        return Err(FsError::invalid("a takeover names at most M - 1 failed replicas, on writes, fallocate and fsync"));
+    }
+    if m.failed.iter().chain(&m.replicas).any(|r| m.failed.contains(r) && m.replicas.contains(r)) {
+        return Err(FsError::invalid("a replica both failed and to be written"));
     }
     if m.replicas.len() >= MAX_MIRRORS as usize {
         return Err(FsError::invalid(format!("{} other replicas (at most {})", m.replicas.len(), MAX_MIRRORS - 1)));
@@ -203,16 +251,82 @@ impl Ordering {
 pub struct Replicator {
     pub ordering: Ordering,
     sender: Arc<dyn Sender>,
+    /// This data server.
+    me: DsId,
+    /// `None`: a replica that misses a call fails it (no MDS to mark it stale).
+    marker: Option<Arc<dyn Marker>>,
+    /// How long after its own write a primary waits for the other replicas.
+    grace: Duration,
+    /// Per object: the replicas to write as of a layout generation, when this primary knows better than
+    /// clients holding an older layout (it marked some stale, or a resync began).
+    known: Mutex<HashMap<ObjectId, (u64, Vec<StripeTarget>)>>,
 }
 
 impl Replicator {
     pub fn new(sender: Arc<dyn Sender>) -> Replicator {
-        Replicator { ordering: Ordering::default(), sender }
+        Replicator {
+            ordering: Ordering::default(),
+            sender,
+            me: 0,
+            marker: None,
+            grace: Duration::from_secs(1),
+            known: Mutex::default(),
+        }
+    }
+
+    /// Replicas that miss a call are marked stale through `marker` (as data server `me`), after `grace`.
+    pub fn with_marker(self, me: DsId, marker: Arc<dyn Marker>, grace: Duration) -> Replicator {
+        Replicator { me, marker: Some(marker), grace, ..self }
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectId, (u64, Vec<StripeTarget>)>> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The replicas a call about `object` goes to: the client's, unless this primary knows of a later
+    /// generation.
+    fn replicas_for(&self, object: ObjectId, m: &MirrorCall) -> Vec<StripeTarget> {
+        let mut known = self.known();
+        match known.get(&object) {
+            Some((gen, list)) if *gen > m.gen => list.clone(),
+            Some(_) => {
+                known.remove(&object); // the client caught up
+                m.replicas.clone()
+            }
+            None => m.replicas.clone(),
+        }
+    }
+
+    fn learn(&self, object: ObjectId, gen: u64, replicas: Vec<StripeTarget>) {
+        let mut known = self.known();
+        match known.get(&object) {
+            Some((g, _)) if *g > gen => {}
+            _ => {
+                known.insert(object, (gen, replicas));
+            }
+        }
+    }
+
+    /// Has the MDS mark `missed` stale, this server's `object` reporting.
+    async fn mark(&self, object: ObjectId, missed: Vec<StripeTarget>) -> FsResult<u64> {
+        let marker =
+            self.marker.as_ref().ok_or_else(|| FsError::unavailable("no MDS to mark missed replicas stale"))?;
+        marker.mark_stale(StripeTarget { ds: self.me, object }, missed).await
+    }
+
+    /// A takeover (see the module doc): the replicas the client could not reach, the primary among
+    /// them, are marked stale before this server serves the call as the primary.
+    pub async fn take_over(&self, object: ObjectId, m: &MirrorCall) -> FsResult<()> {
+        let gen = self.mark(object, m.failed.clone()).await?;
+        let left: Vec<StripeTarget> = m.replicas.iter().copied().filter(|r| !m.failed.contains(r)).collect();
+        self.learn(object, gen, left);
+        Ok(())
     }
 
     /// Serves a mirrored call at its primary: holds its ranges, applies it here (`local`) while passing
-    /// it on to every other replica, and answers with the local reply once every replica has it (the
-    /// first failure otherwise, naming the replica).
+    /// it on to every other replica, and answers with the local reply once every replica has it or
+    /// those that have not answered within the grace after the local write are marked stale (the first
+    /// failure otherwise).
     pub async fn fan_out<F>(
         &self,
         req: DsRequest,
@@ -231,36 +345,174 @@ impl Replicator {
             Ok(h) => h,
             Err(e) => return (Err(e), Bytes::new()),
         };
-        let passed = m.replicas.iter().map(|r| {
+        let replicas = self.replicas_for(object, &m);
+        let (done_tx, done_rx) = tokio::sync::watch::channel(None::<Instant>);
+        let grace = self.grace;
+        let passed = replicas.iter().map(|r| {
             let call = DsCall {
                 ds: r.ds,
                 req: with_object(&req, r.object),
                 via: None,
-                mirror: Some(MirrorCall { gen: m.gen, stripe: m.stripe, replicas: Vec::new(), from_primary: true }),
+                mirror: Some(MirrorCall {
+                    gen: m.gen,
+                    stripe: m.stripe,
+                    replicas: Vec::new(),
+                    from_primary: true,
+                    failed: Vec::new(),
+                }),
             };
-            let ds = r.ds;
+            let target = *r;
             let sent = self.sender.send(call, payload.clone());
-            async move { (ds, sent.await) }
+            let mut done = done_rx.clone();
+            async move {
+                // Until the grace after the local write has passed.
+                let deadline = async move {
+                    let at = match done.wait_for(Option::is_some).await {
+                        Ok(v) => v.unwrap_or_else(Instant::now),
+                        Err(_) => Instant::now(),
+                    };
+                    tokio::time::sleep_until((at + grace).into()).await;
+                };
+                tokio::select! {
+                    r = sent => (target, Some(r)),
+                    () = deadline => (target, None),
+                }
+            }
         });
+        let local = async {
+            let r = local.await;
+            let _ = done_tx.send(Some(Instant::now()));
+            r
+        };
         let (mine, theirs) = futures::future::join(local, futures::future::join_all(passed)).await;
         if mine.0.is_err() {
             return mine;
         }
-        for (ds, r) in theirs {
+        let mut missed = Vec::new();
+        let mut first_error = None;
+        for (target, r) in theirs {
             match (r, &mine.0) {
-                (Ok(a), Ok(b)) if same_outcome(&a, b) => {}
-                (Ok(a), _) => {
-                    let e = format!("the replica on data server {ds} answered {a:?}");
-                    return (Err(FsError::io(e)), Bytes::new());
+                (Some(Ok(a)), Ok(b)) if same_outcome(&a, b) => continue,
+                (Some(Ok(a)), _) => {
+                    first_error.get_or_insert_with(|| {
+                        FsError::io(format!("the replica on data server {} answered {a:?}", target.ds))
+                    });
                 }
-                (Err(e), _) => {
-                    let e = FsError::new(e.code, format!("replica on data server {ds}: {}", e.detail));
-                    return (Err(e), Bytes::new());
+                (Some(Err(e)), _) => {
+                    first_error.get_or_insert_with(|| {
+                        FsError::new(e.code, format!("replica on data server {}: {}", target.ds, e.detail))
+                    });
+                }
+                (None, _) => {
+                    first_error.get_or_insert_with(|| {
+                        FsError::new(
+                            tessera_proto::error::ErrorCode::TimedOut,
+                            format!(
+                                "replica on data server {} did not answer within {} ms",
+                                target.ds,
+                                grace.as_millis()
+                            ),
+                        )
+                    });
                 }
             }
+            missed.push(target);
         }
-        mine
+        if missed.is_empty() {
+            return mine;
+        }
+        let e = first_error.unwrap_or_else(|| FsError::io("a replica missed the call"));
+        if self.marker.is_none() {
+            return (Err(e), Bytes::new());
+        }
+        tracing::warn!(object, missed = ?missed, "replicas missed a call ({e}): marking them stale");
+        match self.mark(object, missed.clone()).await {
+            Ok(gen) => {
+                let left = replicas.into_iter().filter(|r| !missed.contains(r)).collect();
+                self.learn(object, gen, left);
+                mine
+            }
+            Err(me) => {
+                (Err(FsError::new(me.code, format!("{e}; and marking it stale failed: {}", me.detail))), Bytes::new())
+            }
+        }
     }
+
+    /// A resync (see the module doc) of this server's `object` to replica `to`, `rate` bytes/s at most
+    /// (0: unthrottled): `read(offset, len)` reads the object here, `size()` its size. Returns the bytes
+    /// copied.
+    pub async fn resync<R, RF, S, SF>(
+        &self,
+        object: ObjectId,
+        to: StripeTarget,
+        gen: u64,
+        replicas: Vec<StripeTarget>,
+        rate: u64,
+        read: R,
+        size: S,
+    ) -> FsResult<u64>
+    where
+        R: Fn(u64, u32) -> RF,
+        RF: Future<Output = FsResult<Bytes>>,
+        S: Fn() -> SF,
+        SF: Future<Output = FsResult<u64>>,
+    {
+        if to.ds == self.me || !replicas.contains(&to) {
+            return Err(FsError::invalid(format!(
+                "resync to {}:{} which is not among the replicas to write",
+                to.ds, to.object
+            )));
+        }
+        self.learn(object, gen, replicas);
+        let pass = |req: DsRequest, payload: Bytes| {
+            let mirror = MirrorCall { gen, stripe: 0, replicas: Vec::new(), from_primary: true, failed: Vec::new() };
+            self.sender.send(DsCall { ds: to.ds, req, via: None, mirror: Some(mirror) }, payload)
+        };
+        let start = Instant::now();
+        let mut offset = 0u64;
+        let mut copied = 0u64;
+        loop {
+            let held = self.ordering.hold(object, &[(offset, offset + RESYNC_CHUNK as u64)]).await?;
+            let data = read(offset, RESYNC_CHUNK).await?;
+            let n = data.len();
+            if n > 0 {
+                let tag = resync_tag();
+                match pass(DsRequest::Write { tag, object: to.object, offset, sync: false }, data).await? {
+                    DsReply::Written { len } if len as usize == n => {}
+                    r => return Err(FsError::io(format!("resync write to data server {} answered {r:?}", to.ds))),
+                }
+            }
+            drop(held);
+            copied += n as u64;
+            if n < RESYNC_CHUNK as usize {
+                break;
+            }
+            offset += n as u64;
+            if rate > 0 {
+                let due = start + Duration::from_secs_f64(copied as f64 / rate as f64);
+                tokio::time::sleep_until(due.into()).await;
+            }
+        }
+        // The replica's size is the object's, cut while nothing else changes it; then made durable.
+        let _all = self.ordering.hold(object, &[(0, u64::MAX)]).await?;
+        let size = size().await?;
+        match pass(DsRequest::Truncate { object: to.object, size }, Bytes::new()).await? {
+            DsReply::Ok => {}
+            r => return Err(FsError::io(format!("resync cut on data server {} answered {r:?}", to.ds))),
+        }
+        match pass(DsRequest::Fsync { tag: resync_tag(), object: to.object }, Bytes::new()).await? {
+            DsReply::Ok => Ok(copied),
+            r => Err(FsError::io(format!("resync fsync on data server {} answered {r:?}", to.ds))),
+        }
+    }
+}
+
+/// What a resync copies per step (one range held at a time).
+pub const RESYNC_CHUNK: u32 = 1 << 20;
+
+/// The tag of a resync's requests: job `resync`.
+pub fn resync_tag() -> tessera_proto::IoTag {
+    tessera_proto::IoTag { origin: Origin { job: "resync".into(), ..Origin::default() }, ino: 0 }
 }
 
 /// Whether a replica's reply matches the primary's (the same bytes written).
@@ -333,7 +585,7 @@ mod tests {
         });
         let primary = Arc::new(s0.with_replicator(Arc::new(Replicator::new(others.clone()))));
         let replicas = vec![StripeTarget { ds: 1, object: 11 }, StripeTarget { ds: 2, object: 12 }];
-        let m = MirrorCall { gen: 0, stripe: 0, replicas: replicas.clone(), from_primary: false };
+        let m = MirrorCall { gen: 0, stripe: 0, replicas: replicas.clone(), from_primary: false, failed: vec![] };
         // Many overlapping writers at once: every replica must end with the same bytes.
         let writes = (0..32u8).map(|i| {
             let p = primary.clone();
@@ -369,10 +621,106 @@ mod tests {
         // A data server without a way to the others refuses to be a primary.
         let (_d3, s3) = service_with(Setup::new(3));
         let req = DsRequest::Write { tag: tag("j"), object: 10, offset: 0, sync: false };
-        let m =
-            MirrorCall { gen: 0, stripe: 0, replicas: vec![StripeTarget { ds: 1, object: 11 }], from_primary: false };
+        let m = MirrorCall {
+            gen: 0,
+            stripe: 0,
+            replicas: vec![StripeTarget { ds: 1, object: 11 }],
+            from_primary: false,
+            failed: vec![],
+        };
         let call = DsCall { ds: 3, req, via: None, mirror: Some(m) };
         assert!(s3.call(Role::Client, call, Bytes::from_static(b"x")).await.0.is_err());
+    }
+
+    /// Records the marks, answering generation 1, 2, ...
+    #[derive(Default)]
+    struct Marks(Mutex<Vec<(StripeTarget, Vec<StripeTarget>)>>);
+
+    impl Marker for Marks {
+        fn mark_stale(&self, from: StripeTarget, missed: Vec<StripeTarget>) -> BoxFuture<'_, FsResult<u64>> {
+            let mut m = self.0.lock().unwrap();
+            m.push((from, missed));
+            let gen = m.len() as u64;
+            Box::pin(async move { Ok(gen) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_replica_that_misses_a_write_is_marked_stale_and_left_out_until_the_client_catches_up() {
+        use crate::server::tests::{service_with, tag};
+        use crate::server::Setup;
+        let (_d1, s1) = service_with(Setup::new(1));
+        let (_d2, s2) = service_with(Setup::new(2));
+        let (_d0, s0) = service_with(Setup::new(0));
+        let others = Arc::new(InProcess {
+            servers: [(1, Arc::new(s1)), (2, Arc::new(s2))].into_iter().collect(),
+            down: Mutex::new(vec![2]),
+        });
+        let marks = Arc::new(Marks::default());
+        let rep = Replicator::new(others.clone()).with_marker(0, marks.clone(), Duration::from_millis(50));
+        let primary = Arc::new(s0.with_replicator(Arc::new(rep)));
+        let (r1, r2) = (StripeTarget { ds: 1, object: 11 }, StripeTarget { ds: 2, object: 12 });
+        let m = MirrorCall { gen: 0, stripe: 0, replicas: vec![r1, r2], from_primary: false, failed: vec![] };
+        let write = |m: MirrorCall, byte: u8| {
+            let p = primary.clone();
+            async move {
+                let req = DsRequest::Write { tag: tag("j"), object: 10, offset: 0, sync: false };
+                p.call(Role::Client, DsCall { ds: 0, req, via: None, mirror: Some(m) }, Bytes::from(vec![byte; 100]))
+                    .await
+                    .0
+            }
+        };
+        // Server 2 is down: the write is acknowledged once 2 is marked stale, reported by the primary.
+        write(m.clone(), 1).await.unwrap();
+        assert_eq!(*marks.0.lock().unwrap(), vec![(StripeTarget { ds: 0, object: 10 }, vec![r2])]);
+        // A client with the old layout (generation 0): 2 is left out, no second mark.
+        write(m.clone(), 2).await.unwrap();
+        assert_eq!(marks.0.lock().unwrap().len(), 1);
+        // A client with generation 1 names only 1: as it says.
+        let caught_up = MirrorCall { gen: 1, replicas: vec![r1], ..m.clone() };
+        write(caught_up, 3).await.unwrap();
+        let read = |ds: DsId, object| {
+            let s = others.servers[&ds].clone();
+            async move {
+                let call = DsCall::new(ds, DsRequest::Read { tag: tag("j"), object, offset: 0, len: 100 });
+                s.call(Role::Client, call, Bytes::new()).await
+            }
+        };
+        assert_eq!(read(1, 11).await.1, Bytes::from(vec![3u8; 100]));
+        // Without a marker (no MDS to tell) a missed replica fails the call.
+        let (_d4, s4) = service_with(Setup::new(4));
+        let no_marker = Arc::new(s4.with_replicator(Arc::new(Replicator::new(others.clone()))));
+        let req = DsRequest::Write { tag: tag("j"), object: 40, offset: 0, sync: false };
+        let m4 = MirrorCall { replicas: vec![r2], ..m.clone() };
+        let e = no_marker
+            .call(Role::Client, DsCall { ds: 4, req, via: None, mirror: Some(m4) }, Bytes::from_static(b"x"))
+            .await
+            .0;
+        assert!(e.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_takeover_marks_the_failed_primary_before_it_writes() {
+        use crate::server::tests::{service_with, tag};
+        use crate::server::Setup;
+        let (_d2, s2) = service_with(Setup::new(2));
+        let (_d1, s1) = service_with(Setup::new(1));
+        let others =
+            Arc::new(InProcess { servers: [(2, Arc::new(s2))].into_iter().collect(), down: Mutex::new(vec![]) });
+        let marks = Arc::new(Marks::default());
+        let rep = Replicator::new(others.clone()).with_marker(1, marks.clone(), Duration::from_millis(50));
+        let r1 = Arc::new(s1.with_replicator(Arc::new(rep)));
+        let (p, r2) = (StripeTarget { ds: 0, object: 10 }, StripeTarget { ds: 2, object: 12 });
+        let m = MirrorCall { gen: 0, stripe: 0, replicas: vec![r2], from_primary: false, failed: vec![p] };
+        let req = DsRequest::Write { tag: tag("j"), object: 11, offset: 0, sync: false };
+        let r = r1
+            .call(Role::Client, DsCall { ds: 1, req, via: None, mirror: Some(m) }, Bytes::from_static(b"abc"))
+            .await
+            .0;
+        assert_eq!(r.unwrap(), DsReply::Written { len: 3 });
+        assert_eq!(*marks.0.lock().unwrap(), vec![(StripeTarget { ds: 1, object: 11 }, vec![p])]);
+        let call = DsCall::new(2, DsRequest::Read { tag: tag("j"), object: 12, offset: 0, len: 10 });
+        assert_eq!(others.servers[&2].call(Role::Client, call, Bytes::new()).await.1, Bytes::from_static(b"abc"));
     }
 
     #[test]
@@ -381,7 +729,8 @@ mod tests {
         let w = DsRequest::Write { tag: tag.clone(), object: 1, offset: 0, sync: false };
         let r = DsRequest::Read { tag, object: 1, offset: 0, len: 1 };
         let t = |ds| tessera_proto::layout::StripeTarget { ds, object: 9 };
-        let m = |replicas: Vec<_>, from_primary| MirrorCall { gen: 0, stripe: 0, replicas, from_primary };
+        let m =
+            |replicas: Vec<_>, from_primary| MirrorCall { gen: 0, stripe: 0, replicas, from_primary, failed: vec![] };
         assert!(check_call(0, Role::Client, &w, &m(vec![t(1)], false)).is_ok());
         assert!(check_call(0, Role::Client, &r, &m(vec![], false)).is_ok(), "a mirrored read");
         assert!(check_call(0, Role::Client, &r, &m(vec![t(1)], false)).is_err(), "reads are not passed on");

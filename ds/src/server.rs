@@ -4,6 +4,7 @@
 
 use crate::counters::Counters;
 use crate::device::{DeviceOp, OpKind};
+use crate::fence::Fences;
 pub use crate::pipeline::Setup;
 use crate::pipeline::{DataPath, Target};
 use crate::replicate::{self, Replicator};
@@ -12,6 +13,7 @@ use crate::store::Store;
 use bytes::Bytes;
 use std::sync::Arc;
 use tessera_proto::frame::MAX_PAYLOAD;
+use tessera_proto::layout::StripeTarget;
 use tessera_proto::msg::{
     carries_data, check_read_extents, split_runs, DsCall, DsReply, DsRequest, Extent, MAX_LIST_OBJECTS,
     MAX_REMOVE_OBJECTS,
@@ -37,10 +39,22 @@ pub struct DsService {
     /// How this server, as a mirrored stripe's primary, reaches the other replicas (`None`: it cannot,
     /// and refuses to be a primary).
     replicator: Option<Arc<Replicator>>,
+    /// Its replicas not in sync, as the MDS last said (mirrored client calls about them are refused).
+    fences: Arc<Fences>,
+    /// A resync's copying rate, bytes/s (0: unthrottled).
+    resync_rate: u64,
 }
 
 fn check_tag(tag: &IoTag) -> FsResult<()> {
     tag.origin.check().map_err(FsError::from)
+}
+
+/// The object a read is about.
+fn read_object(req: &DsRequest) -> Option<ObjectId> {
+    match req {
+        DsRequest::Read { object, .. } | DsRequest::ReadV { object, .. } => Some(*object),
+        _ => None,
+    }
 }
 
 /// Only the MDS and administrators change or enumerate objects outside the data path.
@@ -60,7 +74,14 @@ impl DsService {
             path,
             sync_writes,
             replicator: None,
+            fences: Arc::new(Fences::open()),
+            resync_rate: 0,
         }
+    }
+
+    /// Mirrored client calls checked against `fences`; resyncs copy at `resync_rate` bytes/s at most.
+    pub fn with_fences(self, fences: Arc<Fences>, resync_rate: u64) -> DsService {
+        DsService { fences, resync_rate, ..self }
     }
 
     /// Mirrored calls this server holds as a primary right now.
@@ -206,15 +227,36 @@ impl DsService {
             _ => {}
         }
         match call.mirror {
-            Some(m) if !m.replicas.is_empty() => {
+            // A primary's resync cuts its replica to size (only with a mirrored call: checked above).
+            Some(m) if m.from_primary && matches!(call.req, DsRequest::Truncate { .. }) => {
+                self.request(Role::Mds, call.req, payload).await
+            }
+            Some(m) if m.from_primary => self.request(role, call.req, payload).await,
+            Some(m) => {
+                // A client's call: refused for a replica here that is not in sync.
+                let object = replicate::object_of(&call.req).or_else(|| read_object(&call.req));
+                if let Some(o) = object {
+                    if let Err(e) = self.fences.check(o) {
+                        return (Err(e), Bytes::new());
+                    }
+                }
+                if m.replicas.is_empty() && m.failed.is_empty() {
+                    return self.request(role, call.req, payload).await;
+                }
                 let Some(rep) = &self.replicator else {
                     let e = format!("data server {} cannot reach other replicas", self.ds);
                     return (Err(FsError::unavailable(e)), Bytes::new());
                 };
+                if !m.failed.is_empty() {
+                    let Some(o) = object else { return (Err(FsError::invalid("a takeover of nothing")), Bytes::new()) };
+                    if let Err(e) = rep.take_over(o, &m).await {
+                        return (Err(e), Bytes::new());
+                    }
+                }
                 let local = self.request(role, call.req.clone(), payload.clone());
                 rep.fan_out(call.req, m, payload, local).await
             }
-            _ => self.request(role, call.req, payload).await,
+            None => self.request(role, call.req, payload).await,
         }
     }
 
@@ -271,6 +313,10 @@ impl DsService {
                 Err(e) => Err(e),
             },
             DsRequest::JobTrace { job, set, after, max } => self.path.job_traces.request(&job, set, after, max),
+            DsRequest::Resync { object, to, gen, replicas } => match role {
+                Role::Mds => self.resync(object, to, gen, replicas).await.map(|bytes| DsReply::Resynced { bytes }),
+                other => Err(FsError::perm(format!("role {other} may not start a resync (mds only)"))),
+            },
             DsRequest::Serve(cmd) => match role {
                 Role::Mds => {
                     let (epoch, at_unix_us) = self.path.serve.apply(&cmd);
@@ -280,6 +326,30 @@ impl DsService {
             },
         };
         (r, Bytes::new())
+    }
+
+    /// Copies this server's `object` (a mirrored stripe's primary) to replica `to` (see
+    /// [`Replicator::resync`]).
+    async fn resync(&self, object: ObjectId, to: StripeTarget, gen: u64, replicas: Vec<StripeTarget>) -> FsResult<u64> {
+        let rep =
+            self.replicator.as_ref().ok_or_else(|| FsError::unavailable("this data server cannot reach others"))?;
+        self.fences.check(object)?;
+        let store = self.store(object)?;
+        let tag = replicate::resync_tag();
+        let read = |offset, len| {
+            let tag = tag.clone();
+            async move {
+                match self.read(&tag, object, offset, len).await {
+                    Err(e) if e.code == tessera_proto::error::ErrorCode::NotFound => Ok(Bytes::new()),
+                    r => r,
+                }
+            }
+        };
+        let size = || {
+            let store = store.clone();
+            async move { store.stat(object).await.map(|(_, size)| size) }
+        };
+        rep.resync(object, to, gen, replicas, self.resync_rate, read, size).await
     }
 
     /// Removes objects from the targets holding them (all are checked before any is removed).

@@ -79,6 +79,7 @@ impl IonService {
             DsRequest::Truncate { .. }
             | DsRequest::Remove { .. }
             | DsRequest::Serve(_)
+            | DsRequest::Resync { .. }
             | DsRequest::ListObjects { .. } => {
                 error(FsError::perm("forwarding nodes pass on only clients' data requests"))
             }

@@ -164,6 +164,11 @@ pub(crate) async fn serve(cx: &Context<'_>, req: MdsRequest) -> FsResult<MdsRepl
             Ok(MdsReply::Ok)
         }
         Q::JobStats { job } => Ok(MdsReply::Jobs(remote()?.svc.jobs.info(job.as_deref(), ns.store()))),
+        // Handler::Mirror
+        Q::MirrorMarkStale { from, missed } => ns.mirror_mark_stale(from, missed).await,
+        Q::MirrorFences { ds, known } => ns.mirror_fences(ds, known),
+        Q::MirrorStatus => ns.mirror_status().map(MdsReply::MirrorStatus),
+        Q::DsRemove { ds, rebuild } => ns.ds_remove(ds, rebuild).await,
     }
 }
 

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use std::collections::HashMap;
 use tessera_proto::config::ClusterConfig;
+use tessera_proto::layout::StripeTarget;
 use tessera_proto::msg::{DsCall, DsReply, DsRequest, MAX_LIST_OBJECTS};
 use tessera_proto::rpc::RpcPeer;
 use tessera_proto::tls::NodeIdentity;
@@ -19,6 +20,16 @@ pub trait DataServers: Send + Sync {
     /// One page of a shard's objects with their sizes, in id order, and whether more follow
     /// ([`DsRequest::ListObjects`]).
     fn list_objects(&self, ds: DsId, shard: u8, after: ObjectId) -> BoxFuture<'_, FsResult<ObjectPage>>;
+    /// Has data server `ds`, `object`'s primary, copy it whole to replica `to` ([`DsRequest::Resync`]);
+    /// the bytes copied.
+    fn resync(
+        &self,
+        ds: DsId,
+        object: ObjectId,
+        to: StripeTarget,
+        gen: u64,
+        replicas: Vec<StripeTarget>,
+    ) -> BoxFuture<'_, FsResult<u64>>;
 }
 
 /// A page of `(object, size)` and whether the shard holds more.
@@ -118,6 +129,22 @@ impl DataServers for RpcDataServers {
             }
         })
     }
+
+    fn resync(
+        &self,
+        ds: DsId,
+        object: ObjectId,
+        to: StripeTarget,
+        gen: u64,
+        replicas: Vec<StripeTarget>,
+    ) -> BoxFuture<'_, FsResult<u64>> {
+        Box::pin(async move {
+            match self.call(ds, DsRequest::Resync { object, to, gen, replicas }).await? {
+                DsReply::Resynced { bytes } => Ok(bytes),
+                other => Err(FsError::protocol(format!("data server {ds}: unexpected reply to Resync: {other:?}"))),
+            }
+        })
+    }
 }
 
 /// Records calls in memory; a data server can be marked down. For unit tests.
@@ -177,6 +204,25 @@ impl DataServers for MemDataServers {
             let more = page.len() > 2;
             page.truncate(2);
             Ok((page, more))
+        })
+    }
+
+    /// Copies the object's recorded size.
+    fn resync(
+        &self,
+        ds: DsId,
+        object: ObjectId,
+        to: StripeTarget,
+        _gen: u64,
+        _replicas: Vec<StripeTarget>,
+    ) -> BoxFuture<'_, FsResult<u64>> {
+        Box::pin(async move {
+            self.up(ds)?;
+            self.up(to.ds)?;
+            let mut held = self.objects.lock().unwrap();
+            let size = held.get(&(ds, object)).copied().unwrap_or(0);
+            held.insert((to.ds, to.object), size);
+            Ok(size)
         })
     }
 }

@@ -218,7 +218,9 @@ pub async fn run(
         anyhow::bail!("mds.eviction_timeout_s in the config must be at least 1");
     }
     ns.set_eviction_timeout(std::time::Duration::from_secs(cfg.mds.eviction_timeout_s));
+    ns.fences.set_lease(cfg.mirror.fence_lease());
     let evictor = spawn_evictor(ns.clone());
+    let resyncer = spawn_resyncer(ns.clone(), cfg.mirror.resync_parallel as usize);
     let destroyer = crate::destroy::spawn(store.clone(), data, ns.destroy_wake());
 
     let mode: OrchestratorMode = cfg.orchestrator.mode;
@@ -271,6 +273,7 @@ pub async fn run(
     server.abort();
     destroyer.abort();
     evictor.abort();
+    resyncer.abort();
     job_flusher.abort();
     if let Some(d) = detector {
         d.abort();
@@ -291,6 +294,20 @@ fn spawn_evictor(ns: Arc<Namespace>) -> tokio::task::JoinHandle<()> {
         loop {
             tick.tick().await;
             ns.evict_silent().await;
+        }
+    })
+}
+
+/// Resyncs mirrored files' replicas that are not in sync, looking once a second (`[mirror]
+/// resync_parallel` copies at once).
+fn spawn_resyncer(ns: Arc<Namespace>, parallel: usize) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            // Passes back to back while they find work.
+            while ns.resync_pass(parallel).await > 0 {}
         }
     })
 }

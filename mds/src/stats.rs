@@ -66,6 +66,8 @@ pub struct StatsView {
     history: RwLock<HashMap<DsId, VecDeque<Sample>>>,
     /// Servers cut off (their certificate revoked): silent until they report again.
     cut_off: RwLock<HashSet<DsId>>,
+    /// Servers taken out of the cluster (`tessera ds remove`): silent for good.
+    removed: RwLock<HashSet<DsId>>,
     started: Instant,
     silent_after: Duration,
     /// Storage targets per server (1 unless configured).
@@ -80,6 +82,7 @@ impl StatsView {
             configured,
             history: RwLock::new(HashMap::new()),
             cut_off: RwLock::new(HashSet::new()),
+            removed: RwLock::new(HashSet::new()),
             started: Instant::now(),
             silent_after: SILENT_AFTER,
             target_counts: HashMap::new(),
@@ -180,9 +183,15 @@ impl StatsView {
         self.cut_off.write().unwrap_or_else(|p| p.into_inner()).insert(ds);
     }
 
+    /// Counts a server as silent for good (`tessera ds remove`): placement and resync leave it out.
+    pub fn remove_server(&self, ds: DsId) {
+        self.removed.write().unwrap_or_else(|p| p.into_inner()).insert(ds);
+    }
+
     /// Every configured data server with its latest report.
     pub fn snapshot(&self) -> Vec<DsInfo> {
-        let cut = self.cut_off.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut cut = self.cut_off.read().unwrap_or_else(|p| p.into_inner()).clone();
+        cut.extend(self.removed.read().unwrap_or_else(|p| p.into_inner()).iter().copied());
         let m = self.history.read().unwrap_or_else(|p| p.into_inner());
         self.configured
             .iter()

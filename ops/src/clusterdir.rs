@@ -243,6 +243,7 @@ pub fn prepare(dir: &Path, shape: Shape, port_base: u16, defaults: Defaults) -> 
                 transport: TransportOptions::default(),
                 orchestrator: Default::default(),
                 ion_options: Default::default(),
+                mirror: Default::default(),
                 metrics: Default::default(),
                 persched: Default::default(),
             }

@@ -174,6 +174,40 @@ pub struct ClusterConfig {
     pub metrics: MetricsOptions,
     #[serde(default)]
     pub persched: PerschedOptions,
+    #[serde(default)]
+    pub mirror: MirrorOptions,
+}
+
+/// Mirrored files (issue 36): how replicas that miss writes are fenced off and brought back.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MirrorOptions {
+    /// A data server that has not heard from the MDS for this long serves no mirrored calls (its list of
+    /// replicas not in sync may be out of date); the MDS waits at most this long after a server last
+    /// asked before it acknowledges a write that server missed. It asks every quarter of this.
+    pub fence_lease_ms: u64,
+    /// A primary waits this long after its own write for the other replicas; one that has not answered
+    /// by then missed the write (it is marked stale and the write acknowledged without it).
+    pub grace_ms: u64,
+    /// Resync and rebuild copying, per copy (MiB/s; 0: unthrottled).
+    pub resync_mib_per_s: u64,
+    /// Replicas resynced at once, cluster-wide.
+    pub resync_parallel: u32,
+}
+
+impl Default for MirrorOptions {
+    fn default() -> Self {
+        MirrorOptions { fence_lease_ms: 2000, grace_ms: 1000, resync_mib_per_s: 200, resync_parallel: 4 }
+    }
+}
+
+impl MirrorOptions {
+    pub fn fence_lease(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.fence_lease_ms.max(100))
+    }
+    pub fn grace(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.grace_ms.max(10))
+    }
 }
 
 /// PerSched's platform (specs/periodic.md): N, b and B of the model, and the reservation lease.

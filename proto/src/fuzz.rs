@@ -563,7 +563,9 @@ pub fn mds_request(rng: &mut Rng, known: &Known) -> MdsRequest {
         25 => Q::GetLayout { ino: ino(rng, known) },
         26 if rng.percent(25) => Q::SetCompositeLayout { ino: ino(rng, known), extents: extent_specs(rng) },
         26 => Q::SetLayout { ino: ino(rng, known), spec: layout_spec(rng) },
-        27 => [Q::ClusterStatus, Q::OrchestratorStatus, Q::KeepAlive, Q::PlacementStatus][rng.index(4)].clone(),
+        27 => [Q::ClusterStatus, Q::OrchestratorStatus, Q::KeepAlive, Q::PlacementStatus, Q::MirrorStatus]
+            [rng.index(5)]
+        .clone(),
         28 => Q::SetOrchestratorMode { mode: [OrchestratorMode::Off, OrchestratorMode::Even][rng.index(2)] },
         29 | 30 => Q::LeaseDir { dir: ino(rng, known) },
         _ => {
@@ -716,6 +718,9 @@ pub fn ds_call(rng: &mut Rng, ds: DsId, known: &Known) -> (DsCall, Vec<u8>) {
             .map(|_| crate::layout::StripeTarget { ds: rng.below(4) as u32, object: object(rng, known) })
             .collect(),
         from_primary: rng.percent(30),
+        failed: (0..rng.below(2))
+            .map(|_| crate::layout::StripeTarget { ds: rng.below(4) as u32, object: object(rng, known) })
+            .collect(),
     });
     (DsCall { ds, req, via, mirror }, payload)
 }

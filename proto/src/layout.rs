@@ -23,6 +23,7 @@
 //! above. [`Layout::mirror_gen`] counts the MDS's changes of any replica's place or state: a data server
 //! refuses a mirrored write from a client whose layout is older than the one it knows.
 
+mod mirror;
 pub mod text;
 
 use crate::error::{FsError, FsResult};

@@ -112,6 +112,8 @@ pub enum Handler {
     Periodic,
     /// The job registry and its counters.
     Jobs,
+    /// Mirrored files' replica states: degraded writes, fences, resync and rebuild (issue 36).
+    Mirror,
 }
 
 /// One request's properties.
@@ -206,6 +208,10 @@ table! {
     InstantiateExtent { ino, .. }              => true,  Clients,     Inode(*ino),         Namespace;
     IonJobReport { .. }                        => false, ForwardingNodes, Nothing,         Jobs;
     Append { ino, .. }                         => false, Clients,     Inode(*ino),         Namespace;
+    MirrorMarkStale { .. }                     => true,  DataServers, Nothing,             Mirror;
+    MirrorFences { .. }                        => true,  DataServers, Nothing,             Mirror;
+    MirrorStatus {}                            => true,  Clients,     Nothing,             Mirror;
+    DsRemove { .. }                            => true,  Admins,      Nothing,             Mirror;
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ mod dir;
 mod entries;
 mod lease;
 mod lookup;
+pub(crate) mod mirror;
 mod open;
 mod remove;
 mod rename;
@@ -99,6 +100,10 @@ pub struct Namespace {
     destroy_wake: Arc<Notify>,
     destroy_pending: AtomicBool,
     leases: Leases,
+    /// What each data server knows of its replicas not in sync (mirrored files).
+    pub(crate) fences: mirror::FenceTable,
+    /// Resync progress since start.
+    pub(crate) resync: mirror::ResyncCounters,
     /// The first inode number of this run: lower ones were handed out before (sled's ids only grow,
     /// across restarts too), so a batch may use one a lease reserved before an MDS restart.
     boot_ino: Ino,
@@ -136,6 +141,8 @@ impl Namespace {
             destroy_pending: AtomicBool::new(false),
             leases,
             boot_ino,
+            fences: mirror::FenceTable::default(),
+            resync: mirror::ResyncCounters::default(),
         };
         ns.init()?;
         Ok(ns)
@@ -148,6 +155,9 @@ impl Namespace {
             let attr = Attr::new(ROOT_INO, FileKind::Dir, 0o755, c.uid, c.gid, Timestamp::now());
             tx.add_inode(&Inode { attr, layout: None, target: None, parent: ROOT_INO })?;
             info!(uid = c.uid, gid = c.gid, "created the root directory");
+        }
+        for ds in self.store.removed_servers()? {
+            self.stats.remove_server(ds);
         }
         let mut orphans = 0;
         for ino in self.store.orphans()? {

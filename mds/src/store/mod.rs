@@ -30,7 +30,10 @@ pub use replay::JournalRecovery;
 use crate::journal::{Journal, WriteSet};
 use commit::GroupCommit;
 use overlay::{apply_pending, apply_writes, Overlay, PendingEntry};
-use records::{composite_key, dec, enc, orphan_key, ORPHAN_PREFIX, TREE_NAMES};
+use records::{
+    composite_key, dec, enc, orphan_key, prefixed_key, DEGRADED_PREFIX, MIRROR_OBJECT_PREFIX, ORPHAN_PREFIX,
+    REMOVED_PREFIX, TREE_NAMES,
+};
 use sled::{Db, Tree};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -157,6 +160,42 @@ impl Store {
         Ok(out)
     }
 
+    /// Mirrored files with a replica not in sync.
+    pub fn degraded_files(&self) -> FsResult<Vec<Ino>> {
+        let mut out = Vec::new();
+        for kv in self.scan_from(T::Meta, DEGRADED_PREFIX, DEGRADED_PREFIX) {
+            let (k, _) = kv?;
+            if let Ok(b) = <[u8; 8]>::try_from(&k[DEGRADED_PREFIX.len()..]) {
+                out.push(u64::from_be_bytes(b));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Data servers taken out of placement (`tessera ds remove`).
+    pub fn removed_servers(&self) -> FsResult<Vec<DsId>> {
+        let mut out = Vec::new();
+        for kv in self.scan_from(T::Meta, REMOVED_PREFIX, REMOVED_PREFIX) {
+            let (k, _) = kv?;
+            if let Ok(b) = <[u8; 8]>::try_from(&k[REMOVED_PREFIX.len()..]) {
+                out.push(u64::from_be_bytes(b) as DsId);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every mirrored file (its inode numbers, each once, in no particular order).
+    pub fn mirrored_files(&self) -> FsResult<Vec<Ino>> {
+        let mut out = std::collections::BTreeSet::new();
+        for kv in self.scan_from(T::Meta, MIRROR_OBJECT_PREFIX, MIRROR_OBJECT_PREFIX) {
+            let (_, v) = kv?;
+            if let Ok(b) = <[u8; 8]>::try_from(&v[..]) {
+                out.insert(u64::from_be_bytes(b));
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
+
     /// Every pending destroy-log entry with its key.
     pub fn destroy_entries(&self) -> FsResult<Vec<(Vec<u8>, DestroyEntry)>> {
         let mut out = Vec::new();
@@ -241,11 +280,51 @@ impl<'a> Txn<'a> {
         Ok(i)
     }
 
-    /// Writes an inode that already exists.
+    /// Writes an inode that already exists. A mirrored file's objects are indexed (which file a replica
+    /// belongs to) and the file is listed as degraded while a replica is not in sync.
     pub fn put_inode(&mut self, i: &Inode) -> FsResult<()> {
         let v = enc(i)?;
         self.put(T::Inodes, &ino_key(i.attr.ino), v);
+        if let Some(l) = i.layout.as_ref().filter(|l| l.is_mirrored()) {
+            let ino = i.attr.ino.to_be_bytes().to_vec();
+            for t in l.all_objects() {
+                self.put(T::Meta, &prefixed_key(MIRROR_OBJECT_PREFIX, t.object), ino.clone());
+            }
+            self.set_degraded(i.attr.ino, !l.degraded().is_empty());
+        }
         Ok(())
+    }
+
+    /// The mirrored file object `object` belongs to (any replica's).
+    pub fn mirrored_file_of(&self, object: ObjectId) -> FsResult<Option<Ino>> {
+        Ok(self
+            .get(T::Meta, &prefixed_key(MIRROR_OBJECT_PREFIX, object))?
+            .and_then(|v| <[u8; 8]>::try_from(&v[..]).ok())
+            .map(u64::from_be_bytes))
+    }
+
+    /// Drops object `object` from the mirrored files' index (a replica replaced by another).
+    pub fn unindex_object(&mut self, object: ObjectId) {
+        self.del(T::Meta, &prefixed_key(MIRROR_OBJECT_PREFIX, object));
+    }
+
+    /// Takes data server `ds` out of placement for good (or back in).
+    pub fn set_removed(&mut self, ds: DsId, removed: bool) {
+        let k = prefixed_key(REMOVED_PREFIX, u64::from(ds));
+        if removed {
+            self.put(T::Meta, &k, Vec::new());
+        } else {
+            self.del(T::Meta, &k);
+        }
+    }
+
+    fn set_degraded(&mut self, ino: Ino, degraded: bool) {
+        let k = prefixed_key(DEGRADED_PREFIX, ino);
+        if degraded {
+            self.put(T::Meta, &k, Vec::new());
+        } else {
+            self.del(T::Meta, &k);
+        }
     }
 
     /// Writes a new inode (counted for statfs).
@@ -277,6 +356,12 @@ impl<'a> Txn<'a> {
         }
         self.set_orphan(ino, false);
         if let Some(l) = &i.layout {
+            if l.is_mirrored() {
+                for t in l.all_objects() {
+                    self.unindex_object(t.object);
+                }
+                self.set_degraded(ino, false);
+            }
             self.queue_destroy(l)?;
         }
         Ok(())

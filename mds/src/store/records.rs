@@ -23,7 +23,8 @@ pub enum T {
     Jobs = 5,
     /// id BE → [`DestroyEntry`]: objects still to remove from a data server.
     Destroy = 6,
-    /// Format version, orphan markers (`orphan` ++ ino BE).
+    /// Format version, orphan markers (`orphan` ++ ino BE), mirrored files' objects and degraded files
+    /// ([`MIRROR_OBJECT_PREFIX`], [`DEGRADED_PREFIX`]).
     Meta = 7,
 }
 
@@ -94,6 +95,21 @@ pub fn xattr_prefix(ino: Ino) -> Vec<u8> {
 pub fn xattr_key(ino: Ino, name: &str) -> Vec<u8> {
     let mut k = xattr_prefix(ino);
     k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// Mirrored files' objects (`mobj` ++ object BE → ino BE): which file a replica that missed a write
+/// belongs to. Kept for every object of a mirrored layout (issue 36).
+pub(super) const MIRROR_OBJECT_PREFIX: &[u8] = b"mobj";
+/// Mirrored files with a replica not in sync (`mdeg` ++ ino BE → nothing): what resync works through.
+pub(super) const DEGRADED_PREFIX: &[u8] = b"mdeg";
+
+/// Data servers taken out of placement (`dsrm` ++ ds BE as u64 → nothing).
+pub(super) const REMOVED_PREFIX: &[u8] = b"dsrm";
+
+pub(super) fn prefixed_key(prefix: &[u8], id: u64) -> Vec<u8> {
+    let mut k = prefix.to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
     k
 }
 

@@ -49,6 +49,11 @@ pub struct MirrorCall {
     /// Set by a primary on a call it passes on (accepted only from the `ds` role): apply it, pass it on
     /// to nobody.
     pub from_primary: bool,
+    /// To an in-sync replica that is not the stripe's primary: the replicas the client could not reach
+    /// (the primary among them). The receiver has the MDS mark them stale first, which makes it the
+    /// primary, then serves the call as one (a takeover). At most
+    /// [`MAX_MIRRORS`](crate::layout::MAX_MIRRORS) − 1.
+    pub failed: Vec<crate::layout::StripeTarget>,
 }
 
 /// Which forwarding node passed a data call on, and how many client requests it merged into it.
@@ -132,6 +137,17 @@ pub enum DsRequest {
         shard: u8,
         after: ObjectId,
         max: u32,
+    },
+    /// Resync (role mds only): this server, `object`'s primary, copies the object whole to replica `to`
+    /// (another data server's object), holding each range against concurrent writes while it copies it,
+    /// then cuts `to` to the object's size. From now on its writes of `object` go to `replicas` (every
+    /// replica written, `to` among them) whatever an older layout (`gen` before this one) names. Reply:
+    /// `Resynced`.
+    Resync {
+        object: ObjectId,
+        to: crate::layout::StripeTarget,
+        gen: u64,
+        replicas: Vec<crate::layout::StripeTarget>,
     },
     /// A job's request trace here (`tessera trace start|stop|export`): `set` switches it on or off
     /// (kept in a bounded ring of [`MAX_TRACE_RECORDS`](super::MAX_TRACE_RECORDS) per job, at most
@@ -262,9 +278,30 @@ pub enum DsReply {
         dropped: u64,
         records: Vec<TraceRecord>,
     },
+    /// A `Resync` copied `bytes` bytes.
+    Resynced {
+        bytes: u64,
+    },
 }
 
 pub type DsResponse = FsResult<DsReply>;
+
+impl DsRequest {
+    /// The object a data request is about (reads, writes, fallocate, fsync, truncate), to change it:
+    /// the same request to another replica.
+    pub fn object_mut(&mut self) -> Option<&mut ObjectId> {
+        match self {
+            DsRequest::Read { object, .. }
+            | DsRequest::ReadV { object, .. }
+            | DsRequest::Write { object, .. }
+            | DsRequest::WriteV { object, .. }
+            | DsRequest::Fallocate { object, .. }
+            | DsRequest::Fsync { object, .. }
+            | DsRequest::Truncate { object, .. } => Some(object),
+            _ => None,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,7 @@ use super::jobs::{DsJobReport, IonJobReport, JobInfo};
 use super::orchestrator::{LocalityReport, OrchestratorMode, OrchestratorStatus};
 use super::periodic::{PeriodicGrant, PeriodicProfile, PeriodicReport};
 use crate::error::FsResult;
-use crate::layout::{ExtentSpec, Layout, LayoutSpec};
+use crate::layout::{ExtentSpec, Layout, LayoutSpec, StripeTarget};
 use crate::types::*;
 use serde::{Deserialize, Serialize};
 
@@ -242,6 +242,32 @@ pub enum MdsRequest {
         ino: Ino,
         len: u64,
     },
+    /// From a data server holding replica `from` of a mirrored stripe, in sync: the replicas `missed`
+    /// did not get a write (issue 36, degraded mode). The MDS marks them stale and makes that durable,
+    /// and answers once each one's data server knows it or has stopped serving mirrored reads (its fence
+    /// lease ran out); only then is the write acknowledged. Marking the primary makes `from` the
+    /// primary. Reply: `MirrorMarked`.
+    MirrorMarkStale {
+        from: StripeTarget,
+        missed: Vec<StripeTarget>,
+    },
+    /// From data server `ds`: which of its objects are replicas not in sync (it serves no reads of them
+    /// and no calls as their primary), unless its copy (`known`, a version) is current. A data server
+    /// asks often; one that has not had an answer for the fence lease serves no mirrored calls. Reply:
+    /// `Fences`.
+    MirrorFences {
+        ds: DsId,
+        known: u64,
+    },
+    /// Mirrored files' health (`tessera mirror status`). Reply: `MirrorStatus`.
+    MirrorStatus,
+    /// Takes data server `ds` out of the cluster's placement (`tessera ds remove N`); with `rebuild`, every
+    /// mirrored replica on it is replaced by a new one on another server, resynced from a surviving copy
+    /// (admins only). Reply: `MirrorStatus`.
+    DsRemove {
+        ds: DsId,
+        rebuild: bool,
+    },
 }
 
 /// Most files one `Declare` names.
@@ -399,6 +425,37 @@ pub enum MdsReply {
     Appended {
         offset: u64,
     },
+    /// A `MirrorMarkStale` is durable: the file's layout generation after it.
+    MirrorMarked {
+        gen: u64,
+    },
+    /// A data server's replicas not in sync (`None`: its copy of version `version` is current).
+    Fences {
+        version: u64,
+        objects: Option<Vec<ObjectId>>,
+    },
+    MirrorStatus(MirrorStatus),
+}
+
+/// What `tessera mirror status` shows.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct MirrorStatus {
+    /// Mirrored files with a replica not in sync.
+    pub degraded_files: u64,
+    /// Replica objects not in sync (stale or resyncing).
+    pub degraded_objects: u64,
+    pub stale: u64,
+    pub resyncing: u64,
+    /// Bytes the replicas not in sync have to copy (their stripes' share of their files' sizes).
+    pub bytes_to_resync: u64,
+    /// Since the MDS started: resyncs finished and the bytes they copied.
+    pub resyncs_done: u64,
+    pub resynced_bytes: u64,
+    /// Bytes copied per second over the last few seconds.
+    pub resync_rate: u64,
+    /// Data servers taken out of placement (`tessera ds remove`).
+    pub removed: Vec<DsId>,
 }
 
 /// What `tessera df --policy` shows: the cluster's placement policy and how its solves went.

@@ -1,0 +1,150 @@
+//! The data server's fences (issue 36): which of its objects are mirrored replicas not in sync, as the
+//! MDS last said. A client call about a mirrored stripe (a read, or a write to it as the primary) is
+//! refused for such an object (`Stale`: the client reads another replica or refreshes its layout), and
+//! every mirrored client call is refused (`Unavailable`) while the list is older than the fence lease —
+//! counted from when this server asked, so the MDS, which waits the lease from when it answered, never
+//! acknowledges a write this server missed while this server could still serve the old bytes. Calls a
+//! primary passes on are never fenced: a resyncing replica is written, and a stale one may be.
+//!
+//! The MDS side, and why: `mds/src/namespace/mirror.rs`.
+
+use bytes::Bytes;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tessera_proto::error::ErrorCode;
+use tessera_proto::msg::{MdsCall, MdsReply, MdsRequest};
+use tessera_proto::rpc::{self, RpcPeer, Tuning};
+use tessera_proto::tls::NodeIdentity;
+use tessera_proto::{Caller, DsId, FsError, FsResult, ObjectId, Origin, Role};
+use tracing::{debug, info};
+
+pub struct Fences {
+    state: Mutex<State>,
+    /// `None`: never fenced (a data server without an MDS, in tests).
+    lease: Option<Duration>,
+}
+
+#[derive(Default)]
+struct State {
+    version: u64,
+    objects: HashSet<ObjectId>,
+    /// When the request of the last answer was sent.
+    fresh_at: Option<Instant>,
+}
+
+impl Fences {
+    /// Fences kept with the MDS, refused until the first answer and after `lease` without one.
+    pub fn new(lease: Duration) -> Fences {
+        Fences { state: Mutex::default(), lease: Some(lease) }
+    }
+
+    /// Nothing fenced, ever (a data server on its own).
+    pub fn open() -> Fences {
+        Fences { state: Mutex::default(), lease: None }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a client may read `object` here, or write it as its primary.
+    pub fn check(&self, object: ObjectId) -> FsResult<()> {
+        let Some(lease) = self.lease else { return Ok(()) };
+        let s = self.state();
+        match s.fresh_at {
+            Some(at) if at.elapsed() <= lease => {}
+            _ => {
+                return Err(FsError::unavailable(format!(
+                    "this data server has not heard from the MDS for {} ms: it serves no mirrored calls",
+                    lease.as_millis()
+                )))
+            }
+        }
+        if s.objects.contains(&object) {
+            return Err(FsError::new(ErrorCode::Stale, format!("the replica object {object} here is not in sync")));
+        }
+        Ok(())
+    }
+
+    /// The version of the list held (0: none yet).
+    pub fn known(&self) -> u64 {
+        self.state().version
+    }
+
+    /// The MDS answered a request sent at `sent`: version `version`, its list (`None`: unchanged).
+    pub fn update(&self, sent: Instant, version: u64, objects: Option<Vec<ObjectId>>) {
+        let mut s = self.state();
+        if let Some(o) = objects {
+            if o.len() != s.objects.len() || version != s.version {
+                info!(version, stale_replicas = o.len(), "replica fences updated");
+            }
+            s.objects = o.into_iter().collect();
+        }
+        s.version = version;
+        s.fresh_at = Some(s.fresh_at.map_or(sent, |t| t.max(sent)));
+    }
+
+    /// Replica objects fenced now.
+    pub fn count(&self) -> usize {
+        self.state().objects.len()
+    }
+}
+
+/// Asks the MDS for this server's fences every quarter of the lease.
+pub fn spawn_fence_task(
+    fences: Arc<Fences>,
+    ds: DsId,
+    identity: &NodeIdentity,
+    mds_addr: SocketAddr,
+    tuning: Tuning,
+    lease: Duration,
+) -> FsResult<tokio::task::JoinHandle<()>> {
+    let endpoint = rpc::client_endpoint(mds_addr.is_ipv6())?;
+    let every = (lease / 4).max(Duration::from_millis(25));
+    // A call that takes longer than the lease is of no use.
+    let tuning = Tuning { call_timeout: lease, connect_timeout: tuning.connect_timeout.min(lease), ..tuning };
+    let peer = RpcPeer::new(endpoint, identity, Role::Mds, mds_addr, tuning)?;
+    Ok(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let sent = Instant::now();
+            let req = MdsRequest::MirrorFences { ds, known: fences.known() };
+            let call = MdsCall { caller: Caller::root(), origin: Origin::default(), req };
+            match peer.call::<_, MdsReply>(&call, Bytes::new()).await {
+                Ok((MdsReply::Fences { version, objects }, _)) => fences.update(sent, version, objects),
+                Ok((other, _)) => debug!("MDS answered MirrorFences with {other:?}"),
+                Err(e) => debug!(mds = %mds_addr, "fences not fetched: {e}"),
+            }
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_is_served_before_the_first_answer_nor_after_the_lease() {
+        let f = Fences::new(Duration::from_millis(50));
+        assert_eq!(f.check(1).unwrap_err().code, ErrorCode::Unavailable);
+        f.update(Instant::now(), 7, Some(vec![2]));
+        f.check(1).unwrap();
+        assert_eq!(f.check(2).unwrap_err().code, ErrorCode::Stale);
+        // An unchanged list keeps the objects and renews the lease.
+        f.update(Instant::now(), 7, None);
+        assert_eq!(f.check(2).unwrap_err().code, ErrorCode::Stale);
+        assert_eq!(f.known(), 7);
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(f.check(1).unwrap_err().code, ErrorCode::Unavailable, "the lease ran out");
+        // The lease counts from when the request was sent, not from the answer.
+        f.update(Instant::now() - Duration::from_millis(60), 8, Some(vec![]));
+        assert_eq!(f.check(1).unwrap_err().code, ErrorCode::Unavailable);
+        f.update(Instant::now(), 8, None);
+        f.check(2).unwrap();
+        Fences::open().check(2).unwrap();
+    }
+}

@@ -1,0 +1,495 @@
+//! Mirrored files at the MDS (issue 36): the replica states a primary reports ([`Namespace::mirror_mark_stale`]),
+//! the fences the data servers fetch ([`Namespace::mirror_fences`]), resync ([`Namespace::resync_pass`]),
+//! rebuild on other servers ([`Namespace::ds_remove`]) and the status (`tessera mirror status`).
+//!
+//! **Never a read from a stale replica.** A write acknowledged without replica R (R missed it) was
+//! acknowledged only after R was marked stale durably *and* R's data server knew it or had stopped
+//! serving mirrored calls. Data servers fetch their list of replicas not in sync (their fences) every
+//! quarter of the fence lease `F` (`[mirror] fence_lease_ms`) and refuse mirrored calls when their
+//! last answer is older than `F` (counted from when they asked). The MDS, having marked R stale, waits
+//! until R's server has fetched the new list or `F` has passed since it last asked ([`FenceTable`]);
+//! after an MDS restart it counts every server as having asked at its start. A client holding an
+//! older layout that still names R in sync is refused by R's server and reads another replica.
+//!
+//! The layout rules themselves (who may report whom, the primary always in sync) are
+//! `tessera_proto::layout::mirror`'s, pure and tested there.
+
+use super::Namespace;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tessera_proto::error::ErrorCode;
+use tessera_proto::layout::{ReplicaState, StripeTarget};
+use tessera_proto::msg::{MdsReply, MirrorStatus};
+use tessera_proto::{DsId, FsError, FsResult, Ino, ObjectId};
+use tokio::sync::Notify;
+use tracing::{info, warn};
+
+/// What each data server knows of the fences (see the module doc).
+pub struct FenceTable {
+    /// Bumped after every committed change of a replica state.
+    version: AtomicU64,
+    /// Per server: when it last asked, and the version it was answered.
+    asked: Mutex<HashMap<DsId, (Instant, u64)>>,
+    started: Instant,
+    lease: Mutex<Duration>,
+    changed: Notify,
+}
+
+impl Default for FenceTable {
+    fn default() -> Self {
+        // A version no data server can hold from an earlier run of the MDS.
+        let v = tessera_proto::types::unix_us();
+        FenceTable {
+            version: AtomicU64::new(v),
+            asked: Mutex::default(),
+            started: Instant::now(),
+            lease: Mutex::new(Duration::from_secs(2)),
+            changed: Notify::new(),
+        }
+    }
+}
+
+impl FenceTable {
+    pub fn set_lease(&self, lease: Duration) {
+        *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = lease;
+    }
+
+    fn lease(&self) -> Duration {
+        *self.lease.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::SeqCst)
+    }
+
+    /// A replica state changed (after its commit): a new version.
+    pub fn bump(&self) -> u64 {
+        self.version.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Server `ds` asked now and is answered with version `v`.
+    pub fn asked(&self, ds: DsId, v: u64) {
+        self.asked.lock().unwrap_or_else(|p| p.into_inner()).insert(ds, (Instant::now(), v));
+        self.changed.notify_waiters();
+    }
+
+    /// When `ds` knows version `v`, or will refuse mirrored calls: `None` if already, else how long
+    /// to wait at most.
+    fn remaining(&self, ds: DsId, v: u64, now: Instant) -> Option<Duration> {
+        let (at, known) =
+            self.asked.lock().unwrap_or_else(|p| p.into_inner()).get(&ds).copied().unwrap_or((self.started, 0));
+        let at = at.max(self.started);
+        if known >= v {
+            return None;
+        }
+        let until = at + self.lease();
+        (until > now).then(|| until - now)
+    }
+
+    /// Waits until `ds` knows version `v` or its fence lease has run out.
+    pub async fn wait_known(&self, ds: DsId, v: u64) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match self.remaining(ds, v, Instant::now()) {
+                None => return,
+                Some(d) => {
+                    let _ = tokio::time::timeout(d, changed).await;
+                }
+            }
+        }
+    }
+}
+
+/// Resync progress since the MDS started (`tessera mirror status`).
+#[derive(Default)]
+pub struct ResyncCounters {
+    pub done: AtomicU64,
+    pub bytes: AtomicU64,
+    /// (when, bytes) of each resync finished recently, for the rate.
+    samples: Mutex<Vec<(Instant, u64)>>,
+    /// Replicas being copied now: (file, replica object).
+    pub running: Mutex<HashSet<(Ino, ObjectId)>>,
+}
+
+impl ResyncCounters {
+    fn record(&self, bytes: u64) {
+        self.done.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        let mut s = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        s.push((now, bytes));
+        s.retain(|&(t, _)| now.duration_since(t) < RATE_WINDOW);
+    }
+
+    /// Bytes per second resynced over the last [`RATE_WINDOW`].
+    fn rate(&self) -> u64 {
+        let s = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let bytes: u64 = s.iter().filter(|&&(t, _)| now.duration_since(t) < RATE_WINDOW).map(|&(_, b)| b).sum();
+        bytes / RATE_WINDOW.as_secs()
+    }
+}
+
+/// What the resync rate is averaged over.
+const RATE_WINDOW: Duration = Duration::from_secs(10);
+
+/// One replica to resync: the file, the stripe, its primary and the replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResyncJob {
+    pub ino: Ino,
+    pub stripe: usize,
+    pub primary: StripeTarget,
+    pub replica: StripeTarget,
+}
+
+impl Namespace {
+    /// `MirrorMarkStale` (see [`tessera_proto::msg::MdsRequest::MirrorMarkStale`]).
+    pub(crate) async fn mirror_mark_stale(&self, from: StripeTarget, missed: Vec<StripeTarget>) -> FsResult<MdsReply> {
+        let r = {
+            let _g = self.lock();
+            let mut tx = self.store.begin();
+            let ino = tx.mirrored_file_of(from.object)?.ok_or_else(|| {
+                FsError::new(ErrorCode::NotFound, format!("object {} is not a mirrored file's", from.object))
+            })?;
+            let mut i = tx.inode(ino)?;
+            let l = i.layout.as_mut().ok_or_else(|| FsError::invalid(format!("inode {ino} has no layout")))?;
+            let changed = l.mark_stale(from, &missed)?;
+            let gen = l.mirror_gen;
+            if changed {
+                tx.put_inode(&i)?;
+                self.commit(tx)?;
+                info!(ino, gen, from = ?from, missed = ?missed, "replicas missed a write: marked stale");
+            }
+            Ok((gen, changed))
+        };
+        let (gen, changed) = self.durable(r).await?;
+        if changed {
+            let v = self.fences.bump();
+            for m in &missed {
+                self.fences.wait_known(m.ds, v).await;
+            }
+        }
+        Ok(MdsReply::MirrorMarked { gen })
+    }
+
+    /// `MirrorFences`: data server `ds`'s replicas not in sync, unless it holds the current version.
+    pub(crate) fn mirror_fences(&self, ds: DsId, known: u64) -> FsResult<MdsReply> {
+        let version = self.fences.version();
+        if known == version {
+            self.fences.asked(ds, version);
+            return Ok(MdsReply::Fences { version, objects: None });
+        }
+        let rd = self.store.begin();
+        let mut objects = Vec::new();
+        for ino in self.store.degraded_files()? {
+            if let Some(l) = rd.get_inode(ino)?.and_then(|i| i.layout) {
+                objects.extend(l.degraded().into_iter().filter(|(_, t, _)| t.ds == ds).map(|(_, t, _)| t.object));
+            }
+        }
+        self.fences.asked(ds, version);
+        Ok(MdsReply::Fences { version, objects: Some(objects) })
+    }
+
+    /// Replicas to resync now: not in sync, not being copied, both servers up (`up`).
+    pub(crate) fn resync_jobs(&self, up: &dyn Fn(DsId) -> bool, max: usize) -> FsResult<Vec<ResyncJob>> {
+        let running = self.resync.running.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let rd = self.store.begin();
+        let mut out = Vec::new();
+        for ino in self.store.degraded_files()? {
+            let Some(l) = rd.get_inode(ino)?.and_then(|i| i.layout) else { continue };
+            for (stripe, replica, _) in l.degraded() {
+                let Some(primary) = l.target(stripe) else { continue };
+                if running.contains(&(ino, replica.object)) || !up(replica.ds) || !up(primary.ds) {
+                    continue;
+                }
+                out.push(ResyncJob { ino, stripe, primary, replica });
+                if out.len() >= max {
+                    return Ok(out);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Resync step 1: the replica is resyncing (written with the others from now on). Returns the
+    /// layout generation and the replicas the primary writes, or `None` if the job is out of date.
+    async fn resync_start(&self, job: ResyncJob) -> FsResult<Option<(u64, Vec<StripeTarget>)>> {
+        let r = {
+            let _g = self.lock();
+            let mut tx = self.store.begin();
+            let mut i = tx.inode(job.ino)?;
+            let Some(l) = i.layout.as_mut() else { return Ok(None) };
+            if l.target(job.stripe) != Some(job.primary) {
+                return Ok(None);
+            }
+            let changed = match l.resync_started(job.stripe, job.replica) {
+                Ok(c) => c,
+                Err(_) => return Ok(None),
+            };
+            let gen = l.mirror_gen;
+            let written: Vec<StripeTarget> =
+                l.mirrors_of(job.stripe).iter().filter(|r| r.state.written()).map(|r| r.target).collect();
+            if changed {
+                tx.put_inode(&i)?;
+                self.commit(tx)?;
+            }
+            Ok(Some((gen, written)))
+        };
+        let r = self.durable(r).await?;
+        self.fences.bump();
+        Ok(r)
+    }
+
+    /// Resync step 3: the copy finished: in sync, unless the replica missed a write meanwhile.
+    async fn resync_finish(&self, job: ResyncJob) -> FsResult<bool> {
+        let r = {
+            let _g = self.lock();
+            let mut tx = self.store.begin();
+            let mut i = tx.inode(job.ino)?;
+            let Some(l) = i.layout.as_mut() else { return Ok(false) };
+            if l.resync_done(job.stripe, job.replica).is_err() {
+                return Ok(false);
+            }
+            tx.put_inode(&i)?;
+            self.commit(tx)?;
+            Ok(true)
+        };
+        let done = self.durable(r).await?;
+        self.fences.bump();
+        Ok(done)
+    }
+
+    /// Resyncs one replica: marks it resyncing, has the primary copy its object to it, marks it in sync.
+    pub(crate) async fn resync_one(&self, job: ResyncJob) -> FsResult<Option<u64>> {
+        let key = (job.ino, job.replica.object);
+        if !self.resync.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key) {
+            return Ok(None);
+        }
+        let r = async {
+            let Some((gen, replicas)) = self.resync_start(job).await? else { return Ok(None) };
+            let bytes = self.data.resync(job.primary.ds, job.primary.object, job.replica, gen, replicas).await?;
+            Ok(self.resync_finish(job).await?.then_some(bytes))
+        }
+        .await;
+        self.resync.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        if let Ok(Some(bytes)) = r {
+            self.resync.record(bytes);
+            info!(ino = job.ino, stripe = job.stripe, replica = ?job.replica, bytes, "replica resynced");
+        }
+        r
+    }
+
+    /// One pass of the resync driver: up to `parallel` replicas copied at once; returns how many
+    /// finished.
+    pub async fn resync_pass(&self, parallel: usize) -> usize {
+        let stats = self.stats.clone();
+        let up = move |ds: DsId| stats.snapshot().iter().any(|s| s.id == ds && !s.silent);
+        let jobs = match self.resync_jobs(&up, parallel.max(1)) {
+            Ok(j) => j,
+            Err(e) => {
+                warn!("listing replicas to resync: {e}");
+                return 0;
+            }
+        };
+        let results = futures::future::join_all(jobs.into_iter().map(|j| self.resync_one(j))).await;
+        let mut n = 0;
+        for r in results {
+            match r {
+                Ok(Some(_)) => n += 1,
+                Ok(None) => {}
+                Err(e) => warn!("resync: {e}"),
+            }
+        }
+        n
+    }
+
+    /// `tessera mirror status`.
+    pub(crate) fn mirror_status(&self) -> FsResult<MirrorStatus> {
+        let rd = self.store.begin();
+        let mut st = MirrorStatus::default();
+        for ino in self.store.degraded_files()? {
+            let Some(i) = rd.get_inode(ino)? else { continue };
+            let Some(l) = &i.layout else { continue };
+            let d = l.degraded();
+            if d.is_empty() {
+                continue;
+            }
+            st.degraded_files += 1;
+            for (stripe, _, state) in d {
+                st.degraded_objects += 1;
+                match state {
+                    ReplicaState::Stale => st.stale += 1,
+                    ReplicaState::Resyncing => st.resyncing += 1,
+                    ReplicaState::InSync => {}
+                }
+                st.bytes_to_resync += l.object_size(stripe, i.attr.size);
+            }
+        }
+        st.resyncs_done = self.resync.done.load(Ordering::Relaxed);
+        st.resynced_bytes = self.resync.bytes.load(Ordering::Relaxed);
+        st.resync_rate = self.resync.rate();
+        st.removed = self.removed_servers()?;
+        Ok(st)
+    }
+
+    /// Data servers taken out of placement (`tessera ds remove`).
+    pub(crate) fn removed_servers(&self) -> FsResult<Vec<DsId>> {
+        Ok(self.store.removed_servers()?.into_iter().collect())
+    }
+
+    /// `tessera ds remove N [--rebuild]`: `ds` leaves placement for good; with `rebuild`, each mirrored
+    /// replica on it is replaced by a new object on another server (distinct from the stripe's other
+    /// replicas, the least full first), stale until the resync driver has copied it.
+    pub(crate) async fn ds_remove(&self, ds: DsId, rebuild: bool) -> FsResult<MdsReply> {
+        if !self.stats.is_configured(ds) {
+            return Err(FsError::invalid(format!("data server {ds} is not in the configuration")));
+        }
+        let r = {
+            let _g = self.lock();
+            let mut tx = self.store.begin();
+            tx.set_removed(ds, true);
+            let mut moved = 0u64;
+            if rebuild {
+                let removed: HashSet<DsId> = self.store.removed_servers()?.into_iter().chain([ds]).collect();
+                // Free bytes per server, updated as replicas are given out (spread over the servers).
+                let mut free: BTreeMap<DsId, i128> = self
+                    .stats
+                    .snapshot()
+                    .iter()
+                    .filter(|s| !removed.contains(&s.id) && !s.silent)
+                    .map(|s| (s.id, s.report.as_ref().map_or(0, |r| i128::from(r.free))))
+                    .collect();
+                for ino in self.store.mirrored_files()? {
+                    let Some(mut i) = tx.get_inode(ino)? else { continue };
+                    let size = i.attr.size;
+                    let Some(l) = i.layout.as_mut() else { continue };
+                    let mut changed = false;
+                    for stripe in 0..l.stripe_count() {
+                        let reps = l.replicas(stripe);
+                        let Some(old) = reps.iter().find(|r| r.target.ds == ds).map(|r| r.target) else { continue };
+                        let taken: HashSet<DsId> = reps.iter().map(|r| r.target.ds).collect();
+                        let Some((&to, _)) = free.iter().filter(|(d, _)| !taken.contains(d)).max_by_key(|(_, f)| **f)
+                        else {
+                            warn!(ino, stripe, "no data server left to rebuild a replica on");
+                            continue;
+                        };
+                        let bytes = l.object_size(stripe, size);
+                        if l.target(stripe) == Some(old) {
+                            // The primary is leaving: an in-sync replica takes its place first.
+                            let Some(other) = reps.iter().skip(1).find(|r| r.state == ReplicaState::InSync) else {
+                                warn!(ino, stripe, "the primary is the only copy in sync: not rebuilt");
+                                continue;
+                            };
+                            l.mark_stale(other.target, &[old])?;
+                        }
+                        let new = StripeTarget { ds: to, object: tessera_proto::object_in(0, self.store.new_id()?) };
+                        l.replace_replica(stripe, old, new)?;
+                        tx.unindex_object(old.object);
+                        tx.destroy_objects(ds, vec![old.object])?;
+                        *free.entry(to).or_default() -= i128::from(bytes);
+                        changed = true;
+                        moved += 1;
+                    }
+                    if changed {
+                        tx.put_inode(&i)?;
+                    }
+                }
+            }
+            self.commit(tx)?;
+            Ok(moved)
+        };
+        let moved = self.durable(r).await?;
+        self.fences.bump();
+        self.stats.remove_server(ds);
+        info!(ds, rebuild, replicas = moved, "data server removed");
+        Ok(MdsReply::MirrorStatus(self.mirror_status()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::namespace::tests::open_ns;
+    use tessera_proto::layout::{Layout, LayoutSpec};
+    use tessera_proto::msg::MdsRequest;
+    use tessera_proto::{Caller, FileKind, ROOT_INO};
+
+    async fn mirrored_file(ns: &Namespace, name: &str) -> (Ino, Layout) {
+        let layout = Some(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(2), mirrors: Some(2) });
+        let req = MdsRequest::Create {
+            parent: ROOT_INO,
+            name: name.into(),
+            kind: FileKind::File,
+            perm: 0o644,
+            rdev: 0,
+            exclusive: true,
+            layout,
+        };
+        match ns.handle(&Caller::root(), req).await.unwrap() {
+            MdsReply::Entry { attr, layout: Some(l) } => (attr.ino, l),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn layout_of(ns: &Namespace, ino: Ino) -> Layout {
+        ns.store.begin().inode(ino).unwrap().layout.unwrap()
+    }
+
+    fn fenced(ns: &Namespace, ds: DsId) -> Vec<ObjectId> {
+        match ns.mirror_fences(ds, 0).unwrap() {
+            MdsReply::Fences { objects: Some(o), .. } => o,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missed_replica_is_fenced_until_resynced_and_a_removed_server_is_rebuilt_elsewhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ns, data) = open_ns(dir.path());
+        ns.fences.set_lease(Duration::from_millis(100));
+        let (ino, l) = mirrored_file(&ns, "f").await;
+        let (p, r) = (l.target(0).unwrap(), l.mirrors_of(0)[0].target);
+        assert!(fenced(&ns, r.ds).is_empty());
+        data.objects.lock().unwrap().insert((p.ds, p.object), 4096);
+
+        // The primary reports r missing: stale, durable, fenced at r's server.
+        let reply = ns.mirror_mark_stale(p, vec![r]).await.unwrap();
+        assert_eq!(reply, MdsReply::MirrorMarked { gen: 1 });
+        assert_eq!(layout_of(&ns, ino).replica_state(0, r), Some(ReplicaState::Stale));
+        assert_eq!(fenced(&ns, r.ds), vec![r.object]);
+        let st = ns.mirror_status().unwrap();
+        assert_eq!((st.degraded_files, st.degraded_objects, st.stale), (1, 1, 1));
+        // Only the file's own replicas may report, only in-sync ones.
+        assert_eq!(
+            ns.mirror_mark_stale(StripeTarget { ds: 0, object: 999_999 }, vec![]).await.unwrap_err().code,
+            ErrorCode::NotFound
+        );
+        assert_eq!(ns.mirror_mark_stale(r, vec![p]).await.unwrap_err().code, ErrorCode::Stale);
+
+        // The resync driver copies it back: in sync, no longer fenced.
+        assert_eq!(ns.resync_pass(4).await, 1);
+        assert_eq!(data.objects.lock().unwrap().get(&(r.ds, r.object)), Some(&4096));
+        assert!(layout_of(&ns, ino).degraded().is_empty());
+        assert!(fenced(&ns, r.ds).is_empty());
+        let st = ns.mirror_status().unwrap();
+        assert_eq!((st.degraded_objects, st.resyncs_done, st.resynced_bytes), (0, 1, 4096));
+
+        // The primary's server is removed with a rebuild: r is the primary now, and a new replica on
+        // a third server is resynced from it.
+        ns.ds_remove(p.ds, true).await.unwrap();
+        let after = layout_of(&ns, ino);
+        assert_eq!(after.target(0), Some(r));
+        assert!(after.all_objects().all(|t| t.ds != p.ds), "{after:?}");
+        assert!(ns.mirror_status().unwrap().stale >= 1);
+        assert!(ns.resync_pass(4).await >= 1);
+        assert!(layout_of(&ns, ino).degraded().is_empty());
+        assert_eq!(ns.mirror_status().unwrap().removed, vec![p.ds]);
+        // Gone from the index with the file.
+        ns.handle(&Caller::root(), MdsRequest::Unlink { parent: ROOT_INO, name: "f".into() }).await.unwrap();
+        assert_eq!(ns.store.begin().mirrored_file_of(r.object).unwrap(), None);
+    }
+}
