@@ -5,10 +5,17 @@
 //! reader skips the dead replica. A one-copy file beside it keeps today's layout.
 
 use bytes::Bytes;
+use std::io::Write;
+use std::time::{Duration, Instant};
+use tessera_client::Client;
 use tessera_client::OpenOptions;
 use tessera_proto::config::Defaults;
+use tessera_proto::error::ErrorCode;
 use tessera_proto::layout::ReplicaState;
+use tessera_proto::layout::{Layout, StripeTarget};
+use tessera_proto::msg::MirrorCall;
 use tessera_proto::msg::{DsCall, DsReply, DsRequest};
+use tessera_test_support::mount::{require_fuse, Mount};
 use tessera_test_support::{pattern, Cluster};
 
 fn tessera(cluster: &Cluster, args: &[&str]) -> String {
@@ -69,7 +76,13 @@ async fn a_mirrored_file_is_written_to_every_replica_and_read_through_a_dead_one
     // A client may not pose as a primary passing a write on.
     let r = &l.mirrors_of(0)[0].target;
     let forged = DsCall {
-        mirror: Some(tessera_proto::msg::MirrorCall { gen: 0, stripe: 0, replicas: vec![], from_primary: true }),
+        mirror: Some(tessera_proto::msg::MirrorCall {
+            gen: 0,
+            stripe: 0,
+            replicas: vec![],
+            from_primary: true,
+            failed: vec![],
+        }),
         ..DsCall::new(r.ds, DsRequest::Write { tag: tag.clone(), object: r.object, offset: 0, sync: false })
     };
     let e = c.data().route().send(forged, Bytes::from_static(b"evil"), 4).await.unwrap_err();
@@ -96,4 +109,156 @@ async fn a_mirrored_file_is_written_to_every_replica_and_read_through_a_dead_one
     if pl.all_targets().any(|t| t.ds == victim) {
         assert!(reader.read_file("/p/g").await.is_err());
     }
+}
+
+/// One replica's object bytes (up to 8 MiB), read directly (no mirror envelope: no fence applies).
+async fn object_bytes(c: &Client, tag: &tessera_proto::IoTag, t: StripeTarget) -> Bytes {
+    let req = DsRequest::Read { tag: tag.clone(), object: t.object, offset: 0, len: 8 << 20 };
+    // A connection lost to a server killed earlier fails once; the next call connects again.
+    let mut r = c.data().route().call(t.ds, req.clone(), Bytes::new()).await;
+    if r.as_ref().is_err_and(|e| e.code != ErrorCode::NotFound) {
+        r = c.data().route().call(t.ds, req, Bytes::new()).await;
+    }
+    match r {
+        Ok((_, b)) => b,
+        Err(e) if e.code == ErrorCode::NotFound => Bytes::new(),
+        Err(e) => panic!("reading {t:?}: {e}"),
+    }
+}
+
+/// A read of replica `t` as a client of the mirrored file makes it: refused while `t` is not in sync,
+/// else the primary's bytes. Fails the test if a stale replica's bytes are ever served.
+async fn check_never_stale(c: &Client, tag: &tessera_proto::IoTag, l: &Layout, stripe: usize, t: StripeTarget) {
+    let m =
+        MirrorCall { gen: l.mirror_gen, stripe: stripe as u32, replicas: vec![], from_primary: false, failed: vec![] };
+    let call = DsCall {
+        mirror: Some(m),
+        ..DsCall::new(t.ds, DsRequest::Read { tag: tag.clone(), object: t.object, offset: 0, len: 8 << 20 })
+    };
+    match c.data().route().send(call, Bytes::new(), 0).await {
+        Err(e) => assert!(matches!(e.code, ErrorCode::Stale | ErrorCode::Unavailable | ErrorCode::TimedOut), "{e}"),
+        Ok((_, chunks)) => {
+            let served = tessera_proto::frame::concat(chunks);
+            // The primary now (the layout may have moved on): what every in-sync replica holds.
+            let now = c.get_layout("/f").await.unwrap();
+            let primary = now.target(stripe).unwrap();
+            let truth = object_bytes(c, tag, primary).await;
+            assert!(
+                served == truth,
+                "replica {t:?} of stripe {stripe} served {} bytes that are not the primary's {}",
+                served.len(),
+                truth.len()
+            );
+        }
+    }
+}
+
+/// Polls `tessera mirror status --json` until no replica is degraded.
+fn wait_in_sync(cluster: &Cluster, within: Duration) -> Duration {
+    let t = Instant::now();
+    loop {
+        let s = tessera(cluster, &["mirror", "status", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(s.trim()).unwrap_or_else(|e| panic!("{e}: {s}"));
+        if v["degraded_objects"] == 0 && v["bytes_to_resync"] == 0 {
+            return t.elapsed();
+        }
+        assert!(t.elapsed() < within, "replicas still not in sync after {within:?}: {s}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Every replica of every stripe holds the same bytes, and all are in sync.
+async fn assert_replicas_identical(c: &Client, tag: &tessera_proto::IoTag) {
+    let l = c.get_layout("/f").await.unwrap();
+    for k in 0..l.stripe_count() {
+        let reps = l.replicas(k);
+        assert!(reps.iter().all(|r| r.state == ReplicaState::InSync), "stripe {k}: {reps:?}");
+        let first = object_bytes(c, tag, reps[0].target).await;
+        for r in &reps[1..] {
+            assert!(object_bytes(c, tag, r.target).await == first, "stripe {k}: replica {:?} differs", r.target);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(tessera_fuse), ignore = "needs /dev/fuse and root or fusermount3")]
+async fn a_mount_writes_through_a_killed_replica_then_it_resyncs_and_a_wiped_store_is_rebuilt() {
+    require_fuse();
+    let defaults = Defaults {
+        stripe_size: 64 << 10,
+        stripe_count: 2,
+        placement: tessera_proto::config::Placement::RoundRobin,
+        mirrors: 2,
+    };
+    let mut cluster = Cluster::start_with(3, defaults);
+    let mount = Mount::new(&cluster, "w");
+    let c = cluster.client().await;
+    let data = pattern(11, 4 << 20);
+    let first = 1 << 20;
+
+    // The first MiB with every replica up.
+    let path = mount.p("f");
+    let mut f = std::fs::File::create(&path).unwrap();
+    f.write_all(&data[..first]).unwrap();
+    f.sync_all().unwrap();
+    let l = c.get_layout("/f").await.unwrap();
+    assert_eq!(l.mirror_count, 2, "{l:?}");
+    let ino = c.stat("/f").await.unwrap().ino;
+    let tag = tessera_proto::IoTag { origin: c.mds().origin().clone(), ino };
+
+    // kill -9 of the server of stripe 0's second replica, mid-file: the rest is written, no error.
+    let victim = l.mirrors_of(0)[0].target.ds;
+    cluster.kill9_ds(victim as usize);
+    let t = Instant::now();
+    let mut longest = Duration::ZERO;
+    for piece in data[first..].chunks(256 << 10) {
+        let w = Instant::now();
+        f.write_all(piece).unwrap();
+        f.sync_all().unwrap();
+        longest = longest.max(w.elapsed());
+    }
+    drop(f);
+    eprintln!("wrote 3 MiB with data server {victim} killed in {:?}, longest write+fsync {longest:?}", t.elapsed());
+    let reader = cluster.client().await;
+    assert!(reader.read_file("/f").await.unwrap() == data, "the file read back is not what was written");
+    let shown = tessera(&cluster, &["getstripe", "/f"]);
+    assert!(shown.contains("stale"), "{shown}");
+    let status = tessera(&cluster, &["mirror", "status", "--json"]);
+    assert!(!status.contains("\"degraded_objects\":0"), "{status}");
+
+    // The server comes back: its replicas are refused to readers until resynced, then identical.
+    cluster.start_ds(victim as usize);
+    let stale = c.get_layout("/f").await.unwrap();
+    for k in 0..stale.stripe_count() {
+        for r in stale.mirrors_of(k).iter().filter(|r| r.state != ReplicaState::InSync) {
+            check_never_stale(&c, &tag, &l, k, r.target).await;
+        }
+    }
+    let took = wait_in_sync(&cluster, Duration::from_secs(60));
+    eprintln!("resynced in {took:?}");
+    assert_replicas_identical(&c, &tag).await;
+    assert!(!tessera(&cluster, &["getstripe", "/f"]).contains("stale"));
+
+    // A lost disk: another server killed, its store wiped, started empty. Every byte still reads, and
+    // the file returns to two copies.
+    let l = c.get_layout("/f").await.unwrap();
+    let wiped = l.targets[0].ds;
+    cluster.kill9_ds(wiped as usize);
+    let dir = cluster.ds_data_dir(wiped as usize);
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    cluster.start_ds(wiped as usize);
+    let reader = cluster.client().await;
+    assert!(reader.read_file("/f").await.unwrap() == data, "read after the wipe is not the file");
+    for k in 0..l.stripe_count() {
+        for r in l.replicas(k).iter().filter(|r| r.target.ds == wiped) {
+            check_never_stale(&reader, &tag, &l, k, r.target).await;
+        }
+    }
+    let took = wait_in_sync(&cluster, Duration::from_secs(60));
+    eprintln!("wiped store rebuilt in {took:?}");
+    assert_replicas_identical(&reader, &tag).await;
+    let got = std::fs::read(mount.p("f")).unwrap();
+    assert!(got == data, "the mount reads back {} bytes, not the file", got.len());
+    assert!(cluster.all_alive());
 }

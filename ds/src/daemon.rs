@@ -139,8 +139,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     ));
     // Mirrored client calls wait for the first list of this server's replicas not in sync.
     let fences = Arc::new(fence::Fences::new(config.mirror.fence_lease()));
-    let fence_task =
-        fence::spawn_fence_task(fences.clone(), args.id, &identity, mds_addr, tuning, config.mirror.fence_lease())?;
+    let store_id =
+        fence::store_identity(&data_dir).with_context(|| format!("store identity in {}", data_dir.display()))?;
+    let fence_task = fence::spawn_fence_task(
+        fences.clone(),
+        args.id,
+        store_id,
+        &identity,
+        mds_addr,
+        tuning,
+        config.mirror.fence_lease(),
+    )?;
     let service = Arc::new(
         server::DsService::new(reporter, data_path, opts.sync_writes)
             .with_replicator(replicator)

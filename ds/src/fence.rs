@@ -92,10 +92,38 @@ impl Fences {
     }
 }
 
+/// The identity of the object store in `data_dir` (`store-id`, made on first use): a store that
+/// starts empty gets a new one, and the MDS then counts every replica it held as lost.
+pub fn store_identity(data_dir: &std::path::Path) -> std::io::Result<u64> {
+    let path = data_dir.join("store-id");
+    match std::fs::read_to_string(&path) {
+        Ok(s) => s.trim().parse().map_err(|e| std::io::Error::other(format!("{}: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(data_dir)?;
+            let mut b = [0u8; 8];
+            // SAFETY: getrandom writes at most b.len() bytes into b.
+            let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+            let id = if n == 8 {
+                u64::from_ne_bytes(b)
+            } else {
+                tessera_proto::types::unix_us() ^ u64::from(std::process::id()) << 40
+            }
+            .max(1);
+            let tmp = data_dir.join("store-id.tmp");
+            std::fs::write(&tmp, format!("{id}\n"))?;
+            std::fs::File::open(&tmp)?.sync_all()?;
+            std::fs::rename(&tmp, &path)?;
+            Ok(id)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Asks the MDS for this server's fences every quarter of the lease.
 pub fn spawn_fence_task(
     fences: Arc<Fences>,
     ds: DsId,
+    store: u64,
     identity: &NodeIdentity,
     mds_addr: SocketAddr,
     tuning: Tuning,
@@ -112,7 +140,7 @@ pub fn spawn_fence_task(
         loop {
             tick.tick().await;
             let sent = Instant::now();
-            let req = MdsRequest::MirrorFences { ds, known: fences.known() };
+            let req = MdsRequest::MirrorFences { ds, known: fences.known(), store };
             let call = MdsCall { caller: Caller::root(), origin: Origin::default(), req };
             match peer.call::<_, MdsReply>(&call, Bytes::new()).await {
                 Ok((MdsReply::Fences { version, objects }, _)) => fences.update(sent, version, objects),

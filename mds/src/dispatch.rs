@@ -166,7 +166,7 @@ pub(crate) async fn serve(cx: &Context<'_>, req: MdsRequest) -> FsResult<MdsRepl
         Q::JobStats { job } => Ok(MdsReply::Jobs(remote()?.svc.jobs.info(job.as_deref(), ns.store()))),
         // Handler::Mirror
         Q::MirrorMarkStale { from, missed } => ns.mirror_mark_stale(from, missed).await,
-        Q::MirrorFences { ds, known } => ns.mirror_fences(ds, known),
+        Q::MirrorFences { ds, known, store } => ns.mirror_fences_of(ds, known, store).await,
         Q::MirrorStatus => ns.mirror_status().map(MdsReply::MirrorStatus),
         Q::DsRemove { ds, rebuild } => ns.ds_remove(ds, rebuild).await,
     }

@@ -194,6 +194,66 @@ impl Namespace {
         Ok(MdsReply::Fences { version, objects: Some(objects) })
     }
 
+    /// `MirrorFences` with the server's store identity: a store not seen before under a known server
+    /// was lost (wiped or replaced), so every replica it held is stale first ([`Namespace::lost_store`]).
+    pub(crate) async fn mirror_fences_of(&self, ds: DsId, known: u64, store: u64) -> FsResult<MdsReply> {
+        if !self.stats.is_configured(ds) {
+            return Err(FsError::invalid(format!("data server {ds} is not in the configuration")));
+        }
+        let prev = self.store.begin().server_store(ds)?;
+        if prev == Some(store) {
+            return self.mirror_fences(ds, known);
+        }
+        let r = {
+            let _g = self.lock();
+            let lost = match prev {
+                Some(old) => {
+                    warn!(ds, old, new = store, "data server's object store is new: every replica it held is stale");
+                    self.lost_store(ds)?
+                }
+                None => Vec::new(),
+            };
+            let mut tx = self.store.begin();
+            tx.set_server_store(ds, store);
+            for i in &lost {
+                tx.put_inode(i)?;
+            }
+            self.commit(tx)?;
+            Ok(())
+        };
+        self.durable(r).await?;
+        self.fences.bump();
+        self.mirror_fences(ds, 0)
+    }
+
+    /// Every mirrored file with a replica on `ds` not yet stale, with those replicas marked stale (each
+    /// reported by an in-sync replica elsewhere; a stripe with none left is lost and logged). Under the
+    /// mutation lock.
+    fn lost_store(&self, ds: DsId) -> FsResult<Vec<crate::store::Inode>> {
+        let rd = self.store.begin();
+        let mut out = Vec::new();
+        for ino in self.store.mirrored_files()? {
+            let Some(mut i) = rd.get_inode(ino)? else { continue };
+            let Some(l) = i.layout.as_mut() else { continue };
+            let mut changed = false;
+            for stripe in 0..l.stripe_count() {
+                let reps = l.replicas(stripe);
+                for t in reps.iter().filter(|r| r.target.ds == ds && r.state != ReplicaState::Stale).map(|r| r.target) {
+                    let from =
+                        l.replicas(stripe).into_iter().find(|r| r.target.ds != ds && r.state == ReplicaState::InSync);
+                    match from {
+                        Some(from) => changed |= l.mark_stale(from.target, &[t])?,
+                        None => warn!(ino, stripe, ds, "the only in-sync replica of this stripe was on the lost store"),
+                    }
+                }
+            }
+            if changed {
+                out.push(i);
+            }
+        }
+        Ok(out)
+    }
+
     /// Replicas to resync now: not in sync, not being copied, both servers up (`up`).
     pub(crate) fn resync_jobs(&self, up: &dyn Fn(DsId) -> bool, max: usize) -> FsResult<Vec<ResyncJob>> {
         let running = self.resync.running.lock().unwrap_or_else(|p| p.into_inner()).clone();

@@ -32,7 +32,7 @@ use commit::GroupCommit;
 use overlay::{apply_pending, apply_writes, Overlay, PendingEntry};
 use records::{
     composite_key, dec, enc, orphan_key, prefixed_key, DEGRADED_PREFIX, MIRROR_OBJECT_PREFIX, ORPHAN_PREFIX,
-    REMOVED_PREFIX, TREE_NAMES,
+    REMOVED_PREFIX, STORE_ID_PREFIX, TREE_NAMES,
 };
 use sled::{Db, Tree};
 use std::collections::BTreeMap;
@@ -306,6 +306,18 @@ impl<'a> Txn<'a> {
     /// Drops object `object` from the mirrored files' index (a replica replaced by another).
     pub fn unindex_object(&mut self, object: ObjectId) {
         self.del(T::Meta, &prefixed_key(MIRROR_OBJECT_PREFIX, object));
+    }
+
+    /// Data server `ds`'s object store identity as last seen.
+    pub fn server_store(&self, ds: DsId) -> FsResult<Option<u64>> {
+        Ok(self
+            .get(T::Meta, &prefixed_key(STORE_ID_PREFIX, u64::from(ds)))?
+            .and_then(|v| <[u8; 8]>::try_from(&v[..]).ok())
+            .map(u64::from_be_bytes))
+    }
+
+    pub fn set_server_store(&mut self, ds: DsId, id: u64) {
+        self.put(T::Meta, &prefixed_key(STORE_ID_PREFIX, u64::from(ds)), id.to_be_bytes().to_vec());
     }
 
     /// Takes data server `ds` out of placement for good (or back in).

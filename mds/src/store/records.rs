@@ -107,6 +107,9 @@ pub(super) const DEGRADED_PREFIX: &[u8] = b"mdeg";
 /// Data servers taken out of placement (`dsrm` ++ ds BE as u64 → nothing).
 pub(super) const REMOVED_PREFIX: &[u8] = b"dsrm";
 
+/// Each data server's object store identity as last seen (`dsid` ++ ds BE as u64 → id BE).
+pub(super) const STORE_ID_PREFIX: &[u8] = b"dsid";
+
 pub(super) fn prefixed_key(prefix: &[u8], id: u64) -> Vec<u8> {
     let mut k = prefix.to_vec();
     k.extend_from_slice(&id.to_be_bytes());

@@ -258,6 +258,9 @@ pub enum MdsRequest {
     MirrorFences {
         ds: DsId,
         known: u64,
+        /// The identity of the server's object store (made when its data directory was first used): a
+        /// new one means the store was lost (a wiped or replaced disk), and every replica on it is stale.
+        store: u64,
     },
     /// Mirrored files' health (`tessera mirror status`). Reply: `MirrorStatus`.
     MirrorStatus,
