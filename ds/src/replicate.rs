@@ -441,22 +441,14 @@ impl Replicator {
     /// A resync (see the module doc) of this server's `object` to replica `to`, `rate` bytes/s at most
     /// (0: unthrottled): `read(offset, len)` reads the object here, `size()` its size. Returns the bytes
     /// copied.
-    pub async fn resync<R, RF, S, SF>(
-        &self,
-        object: ObjectId,
-        to: StripeTarget,
-        gen: u64,
-        replicas: Vec<StripeTarget>,
-        rate: u64,
-        read: R,
-        size: S,
-    ) -> FsResult<u64>
+    pub async fn resync<R, RF, S, SF>(&self, order: ResyncOrder, rate: u64, read: R, size: S) -> FsResult<u64>
     where
         R: Fn(u64, u32) -> RF,
         RF: Future<Output = FsResult<Bytes>>,
         S: Fn() -> SF,
         SF: Future<Output = FsResult<u64>>,
     {
+        let ResyncOrder { object, to, gen, replicas } = order;
         if to.ds == self.me || !replicas.contains(&to) {
             return Err(FsError::invalid(format!(
                 "resync to {}:{} which is not among the replicas to write",
@@ -505,6 +497,14 @@ impl Replicator {
             r => Err(FsError::io(format!("resync fsync on data server {} answered {r:?}", to.ds))),
         }
     }
+}
+
+/// A resync the MDS asked for ([`DsRequest::Resync`]).
+pub struct ResyncOrder {
+    pub object: ObjectId,
+    pub to: StripeTarget,
+    pub gen: u64,
+    pub replicas: Vec<StripeTarget>,
 }
 
 /// What a resync copies per step (one range held at a time).

@@ -349,7 +349,7 @@ impl DsService {
             let store = store.clone();
             async move { store.stat(object).await.map(|(_, size)| size) }
         };
-        rep.resync(object, to, gen, replicas, self.resync_rate, read, size).await
+        rep.resync(replicate::ResyncOrder { object, to, gen, replicas }, self.resync_rate, read, size).await
     }
 
     /// Removes objects from the targets holding them (all are checked before any is removed).
