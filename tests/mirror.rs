@@ -260,5 +260,25 @@ async fn a_mount_writes_through_a_killed_replica_then_it_resyncs_and_a_wiped_sto
     assert_replicas_identical(&reader, &tag).await;
     let got = std::fs::read(mount.p("f")).unwrap();
     assert!(got == data, "the mount reads back {} bytes, not the file", got.len());
+
+    // fsck --verify-mirrors: clean now; a replica changed behind the file's back (same size, other
+    // bytes) is found by checksum only, and --repair resyncs it from the primary.
+    let fsck = |args: &[&str]| tessera_test_support::up::tessera(&cluster.files.client_config, args);
+    let clean = fsck(&["fsck", "--verify-mirrors", "--json"]);
+    assert!(clean.status.success(), "{}", String::from_utf8_lossy(&clean.stdout));
+    let l = reader.get_layout("/f").await.unwrap();
+    let r = l.mirrors_of(0)[0].target;
+    let req = DsRequest::Write { tag: tag.clone(), object: r.object, offset: 10, sync: true };
+    reader.data().route().call(r.ds, req, Bytes::from_static(b"evil")).await.unwrap();
+    assert!(fsck(&["fsck"]).status.success(), "sizes alone cannot see it");
+    let found = fsck(&["fsck", "--verify-mirrors", "--json"]);
+    let out = String::from_utf8_lossy(&found.stdout).to_string();
+    assert_eq!(found.status.code(), Some(4), "{out}");
+    assert!(out.contains("mirror-checksum"), "{out}");
+    let fixed = fsck(&["fsck", "--verify-mirrors", "--repair"]);
+    assert_eq!(fixed.status.code(), Some(1), "{}", String::from_utf8_lossy(&fixed.stdout));
+    wait_in_sync(&cluster, Duration::from_secs(60));
+    assert_replicas_identical(&reader, &tag).await;
+    assert!(fsck(&["fsck", "--verify-mirrors"]).status.success());
     assert!(cluster.all_alive());
 }

@@ -263,6 +263,11 @@ enum Cmd {
         /// "omitted", "inodes", "entries", "objects", "servers", "passes", "elapsed_ms"}.
         #[arg(long)]
         json: bool,
+        /// Also compare every mirrored stripe's in-sync replicas by checksum (each object read whole on
+        /// its data server), not only by size; with --repair, a replica that differs is marked stale and
+        /// resynced from the primary.
+        #[arg(long)]
+        verify_mirrors: bool,
     },
     /// Running programs as the orchestrator sees them: per-server SL/RD, eligibility, slice share.
     Jobs {
@@ -979,7 +984,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         }
         Cmd::Df { jobs, json, policy } => df(&c, jobs, json, policy).await?,
         Cmd::Ping => return ping(&c).await,
-        Cmd::Fsck { repair, json } => return fsck(&c, repair, json).await,
+        Cmd::Fsck { repair, json, verify_mirrors } => return fsck(&c, repair, json, verify_mirrors).await,
         Cmd::Jobs { periodic: true, watch: false } => print!("{}", periodic_text(&c).await?),
         Cmd::Jobs { periodic: true, watch: true } => {
             crate::watch::every_second(|| async { periodic_text(&c).await.unwrap_or_else(|e| format!("{}\n", e.msg)) })
@@ -1683,11 +1688,15 @@ fn admin_hint(e: FsError) -> CliError {
     CliError::plain(e)
 }
 
-async fn fsck(c: &Client, repair: bool, json: bool) -> CliResult<ExitCode> {
+async fn fsck(c: &Client, repair: bool, json: bool, verify_mirrors: bool) -> CliResult<ExitCode> {
     if !json {
-        eprintln!("checking the namespace and every data server's objects{}...", if repair { " (repair)" } else { "" });
+        eprintln!(
+            "checking the namespace and every data server's objects{}{}...",
+            if verify_mirrors { ", mirrored replicas by checksum" } else { "" },
+            if repair { " (repair)" } else { "" }
+        );
     }
-    let r = c.mds().fsck(repair).await.map_err(admin_hint)?;
+    let r = c.mds().fsck_with(repair, verify_mirrors).await.map_err(admin_hint)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r).map_err(CliError::error)?);
     } else {

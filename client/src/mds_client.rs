@@ -517,7 +517,13 @@ impl MdsClient {
     /// Checks the namespace against itself and the data servers' objects; with `repair`, fixes what it
     /// finds (`tessera fsck`; admin certificate, or a root caller).
     pub async fn fsck(&self, repair: bool) -> FsResult<FsckReport> {
-        match self.call(MdsRequest::Fsck { repair }).await? {
+        self.fsck_with(repair, false).await
+    }
+
+    /// [`MdsClient::fsck`], comparing mirrored stripes' in-sync replicas by checksum too
+    /// (`verify_mirrors`).
+    pub async fn fsck_with(&self, repair: bool, verify_mirrors: bool) -> FsResult<FsckReport> {
+        match self.call(MdsRequest::Fsck { repair, verify_mirrors }).await? {
             MdsReply::Fsck(r) => Ok(r),
             r => Err(unexpected("Fsck", r)),
         }

@@ -313,6 +313,10 @@ impl DsService {
                 Err(e) => Err(e),
             },
             DsRequest::JobTrace { job, set, after, max } => self.path.job_traces.request(&job, set, after, max),
+            DsRequest::Checksum { object } => match check_privileged(role) {
+                Ok(()) => self.checksum(object).await.map(|(size, crc32)| DsReply::Checksum { size, crc32 }),
+                Err(e) => Err(e),
+            },
             DsRequest::Resync { object, to, gen, replicas } => match role {
                 Role::Mds => self.resync(object, to, gen, replicas).await.map(|bytes| DsReply::Resynced { bytes }),
                 other => Err(FsError::perm(format!("role {other} may not start a resync (mds only)"))),
@@ -326,6 +330,23 @@ impl DsService {
             },
         };
         (r, Bytes::new())
+    }
+
+    /// `object`'s size and the CRC-32 of its bytes, read whole (a missing object: 0 bytes).
+    async fn checksum(&self, object: ObjectId) -> FsResult<(u64, u32)> {
+        let store = self.store(object)?;
+        let (exists, size) = store.stat(object).await?;
+        let mut h = crc32fast::Hasher::new();
+        let mut at = 0u64;
+        while exists && at < size {
+            let data = store.read(object, at, replicate::RESYNC_CHUNK as usize).await?;
+            if data.is_empty() {
+                break;
+            }
+            h.update(&data);
+            at += data.len() as u64;
+        }
+        Ok((size, h.finalize()))
     }
 
     /// Copies this server's `object` (a mirrored stripe's primary) to replica `to` (see

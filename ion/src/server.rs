@@ -80,6 +80,7 @@ impl IonService {
             | DsRequest::Remove { .. }
             | DsRequest::Serve(_)
             | DsRequest::Resync { .. }
+            | DsRequest::Checksum { .. }
             | DsRequest::ListObjects { .. } => {
                 error(FsError::perm("forwarding nodes pass on only clients' data requests"))
             }

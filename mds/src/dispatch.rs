@@ -112,7 +112,7 @@ pub(crate) async fn serve(cx: &Context<'_>, req: MdsRequest) -> FsResult<MdsRepl
         Q::ClusterStatus => Ok(MdsReply::Cluster(ns.stats().cluster_status())),
         Q::PlacementStatus => Ok(MdsReply::Placement(ns.placer().status())),
         Q::Declare { files } => ns.declare(c, files),
-        Q::Fsck { repair } => ns.fsck(repair).await.map(MdsReply::Fsck),
+        Q::Fsck { repair, verify_mirrors } => ns.fsck_with(repair, verify_mirrors).await.map(MdsReply::Fsck),
         // Handler::Session
         Q::KeepAlive => Ok(ns.keep_alive(client)),
         // Handler::Lease

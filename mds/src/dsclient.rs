@@ -20,6 +20,8 @@ pub trait DataServers: Send + Sync {
     /// One page of a shard's objects with their sizes, in id order, and whether more follow
     /// ([`DsRequest::ListObjects`]).
     fn list_objects(&self, ds: DsId, shard: u8, after: ObjectId) -> BoxFuture<'_, FsResult<ObjectPage>>;
+    /// An object's size and the CRC-32 of its bytes ([`DsRequest::Checksum`]).
+    fn checksum(&self, ds: DsId, object: ObjectId) -> BoxFuture<'_, FsResult<(u64, u32)>>;
     /// Has data server `ds`, `object`'s primary, copy it whole to replica `to` ([`DsRequest::Resync`]);
     /// the bytes copied.
     fn resync(
@@ -130,6 +132,15 @@ impl DataServers for RpcDataServers {
         })
     }
 
+    fn checksum(&self, ds: DsId, object: ObjectId) -> BoxFuture<'_, FsResult<(u64, u32)>> {
+        Box::pin(async move {
+            match self.call(ds, DsRequest::Checksum { object }).await? {
+                DsReply::Checksum { size, crc32 } => Ok((size, crc32)),
+                other => Err(FsError::protocol(format!("data server {ds}: unexpected reply to Checksum: {other:?}"))),
+            }
+        })
+    }
+
     fn resync(
         &self,
         ds: DsId,
@@ -156,6 +167,8 @@ pub struct MemDataServers {
     pub down: std::sync::Mutex<Vec<DsId>>,
     /// The objects each server holds, with their sizes (truncate creates, remove removes).
     pub objects: std::sync::Mutex<std::collections::BTreeMap<(DsId, ObjectId), u64>>,
+    /// Objects whose checksum comes out wrong.
+    pub corrupt: std::sync::Mutex<Vec<(DsId, ObjectId)>>,
 }
 
 #[cfg(test)]
@@ -204,6 +217,17 @@ impl DataServers for MemDataServers {
             let more = page.len() > 2;
             page.truncate(2);
             Ok((page, more))
+        })
+    }
+
+    /// The recorded size, and a checksum made of it (and of `corrupt`, a test's way to make two
+    /// replicas of one size differ).
+    fn checksum(&self, ds: DsId, object: ObjectId) -> BoxFuture<'_, FsResult<(u64, u32)>> {
+        Box::pin(async move {
+            self.up(ds)?;
+            let size = self.objects.lock().unwrap().get(&(ds, object)).copied().unwrap_or(0);
+            let bad = self.corrupt.lock().unwrap().contains(&(ds, object));
+            Ok((size, size as u32 ^ u32::from(bad)))
         })
     }
 

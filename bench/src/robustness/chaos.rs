@@ -5,11 +5,18 @@
 //! whose fsync returned is read back and compared, and `fsck` must find nothing. Older rounds' files
 //! are removed, so unlinks and the destroy log meet the kills too. Then, as root, a full target: data
 //! server 1's store is a small tmpfs, filled until ENOSPC while everything else keeps working.
+//!
+//! With `--mirrors 2` (issue 36) the files are mirrored, only data servers are killed (replica kills),
+//! `--wipes N` of the kills also wipe the server's store before it restarts (a lost disk), a reader
+//! reads the last round's files back throughout each round, and any error a writer or the reader sees
+//! counts as an application error on a mirrored file (there must be none). After each round the soak
+//! waits for every replica to be in sync again (`tessera mirror status`), then verifies and runs fsck;
+//! at the end fsck compares every replica by checksum (`--verify-mirrors`).
 
 use crate::ior::fill_pattern;
 use crate::localcluster::{ClusterOptions, LocalCluster};
 use crate::report::{median, write_json};
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -59,6 +66,14 @@ pub struct ChaosArgs {
     pub no_full_target: bool,
     #[arg(long, value_parser = parse_size, default_value = "512M")]
     pub full_size: u64,
+    /// Mirror count of the files written (1: unmirrored, every kind of server killed; 2 or 3: only
+    /// data servers are killed, and no writer or reader may see an error).
+    #[arg(long, default_value_t = 1)]
+    pub mirrors: u8,
+    /// Of the kills (with --mirrors 2 or 3), this many also wipe the data server's store before its
+    /// restart, spread over the soak.
+    #[arg(long, default_value_t = 0)]
+    pub wipes: usize,
     /// Working directory (cluster, logs; default: a temporary one, removed at the end).
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -82,6 +97,16 @@ struct Results {
     stuck_writers: u64,
     fsck_runs: usize,
     fsck_findings: u64,
+    mirrors: u8,
+    /// Stores wiped before a restart (a lost disk).
+    wipes: usize,
+    /// Errors the writers and the reader saw on mirrored files (there must be none).
+    mirror_app_errors: u64,
+    /// Bytes the reader read back (and compared) while servers were killed.
+    bytes_read_during: u64,
+    /// Seconds from each round's end until every replica was in sync again.
+    resync_wait_s_median: f64,
+    resync_wait_s_max: f64,
     /// Seconds from each restart's spawn to the server's READY.
     restart_s_median: f64,
     restart_s_max: f64,
@@ -262,6 +287,61 @@ async fn healthy(c: &Client) -> Result<()> {
     }
 }
 
+/// Reads `files` back and compares them, again and again until `stop`; errors are counted in `errors`
+/// (a reader of mirrored files must see none). Returns the bytes read.
+async fn read_while(c: &Client, files: &[Written], stop: &AtomicBool, errors: &AtomicU64) -> u64 {
+    let mut read = 0;
+    while !stop.load(Ordering::Relaxed) {
+        for w in files {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let r = async {
+                let f = c.open(&w.path, OpenOptions::read_only()).await?;
+                let mut off = 0u64;
+                let mut want = Vec::new();
+                let mut bad = 0u64;
+                while off < w.durable {
+                    let n = (w.durable - off).min(1 << 20);
+                    let got = f.read_at(off, n).await?;
+                    want.resize(n as usize, 0);
+                    fill_pattern(&mut want, off, w.task);
+                    bad += (n - got.len() as u64) + got.iter().zip(&want).filter(|(a, b)| a != b).count() as u64;
+                    off += n;
+                }
+                let _ = f.close().await;
+                Ok::<(u64, u64), tessera_client::FsError>((off, bad))
+            };
+            match r.await {
+                Ok((n, 0)) => read += n,
+                Ok((_, bad)) => {
+                    eprintln!("  reader: {} read back with {bad} bytes wrong", w.path);
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    eprintln!("  reader: {}: {e}", w.path);
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    read
+}
+
+/// Waits until no replica is degraded (`tessera mirror status`); the seconds it took.
+async fn in_sync(admin: &Client) -> Result<f64> {
+    let t = Instant::now();
+    loop {
+        match admin.mds().mirror_status().await {
+            Ok(s) if s.degraded_objects == 0 => return Ok(t.elapsed().as_secs_f64()),
+            Ok(s) if t.elapsed() > Duration::from_secs(120) => {
+                bail!("replicas not in sync 2 minutes after the round: {s:?}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
 /// Runs fsck (check only); returns its findings, printed.
 async fn fsck(admin: &Client) -> Result<u64> {
     let r = admin.mds().fsck(false).await.map_err(|e| anyhow!("fsck: {e}"))?;
@@ -357,7 +437,19 @@ pub async fn run(a: ChaosArgs) -> Result<()> {
     if let Some(p) = &a.json {
         write_json(p, &r)?;
     }
-    if r.bytes_lost > 0 || r.fsck_findings > 0 || r.stuck_writers > 0 {
+    if r.mirrors > 1 {
+        println!(
+            "mirrors {}: {} wiped stores; {} application errors on mirrored files; {} read back during the kills; \
+             in sync again {:.2} s (median) / {:.2} s (max) after a round",
+            r.mirrors,
+            r.wipes,
+            r.mirror_app_errors,
+            tessera_proto::units::format_size(r.bytes_read_during),
+            r.resync_wait_s_median,
+            r.resync_wait_s_max
+        );
+    }
+    if r.bytes_lost > 0 || r.fsck_findings > 0 || r.stuck_writers > 0 || r.mirror_app_errors > 0 {
         bail!("the soak lost data, left fsck findings or stuck writers (above)");
     }
     Ok(())
@@ -371,11 +463,22 @@ async fn soak(
     full: bool,
     t0: Instant,
 ) -> Result<Results> {
-    let mut r = Results { writers: a.writers, seed, ..Default::default() };
+    let mut r = Results { writers: a.writers, seed, mirrors: a.mirrors.max(1), ..Default::default() };
+    let mirrored = a.mirrors > 1;
+    if a.wipes > 0 && !mirrored {
+        bail!("--wipes needs --mirrors 2 or 3: an unmirrored file on a wiped store is lost");
+    }
+    let layout =
+        mirrored.then_some(LayoutSpec { stripe_size: Some(1 << 20), stripe_count: Some(2), mirrors: Some(a.mirrors) });
+    let data_dirs = cluster.ds_data_dirs();
+    // The rounds whose kill also wipes the store: spread evenly.
+    let wipe_rounds: std::collections::BTreeSet<usize> =
+        (0..a.wipes.min(a.kills)).map(|i| i * a.kills / a.wipes.max(1) + a.kills / a.wipes.max(1) / 2).collect();
+    let mut resync_waits = Vec::new();
     let direct = cluster.client("chaos").await?;
     let via_ion = if a.ion > 0 { Some(cluster.client_via(Some(0), "chaos").await?) } else { None };
     let admin = Client::connect(&cluster.admin_cfg).await.map_err(|e| anyhow!("admin client: {e}"))?;
-    let names = cluster.server_names();
+    let names: Vec<String> = cluster.server_names().into_iter().filter(|n| !mirrored || n.starts_with("ds")).collect();
     let errors = Arc::new(AtomicU64::new(0));
     let mut kept: Vec<Vec<Written>> = Vec::new();
     let mut restarts = Vec::new();
@@ -401,7 +504,7 @@ async fn soak(
                     task: round * 1000 + k,
                     block: a.block,
                     size: a.file_size,
-                    layout: None,
+                    layout,
                     pace: Duration::from_millis(a.pace_ms),
                     stop: stop.clone(),
                     errors: errors.clone(),
@@ -409,6 +512,12 @@ async fn soak(
                 tokio::spawn(w.run())
             })
             .collect();
+        // The reader: the last round's files, read back and compared over and over until the round ends.
+        let reader = (mirrored && !kept.is_empty()).then(|| {
+            let files = kept.last().cloned().unwrap_or_default();
+            let (c, stop, errors) = (direct.clone(), stop.clone(), errors.clone());
+            tokio::spawn(async move { read_while(&c, &files, &stop, &errors).await })
+        });
         let round_len = Duration::from_secs_f64(a.round_s);
         let kill_at = Duration::from_secs_f64(rng.gen_range(0.1..a.round_s * 0.6));
         let down = Duration::from_secs_f64(rng.gen_range(0.0..1.5));
@@ -416,6 +525,14 @@ async fn soak(
         let started = Instant::now();
         tokio::time::sleep(kill_at).await;
         cluster.kill9(&victim)?;
+        if wipe_rounds.contains(&round) {
+            let i: usize =
+                victim.trim_start_matches("ds").parse().map_err(|_| anyhow!("{victim} is not a data server"))?;
+            let d = data_dirs.get(i).ok_or_else(|| anyhow!("no data directory for {victim}"))?;
+            std::fs::remove_dir_all(d).with_context(|| format!("wiping {}", d.display()))?;
+            std::fs::create_dir_all(d)?;
+            r.wipes += 1;
+        }
         tokio::time::sleep(down).await;
         let t = Instant::now();
         cluster.restart(&victim).await?;
@@ -433,7 +550,13 @@ async fn soak(
             r.bytes_fsynced += w.durable;
             files.push(w);
         }
+        if let Some(t) = reader {
+            r.bytes_read_during += t.await?;
+        }
         healthy(&admin).await?;
+        if mirrored {
+            resync_waits.push(in_sync(&admin).await?);
+        }
         let mut lost = 0;
         for w in &files {
             lost += verify(&direct, w).await?;
@@ -473,6 +596,17 @@ async fn soak(
         r.full_target = Some(full_target(a, &direct, &admin, &kept).await?);
     }
     r.retried_errors = errors.load(Ordering::Relaxed);
+    if mirrored {
+        r.mirror_app_errors = r.retried_errors;
+        r.resync_wait_s_median = median(&resync_waits);
+        r.resync_wait_s_max = resync_waits.iter().copied().fold(0.0, f64::max);
+        let v = admin.mds().fsck_with(false, true).await.map_err(|e| anyhow!("fsck --verify-mirrors: {e}"))?;
+        for f in &v.findings {
+            eprintln!("  fsck --verify-mirrors: {} {} -> {}", f.kind, f.what, f.action);
+        }
+        r.fsck_runs += 1;
+        r.fsck_findings += v.findings.len() as u64 + v.omitted;
+    }
     r.restart_s_max = restarts.iter().copied().fold(0.0, f64::max);
     r.restart_s_median = median(&restarts);
     r.elapsed_s = t0.elapsed().as_secs_f64();

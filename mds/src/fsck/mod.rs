@@ -22,7 +22,7 @@ pub mod online;
 
 use crate::store::{Dentry, DestroyEntry, Inode, T};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use tessera_proto::layout::Layout;
+use tessera_proto::layout::{Layout, ReplicaState, StripeTarget};
 use tessera_proto::{DsId, FileKind, FsResult, Ino, ObjectId, Timestamp, ROOT_INO};
 
 /// Name of the directory under the root that unreachable inodes are moved to.
@@ -60,6 +60,8 @@ pub struct Scan {
     pub objects: BTreeMap<DsId, FsResult<Vec<(ObjectId, u64)>>>,
     /// Inodes with open handles when scanned.
     pub open: BTreeSet<Ino>,
+    /// `--verify-mirrors`: (size, CRC-32) of the in-sync replicas of files not open, by (server, object).
+    pub checksums: BTreeMap<(DsId, ObjectId), (u64, u32)>,
 }
 
 /// What repair does about a finding. Each is confirmed against the store under the mutation lock first
@@ -115,6 +117,13 @@ pub enum Fix {
         ino: Ino,
         stripe: usize,
     },
+    /// An in-sync replica of a mirrored stripe that differs from the stripe's primary (size, or checksum
+    /// with `--verify-mirrors`): marked stale, so the resync copies the primary's bytes to it again.
+    MirrorStale {
+        ino: Ino,
+        stripe: usize,
+        replica: StripeTarget,
+    },
     /// Objects no layout names: destroyed through the destroy log.
     Orphans {
         ds: DsId,
@@ -157,6 +166,81 @@ fn finding(kind: &'static str, what: String, action: impl Into<String>, fix: Fix
 
 fn unreachable(ino: Ino, what: String) -> Finding {
     finding("unreachable", what, format!("move it to /{LOST_FOUND}/#{ino}"), Fix::LostFound { ino })
+}
+
+/// A mirrored file's replicas: those not in sync are reported (the resync driver works on them), those
+/// on servers the cluster does not have too, and every in-sync replica must hold what the primary holds:
+/// the same size (when both servers were listed) and, with `--verify-mirrors`, the same checksum. Files
+/// open when scanned are skipped (their writes may be between replicas).
+fn check_mirrors(
+    out: &mut Vec<Finding>,
+    scan: &Scan,
+    objects: &HashMap<(DsId, ObjectId), u64>,
+    ino: Ino,
+    path: &str,
+    l: &Layout,
+) {
+    let listed = |ds: DsId| scan.objects.get(&ds).is_some_and(|r| r.is_ok());
+    for k in 0..l.stripe_count() {
+        let reps = l.replicas(k);
+        let Some(primary) = reps.first().map(|r| r.target) else { continue };
+        for r in &reps[1..] {
+            let t = r.target;
+            if !scan.servers.contains(&t.ds) {
+                let what = format!(
+                    "{path}: stripe {k}'s replica {}:{} is on a data server the cluster does not have",
+                    t.ds, t.object
+                );
+                out.push(finding(
+                    "unknown-server",
+                    what,
+                    "none (tessera ds remove --rebuild replaces replicas)",
+                    Fix::Report,
+                ));
+                continue;
+            }
+            if r.state != ReplicaState::InSync {
+                let what = format!("{path}: stripe {k}'s replica {}:{} is {}", t.ds, t.object, r.state);
+                out.push(finding(
+                    "mirror-degraded",
+                    what,
+                    "none: resynced in the background (tessera mirror status)",
+                    Fix::Report,
+                ));
+                continue;
+            }
+            if scan.open.contains(&ino) {
+                continue;
+            }
+            let size = |x: StripeTarget| objects.get(&(x.ds, x.object)).copied().unwrap_or(0);
+            let fix = Fix::MirrorStale { ino, stripe: k, replica: t };
+            let action = "mark it stale: the resync copies the primary's bytes to it";
+            if listed(t.ds) && listed(primary.ds) && size(t) != size(primary) {
+                let what = format!(
+                    "{path}: stripe {k}'s replica {}:{} holds {} bytes, its primary {}:{} {}",
+                    t.ds,
+                    t.object,
+                    size(t),
+                    primary.ds,
+                    primary.object,
+                    size(primary)
+                );
+                out.push(finding("mirror-size", what, action, fix));
+                continue;
+            }
+            if let (Some(a), Some(b)) =
+                (scan.checksums.get(&(t.ds, t.object)), scan.checksums.get(&(primary.ds, primary.object)))
+            {
+                if a != b {
+                    let what = format!(
+                        "{path}: stripe {k}'s replica {}:{} has checksum {:08x} ({} bytes), its primary {:08x} ({} bytes)",
+                        t.ds, t.object, a.1, a.0, b.1, b.0
+                    );
+                    out.push(finding("mirror-checksum", what, action, fix));
+                }
+            }
+        }
+    }
 }
 
 /// Paths for messages, from the entries scanned (the first entry naming each directory).
@@ -287,6 +371,9 @@ pub fn check(scan: &Scan) -> Vec<Finding> {
                     out.push(finding("unknown-server", what, action, Fix::Replace { ino, stripe: k }));
                 }
             }
+        }
+        if let Some(l) = i.layout.as_ref().filter(|l| l.is_mirrored()) {
+            check_mirrors(&mut out, scan, &objects, ino, &path, l);
         }
         // The ctime rule: counts about an inode changed since the scan began are not exact.
         if i.attr.ctime >= scan.start {

@@ -10,11 +10,13 @@ use crate::namespace::Namespace;
 use crate::store::{dirseq_key, key_ino, Dentry, DestroyEntry, Inode, Txn, T};
 use std::collections::HashSet;
 use std::time::Instant;
-use tessera_proto::layout::StripeTarget;
+use tessera_proto::layout::{ReplicaState, StripeTarget};
 use tessera_proto::msg::{FsckFinding, FsckReport, MAX_FSCK_FINDINGS};
 use tessera_proto::{wire, Attr, FileKind, FsError, FsResult, Ino, Timestamp, ROOT_INO};
 use tracing::{info, warn};
 
+/// How long `--repair` waits for the replicas it marked stale to be resynced.
+const RESYNC_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 /// Check-and-repair passes at most.
 pub const MAX_PASSES: u32 = 3;
 /// Findings confirmed (and repaired) per hold of the mutation lock: mutations wait at most this long.
@@ -61,11 +63,17 @@ impl Namespace {
     /// Checks the namespace against itself and the data servers' objects; with `repair`, fixes what
     /// it finds (and checks again).
     pub async fn fsck(&self, repair: bool) -> FsResult<FsckReport> {
+        self.fsck_with(repair, false).await
+    }
+
+    /// [`Namespace::fsck`]; with `verify_mirrors`, mirrored stripes' in-sync replicas are compared by
+    /// checksum too.
+    pub async fn fsck_with(&self, repair: bool, verify_mirrors: bool) -> FsResult<FsckReport> {
         let t0 = Instant::now();
         let mut report = FsckReport::default();
         let mut reported: HashSet<(&'static str, String)> = HashSet::new();
         for pass in 1..=MAX_PASSES {
-            let scan = self.fsck_scan().await?;
+            let scan = self.fsck_scan(verify_mirrors).await?;
             report.passes = pass;
             report.inodes = scan.inodes.len() as u64;
             report.entries = scan.dentries.len() as u64;
@@ -74,6 +82,20 @@ impl Namespace {
             let found = check(&scan);
             let (confirmed, repaired) = self.fsck_confirm(found, &scan, repair).await?;
             report.repaired += repaired;
+            if repair {
+                // Replicas marked stale are resynced before the next pass checks again.
+                let marked: HashSet<Ino> = confirmed
+                    .iter()
+                    .filter_map(|f| match f.fix {
+                        Fix::MirrorStale { ino, .. } => Some(ino),
+                        _ => None,
+                    })
+                    .collect();
+                if !marked.is_empty() {
+                    self.fences.bump();
+                    self.resync_files(&marked).await;
+                }
+            }
             for f in confirmed {
                 if !reported.insert((f.kind, f.what.clone())) {
                     continue;
@@ -95,9 +117,24 @@ impl Namespace {
         Ok(report)
     }
 
+    /// Resyncs until none of `files` has a replica out of sync (at most [`RESYNC_WAIT`]; the
+    /// background resync may be copying some of them meanwhile).
+    async fn resync_files(&self, files: &HashSet<Ino>) {
+        let t = Instant::now();
+        while t.elapsed() < RESYNC_WAIT {
+            self.resync_pass(4).await;
+            match self.store.degraded_files() {
+                Ok(d) if d.iter().any(|i| files.contains(i)) => {}
+                _ => return,
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        warn!(files = files.len(), "fsck --repair: replicas marked stale are not resynced yet");
+    }
+
     /// Reads everything, in the order `crate::fsck` relies on: mark, inodes, entries, then the destroy
     /// log, then the data servers' objects.
-    async fn fsck_scan(&self) -> FsResult<Scan> {
+    async fn fsck_scan(&self, verify_mirrors: bool) -> FsResult<Scan> {
         // A data server that has just come back may still be in this MDS's reconnect hold-off: a few
         // seconds' patience before the destroy log is drained and the objects are listed.
         let servers: Vec<_> = self.stats.snapshot().iter().map(|s| s.id).collect();
@@ -129,6 +166,33 @@ impl Namespace {
         let listed = futures::future::join_all(scan.servers.iter().map(|&ds| list_all_objects(data, ds))).await;
         for (&ds, r) in scan.servers.iter().zip(listed) {
             scan.objects.insert(ds, r);
+        }
+        if verify_mirrors {
+            let wanted: Vec<StripeTarget> = scan
+                .inodes
+                .values()
+                .filter(|i| !scan.open.contains(&i.attr.ino))
+                .filter_map(|i| i.layout.as_ref().filter(|l| l.is_mirrored()))
+                .flat_map(|l| {
+                    (0..l.stripe_count())
+                        .flat_map(|k| l.replicas(k).into_iter().filter(|r| r.state == ReplicaState::InSync))
+                        .map(|r| r.target)
+                        .collect::<Vec<_>>()
+                })
+                .filter(|t| scan.servers.contains(&t.ds))
+                .collect();
+            // A few at a time per server's worth: each reads its object whole.
+            for batch in wanted.chunks(8) {
+                let sums = futures::future::join_all(batch.iter().map(|t| self.data.checksum(t.ds, t.object))).await;
+                for (t, r) in batch.iter().zip(sums) {
+                    match r {
+                        Ok(v) => {
+                            scan.checksums.insert((t.ds, t.object), v);
+                        }
+                        Err(e) => warn!(ds = t.ds, object = t.object, "fsck: no checksum: {e}"),
+                    }
+                }
+            }
         }
         Ok(scan)
     }
@@ -223,6 +287,13 @@ impl Namespace {
                 .get_inode(*ino)?
                 .and_then(|i| i.layout)
                 .is_some_and(|l| l.target(*stripe).is_some_and(|t| !scan.servers.contains(&t.ds))),
+            Fix::MirrorStale { ino, stripe, replica } => {
+                !self.is_open(*ino)
+                    && tx.get_inode(*ino)?.and_then(|i| i.layout).is_some_and(|l| {
+                        l.target(*stripe) != Some(*replica)
+                            && l.replica_state(*stripe, *replica) == Some(ReplicaState::InSync)
+                    })
+            }
             // The object mark (module docs of `crate::fsck`): nothing can name them now.
             Fix::Orphans { .. } | Fix::Report => true,
             Fix::DropDestroy { key } => tx.get(T::Destroy, key)?.is_some(),
@@ -290,6 +361,15 @@ impl Namespace {
                     }
                 }
                 i.attr.ctime = now;
+                tx.put_inode(&i)?;
+            }
+            Fix::MirrorStale { ino, stripe, replica } => {
+                let mut i = tx.inode(*ino)?;
+                if let Some(l) = i.layout.as_mut() {
+                    if let Some(primary) = l.target(*stripe) {
+                        l.mark_stale(primary, &[*replica])?;
+                    }
+                }
                 tx.put_inode(&i)?;
             }
             Fix::Orphans { ds, objects } => tx.destroy_objects(*ds, objects.clone())?,

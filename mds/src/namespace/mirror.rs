@@ -552,4 +552,43 @@ mod tests {
         ns.handle(&Caller::root(), MdsRequest::Unlink { parent: ROOT_INO, name: "f".into() }).await.unwrap();
         assert_eq!(ns.store.begin().mirrored_file_of(r.object).unwrap(), None);
     }
+
+    #[tokio::test]
+    async fn fsck_finds_replicas_that_differ_by_size_or_checksum_and_repair_resyncs_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ns, data) = open_ns(dir.path());
+        ns.fences.set_lease(Duration::from_millis(50));
+        let (ino, l) = mirrored_file(&ns, "f").await;
+        let kinds = |r: &tessera_proto::msg::FsckReport| r.findings.iter().map(|f| f.kind.clone()).collect::<Vec<_>>();
+        let (p, r) = (l.target(1).unwrap(), l.mirrors_of(1)[0].target);
+        for k in 0..l.stripe_count() {
+            for t in l.replicas(k) {
+                data.objects.lock().unwrap().insert((t.target.ds, t.target.object), 1000);
+            }
+        }
+        assert!(kinds(&ns.fsck(false).await.unwrap()).iter().all(|k| !k.starts_with("mirror")));
+        // Same size, other bytes: only a checksum sees it.
+        data.corrupt.lock().unwrap().push((r.ds, r.object));
+        assert!(!kinds(&ns.fsck(false).await.unwrap()).contains(&"mirror-checksum".to_string()));
+        let found = ns.fsck_with(false, true).await.unwrap();
+        assert_eq!(
+            kinds(&found).iter().filter(|k| k.starts_with("mirror")).collect::<Vec<_>>(),
+            ["mirror-checksum"],
+            "{found:?}"
+        );
+        // A short replica: its size.
+        data.corrupt.lock().unwrap().clear();
+        data.objects.lock().unwrap().insert((r.ds, r.object), 10);
+        let found = ns.fsck(false).await.unwrap();
+        assert!(kinds(&found).contains(&"mirror-size".to_string()), "{found:?}");
+        // Repair marks it stale and resyncs it (the primary's bytes copied) before checking again.
+        let fixed = ns.fsck_with(true, true).await.unwrap();
+        assert!(fixed.repaired >= 1, "{fixed:?}");
+        assert_eq!(layout_of(&ns, ino).replica_state(1, r), Some(ReplicaState::InSync));
+        assert_eq!(ns.mirror_status().unwrap().resyncs_done, 1);
+        let held = data.objects.lock().unwrap().clone();
+        assert_eq!(held.get(&(r.ds, r.object)), held.get(&(p.ds, p.object)));
+        let clean = ns.fsck_with(false, true).await.unwrap();
+        assert!(kinds(&clean).iter().all(|k| !k.starts_with("mirror")), "{clean:?}");
+    }
 }

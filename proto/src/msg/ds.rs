@@ -138,6 +138,11 @@ pub enum DsRequest {
         after: ObjectId,
         max: u32,
     },
+    /// The object's size and the CRC-32 of its bytes (roles mds and admin: `tessera fsck
+    /// --verify-mirrors`); a missing object is 0 bytes. Reply: `Checksum`.
+    Checksum {
+        object: ObjectId,
+    },
     /// Resync (role mds only): this server, `object`'s primary, copies the object whole to replica `to`
     /// (another data server's object), holding each range against concurrent writes while it copies it,
     /// then cuts `to` to the object's size. From now on its writes of `object` go to `replicas` (every
@@ -277,6 +282,10 @@ pub enum DsReply {
         next: u64,
         dropped: u64,
         records: Vec<TraceRecord>,
+    },
+    Checksum {
+        size: u64,
+        crc32: u32,
     },
     /// A `Resync` copied `bytes` bytes.
     Resynced {

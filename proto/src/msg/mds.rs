@@ -182,6 +182,9 @@ pub enum MdsRequest {
     /// admins only), online; with `repair`, fixes what it found. Reply: `Fsck`.
     Fsck {
         repair: bool,
+        /// Also compare the in-sync replicas of every mirrored stripe by checksum (every object read
+        /// whole on its data server), not only by size.
+        verify_mirrors: bool,
     },
     /// The cluster's placement policy and its last solve (`tessera df --policy`). Reply: `Placement`.
     PlacementStatus,
