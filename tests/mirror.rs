@@ -136,7 +136,10 @@ async fn check_never_stale(c: &Client, tag: &tessera_proto::IoTag, l: &Layout, s
         ..DsCall::new(t.ds, DsRequest::Read { tag: tag.clone(), object: t.object, offset: 0, len: 8 << 20 })
     };
     match c.data().route().send(call, Bytes::new(), 0).await {
-        Err(e) => assert!(matches!(e.code, ErrorCode::Stale | ErrorCode::Unavailable | ErrorCode::TimedOut), "{e}"),
+        Err(e) => assert!(
+            matches!(e.code, ErrorCode::Stale | ErrorCode::Busy | ErrorCode::Unavailable | ErrorCode::TimedOut),
+            "{e}"
+        ),
         Ok((_, chunks)) => {
             let served = tessera_proto::frame::concat(chunks);
             // The primary now (the layout may have moved on): what every in-sync replica holds.

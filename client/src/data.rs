@@ -26,7 +26,16 @@ pub const FAILED_MEMORY: Duration = Duration::from_secs(5);
 /// replica should: it is down or unreachable, or its replica is not in sync.
 pub fn replica_unusable(e: &FsError) -> bool {
     use tessera_proto::error::ErrorCode as C;
-    matches!(e.code, C::Unavailable | C::TimedOut | C::Stale | C::Io)
+    matches!(e.code, C::Unavailable | C::TimedOut | C::Stale | C::Busy | C::Io)
+}
+
+/// Whether an error says the data server is down (no connection, or no answer in time): its mirrored
+/// stripes' writes go to another replica without trying it for [`FAILED_MEMORY`]. A lost connection is
+/// not (a restarted server resets it, and the call was sent again); a replica refusing for now (stale,
+/// or its server fenced: `Busy`) is not either.
+fn is_down(e: &FsError) -> bool {
+    use tessera_proto::error::ErrorCode as C;
+    matches!(e.code, C::Unavailable | C::TimedOut)
 }
 
 /// One data request's share of a file range: a contiguous run inside one object (the stripe math's chunk).
@@ -245,7 +254,8 @@ impl DsConn {
     /// A call that waits for an in-flight slot first, the reply's payload in the chunks it arrived in.
     async fn call_chunked(&self, call: &DsCall, payload: Bytes) -> FsResult<(DsReply, Vec<Bytes>)> {
         let _permit = self.permit().await?;
-        self.peer.call_chunked(call, payload).await
+        // Data requests are safe to send twice: a server restarted since the last call is not a failure.
+        self.peer.call_chunked_resent(call, payload).await
     }
 }
 
@@ -570,12 +580,14 @@ impl DataPlane {
         };
         let mut failed: Vec<StripeTarget> = Vec::new();
         let mut last = None;
-        if !self.route.recently_failed(target.ds) {
+        if self.route.recently_failed(target.ds) {
+            tracing::debug!(ds = target.ds, stripe, "primary replica down a moment ago: another takes over");
+        } else {
             let call = DsCall { mirror: Some(m.clone()), ..DsCall::new(target.ds, req.clone()) };
             match self.route.send(call, payload.clone(), app_len).await {
                 Err(e) if replica_unusable(&e) => {
                     tracing::warn!(ds = target.ds, stripe, "primary replica failed, another takes over: {e}");
-                    if e.code != tessera_proto::error::ErrorCode::Stale {
+                    if is_down(&e) {
                         self.route.mark_failed(target.ds);
                     }
                     last = Some(e);
@@ -598,7 +610,7 @@ impl DataPlane {
             match self.route.send(call, payload.clone(), app_len).await {
                 Err(e) if replica_unusable(&e) => {
                     tracing::warn!(ds = next.ds, stripe, "replica cannot take over: {e}");
-                    if e.code != tessera_proto::error::ErrorCode::Stale {
+                    if is_down(&e) {
                         self.route.mark_failed(next.ds);
                     }
                     failed.push(next);
@@ -724,12 +736,6 @@ impl DataPlane {
                 Ok(v) => return Ok((target, v)),
                 Err(e) => {
                     tracing::debug!(ds = target.ds, stripe, "replica read failed, trying the next: {e}");
-                    if matches!(
-                        e.code,
-                        tessera_proto::error::ErrorCode::Unavailable | tessera_proto::error::ErrorCode::TimedOut
-                    ) {
-                        self.route.mark_failed(target.ds);
-                    }
                     last = Some(e);
                 }
             }

@@ -134,10 +134,10 @@ impl Forwarding {
                 Ok(answer) => return answer.map(Some),
                 // A call that timed out on a connection still alive is a slow answer, not a dead
                 // forwarding node (it may be waiting on a data server that died): no failover.
-                Err(TransportFailure { sent: true, error }) if self.ions[k].peer.is_connected().await => {
+                Err(TransportFailure { sent: true, error, .. }) if self.ions[k].peer.is_connected().await => {
                     return Err(error);
                 }
-                Err(TransportFailure { sent, error }) => {
+                Err(TransportFailure { sent, error, .. }) => {
                     let moved = self.failed(k, &error, tried);
                     if moved.is_none() || (sent && !resend) {
                         return Err(error);

@@ -1,7 +1,7 @@
 //! The data server's fences (issue 36): which of its objects are mirrored replicas not in sync, as the
 //! MDS last said. A client call about a mirrored stripe (a read, or a write to it as the primary) is
 //! refused for such an object (`Stale`: the client reads another replica or refreshes its layout), and
-//! every mirrored client call is refused (`Unavailable`) while the list is older than the fence lease —
+//! every mirrored client call is refused (`Busy`) while the list is older than the fence lease —
 //! counted from when this server asked, so the MDS, which waits the lease from when it answered, never
 //! acknowledges a write this server missed while this server could still serve the old bytes. Calls a
 //! primary passes on are never fenced: a resyncing replica is written, and a stale one may be.
@@ -56,10 +56,13 @@ impl Fences {
         match s.fresh_at {
             Some(at) if at.elapsed() <= lease => {}
             _ => {
-                return Err(FsError::unavailable(format!(
-                    "this data server has not heard from the MDS for {} ms: it serves no mirrored calls",
-                    lease.as_millis()
-                )))
+                return Err(FsError::new(
+                    ErrorCode::Busy,
+                    format!(
+                        "this data server has not heard from the MDS for {} ms: it serves no mirrored calls",
+                        lease.as_millis()
+                    ),
+                ))
             }
         }
         if s.objects.contains(&object) {
@@ -158,7 +161,7 @@ mod tests {
     #[test]
     fn nothing_is_served_before_the_first_answer_nor_after_the_lease() {
         let f = Fences::new(Duration::from_millis(50));
-        assert_eq!(f.check(1).unwrap_err().code, ErrorCode::Unavailable);
+        assert_eq!(f.check(1).unwrap_err().code, ErrorCode::Busy);
         f.update(Instant::now(), 7, Some(vec![2]));
         f.check(1).unwrap();
         assert_eq!(f.check(2).unwrap_err().code, ErrorCode::Stale);
@@ -167,10 +170,10 @@ mod tests {
         assert_eq!(f.check(2).unwrap_err().code, ErrorCode::Stale);
         assert_eq!(f.known(), 7);
         std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(f.check(1).unwrap_err().code, ErrorCode::Unavailable, "the lease ran out");
+        assert_eq!(f.check(1).unwrap_err().code, ErrorCode::Busy, "the lease ran out");
         // The lease counts from when the request was sent, not from the answer.
         f.update(Instant::now() - Duration::from_millis(60), 8, Some(vec![]));
-        assert_eq!(f.check(1).unwrap_err().code, ErrorCode::Unavailable);
+        assert_eq!(f.check(1).unwrap_err().code, ErrorCode::Busy);
         f.update(Instant::now(), 8, None);
         f.check(2).unwrap();
         Fences::open().check(2).unwrap();

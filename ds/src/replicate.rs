@@ -72,7 +72,9 @@ impl Sender for Peers {
                 .peers
                 .get(&call.ds)
                 .ok_or_else(|| FsError::invalid(format!("data server {} is not in the configuration", call.ds)))?;
-            Ok(peer.call::<DsCall, DsReply>(&call, payload).await?.0)
+            // A peer restarted since the last call is not one that missed it: once more on a new
+            // connection (calls passed on are safe to repeat).
+            Ok(peer.call_chunked_resent::<DsCall, DsReply>(&call, payload).await?.0)
         })
     }
 }
@@ -284,16 +286,12 @@ impl Replicator {
     }
 
     /// The replicas a call about `object` goes to: the client's, unless this primary knows of a later
-    /// generation.
+    /// generation. What it knows is kept (not dropped when one client catches up: another may still
+    /// hold an older layout, whose list would leave a resyncing replica out).
     fn replicas_for(&self, object: ObjectId, m: &MirrorCall) -> Vec<StripeTarget> {
-        let mut known = self.known();
-        match known.get(&object) {
+        match self.known().get(&object) {
             Some((gen, list)) if *gen > m.gen => list.clone(),
-            Some(_) => {
-                known.remove(&object); // the client caught up
-                m.replicas.clone()
-            }
-            None => m.replicas.clone(),
+            _ => m.replicas.clone(),
         }
     }
 

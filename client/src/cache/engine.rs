@@ -80,7 +80,9 @@ impl Engine {
         };
         let inode = {
             let mut m = self.inodes.lock().map_err(|_| FsError::io("inode table poisoned"))?;
-            let e = m.entry(ino).or_insert_with(|| (0, Arc::new(OpenInode::new(ino, layout, self.data.clone()))));
+            let e = m
+                .entry(ino)
+                .or_insert_with(|| (0, Arc::new(OpenInode::new(ino, layout, self.data.clone(), Some(mds.clone())))));
             e.0 += 1;
             e.1.clone()
         };

@@ -295,7 +295,9 @@ impl Handle {
         if !zero {
             self.inode.layout.for_write(&self.mds, end).await?;
         }
-        let r = self.engine.data().fallocate(&self.tag, &self.inode.layout.get(), offset, len, zero).await;
+        let data = self.engine.data();
+        let r =
+            self.inode.layout.retrying(|l| async move { data.fallocate(&self.tag, &l, offset, len, zero).await }).await;
         self.inode.wgen.fetch_add(1, Ordering::AcqRel);
         r?;
         if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > self.inode.size() {
@@ -342,16 +344,37 @@ impl Handle {
     fn fetch(&self, off: u64, len: u64) -> Fetch {
         let data = self.engine.data().clone();
         let tag = self.tag.clone();
-        let layout = self.inode.layout.get();
-        async move { data.read_data(&tag, &layout, off, len).await }.boxed().shared()
+        let inode = self.inode.clone();
+        async move {
+            inode
+                .layout
+                .retrying(|l| {
+                    let (data, tag) = (&data, &tag);
+                    async move { data.read_data(tag, &l, off, len).await }
+                })
+                .await
+        }
+        .boxed()
+        .shared()
     }
 
     /// Fetches the blocks `(offset, len)` as vectored requests ([`crate::data::DataPlane::read_runs`]).
     fn fetch_blocks(&self, blocks: Vec<(u64, u64)>) -> BlocksFetch {
         let data = self.engine.data().clone();
         let tag = self.tag.clone();
-        let layout = self.inode.layout.get();
-        async move { data.read_runs(&tag, &layout, &blocks).await.map(Arc::new) }.boxed().shared()
+        let inode = self.inode.clone();
+        async move {
+            inode
+                .layout
+                .retrying(|l| {
+                    let (data, tag, blocks) = (&data, &tag, &blocks);
+                    async move { data.read_runs(tag, &l, blocks).await }
+                })
+                .await
+                .map(Arc::new)
+        }
+        .boxed()
+        .shared()
     }
 
     /// Reads up to `len` bytes at `off`: short only at the end of the file. The data comes as the pieces
@@ -546,7 +569,9 @@ impl Handle {
 
     /// A read around the read-ahead.
     async fn read_direct(&self, off: u64, end: u64) -> FsResult<Vec<Bytes>> {
-        let data = self.engine.data().read_data(&self.tag, &self.inode.layout.get(), off, end - off).await?;
+        let plane = self.engine.data();
+        let data =
+            self.inode.layout.retrying(|l| async move { plane.read_data(&self.tag, &l, off, end - off).await }).await?;
         Ok(data.slices(off, end))
     }
 

@@ -280,11 +280,14 @@ fn poisoned() -> FsError {
 }
 
 impl OpenInode {
-    pub fn new(ino: Ino, layout: Layout, data: Arc<DataPlane>) -> OpenInode {
+    pub fn new(ino: Ino, layout: Layout, data: Arc<DataPlane>, mds: Option<MdsClient>) -> OpenInode {
         OpenInode {
             ino,
             data,
-            layout: LiveLayout::new(ino, layout),
+            layout: match mds {
+                Some(m) => LiveLayout::with_mds(ino, layout, m),
+                None => LiveLayout::new(ino, layout),
+            },
             st: Mutex::new(WState::default()),
             changed: Notify::new(),
             wgen: AtomicU64::new(0),
@@ -466,8 +469,14 @@ impl OpenInode {
         if self.has_pending() {
             self.drain().await?;
         }
-        let layout = self.layout.for_write(mds, end).await?;
-        let stripes = self.data.write(tag, &layout, off, data).await?;
+        self.layout.for_write(mds, end).await?;
+        let stripes = self
+            .layout
+            .retrying(|l| {
+                let data = data.clone();
+                async move { self.data.write(tag, &l, off, data).await }
+            })
+            .await?;
         let mut st = self.st.lock().map_err(|_| poisoned())?;
         st.dirty.extend(stripes);
         self.note_write(&mut st, end);
@@ -526,10 +535,18 @@ impl OpenInode {
         st.batches += usize::from(batch);
         let me = self.clone();
         tokio::spawn(async move {
-            let res = match &runs[..] {
-                [run] => me.data.write(&run.tag, &me.layout.get(), run.offset, run.data.clone()).await,
-                _ => me.data.write_runs(&me.layout.get(), &runs).await,
-            };
+            let res = me
+                .layout
+                .retrying(|l| {
+                    let (me, runs) = (&me, &runs);
+                    async move {
+                        match &runs[..] {
+                            [run] => me.data.write(&run.tag, &l, run.offset, run.data.clone()).await,
+                            _ => me.data.write_runs(&l, runs).await,
+                        }
+                    }
+                })
+                .await;
             if let Ok(mut st) = me.st.lock() {
                 for run in &runs {
                     st.inflight.remove(&run.offset);
@@ -617,7 +634,14 @@ impl OpenInode {
             let mut st = self.st.lock().map_err(|_| poisoned())?;
             std::mem::take(&mut st.dirty).into_iter().collect()
         };
-        if let Err(e) = self.data.fsync(tag, &self.layout.get(), &stripes).await {
+        if let Err(e) = self
+            .layout
+            .retrying(|l| {
+                let stripes = &stripes;
+                async move { self.data.fsync(tag, &l, stripes).await }
+            })
+            .await
+        {
             if let Ok(mut st) = self.st.lock() {
                 st.dirty.extend(stripes);
             }

@@ -359,11 +359,11 @@ impl RpcPeer {
     ) -> Result<FsResult<(Rep, Vec<Bytes>)>, TransportFailure> {
         let conn = match tokio::time::timeout(self.tuning.call_timeout, self.connection()).await {
             Ok(Ok(c)) => c,
-            Ok(Err(error)) => return Err(TransportFailure { sent: false, error }),
+            Ok(Err(error)) => return Err(TransportFailure { sent: false, error, reset: false }),
             Err(_) => {
                 let error =
                     FsError::new(ErrorCode::TimedOut, format!("{} {}: connect timed out", self.role, self.target()));
-                return Err(TransportFailure { sent: false, error });
+                return Err(TransportFailure { sent: false, error, reset: false });
             }
         };
         let fut = async {
@@ -372,7 +372,28 @@ impl RpcPeer {
             Ok(resp.map(|r| (r, chunks)))
         };
         let r = tokio::time::timeout(self.tuning.call_timeout, fut).await.unwrap_or_else(|_| Err(self.no_reply()));
-        r.map_err(|error| TransportFailure { sent: true, error })
+        // A stateless reset: the server's process is new since this connection was made.
+        let reset = matches!(conn.close_reason(), Some(quinn::ConnectionError::Reset));
+        r.map_err(|error| TransportFailure { sent: true, error, reset })
+    }
+
+    /// [`RpcPeer::call_chunked`] for a request that may safely be sent twice (data requests: the same
+    /// bytes to the same offsets, reads): when the server turns out to have restarted since the
+    /// connection was made (its new process answers the old connection with a stateless reset), once
+    /// more on a new connection, so a restart the caller slept through is not taken for a failure.
+    pub async fn call_chunked_resent<Req: Serialize, Rep: DeserializeOwned>(
+        &self,
+        req: &Req,
+        payload: Bytes,
+    ) -> FsResult<(Rep, Vec<Bytes>)> {
+        match self.try_call_chunked(req, payload.clone()).await {
+            Ok(r) => r,
+            Err(f) if f.reset => {
+                tracing::debug!("{} {}: {}; the server restarted: once more", self.role, self.target(), f.error);
+                self.call_chunked(req, payload).await
+            }
+            Err(f) => Err(f.error),
+        }
     }
 
     fn frame_err(&self, e: FrameError) -> FsError {
@@ -391,6 +412,8 @@ pub struct TransportFailure {
     /// The request may have reached the server (false: no connection was made, it was not sent).
     pub sent: bool,
     pub error: FsError,
+    /// The connection was reset by the server: a new process of it is up (it restarted).
+    pub reset: bool,
 }
 
 /// The payload of a reply read as it arrives ([`RpcPeer::call_streamed`]).
