@@ -15,8 +15,9 @@
 //! until every replica has answered; a call overlapping one in flight waits for it. Writes that do not
 //! overlap run in parallel, as without mirrors (the order of disjoint writes does not change the bytes).
 //!
-//! **Failures: degraded mode.** A replica that has not answered [`Replicator::grace`] after the
-//! primary's own write is done (or that failed) missed the call: the primary has the MDS mark it stale
+//! **Failures: degraded mode.** A replica whose call failed, or that has not answered
+//! [`Replicator::grace`] after the primary's own write is done and then does not answer a ping either
+//! ([`PING_WITHIN`]; one that does is slow, not down, and is waited for), missed the call: the primary has the MDS mark it stale
 //! ([`Marker`]), durably and fenced (see `mds/src/namespace/mirror.rs`), and only then acknowledges the
 //! call; the MDS refuses if no replica in sync would remain, and the call fails. The primary remembers
 //! which replicas it had marked and leaves them out of later calls from clients whose layout is older
@@ -52,6 +53,8 @@ pub type ReplyFuture<'a> = Pin<Box<dyn Future<Output = FsResult<DsReply>> + Send
 /// How a primary reaches the other replicas' data servers.
 pub trait Sender: Send + Sync {
     fn send(&self, call: DsCall, payload: Bytes) -> ReplyFuture<'_>;
+    /// Whether data server `ds` answers a ping within `within` (it is up, if slow).
+    fn alive(&self, ds: DsId, within: Duration) -> BoxFuture<'_, bool>;
 }
 
 /// Connections to the other data servers of the cluster (role `ds`), made on first use.
@@ -75,6 +78,15 @@ impl Sender for Peers {
             // A peer restarted since the last call is not one that missed it: once more on a new
             // connection (calls passed on are safe to repeat).
             Ok(peer.call_chunked_resent::<DsCall, DsReply>(&call, payload).await?.0)
+        })
+    }
+
+    fn alive(&self, ds: DsId, within: Duration) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            let Some(peer) = self.peers.get(&ds) else { return false };
+            let call = DsCall::new(ds, DsRequest::Ping);
+            let ping = peer.call_chunked_resent::<DsCall, DsReply>(&call, Bytes::new());
+            matches!(tokio::time::timeout(within, ping).await, Ok(Ok((DsReply::Pong { .. }, _))))
         })
     }
 }
@@ -363,13 +375,18 @@ impl Replicator {
             let sent = self.sender.send(call, payload.clone());
             let mut done = done_rx.clone();
             async move {
-                // Until the grace after the local write has passed.
+                // Until the grace after the local write has passed and the replica's server does not
+                // answer a ping (a slow replica is waited for: marking it would leave one copy).
+                let sender = &self.sender;
                 let deadline = async move {
                     let at = match done.wait_for(Option::is_some).await {
                         Ok(v) => v.unwrap_or_else(Instant::now),
                         Err(_) => Instant::now(),
                     };
                     tokio::time::sleep_until((at + grace).into()).await;
+                    while sender.alive(target.ds, PING_WITHIN).await {
+                        tokio::time::sleep(grace).await;
+                    }
                 };
                 tokio::select! {
                     r = sent => (target, Some(r)),
@@ -406,7 +423,7 @@ impl Replicator {
                         FsError::new(
                             tessera_proto::error::ErrorCode::TimedOut,
                             format!(
-                                "replica on data server {} did not answer within {} ms",
+                                "replica on data server {} did not answer within {} ms nor a ping",
                                 target.ds,
                                 grace.as_millis()
                             ),
@@ -505,6 +522,9 @@ pub struct ResyncOrder {
     pub replicas: Vec<StripeTarget>,
 }
 
+/// How soon a replica past the grace must answer a ping to count as up (and be waited for).
+pub const PING_WITHIN: Duration = Duration::from_millis(500);
+
 /// What a resync copies per step (one range held at a time).
 pub const RESYNC_CHUNK: u32 = 1 << 20;
 
@@ -566,6 +586,11 @@ mod tests {
                 let s = self.servers.get(&call.ds).ok_or_else(|| FsError::invalid("no such server"))?;
                 s.call(Role::Ds, call, payload).await.0
             })
+        }
+
+        fn alive(&self, ds: DsId, _within: Duration) -> BoxFuture<'_, bool> {
+            let up = !self.down.lock().unwrap().contains(&ds) && self.servers.contains_key(&ds);
+            Box::pin(async move { up })
         }
     }
 

@@ -208,8 +208,9 @@ impl DsService {
                     return (Err(e), Bytes::new());
                 }
             }
-            None if role == Role::Ds => {
-                let e = "a data server sends only calls a mirrored stripe's primary passes on";
+            // A primary pings a slow replica's server to tell slow from down.
+            None if role == Role::Ds && call.req != DsRequest::Ping => {
+                let e = "a data server sends only calls a mirrored stripe's primary passes on, and pings";
                 return (Err(FsError::perm(e)), Bytes::new());
             }
             None => {}
@@ -564,10 +565,14 @@ pub(crate) mod tests {
     async fn roles_and_validation() {
         let (_d, s) = service();
         assert!(s.accepts(Role::Client) && s.accepts(Role::Mds) && s.accepts(Role::Ion) && s.accepts(Role::Admin));
-        // Data servers connect (a primary passes mirrored writes on), but only such calls are served.
+        // Data servers connect (a primary passes mirrored writes on, and pings a slow replica), but only
+        // such calls are served.
         assert!(s.accepts(Role::Ds));
         let ping = s.call(Role::Ds, DsCall::new(2, DsRequest::Ping), Bytes::new()).await.0;
-        assert_eq!(ping.unwrap_err().code, ErrorCode::Perm);
+        assert!(matches!(ping.unwrap(), DsReply::Pong { .. }));
+        let read = DsRequest::Read { tag: tag("j"), object: 3, offset: 0, len: 1 };
+        let r = s.call(Role::Ds, DsCall::new(2, read), Bytes::new()).await.0;
+        assert_eq!(r.unwrap_err().code, ErrorCode::Perm);
         let w = DsRequest::Write { tag: tag("j"), object: 3, offset: 2, sync: true };
         let (r, _) = s.request(Role::Client, w, Bytes::from_static(b"xyz")).await;
         assert_eq!(r.unwrap(), DsReply::Written { len: 3 });
@@ -833,8 +838,10 @@ mod net_tests {
         let DsReply::Report(r) = rep else { panic!("not a report") };
         assert_eq!(r.jobs[0].write_bytes, (total * chunk) as u64);
 
-        // Another data server is not a client of this one.
+        // Another data server is not a client of this one: it may ping, not read.
         let intruder = RpcPeer::new(rpc::client_endpoint(false).unwrap(), &other_ds, Role::Ds, addr, tuning).unwrap();
-        assert!(intruder.call::<_, DsReply>(&DsCall::new(0, DsRequest::Ping), Bytes::new()).await.is_err());
+        assert!(intruder.call::<_, DsReply>(&DsCall::new(0, DsRequest::Ping), Bytes::new()).await.is_ok());
+        let read = DsRequest::Read { tag: tag("j"), object: 1, offset: 0, len: 1 };
+        assert!(intruder.call::<_, DsReply>(&DsCall::new(0, read), Bytes::new()).await.is_err());
     }
 }
