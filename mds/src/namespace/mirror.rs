@@ -243,7 +243,30 @@ impl Namespace {
                         l.replicas(stripe).into_iter().find(|r| r.target.ds != ds && r.state == ReplicaState::InSync);
                     match from {
                         Some(from) => changed |= l.mark_stale(from.target, &[t])?,
-                        None => warn!(ino, stripe, ds, "the only in-sync replica of this stripe was on the lost store"),
+                        None if l.target(stripe) == Some(t) => {
+                            // The only in-sync copy is gone: the best copy left (resyncing before stale,
+                            // elsewhere) becomes the primary; the writes it missed are lost.
+                            let reps = l.replicas(stripe);
+                            let best = reps
+                                .iter()
+                                .filter(|r| r.target.ds != ds)
+                                .min_by_key(|r| r.state != ReplicaState::Resyncing)
+                                .map(|r| r.target);
+                            match best {
+                                Some(keep) => {
+                                    l.promote_after_loss(stripe, keep)?;
+                                    changed = true;
+                                    tracing::error!(ino, stripe, ds, kept = ?keep, "the only in-sync replica of this stripe was on the lost store: the best copy left is the primary now, and the writes it missed are lost");
+                                }
+                                None => tracing::error!(
+                                    ino,
+                                    stripe,
+                                    ds,
+                                    "every replica of this stripe was on the lost store"
+                                ),
+                            }
+                        }
+                        None => {}
                     }
                 }
             }
@@ -590,5 +613,38 @@ mod tests {
         assert_eq!(held.get(&(r.ds, r.object)), held.get(&(p.ds, p.object)));
         let clean = ns.fsck_with(false, true).await.unwrap();
         assert!(kinds(&clean).iter().all(|k| !k.starts_with("mirror")), "{clean:?}");
+    }
+
+    #[tokio::test]
+    async fn a_lost_store_is_fenced_whole_and_its_only_in_sync_copies_give_way_to_the_best_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ns, _data) = open_ns(dir.path());
+        ns.fences.set_lease(Duration::from_millis(50));
+        let (ino, l) = mirrored_file(&ns, "f").await;
+        let (p, r) = (l.target(0).unwrap(), l.mirrors_of(0)[0].target);
+        let (p1, r1) = (l.target(1).unwrap(), l.mirrors_of(1)[0].target);
+        // Stripe 0's replica missed a write: its primary holds the only in-sync copy.
+        ns.mirror_mark_stale(p, vec![r]).await.unwrap();
+        ns.mirror_fences_of(p.ds, 0, 7).await.unwrap();
+        ns.mirror_fences_of(p1.ds, 0, 9).await.unwrap();
+        // p's server comes back with a new store: every replica it held is stale, and stripe 0's best
+        // copy left (r) is its primary now.
+        let fenced = match ns.mirror_fences_of(p.ds, 0, 8).await.unwrap() {
+            MdsReply::Fences { objects: Some(o), .. } => o,
+            other => panic!("{other:?}"),
+        };
+        let now = layout_of(&ns, ino);
+        assert_eq!(now.target(0), Some(r));
+        assert_eq!(now.replica_state(0, p), Some(ReplicaState::Stale));
+        let on_p: Vec<ObjectId> = now.all_objects().filter(|t| t.ds == p.ds).map(|t| t.object).collect();
+        assert!(on_p.iter().all(|o| fenced.contains(o)), "{fenced:?} {on_p:?}");
+        // A stripe with an in-sync copy elsewhere is simply marked.
+        if p1.ds == p.ds {
+            assert_eq!(now.target(1), Some(r1));
+        }
+        // The same store again: nothing more changes.
+        let gen = now.mirror_gen;
+        ns.mirror_fences_of(p.ds, 0, 8).await.unwrap();
+        assert_eq!(layout_of(&ns, ino).mirror_gen, gen);
     }
 }

@@ -128,6 +128,36 @@ impl Layout {
         Ok(())
     }
 
+    /// The stripe's only in-sync copy is lost (its store wiped): replica `keep`, not in sync, becomes the
+    /// primary and in sync — the best copy left, missing only the writes it missed — and every other
+    /// replica stale (resynced from it). The writes `keep` missed are lost; without this the empty object
+    /// would be copied over every replica.
+    pub fn promote_after_loss(&mut self, stripe: usize, keep: StripeTarget) -> FsResult<()> {
+        let reps = self.replicas(stripe);
+        if reps.iter().any(|r| r.state == ReplicaState::InSync && r.target != reps[0].target) {
+            return Err(FsError::invalid(format!("stripe {stripe} has another replica in sync")));
+        }
+        let primary = reps[0].target;
+        if keep == primary || !reps.iter().any(|r| r.target == keep) {
+            return Err(FsError::invalid(format!(
+                "{}:{} is not another replica of stripe {stripe}",
+                keep.ds, keep.object
+            )));
+        }
+        let others = self.mirrors_of_mut(stripe).ok_or_else(|| FsError::invalid("no mirrors"))?;
+        for r in others.iter_mut() {
+            if r.target == keep {
+                r.target = primary;
+            }
+            r.state = ReplicaState::Stale;
+        }
+        if let Some(p) = self.target_mut(stripe) {
+            *p = keep;
+        }
+        self.mirror_gen += 1;
+        Ok(())
+    }
+
     /// The stripes and replicas not in sync: (global stripe, replica, state).
     pub fn degraded(&self) -> Vec<(usize, StripeTarget, ReplicaState)> {
         (0..self.stripe_count())
@@ -255,6 +285,23 @@ mod tests {
         assert_eq!(l.mirror_gen, gen + 1, "rule 5");
         assert!(l.degraded().is_empty());
         assert!(l.resync_started(0, t(1, 11)).is_err());
+    }
+
+    #[test]
+    fn when_the_only_in_sync_copy_is_lost_the_best_stale_one_becomes_the_primary() {
+        let mut l = three();
+        l.mark_stale(t(0, 10), &[t(1, 11), t(2, 12)]).unwrap();
+        l.resync_started(0, t(2, 12)).unwrap();
+        // Server 0's store is lost: 2 (resyncing) is kept, the lost primary and 1 are stale.
+        l.promote_after_loss(0, t(2, 12)).unwrap();
+        assert_eq!(l.target(0), Some(t(2, 12)));
+        assert_eq!(l.replica_state(0, t(0, 10)), Some(ReplicaState::Stale));
+        assert_eq!(l.replica_state(0, t(1, 11)), Some(ReplicaState::Stale));
+        l.validate().unwrap();
+        // Not while another copy is in sync, nor for the primary itself.
+        let mut fresh = three();
+        assert!(fresh.promote_after_loss(0, t(1, 11)).is_err());
+        assert!(l.promote_after_loss(0, t(2, 12)).is_err());
     }
 
     #[test]
