@@ -110,10 +110,15 @@ async fn certificates_are_checked() {
     let err = mds_ping(&wrong_server).await.expect_err("client accepted a DS posing as MDS");
     assert_eq!(err.code, ErrorCode::Unavailable, "{err}");
 
-    // Wrong role: a data server's certificate may not talk to a data server.
+    // Wrong role: a data server's certificate may ping a data server (a mirrored stripe's primary tells a
+    // slow replica from a dead one) and pass a primary's writes on, but not read or write as a client.
     let ds_identity = issue(&cluster, Role::Ds, "ds-impostor");
     let as_ds = RpcPeer::new(ep.clone(), &ds_identity, Role::Ds, ds_addr, tuning()).unwrap();
-    assert!(ds_ping(&as_ds).await.is_err(), "DS accepted a peer with role ds");
+    assert!(ds_ping(&as_ds).await.is_ok(), "DS refused a ping from a peer with role ds");
+    let tag = IoTag { origin: tessera_proto::Origin { job: "j".into(), client: 1, pid: 1 }, ino: 1 };
+    let read = DsRequest::Read { tag, object: 1, offset: 0, len: 1 };
+    let err = as_ds.call::<DsCall, DsReply>(&DsCall::new(0, read), Bytes::new()).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::Perm, "DS served a read to a peer with role ds: {err}");
 
     // Role-restricted requests: a client may not remove objects nor pose as a data server reporting.
     let client_ds = RpcPeer::new(ep.clone(), &good, Role::Ds, ds_addr, tuning()).unwrap();
