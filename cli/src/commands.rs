@@ -1811,13 +1811,23 @@ async fn periodic_text(c: &Client) -> CliResult<String> {
 }
 
 async fn watch_status(c: &Client, watch: bool, render: fn(&OrchestratorStatus) -> String) -> CliResult<()> {
+    once_or_watch(watch, || c.mds().orchestrator_status(), render).await
+}
+
+/// Prints `render` of what `fetch` gets from the MDS once, or (`watch`) every second until Ctrl-C, a
+/// failed fetch shown in the frame.
+async fn once_or_watch<T, F, Fut>(watch: bool, fetch: F, render: impl Fn(&T) -> String) -> CliResult<()>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = tessera_proto::FsResult<T>>,
+{
     if !watch {
-        let st = c.mds().orchestrator_status().await.map_err(CliError::error)?;
+        let st = fetch().await.map_err(CliError::error)?;
         print!("{}", render(&st));
         return Ok(());
     }
     crate::watch::every_second(|| async {
-        match c.mds().orchestrator_status().await {
+        match fetch().await {
             Ok(st) => render(&st),
             Err(e) => format!("metadata server: {e}\n"),
         }
@@ -1834,19 +1844,7 @@ async fn mirror_status(c: &Client, watch: bool, json: bool) -> CliResult<()> {
             mirror_text(st)
         }
     };
-    if !watch {
-        let st = c.mds().mirror_status().await.map_err(CliError::error)?;
-        print!("{}", render(&st));
-        return Ok(());
-    }
-    crate::watch::every_second(|| async {
-        match c.mds().mirror_status().await {
-            Ok(st) => render(&st),
-            Err(e) => format!("metadata server: {e}\n"),
-        }
-    })
-    .await;
-    Ok(())
+    once_or_watch(watch, || c.mds().mirror_status(), render).await
 }
 
 fn mirror_text(st: &tessera_proto::msg::MirrorStatus) -> String {

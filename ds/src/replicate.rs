@@ -128,13 +128,7 @@ pub fn is_replicated(req: &DsRequest) -> bool {
 
 /// The object a replicated request is about.
 pub fn object_of(req: &DsRequest) -> Option<ObjectId> {
-    match req {
-        DsRequest::Write { object, .. }
-        | DsRequest::WriteV { object, .. }
-        | DsRequest::Fallocate { object, .. }
-        | DsRequest::Fsync { object, .. } => Some(*object),
-        _ => None,
-    }
+    req.object().filter(|_| is_replicated(req))
 }
 
 /// `req` about `object` instead.

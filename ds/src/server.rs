@@ -49,14 +49,6 @@ fn check_tag(tag: &IoTag) -> FsResult<()> {
     tag.origin.check().map_err(FsError::from)
 }
 
-/// The object a read is about.
-fn read_object(req: &DsRequest) -> Option<ObjectId> {
-    match req {
-        DsRequest::Read { object, .. } | DsRequest::ReadV { object, .. } => Some(*object),
-        _ => None,
-    }
-}
-
 /// Only the MDS and administrators change or enumerate objects outside the data path.
 fn check_privileged(role: Role) -> FsResult<()> {
     match role {
@@ -235,7 +227,7 @@ impl DsService {
             Some(m) if m.from_primary => self.request(role, call.req, payload).await,
             Some(m) => {
                 // A client's call: refused for a replica here that is not in sync.
-                let object = replicate::object_of(&call.req).or_else(|| read_object(&call.req));
+                let object = call.req.object();
                 if let Some(o) = object {
                     if let Err(e) = self.fences.check(o) {
                         return (Err(e), Bytes::new());

@@ -238,26 +238,30 @@ impl Writer {
     }
 }
 
-/// Reads a file's durable part back; returns the bytes that differ from the pattern (or are missing).
+/// Reads a file's durable part back, `chunk` bytes at a time; returns the bytes that differ from the
+/// pattern (or are missing).
+async fn compare(c: &Client, w: &Written, chunk: u64) -> tessera_client::FsResult<u64> {
+    let f = c.open(&w.path, OpenOptions::read_only()).await?;
+    let mut lost = 0u64;
+    let mut off = 0u64;
+    let mut want = Vec::new();
+    while off < w.durable {
+        let n = (w.durable - off).min(chunk);
+        let got = f.read_at(off, n).await?;
+        want.resize(n as usize, 0);
+        fill_pattern(&mut want, off, w.task);
+        lost += (n - got.len() as u64) + got.iter().zip(&want).filter(|(a, b)| a != b).count() as u64;
+        off += n;
+    }
+    let _ = f.close().await;
+    Ok(lost)
+}
+
+/// [`compare`], retried for 30 s while the file cannot be read (a server restarting).
 async fn verify(c: &Client, w: &Written) -> Result<u64> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let attempt = async {
-            let f = c.open(&w.path, OpenOptions::read_only()).await?;
-            let mut lost = 0u64;
-            let mut off = 0u64;
-            let mut want = Vec::new();
-            while off < w.durable {
-                let n = (w.durable - off).min(4 << 20);
-                let got = f.read_at(off, n).await?;
-                want.resize(n as usize, 0);
-                fill_pattern(&mut want, off, w.task);
-                lost += (n - got.len() as u64) + got.iter().zip(&want).filter(|(a, b)| a != b).count() as u64;
-                off += n;
-            }
-            let _ = f.close().await;
-            Ok::<u64, tessera_client::FsError>(lost)
-        };
+        let attempt = compare(c, w, 4 << 20);
         match attempt.await {
             Ok(lost) => return Ok(lost),
             Err(e) if Instant::now() < deadline => {
@@ -296,25 +300,10 @@ async fn read_while(c: &Client, files: &[Written], stop: &AtomicBool, errors: &A
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            let r = async {
-                let f = c.open(&w.path, OpenOptions::read_only()).await?;
-                let mut off = 0u64;
-                let mut want = Vec::new();
-                let mut bad = 0u64;
-                while off < w.durable {
-                    let n = (w.durable - off).min(1 << 20);
-                    let got = f.read_at(off, n).await?;
-                    want.resize(n as usize, 0);
-                    fill_pattern(&mut want, off, w.task);
-                    bad += (n - got.len() as u64) + got.iter().zip(&want).filter(|(a, b)| a != b).count() as u64;
-                    off += n;
-                }
-                let _ = f.close().await;
-                Ok::<(u64, u64), tessera_client::FsError>((off, bad))
-            };
+            let r = compare(c, w, 1 << 20);
             match r.await {
-                Ok((n, 0)) => read += n,
-                Ok((_, bad)) => {
+                Ok(0) => read += w.durable,
+                Ok(bad) => {
                     eprintln!("  reader: {} read back with {bad} bytes wrong", w.path);
                     errors.fetch_add(1, Ordering::Relaxed);
                 }

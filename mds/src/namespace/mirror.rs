@@ -415,13 +415,8 @@ impl Namespace {
         st.resyncs_done = self.resync.done.load(Ordering::Relaxed);
         st.resynced_bytes = self.resync.bytes.load(Ordering::Relaxed);
         st.resync_rate = self.resync.rate();
-        st.removed = self.removed_servers()?;
+        st.removed = self.store.removed_servers()?;
         Ok(st)
-    }
-
-    /// Data servers taken out of placement (`tessera ds remove`).
-    pub(crate) fn removed_servers(&self) -> FsResult<Vec<DsId>> {
-        Ok(self.store.removed_servers()?.into_iter().collect())
     }
 
     /// `tessera ds remove N [--rebuild]`: `ds` leaves placement for good; with `rebuild`, each mirrored

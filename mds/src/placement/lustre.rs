@@ -449,16 +449,22 @@ mod tests {
         assert!(!st.same_space);
     }
 
-    /// Rule: when unbalanced, weighted random by free space: emptier targets are chosen more often.
-    #[test]
-    fn weighted_random_by_free_space() {
-        let p = Lustre::default();
+    /// Six targets of 1 TiB: three with 1000 MiB free, three with 100 MiB (unbalanced).
+    fn three_empty_three_full() -> Vec<TargetInfo> {
         let mut t = with_free(&[1000, 1000, 1000, 100, 100, 100]);
         for x in &mut t {
             let f = x.free();
             x.capacity = 1 << 40;
             x.used = (1 << 40) - f * (1 << 20);
         }
+        t
+    }
+
+    /// Rule: when unbalanced, weighted random by free space: emptier targets are chosen more often.
+    #[test]
+    fn weighted_random_by_free_space() {
+        let p = Lustre::default();
+        let t = three_empty_three_full();
         let mut hits = [0u32; 6];
         for _ in 0..3000 {
             for i in p.place(&t, &req(1, 0)).unwrap() {
@@ -616,12 +622,7 @@ mod tests {
     #[test]
     fn replicas_are_weighted_by_free_space() {
         let p = Lustre::default();
-        let mut t = with_free(&[1000, 1000, 1000, 100, 100, 100]);
-        for x in &mut t {
-            let f = x.free();
-            x.capacity = 1 << 40;
-            x.used = (1 << 40) - f * (1 << 20);
-        }
+        let t = three_empty_three_full();
         let mut hits = [0u32; 6];
         for _ in 0..3000 {
             let o = p.place(&t, &mirrored(1, 0, 2)).unwrap();

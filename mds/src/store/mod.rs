@@ -150,10 +150,15 @@ impl Store {
 
     /// Inodes marked as orphans (unlinked while open).
     pub fn orphans(&self) -> FsResult<Vec<Ino>> {
+        self.ids_under(ORPHAN_PREFIX)
+    }
+
+    /// The ids (big-endian u64) that follow `prefix` in the meta tree's keys.
+    fn ids_under(&self, prefix: &[u8]) -> FsResult<Vec<u64>> {
         let mut out = Vec::new();
-        for kv in self.scan_from(T::Meta, ORPHAN_PREFIX, ORPHAN_PREFIX) {
+        for kv in self.scan_from(T::Meta, prefix, prefix) {
             let (k, _) = kv?;
-            if let Ok(b) = <[u8; 8]>::try_from(&k[ORPHAN_PREFIX.len()..]) {
+            if let Ok(b) = <[u8; 8]>::try_from(&k[prefix.len()..]) {
                 out.push(u64::from_be_bytes(b));
             }
         }
@@ -162,26 +167,12 @@ impl Store {
 
     /// Mirrored files with a replica not in sync.
     pub fn degraded_files(&self) -> FsResult<Vec<Ino>> {
-        let mut out = Vec::new();
-        for kv in self.scan_from(T::Meta, DEGRADED_PREFIX, DEGRADED_PREFIX) {
-            let (k, _) = kv?;
-            if let Ok(b) = <[u8; 8]>::try_from(&k[DEGRADED_PREFIX.len()..]) {
-                out.push(u64::from_be_bytes(b));
-            }
-        }
-        Ok(out)
+        self.ids_under(DEGRADED_PREFIX)
     }
 
     /// Data servers taken out of placement (`tessera ds remove`).
     pub fn removed_servers(&self) -> FsResult<Vec<DsId>> {
-        let mut out = Vec::new();
-        for kv in self.scan_from(T::Meta, REMOVED_PREFIX, REMOVED_PREFIX) {
-            let (k, _) = kv?;
-            if let Ok(b) = <[u8; 8]>::try_from(&k[REMOVED_PREFIX.len()..]) {
-                out.push(u64::from_be_bytes(b) as DsId);
-            }
-        }
-        Ok(out)
+        Ok(self.ids_under(REMOVED_PREFIX)?.into_iter().map(|d| d as DsId).collect())
     }
 
     /// Every mirrored file (its inode numbers, each once, in no particular order).

@@ -296,6 +296,20 @@ pub enum DsReply {
 pub type DsResponse = FsResult<DsReply>;
 
 impl DsRequest {
+    /// The object a data request is about (reads, writes, fallocate, fsync, truncate).
+    pub fn object(&self) -> Option<ObjectId> {
+        match self {
+            DsRequest::Read { object, .. }
+            | DsRequest::ReadV { object, .. }
+            | DsRequest::Write { object, .. }
+            | DsRequest::WriteV { object, .. }
+            | DsRequest::Fallocate { object, .. }
+            | DsRequest::Fsync { object, .. }
+            | DsRequest::Truncate { object, .. } => Some(*object),
+            _ => None,
+        }
+    }
+
     /// The object a data request is about (reads, writes, fallocate, fsync, truncate), to change it:
     /// the same request to another replica.
     pub fn object_mut(&mut self) -> Option<&mut ObjectId> {
