@@ -249,3 +249,47 @@ async fn connections_of_revoked_peers_are_closed_and_refused_again() {
     assert!(err.detail.contains("its certificate is refused: certificate revoked"), "{err}");
     assert!(!b.is_connected().await);
 }
+
+/// A server killed (its process gone with nothing sent) and started again on its port with its
+/// identity: a peer still holding the old process's connection is answered with a stateless reset it
+/// can check (the reset key comes from the server's private key, the same in both processes), so the
+/// call fails at once saying the server restarted, instead of waiting out the idle timeout on a dead
+/// connection; the next try goes through on a new connection. With a reset key of the process's own
+/// (quinn's default) the reset is ignored as forged and `reset` is false.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_resets_the_connections_of_its_previous_process() {
+    let ca = TestCa::new("r");
+    let (server, client) = (ca.identity(Role::Ds, "ds0"), ca.identity(Role::Client, "c"));
+    // The first process: a runtime of its own, so that it can die without closing anything.
+    let first = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let addr = {
+        let _in = first.enter();
+        let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &server, &Tuning::default()).unwrap();
+        let addr = ep.local_addr().unwrap();
+        first.spawn(rpc::serve(ep, Arc::new(Echo), server.crl.clone()));
+        addr
+    };
+    let p = peer(&client, addr);
+    assert_eq!(ping(&p).await.unwrap(), 1);
+    first.shutdown_background();
+
+    let mut tries = 0;
+    let ep = loop {
+        match rpc::server_endpoint(addr, &server, &Tuning::default()) {
+            Ok(ep) => break ep,
+            Err(e) if tries < 100 => {
+                tries += 1;
+                tracing::debug!("port not free yet: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("port {addr} still taken: {e}"),
+        }
+    };
+    tokio::spawn(rpc::serve(ep, Arc::new(Echo), server.crl.clone()));
+    assert!(p.is_connected().await, "the old connection looks alive until a packet is answered");
+
+    let failed = p.try_call_chunked::<u32, u32>(&1, Bytes::from_static(b"x")).await.expect_err("a dead connection");
+    assert!(failed.reset, "the restarted server's reset was not taken: {}", failed.error);
+    let (n, _) = p.call_chunked_resent::<u32, u32>(&1, Bytes::from_static(b"x")).await.unwrap();
+    assert_eq!(n, 1);
+}

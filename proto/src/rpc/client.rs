@@ -27,7 +27,7 @@ pub fn client_endpoint(v6: bool) -> FsResult<quinn::Endpoint> {
     };
     let socket = bind_udp(bind)?;
     let runtime = quinn::default_runtime().ok_or_else(|| FsError::io("no async runtime"))?;
-    quinn::Endpoint::new(endpoint_config(), None, socket, runtime)
+    quinn::Endpoint::new(endpoint_config(None), None, socket, runtime)
         .map_err(|e| FsError::io(format!("client endpoint: {e}")))
 }
 

@@ -93,11 +93,35 @@ fn tls_err(e: impl std::error::Error + 'static) -> FsError {
 
 /// Endpoint settings: the largest UDP payload we accept is advertised to peers, and quinn's default
 /// (1472) would cap the loopback MTU above no matter what the transport config asks for.
-fn endpoint_config() -> quinn::EndpointConfig {
-    let mut c = quinn::EndpointConfig::default();
+///
+/// A server's stateless-reset key (`reset_secret`) is derived from its private key, so it is the same in
+/// every process of that server: a server restarted (kill -9, reboot) answers a peer still sending on a
+/// connection of its previous process with a stateless reset the peer can check (RFC 9000 §10.3), and
+/// the peer learns at once, one round trip, that the server is back and the connection is dead. With
+/// quinn's default key (random per process) the reset is ignored as forged, and the peer took the
+/// restarted server for silent until its idle timeout: a mirrored stripe's replica was marked stale
+/// while its server was up (issue 36's chaos soak, results/mirror).
+fn endpoint_config(reset_secret: Option<&[u8]>) -> quinn::EndpointConfig {
+    let mut c = match reset_secret {
+        Some(secret) => {
+            let derived = ring::digest::digest(&ring::digest::SHA256, &[RESET_LABEL, secret].concat());
+            let (reset, cids) = derived.as_ref().split_at(16);
+            let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, reset);
+            let mut c = quinn::EndpointConfig::new(Arc::new(key));
+            // The new process must also take the old one's connection ids for its own (quinn drops a
+            // packet whose id its generator did not make, before any reset): ids keyed the same way.
+            let cid_key = u64::from_le_bytes(cids[..8].try_into().unwrap_or_default());
+            c.cid_generator(move || Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key)));
+            c
+        }
+        None => quinn::EndpointConfig::default(),
+    };
     let _ = c.max_udp_payload_size(65_527);
     c
 }
+
+/// Keeps the reset key apart from any other use of the private key's bytes.
+const RESET_LABEL: &[u8] = b"tessera stateless reset key v1\0";
 
 /// Kernel buffer asked for on every UDP socket. A client reading ahead has more in flight than 8 MiB
 /// (4 MiB read-ahead units from every server at once): with 8 MiB, loopback dropped 300-400 datagrams of

@@ -26,7 +26,7 @@ pub fn server_endpoint(bind: SocketAddr, id: &NodeIdentity, t: &Tuning) -> FsRes
     sc.transport_config(Arc::new(transport_config(t, bind.ip().is_loopback())));
     let socket = bind_udp(bind)?;
     let runtime = quinn::default_runtime().ok_or_else(|| FsError::io("no async runtime"))?;
-    quinn::Endpoint::new(endpoint_config(), Some(sc), socket, runtime)
+    quinn::Endpoint::new(endpoint_config(Some(id.key.secret_der())), Some(sc), socket, runtime)
         .map_err(|e| FsError::io(format!("bind {bind}: {e}")))
 }
 
