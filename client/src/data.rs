@@ -7,7 +7,7 @@ use futures::future::try_join_all;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_proto::config::ClusterConfig;
+use tessera_proto::config::{ClusterConfig, ReplicaRead};
 use tessera_proto::error::{FsError, FsResult};
 use tessera_proto::frame::MAX_PAYLOAD;
 use tessera_proto::layout::{Layout, ReplicaState, StripeTarget, MIN_STRIPE_SIZE};
@@ -413,15 +413,104 @@ impl Route {
 }
 
 /// All data servers of the cluster, as seen by one client: requests go through its [`Route`].
+/// The order in which a mirrored stripe's readable replicas (primary first) are tried. `Load`: by
+/// `load` (servers that failed a moment ago last, then the fewest of this client's requests in flight),
+/// ties broken round by stripe so that the stripes of one file spread over the replicas. `First`: as
+/// given, the primary first.
+pub fn replica_order<K: Ord>(
+    mut replicas: Vec<StripeTarget>,
+    stripe: usize,
+    how: ReplicaRead,
+    load: impl Fn(&StripeTarget) -> K,
+) -> Vec<StripeTarget> {
+    if how == ReplicaRead::Load && !replicas.is_empty() {
+        let n = replicas.len();
+        replicas.rotate_left(stripe % n);
+        replicas.sort_by_key(|t| load(t));
+    }
+    replicas
+}
+
+/// Runs `read` on the replicas of `order` one after the other — the next when one fails, or also when
+/// `hedge` has passed without an answer (then both run and the first answer is taken, the other
+/// dropped) — and returns the replica that answered and its answer, or the last failure (`None`: no
+/// replica at all).
+pub async fn first_answer<T, F, Fut>(
+    order: Vec<StripeTarget>,
+    hedge: Option<Duration>,
+    read: F,
+) -> Result<(StripeTarget, T), Option<FsError>>
+where
+    F: Fn(StripeTarget) -> Fut,
+    Fut: std::future::Future<Output = FsResult<T>>,
+{
+    use futures::stream::{FuturesUnordered, StreamExt};
+    let mut order = order.into_iter();
+    let start = |t: StripeTarget| {
+        let reading = read(t);
+        async move { (t, reading.await) }
+    };
+    let mut running = FuturesUnordered::new();
+    let mut last = None;
+    loop {
+        if running.is_empty() {
+            match order.next() {
+                Some(t) => running.push(start(t)),
+                None => return Err(last),
+            }
+        }
+        let hedged = async {
+            match hedge {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            Some((target, r)) = running.next() => match r {
+                Ok(v) => return Ok((target, v)),
+                Err(e) => {
+                    tracing::debug!(ds = target.ds, "replica read failed, trying the next: {e}");
+                    last = Some(e);
+                }
+            },
+            () = hedged => match order.next() {
+                Some(t) => {
+                    tracing::debug!(ds = t.ds, "replica read slow: also reading the next replica");
+                    running.push(start(t));
+                }
+                // Nothing left to hedge with: wait for what runs.
+                None => {
+                    if let Some((target, r)) = running.next().await {
+                        match r {
+                            Ok(v) => return Ok((target, v)),
+                            Err(e) => last = Some(e),
+                        }
+                    }
+                }
+            },
+        }
+    }
+}
+
 pub struct DataPlane {
     route: Route,
     max_request: u64,
+    /// Mirrored stripes: which replica is read, and after how long the next one is tried as well.
+    replica_read: ReplicaRead,
+    hedge: Option<Duration>,
 }
 
 impl DataPlane {
-    /// The data servers through `route`, requests cut at `cfg`'s `client.max_request`.
+    /// The data servers through `route`, requests cut at `cfg`'s `client.max_request`, replicas read
+    /// as `client.replica_read` and `client.hedge_ms` say.
     pub fn new(route: Route, cfg: &ClusterConfig) -> DataPlane {
-        DataPlane { route, max_request: effective_max_request(cfg.client.max_request) }
+        let hedge = (cfg.client.hedge_ms > 0).then(|| Duration::from_millis(cfg.client.hedge_ms));
+        DataPlane {
+            route,
+            max_request: effective_max_request(cfg.client.max_request),
+            replica_read: cfg.client.replica_read,
+            hedge,
+        }
     }
 
     pub fn max_request(&self) -> u64 {
@@ -710,10 +799,8 @@ impl DataPlane {
             .map(|(_, data)| data)
     }
 
-    /// Tries `read` on the stripe's replicas that may be read (the primary and those in sync), the least
-    /// busy first (this client's requests in flight to each server; ties go round by stripe, so the
-    /// stripes of one file spread over the replicas), the next one when a replica fails. Returns the
-    /// replica that answered and its answer, or the last failure.
+    /// Tries `read` on the stripe's replicas that may be read (the primary and those in sync) in the
+    /// order [`replica_order`] gives, hedged after `client.hedge_ms` ([`first_answer`]).
     async fn read_replicas<T, F, Fut>(&self, layout: &Layout, stripe: usize, read: F) -> FsResult<(StripeTarget, T)>
     where
         F: Fn(StripeTarget) -> Fut,
@@ -724,23 +811,14 @@ impl DataPlane {
         if others.is_empty() {
             return Ok((primary, read(primary).await?));
         }
-        let mut order: Vec<StripeTarget> = std::iter::once(primary)
+        let readable: Vec<StripeTarget> = std::iter::once(primary)
             .chain(others.iter().filter(|r| r.state == ReplicaState::InSync).map(|r| r.target))
             .collect();
-        let n = order.len();
-        order.rotate_left(stripe % n);
-        order.sort_by_key(|t| (self.route.recently_failed(t.ds), self.route.in_flight(t.ds)));
-        let mut last = None;
-        for target in order {
-            match read(target).await {
-                Ok(v) => return Ok((target, v)),
-                Err(e) => {
-                    tracing::debug!(ds = target.ds, stripe, "replica read failed, trying the next: {e}");
-                    last = Some(e);
-                }
-            }
-        }
-        Err(last.unwrap_or_else(|| FsError::unavailable(format!("stripe {stripe} has no replica to read"))))
+        let load = |t: &StripeTarget| (self.route.recently_failed(t.ds), self.route.in_flight(t.ds));
+        let order = replica_order(readable, stripe, self.replica_read, load);
+        first_answer(order, self.hedge, read)
+            .await
+            .map_err(|e| e.unwrap_or_else(|| FsError::unavailable(format!("stripe {stripe} has no replica to read"))))
     }
 
     /// One piece's reply from replica `target`, in the chunks it arrived in.
@@ -871,6 +949,53 @@ pub fn effective_max_request(configured: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn t(ds: DsId) -> StripeTarget {
+        StripeTarget { ds, object: 100 + u64::from(ds) }
+    }
+
+    #[test]
+    fn replicas_are_read_by_load_or_primary_first() {
+        let busy = |x: &StripeTarget| if x.ds == 0 { 5 } else { 0 };
+        // By load: the busy primary last.
+        assert_eq!(replica_order(vec![t(0), t(1), t(2)], 0, ReplicaRead::Load, busy), vec![t(1), t(2), t(0)]);
+        // First: the primary whatever its load.
+        assert_eq!(replica_order(vec![t(0), t(1), t(2)], 0, ReplicaRead::First, busy), vec![t(0), t(1), t(2)]);
+        // Equal loads: stripes start at different replicas.
+        let even = |_: &StripeTarget| 0;
+        let firsts: Vec<DsId> =
+            (0..4).map(|s| replica_order(vec![t(0), t(1)], s, ReplicaRead::Load, even)[0].ds).collect();
+        assert_eq!(firsts, vec![0, 1, 0, 1]);
+    }
+
+    /// A read in flight to a server that died never answers: after the hedge the next replica is read
+    /// as well and its answer taken; without a hedge only a failure moves on.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_replica_is_hedged_and_a_failed_one_skipped() {
+        let hedge = Duration::from_millis(1000);
+        let read = |x: StripeTarget| async move {
+            match x.ds {
+                0 => std::future::pending().await,
+                1 => Err(FsError::unavailable("down")),
+                _ => Ok(x.ds),
+            }
+        };
+        let t0 = tokio::time::Instant::now();
+        let (who, v) = first_answer(vec![t(0), t(2)], Some(hedge), read).await.unwrap();
+        assert_eq!((who, v), (t(2), 2));
+        assert_eq!(t0.elapsed(), hedge, "the next replica is read once the hedge has passed");
+        // A failure moves on at once, hedge or not.
+        let t0 = tokio::time::Instant::now();
+        assert_eq!(first_answer(vec![t(1), t(2)], None, read).await.unwrap().0, t(2));
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+        // All fail: the last failure; none at all: nothing.
+        let e = first_answer(vec![t(1), t(1)], Some(hedge), read).await.unwrap_err().unwrap();
+        assert!(e.detail.contains("down"), "{e}");
+        assert!(first_answer(Vec::new(), Some(hedge), read).await.unwrap_err().is_none());
+        // Without a hedge a silent replica is waited for (here: still waiting after an hour).
+        let waited = tokio::time::timeout(Duration::from_secs(3600), first_answer(vec![t(0), t(2)], None, read));
+        assert!(waited.await.is_err());
+    }
 
     #[test]
     fn pieces_of_one_object_are_cut_by_count_and_bytes() {

@@ -17,7 +17,8 @@
 //!
 //! **Failures: degraded mode.** A replica whose call failed, or that has not answered
 //! [`Replicator::grace`] after the primary's own write is done and then does not answer a ping either
-//! ([`PING_WITHIN`]; one that does is slow, not down, and is waited for), missed the call: the primary has the MDS mark it stale
+//! ([`PING_WITHIN`]; one that does is slow, not down, and is waited for; a server that failed a ping is
+//! pinged without the grace until it answers again), missed the call: the primary has the MDS mark it stale
 //! ([`Marker`]), durably and fenced (see `mds/src/namespace/mirror.rs`), and only then acknowledges the
 //! call; the MDS refuses if no replica in sync would remain, and the call fails. The primary remembers
 //! which replicas it had marked and leaves them out of later calls from clients whose layout is older
@@ -39,13 +40,14 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tessera_proto::layout::StripeTarget;
 use tessera_proto::layout::MAX_MIRRORS;
 use tessera_proto::msg::{DsCall, DsReply, DsRequest, MdsCall, MdsReply, MdsRequest, MirrorCall};
 use tessera_proto::rpc::RpcPeer;
 use tessera_proto::{Caller, DsId, FsError, FsResult, ObjectId, Origin, Role};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// A boxed future of a reply from another data server.
 pub type ReplyFuture<'a> = Pin<Box<dyn Future<Output = FsResult<DsReply>> + Send + 'a>>;
@@ -268,6 +270,10 @@ pub struct Replicator {
     /// Per object: the replicas to write as of a layout generation, when this primary knows better than
     /// clients holding an older layout (it marked some stale, or a resync began).
     known: Mutex<HashMap<ObjectId, (u64, Vec<StripeTarget>)>>,
+    /// Servers that did not answer a ping and have not answered a call since: a replica there that has
+    /// not answered by the time the local write is done is pinged at once, without the grace (a
+    /// writer touching many stripes on a dead server would otherwise wait the grace once per stripe).
+    down: Mutex<std::collections::HashSet<DsId>>,
 }
 
 impl Replicator {
@@ -279,6 +285,7 @@ impl Replicator {
             marker: None,
             grace: Duration::from_secs(1),
             known: Mutex::default(),
+            down: Mutex::default(),
         }
     }
 
@@ -298,6 +305,20 @@ impl Replicator {
         match self.known().get(&object) {
             Some((gen, list)) if *gen > m.gen => list.clone(),
             _ => m.replicas.clone(),
+        }
+    }
+
+    /// Whether `ds` failed its last ping and has answered nothing since.
+    pub fn is_down(&self, ds: DsId) -> bool {
+        self.down.lock().unwrap_or_else(|p| p.into_inner()).contains(&ds)
+    }
+
+    fn note(&self, ds: DsId, up: bool) {
+        let mut down = self.down.lock().unwrap_or_else(|p| p.into_inner());
+        if up {
+            down.remove(&ds);
+        } else if down.insert(ds) {
+            tracing::info!(ds, "data server does not answer: its replicas miss calls without the grace");
         }
     }
 
@@ -369,21 +390,31 @@ impl Replicator {
             let sent = self.sender.send(call, payload.clone());
             let mut done = done_rx.clone();
             async move {
-                // Until the grace after the local write has passed and the replica's server does not
-                // answer a ping (a slow replica is waited for: marking it would leave one copy).
+                // Until the grace after the local write has passed (none for a server known down)
+                // and the replica's server does not answer a ping (a slow replica is waited for:
+                // marking it would leave one copy).
                 let sender = &self.sender;
                 let deadline = async move {
                     let at = match done.wait_for(Option::is_some).await {
                         Ok(v) => v.unwrap_or_else(Instant::now),
                         Err(_) => Instant::now(),
                     };
-                    tokio::time::sleep_until((at + grace).into()).await;
+                    if !self.is_down(target.ds) {
+                        tokio::time::sleep_until(at + grace).await;
+                    }
                     while sender.alive(target.ds, PING_WITHIN).await {
+                        self.note(target.ds, true);
                         tokio::time::sleep(grace).await;
                     }
+                    self.note(target.ds, false);
                 };
                 tokio::select! {
-                    r = sent => (target, Some(r)),
+                    r = sent => {
+                        if r.is_ok() {
+                            self.note(target.ds, true);
+                        }
+                        (target, Some(r))
+                    }
                     () = deadline => (target, None),
                 }
             }
@@ -491,7 +522,7 @@ impl Replicator {
             offset += n as u64;
             if rate > 0 {
                 let due = start + Duration::from_secs_f64(copied as f64 / rate as f64);
-                tokio::time::sleep_until(due.into()).await;
+                tokio::time::sleep_until(due).await;
             }
         }
         // The replica's size is the object's, cut while nothing else changes it; then made durable.
@@ -738,6 +769,55 @@ mod tests {
         assert_eq!(*marks.0.lock().unwrap(), vec![(StripeTarget { ds: 1, object: 11 }, vec![p])]);
         let call = DsCall::new(2, DsRequest::Read { tag: tag("j"), object: 12, offset: 0, len: 10 });
         assert_eq!(others.servers[&2].call(Role::Client, call, Bytes::new()).await.1, Bytes::from_static(b"abc"));
+    }
+
+    /// Data servers killed with their connections still open: calls to them never come back and
+    /// pings are not answered.
+    struct Silent;
+
+    impl Sender for Silent {
+        fn send(&self, _call: DsCall, _payload: Bytes) -> ReplyFuture<'_> {
+            Box::pin(std::future::pending())
+        }
+
+        fn alive(&self, _ds: DsId, _within: Duration) -> BoxFuture<'_, bool> {
+            Box::pin(async { false })
+        }
+    }
+
+    /// The first call that misses a dead server's replica waits the grace; once the server failed a
+    /// ping, calls about other objects with replicas there do not (a writer over many stripes would
+    /// otherwise pause a grace per stripe). Virtual time: the grace is a minute.
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_failed_a_ping_is_not_waited_the_grace_for_again() {
+        use crate::server::tests::{service_with, tag};
+        use crate::server::Setup;
+        let (_d0, s0) = service_with(Setup::new(0));
+        let marks = Arc::new(Marks::default());
+        let grace = Duration::from_secs(60);
+        let rep = Arc::new(Replicator::new(Arc::new(Silent)).with_marker(0, marks.clone(), grace));
+        let primary = Arc::new(s0.with_replicator(rep.clone()));
+        let write = |object, replica| {
+            let p = primary.clone();
+            let replicas = vec![StripeTarget { ds: 2, object: replica }];
+            let m = MirrorCall { gen: 0, stripe: 0, replicas, from_primary: false, failed: vec![] };
+            async move {
+                let req = DsRequest::Write { tag: tag("j"), object, offset: 0, sync: false };
+                p.call(Role::Client, DsCall { ds: 0, req, via: None, mirror: Some(m) }, Bytes::from_static(b"x"))
+                    .await
+                    .0
+            }
+        };
+        assert!(!rep.is_down(2));
+        let t = tokio::time::Instant::now();
+        write(10, 12).await.unwrap();
+        assert!(t.elapsed() >= grace, "the first miss was not waited for: {:?}", t.elapsed());
+        assert!(rep.is_down(2), "a server that failed its ping is remembered");
+        let t = tokio::time::Instant::now();
+        write(20, 22).await.unwrap();
+        assert!(t.elapsed() < grace, "a server known down was waited the grace for: {:?}", t.elapsed());
+        let marked: Vec<_> = marks.0.lock().unwrap().iter().map(|(_, m)| m[0].object).collect();
+        assert_eq!(marked, vec![12, 22]);
     }
 
     #[test]

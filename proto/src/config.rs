@@ -122,6 +122,17 @@ named_setting! {
 }
 
 named_setting! {
+    /// Which replica of a mirrored stripe a client reads (`client.replica_read`).
+    ReplicaRead, default Load {
+        /// The one this client has the fewest requests in flight to (its measure of the server's load),
+        /// skipping servers that failed a moment ago.
+        Load = "load",
+        /// Always the primary while it is up, the others only when it fails (for comparison).
+        First = "first",
+    }
+}
+
+named_setting! {
     /// A forwarding node's request scheduler (`ion_options.scheduler`; specs/forwarding.md).
     IonScheduler, default Fifo {
         Fifo = "fifo",
@@ -186,8 +197,10 @@ pub struct MirrorOptions {
     /// replicas not in sync may be out of date); the MDS waits at most this long after a server last
     /// asked before it acknowledges a write that server missed. It asks every quarter of this.
     pub fence_lease_ms: u64,
-    /// A primary waits this long after its own write for the other replicas; one that has not answered
-    /// by then missed the write (it is marked stale and the write acknowledged without it).
+    /// A primary waits this long after its own write for the other replicas, then pings the servers of
+    /// those that have not answered; one that does not answer the ping either (0.5 s) missed the write
+    /// (it is marked stale and the write acknowledged without it). A writer's longest pause when a
+    /// replica's server dies is about the larger of this + 0.5 s and `fence_lease_ms`.
     pub grace_ms: u64,
     /// Resync and rebuild copying, per copy (MiB/s; 0: unthrottled).
     pub resync_mib_per_s: u64,
@@ -197,7 +210,7 @@ pub struct MirrorOptions {
 
 impl Default for MirrorOptions {
     fn default() -> Self {
-        MirrorOptions { fence_lease_ms: 2000, grace_ms: 1000, resync_mib_per_s: 200, resync_parallel: 4 }
+        MirrorOptions { fence_lease_ms: 1500, grace_ms: 500, resync_mib_per_s: 200, resync_parallel: 4 }
     }
 }
 
@@ -555,11 +568,24 @@ pub struct ClientOptions {
     /// The forwarding node to use: a name, an index or `none` (overridden by `TESSERA_ION`); unset:
     /// clients are spread over the configured forwarding nodes by client id.
     pub ion: Option<String>,
+    /// Which replica of a mirrored stripe is read: `load` or `first`.
+    pub replica_read: ReplicaRead,
+    /// A read of a mirrored stripe not answered within this many milliseconds is also sent to the next
+    /// replica, and the first answer is taken (a read in flight to a server that died waits no longer
+    /// than this for another replica); 0: only once the first one fails.
+    pub hedge_ms: u64,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        ClientOptions { inflight_per_server: 8, max_request: 4 << 20, call_timeout_ms: 60_000, ion: None }
+        ClientOptions {
+            inflight_per_server: 8,
+            max_request: 4 << 20,
+            call_timeout_ms: 60_000,
+            ion: None,
+            replica_read: ReplicaRead::Load,
+            hedge_ms: 1000,
+        }
     }
 }
 

@@ -45,7 +45,7 @@ impl Default for FenceTable {
             version: AtomicU64::new(v),
             asked: Mutex::default(),
             started: Instant::now(),
-            lease: Mutex::new(Duration::from_secs(2)),
+            lease: Mutex::new(tessera_proto::config::MirrorOptions::default().fence_lease()),
             changed: Notify::new(),
         }
     }
