@@ -11,7 +11,9 @@
 #    through its own ION (`tessera ion status --json`), then a failover test (ion0 killed while client1
 #    reads through it: the read must complete correctly or fail cleanly, in bounded time) and a fault
 #    test (a data server killed while a client writes), a restart-policy test (a data server's process
-#    killed from the host: Docker must start it again by itself), then removes everything it made and stops
+#    killed from the host: Docker must start it again by itself), a mirrored-file test (a data server's
+#    container killed and its volume removed while a client reads a mirrored file: the read completes intact,
+#    the server comes back empty and is resynced, fsck --verify-mirrors clean), then removes everything it made and stops
 #    its dockerd.
 # Last line: `docker demo: N passed, M failed`; exit status non-zero on any failure.
 set -euo pipefail
@@ -411,6 +413,57 @@ done
 again=$(on client2 timeout 60 sha256sum $MNT/wide/again | cut -d' ' -f1 || true)
 check "after Docker's restart, a new file over all data servers is written and read back" \
   test "$ok_write" = 0 -a -n "$again" -a "$again" = "$(cat "$WORK/again.sum")"
+
+# ---- mirrored files: a data server and its volume lost while a client reads -------------------------
+
+log "mirrored file: ds2 killed and its volume removed while client2 reads"
+on client1 tessera mkdir -p /mirror
+on client1 tessera setstripe -c 0 -N 2 /mirror
+on client1 sh -c "head -c 128M /dev/urandom > /tmp/mirror && cp /tmp/mirror $MNT/mirror/big && sha256sum /tmp/mirror" |
+  cut -d' ' -f1 >"$WORK/mirror.sum"
+on client1 tessera getstripe /mirror/big | tee "$WORK/mirror-stripe"
+# A paced reader on client2 (1 MiB, then 0.05 s: ~8 s for the file), hashing what it read.
+on client2 sh -c "for i in \$(seq 0 127); do dd if=$MNT/mirror/big bs=1M skip=\$i count=1 2>/dev/null; sleep 0.05; done | sha256sum" \
+  >"$WORK/mirror-read" 2>&1 &
+rd_pid=$!
+sleep 2
+$DOCKER kill "$(cid ds2)" >/dev/null
+t_kill=$SECONDS
+$DOCKER rm -f "$(cid ds2)" >/dev/null
+vol_rm=0
+$DOCKER volume rm "${PROJECT}_ds2-data" >/dev/null || vol_rm=$?
+check "ds2's volume removed (its store lost)" [ "$vol_rm" = 0 ]
+rd_rc=0
+wait $rd_pid || rd_rc=$?
+got=$(cut -d' ' -f1 "$WORK/mirror-read")
+echo "client2's read of the mirrored file: exit $rd_rc, $((SECONDS - t_kill)) s after the kill"
+check "client2's read of the mirrored file completes with the right content while ds2 is gone" \
+  [ "$rd_rc" = 0 -a "$got" = "$(cat "$WORK/mirror.sum")" ]
+# ds2 back, empty (a new volume): every replica it held is stale, then resynced from the others.
+ci_compose up -d --no-deps ds2 >/dev/null 2>&1
+CID_ds2=$(ci_compose ps -q ds2)
+t_start=$SECONDS
+wait_ok=1
+for _ in $(seq 1 60); do
+  [ "$($DOCKER inspect --format '{{.State.Health.Status}}' "$(cid ds2)")" = healthy ] && { wait_ok=0; break; }
+  sleep 1
+done
+check "ds2 back with an empty volume, healthy after $((SECONDS - t_start)) s" [ "$wait_ok" = 0 ]
+t_start=$SECONDS
+clean=1
+for _ in $(seq 1 120); do
+  st=$(on client1 tessera --config /etc/tessera/admin.toml mirror status --json 2>/dev/null || true)
+  case "$st" in *'"degraded_objects":0'* | *'"degraded_objects": 0'*) clean=0; break ;; esac
+  sleep 1
+done
+echo "tessera mirror status --json: $st"
+check "ds2's replicas resynced: nothing degraded after $((SECONDS - t_start)) s" [ "$clean" = 0 ]
+on client1 tessera getstripe /mirror/big | tee "$WORK/mirror-stripe2"
+check "getstripe shows every replica in-sync again" \
+  sh -c "grep -q in-sync '$WORK/mirror-stripe2' && ! grep -q -e stale -e resyncing '$WORK/mirror-stripe2'"
+check "fsck --verify-mirrors finds the replicas identical" on client1 tessera --config /etc/tessera/admin.toml fsck --verify-mirrors
+sum=$(on client2 timeout 60 sha256sum $MNT/mirror/big | cut -d' ' -f1 || true)
+check "the mirrored file reads back intact after the resync" [ "$sum" = "$(cat "$WORK/mirror.sum")" ]
 
 log "tear down"
 bash "$ROOT/deploy/demo.sh" down >/dev/null 2>&1 || true

@@ -25,11 +25,13 @@ cluster_files() {
   kill -INT "$up_pid"; wait "$up_pid" 2>/dev/null || true
 }
 
-# start_by_hand DIR DATA_SERVERS: a cluster's files written into DIR by `tessera up`, then its MDS and data
-# servers started one by one, with no supervisor (`tessera up` would start a killed server again), logs in $work;
-# data server i's pid is ${ds_pid[i]}, the MDS's $mds_pid; exports TESSERA_CONFIG.
+# start_by_hand DIR DATA_SERVERS [EDIT]: a cluster's files written into DIR by `tessera up` (then `EDIT DIR`
+# run on them, if given), then its MDS and data servers started one by one, with no supervisor (`tessera up`
+# would start a killed server again), logs in $work; data server i's pid is ${ds_pid[i]}, the MDS's $mds_pid;
+# exports TESSERA_CONFIG.
 start_by_hand() {
   cluster_files "$1" "$2"
+  [ -z "${3:-}" ] || "$3" "$1"
   export TESSERA_CONFIG=$1/client.toml
   "$bin/tessera-mds" --config "$1/mds.toml" > "$work/mds.log" 2>&1 &
   mds_pid=$!; up_pids+=($!)

@@ -6,23 +6,29 @@
 #     SIZE per task, fsync at the end of the write phase, the page cache dropped before every read phase),
 #     file per task (-F) and one shared file, in directories set to -N 1 and -N 2; every round runs both,
 #     the order alternating; REPS rounds, medians.
-#  2. Degraded operation: a writer (1 MiB write + fsync per step, into a mirrored file) and a reader (1 MiB
-#     reads of a mirrored file written before, the page cache dropped every pass) run through the mount;
-#     data server 1 is killed (SIGKILL) after 3 s and started again OUTAGE s later. Reported: the writer's
-#     longest step and steps over 1 s, the reader's p50/p99/max during the outage and before it, and errors.
-#  3. Resync: from the restart until `tessera mirror status` shows nothing degraded: the bytes that were to
-#     resync at the restart and the rate (GiB/min); meanwhile a foreground reader (fio, 1 MiB sequential
-#     reads of an unmirrored file) and the same reader with nothing to resync, for what foreground I/O keeps.
-#  4. Rebuild: `tessera ds remove 3 --rebuild`: every mirrored replica on server 3 rebuilt elsewhere; the
-#     bytes and the rate, as in 3.
+#  2. Degraded operation, REPS times: a writer (1 MiB write + fsync per step, into a mirrored file) and a
+#     reader (1 MiB reads of a mirrored file written before, the page cache dropped every pass) run through
+#     the mount; data server 1 is killed (SIGKILL) after 3 s and started again OUTAGE s later, then the
+#     round waits until nothing is degraded. Reported per round: the writer's longest step and steps over
+#     1 s, the reader's p50/p99/max during the outage and before it, and errors; medians over the rounds.
+#  3. Resync at scale: data server 1 killed, RESYNC_SIZE written into mirrored files while it is down, then
+#     started again; from the restart until `tessera mirror status` shows nothing degraded: the bytes to
+#     resync and the rate (GiB/min), while a foreground reader (fio, 1 MiB sequential reads of an
+#     unmirrored file, 2 s samples) runs throughout; the same reader afterwards with nothing to resync, as
+#     many samples, for what foreground I/O keeps.
+#  4. Rebuild: `tessera ds remove 3 --rebuild`: every mirrored replica on server 3 rebuilt elsewhere; bytes,
+#     rate and the foreground reader, as in 3.
 #
-#   bench/scripts/mirror.sh [OUT_DIR]      env: BIN=target/release DS=4 REPS=3 SIZE=256m OUTAGE=8
-# Writes OUT_DIR/throughput.tsv, degraded.tsv, resync.tsv and prints the summary (also OUT_DIR/summary.md).
+#   bench/scripts/mirror.sh [OUT_DIR]
+#   env: BIN=target/release DS=4 REPS=3 SIZE=256m OUTAGE=8 RESYNC_SIZE=2g PARTS="throughput degraded resync"
+# Writes OUT_DIR/throughput.tsv, degraded.tsv, resync.tsv, foreground.tsv and the summary (OUT_DIR/summary.md).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${BIN:-$here/target/release}
 out=${1:-$(mktemp -d /tmp/tessera-mirror.XXXXXX)}
-nds=${DS:-4}; reps=${REPS:-3}; size=${SIZE:-256m}; outage=${OUTAGE:-8}
+nds=${DS:-4}; reps=${REPS:-3}; size=${SIZE:-256m}; outage=${OUTAGE:-8}; resync_size=${RESYNC_SIZE:-2g}
+parts=" ${PARTS:-throughput degraded resync} "
+part() { [[ $parts == *" $1 "* ]]; }
 command -v fio > /dev/null || { echo "fio is not installed (apt-get install fio)" >&2; exit 1; }
 mkdir -p "$out"
 work=$(mktemp -d /tmp/tessera-mirror.XXXXXX)
@@ -41,6 +47,7 @@ mkdir -p "$m/n1" "$m/n2"
 
 # 1. Throughput.
 echo -e "round\tmirrors\tlayout\top\tMiB_s" > "$out/throughput.tsv"
+if part throughput; then
 ior() { # MIRRORS LAYOUT(fpp|shared) ROUND
   local flags=() f=$m/n$1/ior-$2
   [ "$2" = fpp ] && flags=(-F)
@@ -62,10 +69,21 @@ for r in $(seq "$reps"); do
   for mm in $order; do for lay in fpp shared; do ior "$mm" "$lay" "$r"; done; done
   echo "throughput round $r of $reps done"
 done
+fi
 
-# 2. Degraded operation.
+# 2. Degraded operation, REPS rounds.
+wait_clean() { # prints seconds until nothing is degraded
+  local t0; t0=$(now)
+  for _ in $(seq 2400); do
+    s=$(status_json); [ "$(field "$s" degraded_objects)" = 0 ] && break; sleep 0.25
+  done
+  since "$t0"
+}
+echo -e "round\twho\twindow\tsteps\terrors\tp50_ms\tp99_ms\tmax_ms\tover_1s" > "$out/degraded.tsv"
+if part degraded; then
 head -c 256M /dev/urandom > "$m/n2/readme"
 sync
+for r in $(seq "$reps"); do
 python3 - "$m/n2/degraded" "$m/n2/readme" "$work/lat" "$outage" > /dev/null <<'EOF' &
 # Writer and reader threads, each logging (start time, seconds, ok) per step until told to stop.
 import os, sys, threading, time
@@ -105,14 +123,13 @@ load=$!
 sleep 3
 tk=$(now); kill -9 "${ds_pid[1]}"; wait "${ds_pid[1]}" 2> /dev/null || true
 sleep "$outage"
-before_restart=$(status_json)
 "$bin/tessera-ds" --config "$work/c/ds1.toml" --id 1 >> "$work/ds1.log" 2>&1 &
 ds_pid[1]=$!; up_pids+=($!)
 tr=$(now)
 wait "$load"
-python3 - "$work/lat" "$tk" "$tr" > "$out/degraded.tsv" <<'EOF'
+python3 - "$work/lat" "$tk" "$tr" "$r" >> "$out/degraded.tsv" <<'EOF'
 import sys
-log, tk, tr = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+log, tk, tr, rnd = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 def rows(p):
     out = []
     for line in open(p):
@@ -124,61 +141,83 @@ def rows(p):
 def pct(v, q):
     v = sorted(v)
     return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
-print("who\twindow\tsteps\terrors\tp50_ms\tp99_ms\tmax_ms\tover_1s")
 for who, p in (("writer", log + ".w"), ("reader", log + ".r")):
     r = rows(p)
     for name, lo, hi in (("before", 0, tk), ("outage", tk, tr), ("after", tr, 1e18)):
         w = [x for x in r if lo <= x[0] < hi]
         d = [x[1] * 1000 for x in w]
-        print(f"{who}\t{name}\t{len(w)}\t{sum(1 for x in w if not x[2])}\t{pct(d, .5):.1f}\t{pct(d, .99):.1f}\t{max(d, default=float('nan')):.1f}\t{sum(1 for x in d if x > 1000)}")
+        print(f"{rnd}\t{who}\t{name}\t{len(w)}\t{sum(1 for x in w if not x[2])}\t{pct(d, .5):.1f}\t{pct(d, .99):.1f}\t{max(d, default=float('nan')):.1f}\t{sum(1 for x in d if x > 1000)}")
 EOF
 grep -h "^#" "$work/lat.w" "$work/lat.r" | head -5 || true
+echo "degraded round $r of $reps done; resynced in $(wait_clean) s"
+done
+fi
 
-# 3. Resync, with a foreground reader.
+# 3./4. Resync and rebuild at scale, with a foreground reader throughout.
 mkdir -p "$m/fg"; "$bin/tessera" setstripe -N 1 /fg > /dev/null
-fio --name=fg --directory="$m/fg" --rw=write --bs=1m --size=512m --numjobs=1 --end_fsync=1 > /dev/null
-# 1 MiB sequential reads for 3 s (the file read over and over, its pages dropped first): MiB/s.
-fg_read() { drop_caches; fio --name=fg --directory="$m/fg" --rw=read --bs=1m --size=512m --numjobs=1 --time_based --runtime=3 --invalidate=1 --output-format=json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["jobs"][0]["read"]["bw"]/1024, 1))'; }
-wait_clean() { # prints seconds until nothing is degraded
-  local t0; t0=$(now)
-  for _ in $(seq 1200); do
-    s=$(status_json); [ "$(field "$s" degraded_objects)" = 0 ] && break; sleep 0.25
-  done
-  since "$t0"
-}
-to_resync=$(field "$before_restart" bytes_to_resync)
-( fg_read > "$work/fg_during" ) &
-fgp=$!
-secs=$(wait_clean)
-wait "$fgp" || true
-fg_during=$(cat "$work/fg_during")
-fg_idle=$(fg_read)
 echo -e "what\tbytes\tseconds\tGiB_per_min" > "$out/resync.tsv"
-echo -e "resync\t$to_resync\t$secs\t$(python3 -c "print(round($to_resync / 2**30 / max($secs, 1e-9) * 60, 2))")" >> "$out/resync.tsv"
+echo -e "what\tsample\tMiB_s" > "$out/foreground.tsv"
+# fg_sample: one 2 s fio read (1 MiB sequential, the file's pages dropped first): MiB/s.
+fg_sample() { drop_caches; fio --name=fg --directory="$m/fg" --rw=read --bs=1m --size=512m --numjobs=1 --time_based --runtime=2 --invalidate=1 --output-format=json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["jobs"][0]["read"]["bw"]/1024, 1))'; }
+# fg_until FILE: samples into FILE until FILE.stop exists.
+fg_until() { rm -f "$1" "$1.stop"; while [ ! -e "$1.stop" ]; do fg_sample >> "$1"; done; }
+# measure WHAT BYTES: waits until nothing is degraded while sampling the foreground reader, then as many
+# samples with nothing to resync; rows into resync.tsv and foreground.tsv.
+measure() {
+  ( fg_until "$work/fg" ) & local fgp=$!
+  local secs; secs=$(wait_clean)
+  touch "$work/fg.stop"; wait "$fgp" || true
+  echo -e "$1\t$2\t$secs\t$(python3 -c "print(round($2 / 2**30 / max($secs, 1e-9) * 60, 2))")" >> "$out/resync.tsv"
+  local n=0
+  while read -r v; do n=$((n + 1)); echo -e "$1-during\t$n\t$v" >> "$out/foreground.tsv"; done < "$work/fg"
+  for i in $(seq "$n"); do echo -e "$1-idle\t$i\t$(fg_sample)" >> "$out/foreground.tsv"; done
+  echo "$1: $2 bytes in $secs s, $n foreground samples each"
+}
+if part resync; then
+fio --name=fg --directory="$m/fg" --rw=write --bs=1m --size=512m --numjobs=1 --end_fsync=1 > /dev/null
+mkdir -p "$m/n2/big"
+kill -9 "${ds_pid[1]}"; wait "${ds_pid[1]}" 2> /dev/null || true
+fio --name=big --directory="$m/n2/big" --rw=write --bs=1m --size="$resync_size" --numjobs=2 --end_fsync=1 > /dev/null
+to_resync=$(field "$(status_json)" bytes_to_resync)
+"$bin/tessera-ds" --config "$work/c/ds1.toml" --id 1 >> "$work/ds1.log" 2>&1 &
+ds_pid[1]=$!; up_pids+=($!)
+measure resync "$to_resync"
 
-# 4. Rebuild of server 3 elsewhere.
 "$bin/tessera" --config "$work/c/admin.toml" ds remove 3 --rebuild > "$work/remove.txt"
-s=$(status_json); rebuild_bytes=$(field "$s" bytes_to_resync)
-secs=$(wait_clean)
-echo -e "rebuild\t$rebuild_bytes\t$secs\t$(python3 -c "print(round($rebuild_bytes / 2**30 / max($secs, 1e-9) * 60, 2))")" >> "$out/resync.tsv"
+measure rebuild "$(field "$(status_json)" bytes_to_resync)"
+fi
 
-python3 - "$out" "$reps" "$fg_idle" "$fg_during" <<'EOF' | tee "$out/summary.md"
+python3 - "$out" "$reps" <<'EOF' | tee "$out/summary.md"
 import csv, statistics, sys
-out, reps, fg_idle, fg_during = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+out, reps = sys.argv[1], sys.argv[2]
+med = statistics.median
 rows = list(csv.DictReader(open(f"{out}/throughput.tsv"), delimiter="\t"))
-print(f"## Throughput through the mount, medians of {reps} rounds (MiB/s)\n")
-print("| layout | op | M = 1 | M = 2 | M2/M1 |\n|---|---|---|---|---|")
-for lay in ("fpp", "shared"):
-    for op in ("write", "read"):
-        v = {m: statistics.median(float(r["MiB_s"]) for r in rows if r["layout"] == lay and r["op"] == op and r["mirrors"] == m) for m in ("1", "2")}
-        print(f"| {lay} | {op} | {v['1']:.1f} | {v['2']:.1f} | {v['2'] / v['1']:.2f} |")
-print("\n## Degraded operation (data server 1 killed, then restarted)\n")
-print("| " + " | ".join(open(f"{out}/degraded.tsv").readline().split()) + " |")
-print("|" + "---|" * 8)
-for line in list(open(f"{out}/degraded.tsv"))[1:]:
-    print("| " + " | ".join(line.split()) + " |")
-print("\n## Resync and rebuild\n")
-for line in open(f"{out}/resync.tsv"):
-    print("    " + line.rstrip())
-print(f"\nforeground fio read (3 s, from the restart on) while resyncing: {fg_during} MiB/s; with nothing to resync: {fg_idle} MiB/s")
+if rows:
+    print(f"## Throughput through the mount, medians of {reps} rounds (MiB/s)\n")
+    print("| layout | op | M = 1 | M = 2 | M2/M1 |\n|---|---|---|---|---|")
+    for lay in ("fpp", "shared"):
+        for op in ("write", "read"):
+            v = {m: med(float(r["MiB_s"]) for r in rows if r["layout"] == lay and r["op"] == op and r["mirrors"] == m) for m in ("1", "2")}
+            print(f"| {lay} | {op} | {v['1']:.1f} | {v['2']:.1f} | {v['2'] / v['1']:.2f} |")
+rows = list(csv.DictReader(open(f"{out}/degraded.tsv"), delimiter="\t"))
+if rows:
+    n = len({r["round"] for r in rows})
+    print(f"\n## Degraded operation (data server 1 killed, then restarted), {n} rounds\n")
+    print("| who | window | steps | errors | median p50 ms | median p99 ms | max ms per round | steps over 1 s |\n|---|---|---|---|---|---|---|---|")
+    for who in ("writer", "reader"):
+        for w in ("before", "outage", "after"):
+            rs = [r for r in rows if r["who"] == who and r["window"] == w]
+            print(f"| {who} | {w} | {sum(int(r['steps']) for r in rs)} | {sum(int(r['errors']) for r in rs)} | "
+                  f"{med(float(r['p50_ms']) for r in rs):.1f} | {med(float(r['p99_ms']) for r in rs):.1f} | "
+                  f"{' '.join(r['max_ms'] for r in rs)} | {sum(int(r['over_1s']) for r in rs)} |")
+rows = list(csv.DictReader(open(f"{out}/resync.tsv"), delimiter="\t"))
+fg = list(csv.DictReader(open(f"{out}/foreground.tsv"), delimiter="\t"))
+if rows:
+    print("\n## Resync and rebuild, with a foreground reader (fio, 2 s samples, medians)\n")
+    print("| what | GiB | seconds | GiB/min | foreground MiB/s during | idle | kept |\n|---|---|---|---|---|---|---|")
+    for r in rows:
+        d = [float(x["MiB_s"]) for x in fg if x["what"] == r["what"] + "-during"]
+        i = [float(x["MiB_s"]) for x in fg if x["what"] == r["what"] + "-idle"]
+        dm, im = (med(d), med(i)) if d and i else (float("nan"), float("nan"))
+        print(f"| {r['what']} | {int(r['bytes']) / 2**30:.2f} | {r['seconds']} | {r['GiB_per_min']} | {dm:.1f} | {im:.1f} | {dm / im:.2f} |")
 EOF

@@ -123,6 +123,34 @@ fn placement(s: &mut Scrape, placer: &crate::placement::placer::Placer) -> fmt::
     Ok(())
 }
 
+/// Mirrored files' families (issue 36; what `tessera mirror status` shows): replicas not in sync, the bytes
+/// they have to copy, the resync rate and what resync has done since the MDS started.
+pub fn add_mirror(registry: &mut Registry, ns: Arc<crate::namespace::Namespace>) {
+    registry.register_collector(collector(move |s| match ns.mirror_status() {
+        Ok(st) => mirror(s, &st),
+        // A scrape shows what it can; the store's error is the MDS log's business.
+        Err(_) => Ok(()),
+    }));
+}
+
+fn mirror(s: &mut Scrape, st: &tessera_proto::msg::MirrorStatus) -> fmt::Result {
+    s.gauge("tessera_mirror_degraded_files", "Mirrored files with a replica not in sync.")?
+        .sample(&[], st.degraded_files)?;
+    s.gauge("tessera_mirror_degraded_objects", "Replica objects not in sync (stale or resyncing).")?
+        .sample(&[], st.degraded_objects)?;
+    let mut f = s.gauge("tessera_mirror_replicas", "Replica objects not in sync, by state.")?;
+    f.sample(&[("state", "stale")], st.stale)?;
+    f.sample(&[("state", "resyncing")], st.resyncing)?;
+    s.gauge("tessera_mirror_bytes_to_resync", "Bytes the replicas not in sync have to copy.")?
+        .sample(&[], st.bytes_to_resync)?;
+    s.gauge("tessera_mirror_resync_bytes_per_second", "Resync copying rate over the last few seconds.")?
+        .sample(&[], st.resync_rate)?;
+    s.counter("tessera_mirror_resyncs_total", "Replica resyncs finished.")?.sample(&[], st.resyncs_done)?;
+    s.counter("tessera_mirror_resynced_bytes_total", "Bytes copied by resyncs.")?.sample(&[], st.resynced_bytes)?;
+    s.gauge("tessera_mirror_removed_servers", "Data servers taken out (tessera ds remove).")?
+        .sample(&[], st.removed.len() as u64)
+}
+
 /// PerSched's families (specs/periodic.md): per periodic job planned and measured ρ̃ and dilation; the
 /// system's SysEff, its upper bound and the period.
 pub fn add_persched(registry: &mut Registry, p: Arc<crate::persched::shared::Shared>) {
@@ -259,6 +287,34 @@ mod tests {
             "tessera_persched_job_planned_rho{job=\"p\\\"1\"} 0.5",
             "tessera_persched_upper_bound 0.25",
             "tessera_persched_job_source{job=\"p\\\"1\",source=\"registered\"} 1",
+        ] {
+            assert!(body.contains(line), "{line} missing in\n{body}");
+        }
+    }
+
+    #[test]
+    fn renders_mirror_state() {
+        let st = tessera_proto::msg::MirrorStatus {
+            degraded_files: 2,
+            degraded_objects: 3,
+            stale: 1,
+            resyncing: 2,
+            bytes_to_resync: 4096,
+            resyncs_done: 5,
+            resynced_bytes: 1 << 20,
+            resync_rate: 1000,
+            removed: vec![3],
+        };
+        let mut reg = Registry::default();
+        reg.register_collector(collector(move |s| mirror(s, &st)));
+        let body = render(&reg).unwrap();
+        for line in [
+            "tessera_mirror_degraded_objects 3",
+            "tessera_mirror_replicas{state=\"resyncing\"} 2",
+            "tessera_mirror_bytes_to_resync 4096",
+            "tessera_mirror_resync_bytes_per_second 1000",
+            "tessera_mirror_resynced_bytes_total 1048576",
+            "tessera_mirror_removed_servers 1",
         ] {
             assert!(body.contains(line), "{line} missing in\n{body}");
         }

@@ -230,7 +230,7 @@ pub async fn run(
         cfg.ds.iter().map(|d| d.id).collect(),
     ));
     let placer = ns.placer().clone();
-    let service = MdsService::new(ns)
+    let service = MdsService::new(ns.clone())
         .with_orchestrator(orch.clone())
         .with_persched(&cfg.persched)
         .with_job_window(std::time::Duration::from_millis(cfg.mds.job_window_ms.max(1)))
@@ -246,6 +246,7 @@ pub async fn run(
             let mut registry = crate::metrics::registry(orch.clone(), &service.counters());
             crate::metrics::add_persched(&mut registry, service.persched());
             crate::metrics::add_placement(&mut registry, placer.clone());
+            crate::metrics::add_mirror(&mut registry, ns.clone());
             let j = jobs.clone();
             registry.register_collector(tessera_metrics::collector(move |s| j.scrape(s, METRICS_IDLE)));
             let endpoint = tessera_metrics::Endpoint::bind(addr.as_str(), registry).await?;
