@@ -189,6 +189,7 @@ measure resync "$to_resync"
 measure rebuild "$(field "$(status_json)" bytes_to_resync)"
 fi
 
+mkdir -p "$out/logs"; cp "$work"/*.log "$out/logs/" 2> /dev/null || true
 python3 - "$out" "$reps" <<'EOF' | tee "$out/summary.md"
 import csv, statistics, sys
 out, reps = sys.argv[1], sys.argv[2]
