@@ -75,6 +75,15 @@ impl FenceTable {
         self.changed.notify_waiters();
     }
 
+    /// Whether `ds` asked for its fences within half the lease (it asks every quarter): it is up, and a
+    /// resync to it may start. A server killed a moment ago may still look up to the statistics plane
+    /// (reports are slower); a resync started to it would put its replica back among those every write
+    /// goes to, and each writer would wait to find it missing again.
+    pub fn fresh(&self, ds: DsId) -> bool {
+        let half = self.lease() / 2;
+        self.asked.lock().unwrap_or_else(|p| p.into_inner()).get(&ds).is_some_and(|(at, _)| at.elapsed() <= half)
+    }
+
     /// When `ds` knows version `v`, or will refuse mirrored calls: `None` if already, else how long
     /// to wait at most.
     fn remaining(&self, ds: DsId, v: u64, now: Instant) -> Option<Duration> {
@@ -370,7 +379,7 @@ impl Namespace {
     /// finished.
     pub async fn resync_pass(&self, parallel: usize) -> usize {
         let stats = self.stats.clone();
-        let up = move |ds: DsId| stats.snapshot().iter().any(|s| s.id == ds && !s.silent);
+        let up = |ds: DsId| self.fences.fresh(ds) && stats.snapshot().iter().any(|s| s.id == ds && !s.silent);
         let jobs = match self.resync_jobs(&up, parallel.max(1)) {
             Ok(j) => j,
             Err(e) => {
@@ -496,6 +505,28 @@ mod tests {
     use tessera_proto::msg::MdsRequest;
     use tessera_proto::{Caller, FileKind, ROOT_INO};
 
+    /// Live data servers: each asks for its fences every 5 ms (as they do every quarter of the lease) for
+    /// as long as this lives, so the resync driver counts them as up.
+    struct Asking(tokio::task::JoinHandle<()>);
+
+    impl Drop for Asking {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+
+    fn servers_asking(ns: &Namespace) -> Asking {
+        let (fences, ids): (_, Vec<DsId>) = (ns.fences.clone(), ns.stats.snapshot().iter().map(|s| s.id).collect());
+        Asking(tokio::spawn(async move {
+            loop {
+                for &ds in &ids {
+                    fences.asked(ds, fences.version());
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }))
+    }
+
     async fn mirrored_file(ns: &Namespace, name: &str) -> (Ino, Layout) {
         let layout = Some(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(2), mirrors: Some(2) });
         let req = MdsRequest::Create {
@@ -524,6 +555,20 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_server_is_up_for_resync_only_while_it_asks_for_its_fences() {
+        let f = FenceTable::default();
+        f.set_lease(Duration::from_millis(100));
+        assert!(!f.fresh(1), "never asked since the MDS started");
+        f.asked(1, f.version());
+        assert!(f.fresh(1));
+        assert!(!f.fresh(2));
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!f.fresh(1), "silent for more than half the lease");
+        f.asked(1, f.version());
+        assert!(f.fresh(1));
+    }
+
     #[tokio::test]
     async fn a_missed_replica_is_fenced_until_resynced_and_a_removed_server_is_rebuilt_elsewhere() {
         let dir = tempfile::tempdir().unwrap();
@@ -548,7 +593,11 @@ mod tests {
         );
         assert_eq!(ns.mirror_mark_stale(r, vec![p]).await.unwrap_err().code, ErrorCode::Stale);
 
+        // Servers that do not ask for their fences are not resynced to (down, or a moment from it).
+        assert_eq!(ns.resync_pass(4).await, 0);
         // The resync driver copies it back: in sync, no longer fenced.
+        let _up = servers_asking(&ns);
+        tokio::time::sleep(Duration::from_millis(10)).await;
         assert_eq!(ns.resync_pass(4).await, 1);
         assert_eq!(data.objects.lock().unwrap().get(&(r.ds, r.object)), Some(&4096));
         assert!(layout_of(&ns, ino).degraded().is_empty());
@@ -576,6 +625,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (ns, data) = open_ns(dir.path());
         ns.fences.set_lease(Duration::from_millis(50));
+        let _up = servers_asking(&ns);
         let (ino, l) = mirrored_file(&ns, "f").await;
         let kinds = |r: &tessera_proto::msg::FsckReport| r.findings.iter().map(|f| f.kind.clone()).collect::<Vec<_>>();
         let (p, r) = (l.target(1).unwrap(), l.mirrors_of(1)[0].target);

@@ -101,7 +101,7 @@ pub struct Namespace {
     destroy_pending: AtomicBool,
     leases: Leases,
     /// What each data server knows of its replicas not in sync (mirrored files).
-    pub(crate) fences: mirror::FenceTable,
+    pub(crate) fences: Arc<mirror::FenceTable>,
     /// Resync progress since start.
     pub(crate) resync: mirror::ResyncCounters,
     /// The first inode number of this run: lower ones were handed out before (sled's ids only grow,
@@ -141,7 +141,7 @@ impl Namespace {
             destroy_pending: AtomicBool::new(false),
             leases,
             boot_ino,
-            fences: mirror::FenceTable::default(),
+            fences: Arc::default(),
             resync: mirror::ResyncCounters::default(),
         };
         ns.init()?;
