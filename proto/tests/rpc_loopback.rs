@@ -273,9 +273,48 @@ async fn a_restarted_server_resets_the_connections_of_its_previous_process() {
     assert_eq!(ping(&p).await.unwrap(), 1);
     first.shutdown_background();
 
+    serve_again(addr, &server, Tuning::default()).await;
+    assert!(p.is_connected().await, "the old connection looks alive until a packet is answered");
+
+    let failed = p.try_call_chunked::<u32, u32>(&1, Bytes::from_static(b"x")).await.expect_err("a dead connection");
+    assert!(failed.reset, "the restarted server's reset was not taken: {}", failed.error);
+    let (n, _) = p.call_chunked_resent::<u32, u32>(&1, Bytes::from_static(b"x")).await.unwrap();
+    assert_eq!(n, 1);
+}
+
+/// A server that dies, whose connection then times out at the client (nothing sent for the idle
+/// timeout), and that is back by the next call: the call is made on a new connection, not failed over
+/// the connection that was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_after_the_connection_timed_out_tries_the_server_again() {
+    let ca = TestCa::new("t");
+    let (server, client) = (ca.identity(Role::Ds, "ds0"), ca.identity(Role::Client, "c"));
+    let tuning = Tuning { idle_timeout: Duration::from_millis(300), ..Tuning::default() };
+    let first = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let addr = {
+        let _in = first.enter();
+        let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), &server, &tuning).unwrap();
+        let addr = ep.local_addr().unwrap();
+        first.spawn(rpc::serve(ep, Arc::new(Echo), server.crl.clone()));
+        addr
+    };
+    let p = RpcPeer::new(rpc::client_endpoint(false).unwrap(), &client, Role::Ds, addr, tuning).unwrap();
+    assert_eq!(ping(&p).await.unwrap(), 1);
+    first.shutdown_background();
+    let t = Instant::now();
+    while p.is_connected().await {
+        assert!(t.elapsed() < Duration::from_secs(10), "the connection never timed out");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    serve_again(addr, &server, tuning).await;
+    assert_eq!(ping(&p).await.unwrap(), 1, "the server is back");
+}
+
+/// The echo server started again on `addr` (a new process of it, once the old one's port is free).
+async fn serve_again(addr: std::net::SocketAddr, server: &NodeIdentity, tuning: Tuning) {
     let mut tries = 0;
     let ep = loop {
-        match rpc::server_endpoint(addr, &server, &Tuning::default()) {
+        match rpc::server_endpoint(addr, server, &tuning) {
             Ok(ep) => break ep,
             Err(e) if tries < 100 => {
                 tries += 1;
@@ -286,10 +325,4 @@ async fn a_restarted_server_resets_the_connections_of_its_previous_process() {
         }
     };
     tokio::spawn(rpc::serve(ep, Arc::new(Echo), server.crl.clone()));
-    assert!(p.is_connected().await, "the old connection looks alive until a packet is answered");
-
-    let failed = p.try_call_chunked::<u32, u32>(&1, Bytes::from_static(b"x")).await.expect_err("a dead connection");
-    assert!(failed.reset, "the restarted server's reset was not taken: {}", failed.error);
-    let (n, _) = p.call_chunked_resent::<u32, u32>(&1, Bytes::from_static(b"x")).await.unwrap();
-    assert_eq!(n, 1);
 }

@@ -133,22 +133,16 @@ impl RpcPeer {
         let mut link = self.link.lock().await;
         self.drop_if_revoked(&mut link);
         if let Some(c) = &link.conn {
-            match c.close_reason() {
-                None => return Ok(c.clone()),
-                // The server went silent for the idle timeout (killed, stopped, unreachable): as good as
-                // a failed attempt, so the calls queued behind this one do not each try a handshake.
-                Some(quinn::ConnectionError::TimedOut) => {
-                    let e = FsError::unavailable(format!(
-                        "{} {}: silent for {:?}, connection lost",
-                        self.role,
-                        self.target(),
-                        self.tuning.idle_timeout
-                    ));
-                    *link = Link { conn: None, server: None, failed: Some((Instant::now(), e.clone())) };
-                    return Err(e);
-                }
-                Some(_) => {}
+            if c.close_reason().is_none() {
+                return Ok(c.clone());
             }
+            // Lost (the server went silent for the idle timeout, or reset it): one new attempt, under
+            // the lock, so the calls queued behind this one wait for its outcome instead of each trying
+            // a handshake. A server that is back by now is simply used: failing this call without trying
+            // (as before) gave an application an error from a server that was up again (an unmirrored
+            // file read 2 s after its server's restart, results/mirror).
+            link.conn = None;
+            link.server = None;
         }
         if let Some((at, e)) = link.failed.as_ref().filter(|(at, _)| at.elapsed() < RECONNECT_HOLDOFF) {
             let mut e = e.clone();
