@@ -3,10 +3,13 @@
 use super::{err, Namespace};
 use crate::perm::{self, W};
 use crate::store::Inode;
+use std::collections::BTreeMap;
 use tessera_proto::error::ErrorCode;
-use tessera_proto::layout::Layout;
+use tessera_proto::layout::{Layout, ReplicaState, StripeTarget};
 use tessera_proto::msg::{MdsReply, SetAttrs, StatFs, TimeSet};
 use tessera_proto::{Caller, FileKind, FsError, FsResult, Ino, Timestamp, NAME_MAX};
+
+use tracing::warn;
 
 const STATFS_BLOCK: u64 = 4096;
 /// Reported free inodes: there is no fixed inode table.
@@ -64,11 +67,43 @@ impl Namespace {
     }
 
     /// Truncates (or extends) every object of `l` (every replica of a mirrored stripe) to match a file of
-    /// `size` bytes, in parallel.
+    /// `size` bytes, in parallel. A mirrored stripe's replica whose server cannot be reached missed the
+    /// cut as it would a write: it is marked stale (reported by a replica of the stripe that was cut, and
+    /// fenced, `mirror_mark_stale`) and resync later copies it at the primary's size; replicas already
+    /// not in sync are left to their resync. The truncate fails only when no in-sync replica of a stripe
+    /// could be cut, or an error is not a server out of reach.
     pub(super) async fn truncate_objects(&self, l: &Layout, size: u64) -> FsResult<()> {
-        let calls = l.stripe_objects().map(|(k, t)| self.data.truncate(t.ds, t.object, l.object_size(k, size)));
-        for r in futures::future::join_all(calls).await {
-            r?;
+        let objects: Vec<(usize, StripeTarget)> = l.stripe_objects().collect();
+        let calls = objects.iter().map(|&(k, t)| self.data.truncate(t.ds, t.object, l.object_size(k, size)));
+        let results = futures::future::join_all(calls).await;
+        let in_sync = |k: usize, t: StripeTarget| l.replica_state(k, t) == Some(ReplicaState::InSync);
+        let mut cut: BTreeMap<usize, StripeTarget> = BTreeMap::new();
+        let mut missed: BTreeMap<usize, Vec<StripeTarget>> = BTreeMap::new();
+        for (&(k, t), r) in objects.iter().zip(results) {
+            match r {
+                Ok(()) if in_sync(k, t) => {
+                    cut.entry(k).or_insert(t);
+                }
+                Ok(()) => {}
+                Err(e)
+                    if !l.mirrors_of(k).is_empty()
+                        && matches!(e.code, ErrorCode::Unavailable | ErrorCode::TimedOut) =>
+                {
+                    if in_sync(k, t) {
+                        missed.entry(k).or_default().push(t);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        for (k, m) in missed {
+            let from = cut.get(&k).copied().ok_or_else(|| {
+                FsError::unavailable(format!(
+                    "no replica of stripe {k} in sync could be truncated: its servers are down"
+                ))
+            })?;
+            warn!(stripe = k, missed = ?m, "replicas out of reach missed a truncate: marking them stale");
+            self.mirror_mark_stale(from, m).await?;
         }
         Ok(())
     }

@@ -569,6 +569,34 @@ mod tests {
         assert!(f.fresh(1));
     }
 
+    /// A truncate while a replica's server is down: the others are cut and it is marked stale (it
+    /// missed the cut); with every replica of a stripe down the truncate fails.
+    #[tokio::test]
+    async fn a_truncate_goes_on_without_a_replica_whose_server_is_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ns, data) = open_ns(dir.path());
+        ns.fences.set_lease(Duration::from_millis(50));
+        let (ino, l) = mirrored_file(&ns, "f").await;
+        let (p, r) = (l.target(0).unwrap(), l.mirrors_of(0)[0].target);
+        data.down.lock().unwrap().push(r.ds);
+        let set = |size| MdsRequest::SetAttr {
+            ino,
+            set: tessera_proto::msg::SetAttrs { size: Some(size), ..Default::default() },
+        };
+        match ns.handle(&Caller::root(), set(100_000)).await.unwrap() {
+            MdsReply::Attr(a) => assert_eq!(a.size, 100_000),
+            other => panic!("{other:?}"),
+        }
+        let now = layout_of(&ns, ino);
+        assert_eq!(now.replica_state(0, r), Some(ReplicaState::Stale), "the replica that missed the cut");
+        assert_eq!(now.replica_state(0, p), Some(ReplicaState::InSync));
+        assert_eq!(data.objects.lock().unwrap().get(&(p.ds, p.object)), Some(&l.object_size(0, 100_000)));
+        // Its primary's server down too: nothing in sync to cut.
+        data.down.lock().unwrap().push(p.ds);
+        let e = ns.handle(&Caller::root(), set(10)).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unavailable, "{e}");
+    }
+
     #[tokio::test]
     async fn a_missed_replica_is_fenced_until_resynced_and_a_removed_server_is_rebuilt_elsewhere() {
         let dir = tempfile::tempdir().unwrap();
