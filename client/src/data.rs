@@ -18,9 +18,6 @@ use tessera_proto::types::{DsId, IoTag, Role};
 use tessera_proto::PROTOCOL_VERSION;
 use tokio::sync::Semaphore;
 
-/// How soon a data server must answer a ping to count as up when a mirrored write to it is slow.
-pub const PING_WITHIN: Duration = Duration::from_millis(500);
-
 /// How long a data server whose call failed for want of it is passed over for mirrored stripes' other
 /// replicas.
 pub const FAILED_MEMORY: Duration = Duration::from_secs(5);
@@ -406,25 +403,6 @@ impl Route {
         }
     }
 
-    /// Whether data server `ds` answers a ping within `within`, the way [`Route::send`] goes but without
-    /// waiting for an in-flight slot (a server busy with this client's requests is up, not down).
-    pub async fn alive(&self, ds: DsId, within: Duration) -> bool {
-        let ping = async {
-            let call = DsCall::new(ds, DsRequest::Ping);
-            let reply = match self {
-                Route::Direct(servers) => {
-                    Route::direct_conn(servers, ds)?.peer.call_chunked_resent(&call, Bytes::new()).await
-                }
-                Route::Forwarded { fwd, direct } => match fwd.ds_call(&call, Bytes::new(), 0).await? {
-                    Some(reply) => Ok(reply),
-                    None => Route::direct_conn(direct, ds)?.peer.call_chunked_resent(&call, Bytes::new()).await,
-                },
-            };
-            reply.map(|(r, _)| matches!(r, DsReply::Pong { .. }))
-        };
-        matches!(tokio::time::timeout(within, ping).await, Ok(Ok(true)))
-    }
-
     /// The forwarding nodes, when requests go through them.
     pub fn forwarding(&self) -> Option<&Arc<Forwarding>> {
         match self {
@@ -695,7 +673,7 @@ impl DataPlane {
             tracing::debug!(ds = target.ds, stripe, "primary replica down a moment ago: another takes over");
         } else {
             let call = DsCall { mirror: Some(m.clone()), ..DsCall::new(target.ds, req.clone()) };
-            match self.send_watched(call, payload.clone(), app_len).await {
+            match self.route.send(call, payload.clone(), app_len).await {
                 Err(e) if replica_unusable(&e) => {
                     tracing::warn!(ds = target.ds, stripe, "primary replica failed, another takes over: {e}");
                     if is_down(&e) {
@@ -718,7 +696,7 @@ impl DataPlane {
             let replicas = m.replicas.iter().copied().filter(|x| *x != next && !failed.contains(x)).collect();
             let mc = MirrorCall { replicas, failed: failed.clone(), ..m.clone() };
             let call = DsCall { mirror: Some(mc), ..DsCall::new(next.ds, r) };
-            match self.send_watched(call, payload.clone(), app_len).await {
+            match self.route.send(call, payload.clone(), app_len).await {
                 Err(e) if replica_unusable(&e) => {
                     tracing::warn!(ds = next.ds, stripe, "replica cannot take over: {e}");
                     if is_down(&e) {
@@ -731,31 +709,6 @@ impl DataPlane {
             }
         }
         Err(last.unwrap_or_else(|| FsError::unavailable(format!("no replica of stripe {stripe} can take the write"))))
-    }
-
-    /// [`Route::send`] of a mirrored stripe's write to the replica that is to serve it, watched: once
-    /// `client.hedge_ms` has passed without an answer, the server is pinged (and again every hedge while
-    /// it answers: slow, not down); one that does not answer the ping within [`PING_WITHIN`] is taken for
-    /// down and the call fails with `TimedOut`, so another replica takes over at once instead of after
-    /// the dead connection's idle timeout. Without a hedge, the call as it goes.
-    async fn send_watched(&self, call: DsCall, payload: Bytes, app_len: u64) -> FsResult<(DsReply, Vec<Bytes>)> {
-        let ds = call.ds;
-        let Some(every) = self.hedge else { return self.route.send(call, payload, app_len).await };
-        let watch = async {
-            loop {
-                tokio::time::sleep(every).await;
-                if !self.route.alive(ds, PING_WITHIN).await {
-                    break;
-                }
-            }
-        };
-        tokio::select! {
-            r = self.route.send(call, payload, app_len) => r,
-            () = watch => Err(FsError::new(
-                tessera_proto::error::ErrorCode::TimedOut,
-                format!("data server {ds}: no answer within {} ms, nor to a ping", every.as_millis()),
-            )),
-        }
     }
 
     /// Reads `[offset, offset+len)` of a file whose size is at least `offset+len` (the caller clamps to the

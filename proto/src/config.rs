@@ -572,9 +572,7 @@ pub struct ClientOptions {
     pub replica_read: ReplicaRead,
     /// A read of a mirrored stripe not answered within this many milliseconds is also sent to the next
     /// replica, and the first answer is taken (a read in flight to a server that died waits no longer
-    /// than this for another replica); a mirrored write not answered within it has its server pinged,
-    /// and one that does not answer is taken for down (another replica takes the write over). 0: only
-    /// once a call fails.
+    /// than this for another replica); 0: only once the first one fails.
     pub hedge_ms: u64,
 }
 
