@@ -747,6 +747,34 @@ mod tests {
         assert!(e.is_err());
     }
 
+    /// A client whose layout shows every other replica stale sends its writes with none to pass on; once
+    /// the primary has been told to resync a replica (a later generation), those writes reach it too,
+    /// else the replica would come out of its resync in sync without them.
+    #[tokio::test]
+    async fn a_write_naming_no_replica_still_reaches_one_being_resynced() {
+        use crate::server::tests::{service_with, tag};
+        use crate::server::Setup;
+        let (_d1, s1) = service_with(Setup::new(1));
+        let (_d0, s0) = service_with(Setup::new(0));
+        let others =
+            Arc::new(InProcess { servers: [(1, Arc::new(s1))].into_iter().collect(), down: Mutex::new(vec![]) });
+        let rep = Arc::new(Replicator::new(others.clone()).with_marker(
+            0,
+            Arc::new(Marks::default()),
+            Duration::from_millis(50),
+        ));
+        let primary = Arc::new(s0.with_replicator(rep.clone()));
+        let r1 = StripeTarget { ds: 1, object: 11 };
+        // The resync of r1 began at generation 5 (the MDS's order): from now on every write goes there.
+        rep.learn(10, 5, vec![r1]);
+        let stale_view = MirrorCall { gen: 4, stripe: 0, replicas: vec![], from_primary: false, failed: vec![] };
+        let req = DsRequest::Write { tag: tag("j"), object: 10, offset: 0, sync: false };
+        let call = DsCall { ds: 0, req, via: None, mirror: Some(stale_view) };
+        primary.call(Role::Client, call, Bytes::from_static(b"late")).await.0.unwrap();
+        let read = DsCall::new(1, DsRequest::Read { tag: tag("j"), object: 11, offset: 0, len: 10 });
+        assert_eq!(others.servers[&1].call(Role::Client, read, Bytes::new()).await.1, Bytes::from_static(b"late"));
+    }
+
     #[tokio::test]
     async fn a_takeover_marks_the_failed_primary_before_it_writes() {
         use crate::server::tests::{service_with, tag};

@@ -233,7 +233,13 @@ impl DsService {
                         return (Err(e), Bytes::new());
                     }
                 }
-                if m.replicas.is_empty() && m.failed.is_empty() {
+                // Even a client whose layout names no other replica to write goes through the primary's
+                // replication when it is a write: the primary may know of a replica being resynced since
+                // (`known`), which every write must reach, and the resync's copy is ordered against it.
+                // Applied here directly, such writes skipped a resyncing replica, which then came out of
+                // its resync in sync without them (the chaos soak's losses of results/mirror).
+                let replicated = replicate::is_replicated(&call.req);
+                if m.failed.is_empty() && (!replicated || (m.replicas.is_empty() && self.replicator.is_none())) {
                     return self.request(role, call.req, payload).await;
                 }
                 let Some(rep) = &self.replicator else {
