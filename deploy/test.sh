@@ -194,6 +194,17 @@ TESSERA_BASE=tessera-base:bookworm bash "$ROOT/deploy/demo.sh" up >"$WORK/up.out
 for s in client1 client2 ds0 ds1 ds2 ds3 ion0 ion1; do printf -v "CID_$s" '%s' "$(ci_compose ps -q "$s")"; done
 cid() { local v=CID_$1; echo "${!v}"; }
 on() { local c; c=$(cid "$1"); shift; $DOCKER exec "$c" "$@"; }
+# health SERVICE: its container's health status now.
+health() { $DOCKER inspect --format '{{.State.Health.Status}}' "$(cid "$1")"; }
+# wait_healthy SERVICE: waits up to 60 s for its container to be healthy; status 1 if it never was.
+wait_healthy() {
+  local _
+  for _ in $(seq 1 60); do
+    [ "$(health "$1")" = healthy ] && return 0
+    sleep 1
+  done
+  return 1
+}
 MNT=/mnt/tessera
 now_ms() { date +%s%3N; }
 
@@ -304,11 +315,8 @@ check "with ion0 gone, a new tessera command on client1 still works" on client1 
 # it moved to).
 $DOCKER start "$(cid ion0)" >/dev/null
 t_start=$SECONDS
-wait_ok=1
-for _ in $(seq 1 60); do
-  [ "$($DOCKER inspect --format '{{.State.Health.Status}}' "$(cid ion0)")" = healthy ] && { wait_ok=0; break; }
-  sleep 1
-done
+wait_ok=0
+wait_healthy ion0 || wait_ok=1
 check "ion0 rejoins after docker start ($((SECONDS - t_start)) s)" [ "$wait_ok" = 0 ]
 
 # ---- fault test: a data server dies while a client writes --------------------------------------------
@@ -371,12 +379,8 @@ on client1 rm -f $MNT/wide/big || true
 
 $DOCKER start "$(cid ds$victim)" >/dev/null
 t_start=$SECONDS
-wait_ok=1
-for _ in $(seq 1 60); do
-  st=$($DOCKER inspect --format '{{.State.Health.Status}}' "$(cid ds$victim)")
-  [ "$st" = healthy ] && { wait_ok=0; break; }
-  sleep 1
-done
+wait_ok=0
+wait_healthy "ds$victim" || wait_ok=1
 check "ds$victim rejoins after docker start ($((SECONDS - t_start)) s)" [ "$wait_ok" = 0 ]
 on client1 tessera ping || true
 on client1 sh -c "head -c 16M /dev/urandom > /tmp/after && sha256sum /tmp/after" | cut -d' ' -f1 >"$WORK/after.sum"
@@ -399,7 +403,7 @@ restarts_now=$restarts_before
 for _ in $(seq 1 60); do
   sleep 1
   restarts_now=$($DOCKER inspect --format '{{.RestartCount}}' "$(cid ds$victim)")
-  st=$($DOCKER inspect --format '{{.State.Health.Status}}' "$(cid ds$victim)")
+  st=$(health "ds$victim")
   [ "$restarts_now" -gt "$restarts_before" ] && [ "$st" = healthy ] && { wait_ok=0; break; }
 done
 check "ds$victim started again by Docker on its own, healthy after $((SECONDS - t_start)) s (restarts $restarts_before -> $restarts_now)" \
@@ -443,11 +447,8 @@ check "client2's read of the mirrored file completes with the right content whil
 ci_compose up -d --no-deps ds2 >/dev/null 2>&1
 CID_ds2=$(ci_compose ps -q ds2)
 t_start=$SECONDS
-wait_ok=1
-for _ in $(seq 1 60); do
-  [ "$($DOCKER inspect --format '{{.State.Health.Status}}' "$(cid ds2)")" = healthy ] && { wait_ok=0; break; }
-  sleep 1
-done
+wait_ok=0
+wait_healthy ds2 || wait_ok=1
 check "ds2 back with an empty volume, healthy after $((SECONDS - t_start)) s" [ "$wait_ok" = 0 ]
 t_start=$SECONDS
 clean=1

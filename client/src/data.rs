@@ -19,7 +19,9 @@ use tessera_proto::PROTOCOL_VERSION;
 use tokio::sync::Semaphore;
 
 /// How long a data server whose call failed for want of it is passed over for mirrored stripes' other
-/// replicas.
+/// replicas. Only a server out of reach ([`FsError::is_unreachable`]) is: a lost connection is not (a
+/// restarted server resets it, and the call was sent again), nor a replica refusing for now (stale, or
+/// its server fenced: `Busy`).
 pub const FAILED_MEMORY: Duration = Duration::from_secs(5);
 
 /// Whether an error means the data server (or the replica there) cannot serve the call now, so another
@@ -27,15 +29,6 @@ pub const FAILED_MEMORY: Duration = Duration::from_secs(5);
 pub fn replica_unusable(e: &FsError) -> bool {
     use tessera_proto::error::ErrorCode as C;
     matches!(e.code, C::Unavailable | C::TimedOut | C::Stale | C::Busy | C::Io)
-}
-
-/// Whether an error says the data server is down (no connection, or no answer in time): its mirrored
-/// stripes' writes go to another replica without trying it for [`FAILED_MEMORY`]. A lost connection is
-/// not (a restarted server resets it, and the call was sent again); a replica refusing for now (stale,
-/// or its server fenced: `Busy`) is not either.
-fn is_down(e: &FsError) -> bool {
-    use tessera_proto::error::ErrorCode as C;
-    matches!(e.code, C::Unavailable | C::TimedOut)
 }
 
 /// One data request's share of a file range: a contiguous run inside one object (the stripe math's chunk).
@@ -444,7 +437,7 @@ where
     Fut: std::future::Future<Output = FsResult<T>>,
 {
     use futures::stream::{FuturesUnordered, StreamExt};
-    let mut order = order.into_iter();
+    let mut order = order.into_iter().peekable();
     let start = |t: StripeTarget| {
         let reading = read(t);
         async move { (t, reading.await) }
@@ -458,11 +451,10 @@ where
                 None => return Err(last),
             }
         }
-        let hedged = async {
-            match hedge {
-                Some(d) => tokio::time::sleep(d).await,
-                None => std::future::pending().await,
-            }
+        // Nothing left to hedge with: wait for what runs.
+        let hedged = match hedge.filter(|_| order.peek().is_some()) {
+            Some(d) => futures::future::Either::Left(tokio::time::sleep(d)),
+            None => futures::future::Either::Right(std::future::pending()),
         };
         tokio::select! {
             Some((target, r)) = running.next() => match r {
@@ -472,21 +464,12 @@ where
                     last = Some(e);
                 }
             },
-            () = hedged => match order.next() {
-                Some(t) => {
+            () = hedged => {
+                if let Some(t) = order.next() {
                     tracing::debug!(ds = t.ds, "replica read slow: also reading the next replica");
                     running.push(start(t));
                 }
-                // Nothing left to hedge with: wait for what runs.
-                None => {
-                    if let Some((target, r)) = running.next().await {
-                        match r {
-                            Ok(v) => return Ok((target, v)),
-                            Err(e) => last = Some(e),
-                        }
-                    }
-                }
-            },
+            }
         }
     }
 }
@@ -676,7 +659,7 @@ impl DataPlane {
             match self.route.send(call, payload.clone(), app_len).await {
                 Err(e) if replica_unusable(&e) => {
                     tracing::warn!(ds = target.ds, stripe, "primary replica failed, another takes over: {e}");
-                    if is_down(&e) {
+                    if e.is_unreachable() {
                         self.route.mark_failed(target.ds);
                     }
                     last = Some(e);
@@ -699,7 +682,7 @@ impl DataPlane {
             match self.route.send(call, payload.clone(), app_len).await {
                 Err(e) if replica_unusable(&e) => {
                     tracing::warn!(ds = next.ds, stripe, "replica cannot take over: {e}");
-                    if is_down(&e) {
+                    if e.is_unreachable() {
                         self.route.mark_failed(next.ds);
                     }
                     failed.push(next);

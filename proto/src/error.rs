@@ -162,6 +162,11 @@ impl FsError {
     pub fn unavailable(d: impl Into<String>) -> FsError {
         FsError::new(ErrorCode::Unavailable, d)
     }
+    /// Whether the server could not be reached: no connection, or no answer in time (not an answer
+    /// refusing the request).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self.code, ErrorCode::Unavailable | ErrorCode::TimedOut)
+    }
     /// A local error flattened for the wire: `code`, and `e` with its sources as the detail ([`chain`]).
     pub fn from_error(code: ErrorCode, e: &(dyn std::error::Error + 'static)) -> FsError {
         FsError::new(code, chain(e))

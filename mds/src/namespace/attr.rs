@@ -81,14 +81,12 @@ impl Namespace {
         let mut missed: BTreeMap<usize, Vec<StripeTarget>> = BTreeMap::new();
         for (&(k, t), r) in objects.iter().zip(results) {
             match r {
-                Ok(()) if in_sync(k, t) => {
-                    cut.entry(k).or_insert(t);
+                Ok(()) => {
+                    if in_sync(k, t) {
+                        cut.entry(k).or_insert(t);
+                    }
                 }
-                Ok(()) => {}
-                Err(e)
-                    if !l.mirrors_of(k).is_empty()
-                        && matches!(e.code, ErrorCode::Unavailable | ErrorCode::TimedOut) =>
-                {
+                Err(e) if !l.mirrors_of(k).is_empty() && e.is_unreachable() => {
                     if in_sync(k, t) {
                         missed.entry(k).or_default().push(t);
                     }
