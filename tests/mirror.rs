@@ -241,6 +241,16 @@ async fn a_mount_writes_through_a_killed_replica_then_it_resyncs_and_a_wiped_sto
     eprintln!("resynced in {took:?}");
     assert_replicas_identical(&c, &tag).await;
     assert!(!tessera(&cluster, &["getstripe", "/f"]).contains("stale"));
+    // Stripe 0's replica there missed only the last 3 MiB's share, and its primary (up throughout)
+    // logged it: that resync copies the 1.5 MiB it missed, not its 2 MiB object (a replica there that
+    // was a primary, taken over, is copied whole).
+    let st: serde_json::Value = serde_json::from_str(&tessera(&cluster, &["mirror", "status", "--json"])).unwrap();
+    let object = (data.len() / l.stripe_count()) as u64;
+    let there = (0..l.stripe_count()).filter(|&k| l.replicas(k).iter().any(|r| r.target.ds == victim)).count();
+    let whole = object * there as u64;
+    let resynced = st["resynced_bytes"].as_u64().unwrap();
+    eprintln!("resync copied {resynced} bytes of {whole} in the objects there");
+    assert!(resynced < whole, "whole objects copied: {resynced} of {whole} bytes");
 
     // A lost disk: another server killed, its store wiped, started empty. Every byte still reads, and
     // the file returns to two copies.

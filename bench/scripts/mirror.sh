@@ -20,14 +20,14 @@
 #     rate and the foreground reader, as in 3.
 #
 #   bench/scripts/mirror.sh [OUT_DIR]
-#   env: BIN=target/release DS=4 REPS=3 SIZE=256m OUTAGE=8 RESYNC_SIZE=2g PARTS="throughput degraded resync"
+#   env: BIN=target/release DS=4 REPS=3 SIZE=256m OUTAGE=8 RESYNC_SIZE=2g PARTS="throughput degraded resync partial"
 # Writes OUT_DIR/throughput.tsv, degraded.tsv, resync.tsv, foreground.tsv and the summary (OUT_DIR/summary.md).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${BIN:-$here/target/release}
 out=${1:-$(mktemp -d /tmp/tessera-mirror.XXXXXX)}
 nds=${DS:-4}; reps=${REPS:-3}; size=${SIZE:-256m}; outage=${OUTAGE:-8}; resync_size=${RESYNC_SIZE:-2g}
-parts=" ${PARTS:-throughput degraded resync} "
+parts=" ${PARTS:-throughput degraded resync partial} "
 part() { [[ $parts == *" $1 "* ]]; }
 command -v fio > /dev/null || { echo "fio is not installed (apt-get install fio)" >&2; exit 1; }
 mkdir -p "$out"
@@ -84,6 +84,9 @@ if part degraded; then
 head -c 256M /dev/urandom > "$m/n2/readme"
 sync
 for r in $(seq "$reps"); do
+# A new file every round: data server 1 is its primary for one stripe and holds the other replica of
+# another (a file kept from the last round has had its primaries moved off server 1).
+rm -f "$m/n2/degraded"
 python3 - "$m/n2/degraded" "$m/n2/readme" "$work/lat" "$outage" > /dev/null <<'EOF' &
 # Writer and reader threads, each logging (start time, seconds, ok) per step until told to stop.
 import os, sys, threading, time
@@ -149,6 +152,8 @@ for who, p in (("writer", log + ".w"), ("reader", log + ".r")):
         print(f"{rnd}\t{who}\t{name}\t{len(w)}\t{sum(1 for x in w if not x[2])}\t{pct(d, .5):.1f}\t{pct(d, .99):.1f}\t{max(d, default=float('nan')):.1f}\t{sum(1 for x in d if x > 1000)}")
 EOF
 grep -h "^#" "$work/lat.w" "$work/lat.r" | head -5 || true
+mkdir -p "$out/steps"; cp "$work/lat.w" "$out/steps/writer-$r.tsv"; cp "$work/lat.r" "$out/steps/reader-$r.tsv"
+echo -e "$tk\t$tr" > "$out/steps/kill-restart-$r.tsv"
 echo "degraded round $r of $reps done; resynced in $(wait_clean) s"
 done
 fi
@@ -189,6 +194,42 @@ measure resync "$to_resync"
 measure rebuild "$(field "$(status_json)" bytes_to_resync)"
 fi
 
+# 5. Partial resync: a 1 GiB mirrored file written with every server up, data server 1 killed, 64 MiB of it
+# overwritten (1 MiB blocks at random), the server started again. Per replica on server 1: what its resync
+# copied (the MDS log's "replica resynced" lines) against the replica's size, and whether it was the
+# stripe's primary (a failed primary is copied whole: it may hold writes no other replica has).
+echo -e "replica\twas\tobject_bytes\tcopied_bytes\tseconds" > "$out/partial.tsv"
+if part partial; then
+mkdir -p "$m/n2/part"
+fio --name=part --directory="$m/n2/part" --rw=write --bs=1m --size=1g --numjobs=1 --end_fsync=1 > /dev/null
+wait_clean > /dev/null
+"$bin/tessera" getstripe /n2/part/part.0.0 > "$work/part-layout.txt"
+cp "$work/part-layout.txt" "$out/partial-layout.txt"
+kill -9 "${ds_pid[1]}"; wait "${ds_pid[1]}" 2> /dev/null || true
+fio --name=part --directory="$m/n2/part" --rw=randwrite --bs=1m --size=1g --io_size=64m --numjobs=1 --end_fsync=1 > /dev/null
+mds_lines=$(wc -l < "$work/mds.log")
+"$bin/tessera-ds" --config "$work/c/ds1.toml" --id 1 >> "$work/ds1.log" 2>&1 &
+ds_pid[1]=$!; up_pids+=($!)
+secs=$(wait_clean)
+python3 - "$work/part-layout.txt" "$work/mds.log" "$mds_lines" "$secs" >> "$out/partial.tsv" <<'EOF'
+import re, sys
+layout, log, skip, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+size = 1 << 30
+rows = [l.split() for l in open(layout) if re.match(r"\s*\d+\s+\d+\s+\d+\s+\d+\s+\d+", l)]
+count = len({r[0] for r in rows})
+mine = {int(r[4]): ("primary" if r[1] == "0" else "secondary") for r in rows if r[2] == "1"}
+copied = {}
+for line in open(log).readlines()[skip:]:
+    line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+    m = re.search(r"replica resynced .*replica=StripeTarget \{ ds: (\d+), object: (\d+) \} bytes=(\d+)", line)
+    if m and int(m.group(1)) == 1:
+        copied[int(m.group(2))] = copied.get(int(m.group(2)), 0) + int(m.group(3))
+for obj, was in sorted(mine.items()):
+    print(f"{obj}\t{was}\t{size // count}\t{copied.get(obj, 0)}\t{secs}")
+EOF
+echo "partial: $(tail -n +2 "$out/partial.tsv" | tr '\n' ';')"
+fi
+
 mkdir -p "$out/logs"; cp "$work"/*.log "$out/logs/" 2> /dev/null || true
 python3 - "$out" "$reps" <<'EOF' | tee "$out/summary.md"
 import csv, statistics, sys
@@ -223,4 +264,11 @@ if rows:
         i = [float(x["MiB_s"]) for x in fg if x["what"] == r["what"] + "-idle"]
         dm, im = (med(d), med(i)) if d and i else (float("nan"), float("nan"))
         print(f"| {r['what']} | {int(r['bytes']) / 2**30:.2f} | {r['seconds']} | {r['GiB_per_min']} | {dm:.1f} | {im:.1f} | {dm / im:.2f} |")
+rows = list(csv.DictReader(open(f"{out}/partial.tsv"), delimiter="\t"))
+if rows:
+    print(f"\n## Partial resync: 64 MiB of a 1 GiB file overwritten while data server 1 was down ({rows[0]['seconds']} s to resync)\n")
+    print("| replica on server 1 | was | object MiB | copied MiB | share |\n|---|---|---|---|---|")
+    for r in rows:
+        o, c = int(r["object_bytes"]), int(r["copied_bytes"])
+        print(f"| {r['replica']} | {r['was']} | {o / 2**20:.1f} | {c / 2**20:.1f} | {c / o:.3f} |")
 EOF

@@ -117,8 +117,9 @@ impl Client {
         let mds_peer = Arc::new(RpcPeer::new(endpoint.clone(), &id, Role::Mds, mds_addr, tuning)?);
         let origin = Origin { job: crate::job::detect(), client: rand::random(), pid: std::process::id() };
         let fwd = Forwarding::new(&endpoint, &id, cfg, tuning, cfg.client_ion(origin.client)?)?;
-        let data = DataPlane::new(Route::new(&endpoint, &id, cfg, tuning, fwd.clone())?, cfg);
         let mds = MdsClient::new(mds_peer, Caller::current_process(), origin).through(fwd.clone());
+        let data =
+            DataPlane::new(Route::new(&endpoint, &id, cfg, tuning, fwd.clone())?, cfg).with_lease_oracle(mds.clone());
         mds.ping().await.map_err(|e| {
             let via = fwd.as_ref().and_then(|f| f.current_name()).map(|n| format!(" through forwarding node {n}"));
             FsError::new(e.code, format!("metadata server {}{}: {}", cfg.mds.addr, via.unwrap_or_default(), e.detail))

@@ -474,6 +474,43 @@ where
     }
 }
 
+/// What a [`watch`]ed call came to: its answer, or — its server no longer holds its fence lease — the
+/// call, still running.
+pub enum Watched<F: std::future::Future> {
+    Answered(F::Output),
+    Lapsed(std::pin::Pin<Box<F>>),
+}
+
+/// Waits for `call`, a mirrored write to the server that is to serve it. Once `hedge` has passed without
+/// an answer, asks `holds` whether that server still holds its fence lease at the MDS, and again every
+/// quarter hedge: a server that lost it is down or cut off and refuses mirrored calls once the lease has
+/// run out, so another replica may take the write over at once rather than after the dead connection's
+/// idle timeout. A server that still holds it is only slow, and is waited for. Without a hedge, the call
+/// as it goes.
+pub async fn watch<F, H, HF>(call: F, hedge: Option<Duration>, holds: H) -> Watched<F>
+where
+    F: std::future::Future,
+    H: Fn() -> HF,
+    HF: std::future::Future<Output = bool>,
+{
+    let mut call = Box::pin(call);
+    let Some(hedge) = hedge else { return Watched::Answered(call.await) };
+    let lapsed = async {
+        tokio::time::sleep(hedge).await;
+        while holds().await {
+            tokio::time::sleep(hedge / 4).await;
+        }
+    };
+    let answer = tokio::select! {
+        r = &mut call => Some(r),
+        () = lapsed => None,
+    };
+    match answer {
+        Some(r) => Watched::Answered(r),
+        None => Watched::Lapsed(call),
+    }
+}
+
 /// All data servers of the cluster, as seen by one client: requests go through its [`Route`].
 pub struct DataPlane {
     route: Route,
@@ -481,6 +518,11 @@ pub struct DataPlane {
     /// Mirrored stripes: which replica is read, and after how long the next one is tried as well.
     replica_read: ReplicaRead,
     hedge: Option<Duration>,
+    /// Asked whether a data server still holds its fence lease ([`watch`]); `None`: never taken for down
+    /// on silence alone.
+    mds: Option<crate::mds_client::MdsClient>,
+    /// Its last answers, kept for a quarter hedge (many writes in flight to one server ask once).
+    leases: std::sync::Mutex<HashMap<DsId, (Instant, bool)>>,
 }
 
 impl DataPlane {
@@ -493,7 +535,47 @@ impl DataPlane {
             max_request: effective_max_request(cfg.client.max_request),
             replica_read: cfg.client.replica_read,
             hedge,
+            mds: None,
+            leases: std::sync::Mutex::default(),
         }
+    }
+
+    /// Mirrored writes a server has not answered within `client.hedge_ms` are taken over by another
+    /// replica once `mds` says that server no longer holds its fence lease ([`watch`]).
+    pub fn with_lease_oracle(self, mds: crate::mds_client::MdsClient) -> DataPlane {
+        DataPlane { mds: Some(mds), ..self }
+    }
+
+    /// Whether data server `ds` holds its fence lease, as the MDS last said within a quarter hedge; an
+    /// MDS that cannot be asked counts as yes (silence alone takes no server for down).
+    async fn holds_lease(&self, ds: DsId) -> bool {
+        let Some(mds) = &self.mds else { return true };
+        let fresh_for = self.hedge.unwrap_or_default() / 4;
+        let seen = self.leases.lock().unwrap_or_else(|p| p.into_inner()).get(&ds).copied();
+        if let Some((_, held)) = seen.filter(|(at, _)| at.elapsed() < fresh_for) {
+            return held;
+        }
+        let held = match mds.mirror_lease(ds).await {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::debug!(ds, "MDS not asked whether the server holds its lease: {e}");
+                true
+            }
+        };
+        self.leases.lock().unwrap_or_else(|p| p.into_inner()).insert(ds, (Instant::now(), held));
+        held
+    }
+
+    /// [`Route::send`] of a mirrored write to the replica `ds` that is to serve it, [`watch`]ed.
+    async fn send_watched(
+        &self,
+        call: DsCall,
+        payload: Bytes,
+        app_len: u64,
+    ) -> Watched<impl std::future::Future<Output = FsResult<(DsReply, Vec<Bytes>)>> + '_> {
+        let ds = call.ds;
+        let hedge = self.hedge.filter(|_| self.mds.is_some());
+        watch(self.route.send(call, payload, app_len), hedge, || self.holds_lease(ds)).await
     }
 
     pub fn max_request(&self) -> u64 {
@@ -631,10 +713,12 @@ impl DataPlane {
     }
 
     /// Sends a write, fallocate or fsync about stripe `stripe` to its primary `target`, which passes it
-    /// on to the other replicas. When the primary cannot serve it (down, unreachable, or no longer in
-    /// sync), the next in-sync replica that can takes over: it has the MDS mark the primary stale and
-    /// serves the call as the stripe's primary. A primary that failed within [`FAILED_MEMORY`] is passed
-    /// over at once.
+    /// on to the other replicas. When the primary cannot serve it (down, unreachable, no longer in sync,
+    /// or silent past the hedge with its fence lease lost: [`watch`]), the next in-sync replica that can
+    /// takes over: it has the MDS mark the primary stale and serves the call as the stripe's primary. A
+    /// primary that failed within [`FAILED_MEMORY`] is passed over at once. When no other replica can
+    /// take the call, the primary has the last word: its call still running is waited for, or one that
+    /// was passed over is sent to it after all.
     async fn send_mirrored(
         &self,
         layout: &Layout,
@@ -650,21 +734,33 @@ impl DataPlane {
             let call = DsCall { mirror: mirror_call(layout, stripe, true), ..DsCall::new(target.ds, req) };
             return self.route.send(call, payload, app_len).await;
         };
+        let to_primary = DsCall { mirror: Some(m.clone()), ..DsCall::new(target.ds, req.clone()) };
         let mut failed: Vec<StripeTarget> = Vec::new();
         let mut last = None;
-        if self.route.recently_failed(target.ds) {
+        // The primary's call, still running when its server lost its lease.
+        let mut pending = None;
+        let passed_over = self.route.recently_failed(target.ds);
+        if passed_over {
             tracing::debug!(ds = target.ds, stripe, "primary replica down a moment ago: another takes over");
         } else {
-            let call = DsCall { mirror: Some(m.clone()), ..DsCall::new(target.ds, req.clone()) };
-            match self.route.send(call, payload.clone(), app_len).await {
-                Err(e) if replica_unusable(&e) => {
+            match self.send_watched(to_primary.clone(), payload.clone(), app_len).await {
+                Watched::Answered(Err(e)) if replica_unusable(&e) => {
                     tracing::warn!(ds = target.ds, stripe, "primary replica failed, another takes over: {e}");
                     if e.is_unreachable() {
                         self.route.mark_failed(target.ds);
                     }
                     last = Some(e);
                 }
-                r => return r,
+                Watched::Answered(r) => return r,
+                Watched::Lapsed(call) => {
+                    tracing::warn!(
+                        ds = target.ds,
+                        stripe,
+                        "primary replica silent and its lease lost: another takes over"
+                    );
+                    self.route.mark_failed(target.ds);
+                    pending = Some(call);
+                }
             }
         }
         failed.push(target);
@@ -679,17 +775,27 @@ impl DataPlane {
             let replicas = m.replicas.iter().copied().filter(|x| *x != next && !failed.contains(x)).collect();
             let mc = MirrorCall { replicas, failed: failed.clone(), ..m.clone() };
             let call = DsCall { mirror: Some(mc), ..DsCall::new(next.ds, r) };
-            match self.route.send(call, payload.clone(), app_len).await {
-                Err(e) if replica_unusable(&e) => {
-                    tracing::warn!(ds = next.ds, stripe, "replica cannot take over: {e}");
-                    if e.is_unreachable() {
-                        self.route.mark_failed(next.ds);
-                    }
-                    failed.push(next);
-                    last = Some(e);
-                }
-                r => return r,
+            let e = match self.send_watched(call, payload.clone(), app_len).await {
+                Watched::Answered(Err(e)) if replica_unusable(&e) => e,
+                Watched::Answered(r) => return r,
+                Watched::Lapsed(_) => FsError::new(
+                    tessera_proto::error::ErrorCode::TimedOut,
+                    format!("data server {}: silent, and its fence lease lost", next.ds),
+                ),
+            };
+            tracing::warn!(ds = next.ds, stripe, "replica cannot take over: {e}");
+            if e.is_unreachable() {
+                self.route.mark_failed(next.ds);
             }
+            failed.push(next);
+            last = Some(e);
+        }
+        // No other replica could: the primary's word is the last.
+        if let Some(call) = pending {
+            return call.await;
+        }
+        if passed_over {
+            return self.route.send(to_primary, payload, app_len).await;
         }
         Err(last.unwrap_or_else(|| FsError::unavailable(format!("no replica of stripe {stripe} can take the write"))))
     }
@@ -978,6 +1084,49 @@ mod tests {
         // Without a hedge a silent replica is waited for (here: still waiting after an hour).
         let waited = tokio::time::timeout(Duration::from_secs(3600), first_answer(vec![t(0), t(2)], None, read));
         assert!(waited.await.is_err());
+    }
+
+    /// A mirrored write its server does not answer is taken for lapsed only once the hedge has passed
+    /// and the MDS says the server lost its fence lease; a slow server still holding it is waited for,
+    /// and the call lapsed is handed back still running.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_write_lapses_only_when_its_server_lost_its_lease() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let hedge = Duration::from_millis(1000);
+        let answer_after = |d: Duration| async move {
+            tokio::time::sleep(d).await;
+            7
+        };
+        // Answered before the hedge: the MDS is never asked.
+        let asked = AtomicUsize::new(0);
+        let holds = || {
+            asked.fetch_add(1, Ordering::SeqCst);
+            async { false }
+        };
+        let w = watch(answer_after(Duration::from_millis(999)), Some(hedge), holds).await;
+        assert!(matches!(w, Watched::Answered(7)));
+        assert_eq!(asked.load(Ordering::SeqCst), 0);
+        // Silent, lease lost on the third question: lapsed at hedge + 2 quarters, the call still running.
+        let t0 = tokio::time::Instant::now();
+        let asked = AtomicUsize::new(0);
+        let holds = || {
+            let n = asked.fetch_add(1, Ordering::SeqCst);
+            async move { n < 2 }
+        };
+        let Watched::Lapsed(call) = watch(answer_after(Duration::from_secs(10)), Some(hedge), holds).await else {
+            panic!("a silent server without its lease is not waited for");
+        };
+        assert_eq!(t0.elapsed(), hedge + hedge / 2);
+        assert_eq!(asked.load(Ordering::SeqCst), 3);
+        assert_eq!(call.await, 7, "the call lapsed goes on running");
+        // Slow but holding its lease: waited for, however long.
+        let t0 = tokio::time::Instant::now();
+        let w = watch(answer_after(Duration::from_secs(30)), Some(hedge), || async { true }).await;
+        assert!(matches!(w, Watched::Answered(7)));
+        assert_eq!(t0.elapsed(), Duration::from_secs(30));
+        // Without a hedge nothing is asked.
+        let w = watch(answer_after(Duration::from_secs(30)), None, || async { false }).await;
+        assert!(matches!(w, Watched::Answered(7)));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tessera_proto::msg::{
     PlacementStatus, RenameFlags, SetAttrs, StatFs, XattrMode,
 };
 use tessera_proto::rpc::RpcPeer;
-use tessera_proto::types::{Attr, Caller, FileKind, Ino, Origin};
+use tessera_proto::types::{Attr, Caller, DsId, FileKind, Ino, Origin};
 use tessera_proto::PROTOCOL_VERSION;
 
 pub use tessera_proto::requests::RESTART_PATIENCE;
@@ -439,6 +439,14 @@ impl MdsClient {
     }
 
     /// Mirrored files' health (`tessera mirror status`).
+    /// Whether data server `ds` still holds its fence lease at the MDS (`MirrorLease`).
+    pub async fn mirror_lease(&self, ds: DsId) -> FsResult<bool> {
+        match self.call(MdsRequest::MirrorLease { ds }).await? {
+            MdsReply::MirrorLease { held } => Ok(held),
+            r => Err(unexpected("MirrorLease", r)),
+        }
+    }
+
     pub async fn mirror_status(&self) -> FsResult<tessera_proto::msg::MirrorStatus> {
         match self.call(MdsRequest::MirrorStatus).await? {
             MdsReply::MirrorStatus(s) => Ok(s),

@@ -24,12 +24,20 @@
 //! which replicas it had marked and leaves them out of later calls from clients whose layout is older
 //! than the mark (`known`). A client that cannot reach the primary sends the call to another in-sync
 //! replica naming the primary as failed ([`MirrorCall::failed`]): that replica has the MDS mark the
-//! primary stale first (which makes it the primary) and then serves the call as one (a takeover).
+//! primary stale first (which makes it the primary) and then serves the call as one (a takeover). A
+//! primary taken over while slow rather than down may still pass calls on; the new primary refuses
+//! those of older layout generations than its own ([`Replicator::deposes`]), as they were ordered by
+//! the old primary, not by it.
 //!
-//! **Resync** ([`Replicator::resync`]): the MDS has the primary copy a stale replica's object whole,
-//! range by range, each range held against writes like a call, throttled; the replica is written by
-//! every call from the moment the copy begins (the MDS hands the primary the replica set), so when the
-//! copy ends the replica holds everything.
+//! **Resync** ([`Replicator::resync`]): the MDS has the primary copy a stale replica's object, range by
+//! range, each range held against writes like a call, throttled; the replica is written by every call
+//! from the moment the copy begins (the MDS hands the primary the replica set), so when the copy ends
+//! the replica holds everything. What is copied: only what the replica missed when the primary kept
+//! count of it ([`MissedLog`]: a primary that marks a replica stale because it missed a call logs, from
+//! before the mark on, every range of the object changed here; the MDS names that log in the resync
+//! when the replica's episode began with that mark and the same server is still the primary), else the
+//! whole object (the primary restarted since, the replica was a primary that failed and may hold writes
+//! nobody else has, its store was lost, or the MDS restarted).
 //!
 //! The sending is behind [`Sender`] (quinn-proto's style): [`Peers`] over QUIC in the daemon, another
 //! in-process service in the tests.
@@ -96,7 +104,9 @@ impl Sender for Peers {
 /// How a primary has the MDS mark replicas that missed a call stale (returns the layout generation
 /// after the mark).
 pub trait Marker: Send + Sync {
-    fn mark_stale(&self, from: StripeTarget, missed: Vec<StripeTarget>) -> BoxFuture<'_, FsResult<u64>>;
+    /// `logs`: for each of `missed`, the [`MissedLog`] this server keeps of what it misses (0: none).
+    fn mark_stale(&self, from: StripeTarget, missed: Vec<StripeTarget>, logs: Vec<u64>)
+        -> BoxFuture<'_, FsResult<u64>>;
 }
 
 /// The MDS over QUIC.
@@ -105,12 +115,17 @@ pub struct MdsMarker {
 }
 
 impl Marker for MdsMarker {
-    fn mark_stale(&self, from: StripeTarget, missed: Vec<StripeTarget>) -> BoxFuture<'_, FsResult<u64>> {
+    fn mark_stale(
+        &self,
+        from: StripeTarget,
+        missed: Vec<StripeTarget>,
+        logs: Vec<u64>,
+    ) -> BoxFuture<'_, FsResult<u64>> {
         Box::pin(async move {
             let call = MdsCall {
                 caller: Caller::root(),
                 origin: Origin::default(),
-                req: MdsRequest::MirrorMarkStale { from, missed },
+                req: MdsRequest::MirrorMarkStale { from, missed, logs },
             };
             match self.peer.call::<_, MdsReply>(&call, Bytes::new()).await?.0 {
                 MdsReply::MirrorMarked { gen } => Ok(gen),
@@ -151,6 +166,114 @@ pub fn ranges_of(req: &DsRequest, payload_len: usize) -> Vec<(u64, u64)> {
         }
         DsRequest::Fallocate { offset, len, .. } => vec![(*offset, offset.saturating_add(*len))],
         _ => Vec::new(),
+    }
+}
+
+/// The object ranges `[start, end)` a request changes here, a truncate's included (from its size on).
+pub fn changed_ranges(req: &DsRequest, payload_len: usize) -> Vec<(u64, u64)> {
+    match req {
+        DsRequest::Truncate { size, .. } => vec![(*size, u64::MAX)],
+        r => ranges_of(r, payload_len),
+    }
+}
+
+/// Most objects with a [`MissedLog`] at once on one server (more are resynced whole).
+pub const MAX_LOGGED_OBJECTS: usize = 1 << 16;
+
+/// Most separate ranges one log keeps (more are merged into one from the first on: still all it missed).
+pub const MAX_LOGGED_RANGES: usize = 1024;
+
+/// What replicas this primary marked stale have missed since (see the module doc): per object and
+/// replica, a log named by a random id, holding every range of the object changed here since it was
+/// opened. In memory: a restarted server has none, and its replicas are resynced whole.
+#[derive(Default)]
+pub struct MissedLog {
+    logs: Mutex<HashMap<ObjectId, Vec<Missed>>>,
+}
+
+struct Missed {
+    replica: StripeTarget,
+    id: u64,
+    ranges: rangemap::RangeSet<u64>,
+}
+
+impl Missed {
+    fn add(&mut self, ranges: &[(u64, u64)]) {
+        for &(a, b) in ranges.iter().filter(|(a, b)| a < b) {
+            self.ranges.insert(a..b);
+        }
+        if self.ranges.len() > MAX_LOGGED_RANGES {
+            let from = self.ranges.iter().next().map_or(0, |r| r.start);
+            self.ranges = std::iter::once(from..u64::MAX).collect();
+        }
+    }
+}
+
+impl MissedLog {
+    fn logs(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectId, Vec<Missed>>> {
+        self.logs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The log of what `replica` of `object` misses, with `ranges` in it: the one open, or a new one.
+    /// Its id, or 0 when there are too many logs already.
+    pub fn open(&self, object: ObjectId, replica: StripeTarget, ranges: &[(u64, u64)]) -> u64 {
+        let mut logs = self.logs();
+        if !logs.contains_key(&object) && logs.len() >= MAX_LOGGED_OBJECTS {
+            return 0;
+        }
+        let of = logs.entry(object).or_default();
+        let i = match of.iter().position(|m| m.replica == replica) {
+            Some(i) => i,
+            None => {
+                let id = rand::random::<u64>().max(1);
+                of.push(Missed { replica, id, ranges: rangemap::RangeSet::new() });
+                of.len() - 1
+            }
+        };
+        of[i].add(ranges);
+        of[i].id
+    }
+
+    /// `object` changed here in `ranges`: in every log of it.
+    pub fn record(&self, object: ObjectId, ranges: &[(u64, u64)]) {
+        let mut logs = self.logs();
+        if let Some(of) = logs.get_mut(&object) {
+            for m in of {
+                m.add(ranges);
+            }
+        }
+    }
+
+    /// The ranges of log `id` of `replica` of `object`, if it is open.
+    pub fn ranges(&self, object: ObjectId, replica: StripeTarget, id: u64) -> Option<Vec<(u64, u64)>> {
+        let logs = self.logs();
+        let m = logs.get(&object)?.iter().find(|m| m.replica == replica && m.id == id)?;
+        Some(m.ranges.iter().map(|r| (r.start, r.end)).collect())
+    }
+
+    /// Log `id` of `replica` of `object` has served its resync.
+    pub fn close(&self, object: ObjectId, replica: StripeTarget, id: u64) {
+        let mut logs = self.logs();
+        if let Some(of) = logs.get_mut(&object) {
+            of.retain(|m| !(m.replica == replica && m.id == id));
+            if of.is_empty() {
+                logs.remove(&object);
+            }
+        }
+    }
+
+    /// `object` was removed here.
+    pub fn forget(&self, object: ObjectId) {
+        self.logs().remove(&object);
+    }
+
+    /// Objects with a log.
+    pub fn len(&self) -> usize {
+        self.logs().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -274,6 +397,8 @@ pub struct Replicator {
     /// not answered by the time the local write is done is pinged at once, without the grace (a
     /// writer touching many stripes on a dead server would otherwise wait the grace once per stripe).
     down: Mutex<std::collections::HashSet<DsId>>,
+    /// What the replicas it marked stale missed since.
+    pub missed: MissedLog,
 }
 
 impl Replicator {
@@ -286,6 +411,7 @@ impl Replicator {
             grace: Duration::from_secs(1),
             known: Mutex::default(),
             down: Mutex::default(),
+            missed: MissedLog::default(),
         }
     }
 
@@ -306,6 +432,14 @@ impl Replicator {
             Some((gen, list)) if *gen > m.gen => list.clone(),
             _ => m.replicas.clone(),
         }
+    }
+
+    /// Whether a call about `object` passed on by a primary as of layout generation `gen` comes from
+    /// one deposed since: this server served `object` as its primary at a later generation (it took
+    /// the stripe over, or marked or resynced replicas as its primary). Such a call, late from a primary
+    /// that was slow rather than down, would overwrite writes made since (the ordering point moved).
+    pub fn deposes(&self, object: ObjectId, gen: u64) -> bool {
+        self.known().get(&object).is_some_and(|(known, _)| *known > gen)
     }
 
     /// Whether `ds` failed its last ping and has answered nothing since.
@@ -332,17 +466,19 @@ impl Replicator {
         }
     }
 
-    /// Has the MDS mark `missed` stale, this server's `object` reporting.
-    async fn mark(&self, object: ObjectId, missed: Vec<StripeTarget>) -> FsResult<u64> {
+    /// Has the MDS mark `missed` stale, this server's `object` reporting, with the logs this server
+    /// keeps of what they miss (`logs`, one per replica; empty: none).
+    async fn mark(&self, object: ObjectId, missed: Vec<StripeTarget>, logs: Vec<u64>) -> FsResult<u64> {
         let marker =
             self.marker.as_ref().ok_or_else(|| FsError::unavailable("no MDS to mark missed replicas stale"))?;
-        marker.mark_stale(StripeTarget { ds: self.me, object }, missed).await
+        marker.mark_stale(StripeTarget { ds: self.me, object }, missed, logs).await
     }
 
     /// A takeover (see the module doc): the replicas the client could not reach, the primary among
-    /// them, are marked stale before this server serves the call as the primary.
+    /// them, are marked stale before this server serves the call as the primary. No log: a primary that
+    /// failed may hold writes that reached nobody else, so it is resynced whole.
     pub async fn take_over(&self, object: ObjectId, m: &MirrorCall) -> FsResult<()> {
-        let gen = self.mark(object, m.failed.clone()).await?;
+        let gen = self.mark(object, m.failed.clone(), Vec::new()).await?;
         let left: Vec<StripeTarget> = m.replicas.iter().copied().filter(|r| !m.failed.contains(r)).collect();
         self.learn(object, gen, left);
         Ok(())
@@ -466,7 +602,9 @@ impl Replicator {
             return (Err(e), Bytes::new());
         }
         tracing::warn!(object, missed = ?missed, "replicas missed a call ({e}): marking them stale");
-        match self.mark(object, missed.clone()).await {
+        // Logged from before the mark on: a client that learns of it writes here without them.
+        let logs = missed.iter().map(|r| self.missed.open(object, *r, &ranges)).collect();
+        match self.mark(object, missed.clone(), logs).await {
             Ok(gen) => {
                 let left = replicas.into_iter().filter(|r| !missed.contains(r)).collect();
                 self.learn(object, gen, left);
@@ -488,41 +626,53 @@ impl Replicator {
         S: Fn() -> SF,
         SF: Future<Output = FsResult<u64>>,
     {
-        let ResyncOrder { object, to, gen, replicas } = order;
+        let ResyncOrder { object, to, gen, replicas, log } = order;
         if to.ds == self.me || !replicas.contains(&to) {
             return Err(FsError::invalid(format!(
                 "resync to {}:{} which is not among the replicas to write",
                 to.ds, to.object
             )));
         }
-        self.learn(object, gen, replicas);
+        // The replica joins the calls while none is in flight (one in flight that leaves it out has
+        // its ranges logged before it is done, so the copy's list has them), and what to copy is read.
+        let logged = {
+            let _all = self.ordering.hold(object, &[(0, u64::MAX)]).await?;
+            self.learn(object, gen, replicas);
+            (log != 0).then(|| self.missed.ranges(object, to, log)).flatten()
+        };
+        if log != 0 && logged.is_none() {
+            tracing::info!(object, to = ?to, "no log of what the replica missed here (restarted since?): copied whole");
+        }
         let pass = |req: DsRequest, payload: Bytes| {
             let mirror = MirrorCall { gen, stripe: 0, replicas: Vec::new(), from_primary: true, failed: Vec::new() };
             self.sender.send(DsCall { ds: to.ds, req, via: None, mirror: Some(mirror) }, payload)
         };
         let start = Instant::now();
-        let mut offset = 0u64;
         let mut copied = 0u64;
-        loop {
-            let held = self.ordering.hold(object, &[(offset, offset + RESYNC_CHUNK as u64)]).await?;
-            let data = read(offset, RESYNC_CHUNK).await?;
-            let n = data.len();
-            if n > 0 {
-                let tag = resync_tag();
-                match pass(DsRequest::Write { tag, object: to.object, offset, sync: false }, data).await? {
-                    DsReply::Written { len } if len as usize == n => {}
-                    r => return Err(FsError::io(format!("resync write to data server {} answered {r:?}", to.ds))),
+        for (from, end) in logged.clone().unwrap_or_else(|| vec![(0, u64::MAX)]) {
+            let mut offset = from;
+            while offset < end {
+                let want = (end - offset).min(u64::from(RESYNC_CHUNK)) as u32;
+                let held = self.ordering.hold(object, &[(offset, offset + u64::from(want))]).await?;
+                let data = read(offset, want).await?;
+                let n = data.len();
+                if n > 0 {
+                    let tag = resync_tag();
+                    match pass(DsRequest::Write { tag, object: to.object, offset, sync: false }, data).await? {
+                        DsReply::Written { len } if len as usize == n => {}
+                        r => return Err(FsError::io(format!("resync write to data server {} answered {r:?}", to.ds))),
+                    }
                 }
-            }
-            drop(held);
-            copied += n as u64;
-            if n < RESYNC_CHUNK as usize {
-                break;
-            }
-            offset += n as u64;
-            if rate > 0 {
-                let due = start + Duration::from_secs_f64(copied as f64 / rate as f64);
-                tokio::time::sleep_until(due).await;
+                drop(held);
+                copied += n as u64;
+                if n < want as usize {
+                    break;
+                }
+                offset += n as u64;
+                if rate > 0 {
+                    let due = start + Duration::from_secs_f64(copied as f64 / rate as f64);
+                    tokio::time::sleep_until(due).await;
+                }
             }
         }
         // The replica's size is the object's, cut while nothing else changes it; then made durable.
@@ -533,7 +683,12 @@ impl Replicator {
             r => return Err(FsError::io(format!("resync cut on data server {} answered {r:?}", to.ds))),
         }
         match pass(DsRequest::Fsync { tag: resync_tag(), object: to.object }, Bytes::new()).await? {
-            DsReply::Ok => Ok(copied),
+            DsReply::Ok => {
+                if logged.is_some() {
+                    self.missed.close(object, to, log);
+                }
+                Ok(copied)
+            }
             r => Err(FsError::io(format!("resync fsync on data server {} answered {r:?}", to.ds))),
         }
     }
@@ -545,6 +700,8 @@ pub struct ResyncOrder {
     pub to: StripeTarget,
     pub gen: u64,
     pub replicas: Vec<StripeTarget>,
+    /// The [`MissedLog`] of what `to` missed here (0: copy the whole object).
+    pub log: u64,
 }
 
 /// How soon a replica past the grace must answer a ping to count as up (and be waited for).
@@ -680,12 +837,18 @@ mod tests {
         assert!(s3.call(Role::Client, call, Bytes::from_static(b"x")).await.0.is_err());
     }
 
-    /// Records the marks, answering generation 1, 2, ...
+    /// Records the marks (and the logs they name), answering generation 1, 2, ...
     #[derive(Default)]
-    struct Marks(Mutex<Vec<(StripeTarget, Vec<StripeTarget>)>>);
+    struct Marks(Mutex<Vec<(StripeTarget, Vec<StripeTarget>)>>, Mutex<Vec<Vec<u64>>>);
 
     impl Marker for Marks {
-        fn mark_stale(&self, from: StripeTarget, missed: Vec<StripeTarget>) -> BoxFuture<'_, FsResult<u64>> {
+        fn mark_stale(
+            &self,
+            from: StripeTarget,
+            missed: Vec<StripeTarget>,
+            logs: Vec<u64>,
+        ) -> BoxFuture<'_, FsResult<u64>> {
+            self.1.lock().unwrap().push(logs);
             let mut m = self.0.lock().unwrap();
             m.push((from, missed));
             let gen = m.len() as u64;
@@ -775,6 +938,109 @@ mod tests {
         assert_eq!(others.servers[&1].call(Role::Client, read, Bytes::new()).await.1, Bytes::from_static(b"late"));
     }
 
+    /// A replica that missed writes while its server was down is resynced with only the ranges changed
+    /// at the primary since it was marked (writes it missed, and a cut), and comes out identical; the
+    /// log is then closed. Without the log (0, or one the primary no longer has) the object is copied
+    /// whole. A takeover keeps no log: a failed primary may hold writes no other replica has.
+    #[tokio::test]
+    async fn a_resync_copies_only_what_the_replica_missed_when_the_primary_logged_it() {
+        use crate::server::tests::{service_with, tag};
+        use crate::server::Setup;
+        let (_d1, s1) = service_with(Setup::new(1));
+        let (_d0, s0) = service_with(Setup::new(0));
+        let others =
+            Arc::new(InProcess { servers: [(1, Arc::new(s1))].into_iter().collect(), down: Mutex::new(vec![]) });
+        let marks = Arc::new(Marks::default());
+        let rep = Arc::new(Replicator::new(others.clone()).with_marker(0, marks.clone(), Duration::from_millis(50)));
+        let primary = Arc::new(s0.with_replicator(rep.clone()));
+        let r1 = StripeTarget { ds: 1, object: 11 };
+        let m = MirrorCall { gen: 0, stripe: 0, replicas: vec![r1], from_primary: false, failed: vec![] };
+        let write = |offset: u64, data: Vec<u8>| {
+            let (p, m) = (primary.clone(), m.clone());
+            async move {
+                let req = DsRequest::Write { tag: tag("j"), object: 10, offset, sync: false };
+                p.call(Role::Client, DsCall { ds: 0, req, via: None, mirror: Some(m) }, Bytes::from(data)).await.0
+            }
+        };
+        const MIB: u64 = 1 << 20;
+        write(0, vec![1; 3 * MIB as usize]).await.unwrap();
+        // Server 1 down: two writes missed (the second sent as a client that knows, naming nobody).
+        others.down.lock().unwrap().push(1);
+        write(MIB + 100, vec![2; 5000]).await.unwrap();
+        let logs = marks.1.lock().unwrap().clone();
+        assert_eq!(logs.len(), 1);
+        let log = logs[0][0];
+        assert_ne!(log, 0, "the primary names the log it keeps");
+        let caught_up = MirrorCall { gen: 1, replicas: vec![], ..m.clone() };
+        let req = DsRequest::Write { tag: tag("j"), object: 10, offset: 2 * MIB + MIB / 2, sync: false };
+        let call = DsCall { ds: 0, req, via: None, mirror: Some(caught_up) };
+        primary.call(Role::Client, call, Bytes::from(vec![3; 1000])).await.0.unwrap();
+        others.down.lock().unwrap().clear();
+        assert_eq!(
+            rep.missed.ranges(10, r1, log).unwrap(),
+            vec![(MIB + 100, MIB + 5100), (2 * MIB + MIB / 2, 2 * MIB + MIB / 2 + 1000)]
+        );
+        let resync = |log: u64| {
+            let p = primary.clone();
+            async move {
+                let req = DsRequest::Resync { object: 10, to: r1, gen: 2, replicas: vec![r1], log };
+                match p.call(Role::Mds, DsCall::new(0, req), Bytes::new()).await.0.unwrap() {
+                    DsReply::Resynced { bytes } => bytes,
+                    r => panic!("{r:?}"),
+                }
+            }
+        };
+        let read = |s: Arc<crate::server::DsService>, ds, object| async move {
+            let call = DsCall::new(ds, DsRequest::Read { tag: tag("j"), object, offset: 0, len: 4 * MIB as u32 });
+            let (r, data) = s.call(Role::Client, call, Bytes::new()).await;
+            r.unwrap();
+            data
+        };
+        assert_ne!(read(others.servers[&1].clone(), 1, 11).await, read(primary.clone(), 0, 10).await);
+        assert_eq!(resync(log).await, 6000, "only the two ranges missed");
+        assert_eq!(read(others.servers[&1].clone(), 1, 11).await, read(primary.clone(), 0, 10).await);
+        assert!(rep.missed.is_empty(), "the log served its resync");
+        // The same log again (closed now), or none: whole.
+        assert_eq!(resync(log).await, 3 * MIB);
+        assert_eq!(resync(0).await, 3 * MIB);
+        // A takeover names no log.
+        let (_d2, s2) = service_with(Setup::new(2));
+        let marks2 = Arc::new(Marks::default());
+        let rep2 = Replicator::new(others.clone()).with_marker(2, marks2.clone(), Duration::from_millis(50));
+        let taker = s2.with_replicator(Arc::new(rep2));
+        let m2 = MirrorCall {
+            gen: 0,
+            stripe: 0,
+            replicas: vec![],
+            from_primary: false,
+            failed: vec![StripeTarget { ds: 0, object: 10 }],
+        };
+        let req = DsRequest::Write { tag: tag("j"), object: 12, offset: 0, sync: false };
+        taker
+            .call(Role::Client, DsCall { ds: 2, req, via: None, mirror: Some(m2) }, Bytes::from_static(b"t"))
+            .await
+            .0
+            .unwrap();
+        assert_eq!(*marks2.1.lock().unwrap(), vec![Vec::<u64>::new()]);
+    }
+
+    /// Changes logged past the cap are merged, never dropped: a log holds at least every range changed.
+    #[test]
+    fn a_full_log_merges_its_ranges_into_one() {
+        let log = MissedLog::default();
+        let r = StripeTarget { ds: 1, object: 11 };
+        let id = log.open(10, r, &[(0, 10)]);
+        for i in 1..=MAX_LOGGED_RANGES as u64 {
+            log.record(10, &[(i * 100, i * 100 + 10)]);
+        }
+        assert_eq!(log.ranges(10, r, id).unwrap(), vec![(0, u64::MAX)]);
+        log.record(11, &[(0, 1)]);
+        assert!(log.ranges(11, r, id).is_none(), "objects without a log are not logged");
+        assert_eq!(log.open(10, r, &[]), id, "one log per replica, reopened");
+        log.forget(10);
+        assert!(log.is_empty());
+    }
+
     #[tokio::test]
     async fn a_takeover_marks_the_failed_primary_before_it_writes() {
         use crate::server::tests::{service_with, tag};
@@ -797,6 +1063,16 @@ mod tests {
         assert_eq!(*marks.0.lock().unwrap(), vec![(StripeTarget { ds: 1, object: 11 }, vec![p])]);
         let call = DsCall::new(2, DsRequest::Read { tag: tag("j"), object: 12, offset: 0, len: 10 });
         assert_eq!(others.servers[&2].call(Role::Client, call, Bytes::new()).await.1, Bytes::from_static(b"abc"));
+        // The old primary was slow, not down: a call it passes on late (ordered by it, as of the layout
+        // before the takeover) is refused; one of the takeover's generation or later is not.
+        let passed = |gen: u64| {
+            let req = DsRequest::Write { tag: tag("j"), object: 11, offset: 0, sync: false };
+            let m = MirrorCall { gen, stripe: 0, replicas: vec![], from_primary: true, failed: vec![] };
+            DsCall { ds: 1, req, via: None, mirror: Some(m) }
+        };
+        let e = r1.call(Role::Ds, passed(0), Bytes::from_static(b"old")).await.0.unwrap_err();
+        assert_eq!(e.code, tessera_proto::error::ErrorCode::Stale, "{e}");
+        r1.call(Role::Ds, passed(1), Bytes::from_static(b"new")).await.0.unwrap();
     }
 
     /// Data servers killed with their connections still open: calls to them never come back and

@@ -13,7 +13,6 @@ use crate::store::Store;
 use bytes::Bytes;
 use std::sync::Arc;
 use tessera_proto::frame::MAX_PAYLOAD;
-use tessera_proto::layout::StripeTarget;
 use tessera_proto::msg::{
     carries_data, check_read_extents, split_runs, DsCall, DsReply, DsRequest, Extent, MAX_LIST_OBJECTS,
     MAX_REMOVE_OBJECTS,
@@ -224,7 +223,16 @@ impl DsService {
             Some(m) if m.from_primary && matches!(call.req, DsRequest::Truncate { .. }) => {
                 self.request(Role::Mds, call.req, payload).await
             }
-            Some(m) if m.from_primary => self.request(role, call.req, payload).await,
+            Some(m) if m.from_primary => {
+                if let (Some(rep), Some(o)) = (&self.replicator, call.req.object()) {
+                    if rep.deposes(o, m.gen) {
+                        let e =
+                            format!("object {o}: a call from a primary of layout generation {}, deposed since", m.gen);
+                        return (Err(FsError::new(tessera_proto::error::ErrorCode::Stale, e)), Bytes::new());
+                    }
+                }
+                self.request(role, call.req, payload).await
+            }
             Some(m) => {
                 // A client's call: refused for a replica here that is not in sync.
                 let object = call.req.object();
@@ -252,8 +260,16 @@ impl DsService {
                         return (Err(e), Bytes::new());
                     }
                 }
-                let local = self.request(role, call.req.clone(), payload.clone());
-                rep.fan_out(call.req, m, payload, local).await
+                // Checked again once the call holds its ranges: marked stale meanwhile (a client took the
+                // stripe over from this server while it was slow), it must not change the replica now,
+                // after the new primary's writes or its resync.
+                let local = async {
+                    if let Some(Err(e)) = object.map(|o| self.fences.check(o)) {
+                        return (Err(e), Bytes::new());
+                    }
+                    self.request(role, call.req.clone(), payload.clone()).await
+                };
+                rep.fan_out(call.req.clone(), m, payload.clone(), local).await
             }
             None => self.request(role, call.req, payload).await,
         }
@@ -263,6 +279,12 @@ impl DsService {
     pub async fn request(&self, role: Role, req: DsRequest, payload: Bytes) -> (FsResult<DsReply>, Bytes) {
         if !carries_data(&req) && !payload.is_empty() {
             return (Err(FsError::protocol("unexpected payload on a request without data")), Bytes::new());
+        }
+        // Every change of an object whose replica missed calls here is logged, before it is made.
+        if let Some(rep) = self.replicator.as_ref().filter(|r| !r.missed.is_empty()) {
+            if let Some(object) = req.object() {
+                rep.missed.record(object, &replicate::changed_ranges(&req, payload.len()));
+            }
         }
         let r = match req {
             DsRequest::Ping => Ok(DsReply::Pong { version: PROTOCOL_VERSION, ds: self.ds }),
@@ -316,8 +338,11 @@ impl DsService {
                 Ok(()) => self.checksum(object).await.map(|(size, crc32)| DsReply::Checksum { size, crc32 }),
                 Err(e) => Err(e),
             },
-            DsRequest::Resync { object, to, gen, replicas } => match role {
-                Role::Mds => self.resync(object, to, gen, replicas).await.map(|bytes| DsReply::Resynced { bytes }),
+            DsRequest::Resync { object, to, gen, replicas, log } => match role {
+                Role::Mds => {
+                    let order = replicate::ResyncOrder { object, to, gen, replicas, log };
+                    self.resync(order).await.map(|bytes| DsReply::Resynced { bytes })
+                }
                 other => Err(FsError::perm(format!("role {other} may not start a resync (mds only)"))),
             },
             DsRequest::Serve(cmd) => match role {
@@ -350,7 +375,8 @@ impl DsService {
 
     /// Copies this server's `object` (a mirrored stripe's primary) to replica `to` (see
     /// [`Replicator::resync`]).
-    async fn resync(&self, object: ObjectId, to: StripeTarget, gen: u64, replicas: Vec<StripeTarget>) -> FsResult<u64> {
+    async fn resync(&self, order: replicate::ResyncOrder) -> FsResult<u64> {
+        let object = order.object;
         let rep =
             self.replicator.as_ref().ok_or_else(|| FsError::unavailable("this data server cannot reach others"))?;
         self.fences.check(object)?;
@@ -369,7 +395,7 @@ impl DsService {
             let store = store.clone();
             async move { store.stat(object).await.map(|(_, size)| size) }
         };
-        rep.resync(replicate::ResyncOrder { object, to, gen, replicas }, self.resync_rate, read, size).await
+        rep.resync(order, self.resync_rate, read, size).await
     }
 
     /// Removes objects from the targets holding them (all are checked before any is removed).
@@ -378,6 +404,9 @@ impl DsService {
         for o in objects {
             self.target(o)?;
             by_target[usize::from(tessera_proto::target_of(o))].push(o);
+        }
+        if let Some(rep) = &self.replicator {
+            by_target.iter().flatten().for_each(|o| rep.missed.forget(*o));
         }
         for (t, objects) in by_target.into_iter().enumerate().filter(|(_, o)| !o.is_empty()) {
             self.path.targets[t].store.remove(objects).await?;

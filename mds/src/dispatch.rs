@@ -165,9 +165,10 @@ pub(crate) async fn serve(cx: &Context<'_>, req: MdsRequest) -> FsResult<MdsRepl
         }
         Q::JobStats { job } => Ok(MdsReply::Jobs(remote()?.svc.jobs.info(job.as_deref(), ns.store()))),
         // Handler::Mirror
-        Q::MirrorMarkStale { from, missed } => ns.mirror_mark_stale(from, missed).await,
+        Q::MirrorMarkStale { from, missed, logs } => ns.mirror_mark_stale(from, missed, logs).await,
         Q::MirrorFences { ds, known, store } => ns.mirror_fences_of(ds, known, store).await,
         Q::MirrorStatus => ns.mirror_status().map(MdsReply::MirrorStatus),
+        Q::MirrorLease { ds } => Ok(MdsReply::MirrorLease { held: ns.fences.holds_lease(ds) }),
         Q::DsRemove { ds, rebuild } => ns.ds_remove(ds, rebuild).await,
     }
 }

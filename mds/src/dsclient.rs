@@ -22,8 +22,9 @@ pub trait DataServers: Send + Sync {
     fn list_objects(&self, ds: DsId, shard: u8, after: ObjectId) -> BoxFuture<'_, FsResult<ObjectPage>>;
     /// An object's size and the CRC-32 of its bytes ([`DsRequest::Checksum`]).
     fn checksum(&self, ds: DsId, object: ObjectId) -> BoxFuture<'_, FsResult<(u64, u32)>>;
-    /// Has data server `ds`, `object`'s primary, copy it whole to replica `to` ([`DsRequest::Resync`]);
-    /// the bytes copied.
+    /// Has data server `ds`, `object`'s primary, copy it to replica `to` ([`DsRequest::Resync`]): what
+    /// its log `log` of what `to` missed holds, or whole (`log` 0, or a log it no longer has); the bytes
+    /// copied.
     fn resync(
         &self,
         ds: DsId,
@@ -31,6 +32,7 @@ pub trait DataServers: Send + Sync {
         to: StripeTarget,
         gen: u64,
         replicas: Vec<StripeTarget>,
+        log: u64,
     ) -> BoxFuture<'_, FsResult<u64>>;
 }
 
@@ -148,9 +150,10 @@ impl DataServers for RpcDataServers {
         to: StripeTarget,
         gen: u64,
         replicas: Vec<StripeTarget>,
+        log: u64,
     ) -> BoxFuture<'_, FsResult<u64>> {
         Box::pin(async move {
-            match self.call(ds, DsRequest::Resync { object, to, gen, replicas }).await? {
+            match self.call(ds, DsRequest::Resync { object, to, gen, replicas, log }).await? {
                 DsReply::Resynced { bytes } => Ok(bytes),
                 other => Err(FsError::protocol(format!("data server {ds}: unexpected reply to Resync: {other:?}"))),
             }
@@ -163,6 +166,8 @@ impl DataServers for RpcDataServers {
 #[derive(Default)]
 pub struct MemDataServers {
     pub truncates: std::sync::Mutex<Vec<(DsId, ObjectId, u64)>>,
+    /// Each resync's replica and the log it named.
+    pub resync_logs: std::sync::Mutex<Vec<(StripeTarget, u64)>>,
     pub removed: std::sync::Mutex<Vec<(DsId, ObjectId)>>,
     pub down: std::sync::Mutex<Vec<DsId>>,
     /// The objects each server holds, with their sizes (truncate creates, remove removes).
@@ -231,7 +236,7 @@ impl DataServers for MemDataServers {
         })
     }
 
-    /// Copies the object's recorded size.
+    /// Copies the object's recorded size (and records the log named).
     fn resync(
         &self,
         ds: DsId,
@@ -239,10 +244,12 @@ impl DataServers for MemDataServers {
         to: StripeTarget,
         _gen: u64,
         _replicas: Vec<StripeTarget>,
+        log: u64,
     ) -> BoxFuture<'_, FsResult<u64>> {
         Box::pin(async move {
             self.up(ds)?;
             self.up(to.ds)?;
+            self.resync_logs.lock().unwrap().push((to, log));
             let mut held = self.objects.lock().unwrap();
             let size = held.get(&(ds, object)).copied().unwrap_or(0);
             held.insert((to.ds, to.object), size);

@@ -211,6 +211,7 @@ table! {
     MirrorMarkStale { .. }                     => true,  DataServers, Nothing,             Mirror;
     MirrorFences { .. }                        => true,  DataServers, Nothing,             Mirror;
     MirrorStatus {}                            => true,  Clients,     Nothing,             Mirror;
+    MirrorLease { .. }                         => true,  Clients,     Nothing,             Mirror;
     DsRemove { .. }                            => true,  Admins,      Nothing,             Mirror;
 }
 

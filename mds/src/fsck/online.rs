@@ -368,6 +368,8 @@ impl Namespace {
                 if let Some(l) = i.layout.as_mut() {
                     if let Some(primary) = l.target(*stripe) {
                         l.mark_stale(primary, &[*replica])?;
+                        // Found to differ: no log of what it missed covers that.
+                        self.resync.forget(*replica);
                     }
                 }
                 tx.put_inode(&i)?;

@@ -101,7 +101,7 @@ impl Namespace {
                 ))
             })?;
             warn!(stripe = k, missed = ?m, "replicas out of reach missed a truncate: marking them stale");
-            self.mirror_mark_stale(from, m).await?;
+            self.mirror_mark_stale(from, m, Vec::new()).await?;
         }
         Ok(())
     }

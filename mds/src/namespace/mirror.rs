@@ -11,6 +11,15 @@
 //! after an MDS restart it counts every server as having asked at its start. A client holding an
 //! older layout that still names R in sync is refused by R's server and reads another replica.
 //!
+//! **Resync only what was missed.** A primary that marks a replica stale because it missed a call keeps a
+//! log of every range of the object it changes from then on, and names it in the mark
+//! (`ds/src/replicate.rs`, `MissedLog`). The MDS remembers, per stale replica, which server keeps which
+//! log ([`ResyncCounters::logs`]) when the mark is what took that replica out of sync, and forgets it
+//! when the replica is in sync again, is marked by anyone without a log while in sync (a truncate with
+//! its server down, a takeover from a failed primary, which may hold writes nobody else has), or its
+//! store is lost. A resync names the log when its primary is the server keeping it; otherwise, and
+//! after an MDS restart (the record is in memory), the object is copied whole.
+//!
 //! The layout rules themselves (who may report whom, the primary always in sync) are
 //! `tessera_proto::layout::mirror`'s, pure and tested there.
 
@@ -84,6 +93,15 @@ impl FenceTable {
         self.asked.lock().unwrap_or_else(|p| p.into_inner()).get(&ds).is_some_and(|(at, _)| at.elapsed() <= half)
     }
 
+    /// Whether `ds` may still serve mirrored calls as far as the MDS knows (`MirrorLease`): it asked
+    /// for its fences within the lease (a server that did not refuses them itself), or the MDS started
+    /// too recently to tell.
+    pub fn holds_lease(&self, ds: DsId) -> bool {
+        let lease = self.lease();
+        let asked = self.asked.lock().unwrap_or_else(|p| p.into_inner()).get(&ds).map(|(at, _)| at.elapsed());
+        asked.is_some_and(|a| a <= lease) || self.started.elapsed() <= lease
+    }
+
     /// When `ds` knows version `v`, or will refuse mirrored calls: `None` if already, else how long
     /// to wait at most.
     fn remaining(&self, ds: DsId, v: u64, now: Instant) -> Option<Duration> {
@@ -122,6 +140,8 @@ pub struct ResyncCounters {
     samples: Mutex<Vec<(Instant, u64)>>,
     /// Replicas being copied now: (file, replica object).
     pub running: Mutex<HashSet<(Ino, ObjectId)>>,
+    /// Per stale replica: the server keeping a log of what it missed, and the log's id (module doc).
+    pub logs: Mutex<HashMap<StripeTarget, (StripeTarget, u64)>>,
 }
 
 impl ResyncCounters {
@@ -132,6 +152,20 @@ impl ResyncCounters {
         let now = Instant::now();
         s.push((now, bytes));
         s.retain(|&(t, _)| now.duration_since(t) < RATE_WINDOW);
+    }
+
+    fn logs(&self) -> std::sync::MutexGuard<'_, HashMap<StripeTarget, (StripeTarget, u64)>> {
+        self.logs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The log to name in a resync of `replica` by `primary` (0: copy whole).
+    pub fn log_for(&self, replica: StripeTarget, primary: StripeTarget) -> u64 {
+        self.logs().get(&replica).filter(|(keeper, _)| *keeper == primary).map_or(0, |(_, id)| *id)
+    }
+
+    /// `replica` is in sync again, or lost what it held: no log of it counts any more.
+    pub fn forget(&self, replica: StripeTarget) {
+        self.logs().remove(&replica);
     }
 
     /// Bytes per second resynced over the last [`RATE_WINDOW`].
@@ -157,7 +191,16 @@ pub struct ResyncJob {
 
 impl Namespace {
     /// `MirrorMarkStale` (see [`tessera_proto::msg::MdsRequest::MirrorMarkStale`]).
-    pub(crate) async fn mirror_mark_stale(&self, from: StripeTarget, missed: Vec<StripeTarget>) -> FsResult<MdsReply> {
+    /// `logs`: as the request's (empty, or one per replica of `missed`).
+    pub(crate) async fn mirror_mark_stale(
+        &self,
+        from: StripeTarget,
+        missed: Vec<StripeTarget>,
+        logs: Vec<u64>,
+    ) -> FsResult<MdsReply> {
+        if !logs.is_empty() && logs.len() != missed.len() {
+            return Err(FsError::invalid(format!("{} logs for {} missed replicas", logs.len(), missed.len())));
+        }
         let r = {
             let _g = self.lock();
             let mut tx = self.store.begin();
@@ -166,7 +209,32 @@ impl Namespace {
             })?;
             let mut i = tx.inode(ino)?;
             let l = i.layout.as_mut().ok_or_else(|| FsError::invalid(format!("inode {ino} has no layout")))?;
+            // Which of them this mark takes out of sync, and whether each was its stripe's primary.
+            let was: Vec<(bool, bool)> = missed
+                .iter()
+                .map(|m| {
+                    let stripe = l.stripe_of(*m);
+                    let in_sync = stripe.and_then(|k| l.replica_state(k, *m)) == Some(ReplicaState::InSync);
+                    (in_sync, stripe.and_then(|k| l.target(k)) == Some(*m))
+                })
+                .collect();
             let changed = l.mark_stale(from, &missed)?;
+            // The logs of what they miss from now on: only a replica that was in sync, and not a
+            // primary (which may hold writes that reached no other replica).
+            let mut records = self.resync.logs();
+            for (k, m) in missed.iter().enumerate() {
+                let (in_sync, primary) = was[k];
+                match logs.get(k).copied().filter(|&id| id != 0 && in_sync && !primary) {
+                    Some(id) => {
+                        records.insert(*m, (from, id));
+                    }
+                    None if in_sync => {
+                        records.remove(m);
+                    }
+                    None => {}
+                }
+            }
+            drop(records);
             let gen = l.mirror_gen;
             if changed {
                 tx.put_inode(&i)?;
@@ -247,6 +315,10 @@ impl Namespace {
             let mut changed = false;
             for stripe in 0..l.stripe_count() {
                 let reps = l.replicas(stripe);
+                for r in reps.iter().filter(|r| r.target.ds == ds) {
+                    // What the lost store held is gone: no log of what it missed is enough.
+                    self.resync.forget(r.target);
+                }
                 for t in reps.iter().filter(|r| r.target.ds == ds && r.state != ReplicaState::Stale).map(|r| r.target) {
                     let from =
                         l.replicas(stripe).into_iter().find(|r| r.target.ds != ds && r.state == ReplicaState::InSync);
@@ -264,6 +336,7 @@ impl Namespace {
                             match best {
                                 Some(keep) => {
                                     l.promote_after_loss(stripe, keep)?;
+                                    self.resync.forget(keep);
                                     changed = true;
                                     tracing::error!(ino, stripe, ds, kept = ?keep, "the only in-sync replica of this stripe was on the lost store: the best copy left is the primary now, and the writes it missed are lost");
                                 }
@@ -346,6 +419,7 @@ impl Namespace {
             if l.resync_done(job.stripe, job.replica).is_err() {
                 return Ok(false);
             }
+            self.resync.forget(job.replica);
             tx.put_inode(&i)?;
             self.commit(tx)?;
             Ok(true)
@@ -363,7 +437,8 @@ impl Namespace {
         }
         let r = async {
             let Some((gen, replicas)) = self.resync_start(job).await? else { return Ok(None) };
-            let bytes = self.data.resync(job.primary.ds, job.primary.object, job.replica, gen, replicas).await?;
+            let log = self.resync.log_for(job.replica, job.primary);
+            let bytes = self.data.resync(job.primary.ds, job.primary.object, job.replica, gen, replicas, log).await?;
             Ok(self.resync_finish(job).await?.then_some(bytes))
         }
         .await;
@@ -560,11 +635,15 @@ mod tests {
         let f = FenceTable::default();
         f.set_lease(Duration::from_millis(100));
         assert!(!f.fresh(1), "never asked since the MDS started");
+        assert!(f.holds_lease(1), "the MDS started too recently to tell");
         f.asked(1, f.version());
         assert!(f.fresh(1));
         assert!(!f.fresh(2));
         std::thread::sleep(Duration::from_millis(60));
         assert!(!f.fresh(1), "silent for more than half the lease");
+        assert!(f.holds_lease(1), "but not for the whole lease");
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!f.holds_lease(1), "silent for the lease, and the MDS is up for longer than that");
         f.asked(1, f.version());
         assert!(f.fresh(1));
     }
@@ -608,7 +687,7 @@ mod tests {
         data.objects.lock().unwrap().insert((p.ds, p.object), 4096);
 
         // The primary reports r missing: stale, durable, fenced at r's server.
-        let reply = ns.mirror_mark_stale(p, vec![r]).await.unwrap();
+        let reply = ns.mirror_mark_stale(p, vec![r], Vec::new()).await.unwrap();
         assert_eq!(reply, MdsReply::MirrorMarked { gen: 1 });
         assert_eq!(layout_of(&ns, ino).replica_state(0, r), Some(ReplicaState::Stale));
         assert_eq!(fenced(&ns, r.ds), vec![r.object]);
@@ -616,10 +695,10 @@ mod tests {
         assert_eq!((st.degraded_files, st.degraded_objects, st.stale), (1, 1, 1));
         // Only the file's own replicas may report, only in-sync ones.
         assert_eq!(
-            ns.mirror_mark_stale(StripeTarget { ds: 0, object: 999_999 }, vec![]).await.unwrap_err().code,
+            ns.mirror_mark_stale(StripeTarget { ds: 0, object: 999_999 }, vec![], vec![]).await.unwrap_err().code,
             ErrorCode::NotFound
         );
-        assert_eq!(ns.mirror_mark_stale(r, vec![p]).await.unwrap_err().code, ErrorCode::Stale);
+        assert_eq!(ns.mirror_mark_stale(r, vec![p], Vec::new()).await.unwrap_err().code, ErrorCode::Stale);
 
         // Servers that do not ask for their fences are not resynced to (down, or a moment from it).
         assert_eq!(ns.resync_pass(4).await, 0);
@@ -646,6 +725,43 @@ mod tests {
         // Gone from the index with the file.
         ns.handle(&Caller::root(), MdsRequest::Unlink { parent: ROOT_INO, name: "f".into() }).await.unwrap();
         assert_eq!(ns.store.begin().mirrored_file_of(r.object).unwrap(), None);
+    }
+
+    /// The log a primary names when its mark takes a replica out of sync goes to that replica's resync
+    /// when the same server is its primary; a takeover's (the failed primary may hold writes nobody else
+    /// has) is not kept, a later mark while stale keeps the first, and being in sync again or a lost
+    /// store forgets it.
+    #[tokio::test]
+    async fn a_resync_names_the_log_of_the_primary_whose_mark_took_the_replica_out_of_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ns, data) = open_ns(dir.path());
+        ns.fences.set_lease(Duration::from_millis(100));
+        let (_, l) = mirrored_file(&ns, "f").await;
+        let (p0, r0) = (l.target(0).unwrap(), l.mirrors_of(0)[0].target);
+        let (p1, r1) = (l.target(1).unwrap(), l.mirrors_of(1)[0].target);
+        assert!(ns.mirror_mark_stale(p0, vec![r0], vec![1, 2]).await.is_err(), "one log per replica or none");
+        ns.mirror_mark_stale(p0, vec![r0], vec![7]).await.unwrap();
+        ns.mirror_mark_stale(p0, vec![r0], vec![8]).await.unwrap();
+        assert_eq!(ns.resync.log_for(r0, p0), 7, "the log since the replica went out of sync");
+        assert_eq!(ns.resync.log_for(r0, r1), 0, "kept by another server");
+        // A takeover: stripe 1's other replica marks its primary.
+        ns.mirror_mark_stale(r1, vec![p1], vec![9]).await.unwrap();
+        assert_eq!(ns.resync.log_for(p1, r1), 0);
+        let _up = servers_asking(&ns);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(ns.resync_pass(4).await, 2);
+        let mut named = data.resync_logs.lock().unwrap().clone();
+        named.sort_by_key(|(t, _)| t.object);
+        let mut want = vec![(r0, 7), (p1, 0)];
+        want.sort_by_key(|(t, _)| t.object);
+        assert_eq!(named, want);
+        assert_eq!(ns.resync.log_for(r0, p0), 0, "in sync again: forgotten");
+        // A lost store: what a log says it missed is not all it lacks.
+        ns.mirror_fences_of(r0.ds, 0, 1).await.unwrap();
+        ns.mirror_mark_stale(p0, vec![r0], vec![10]).await.unwrap();
+        assert_eq!(ns.resync.log_for(r0, p0), 10);
+        ns.mirror_fences_of(r0.ds, 0, 2).await.unwrap();
+        assert_eq!(ns.resync.log_for(r0, p0), 0);
     }
 
     #[tokio::test]
@@ -697,7 +813,7 @@ mod tests {
         let (p, r) = (l.target(0).unwrap(), l.mirrors_of(0)[0].target);
         let (p1, r1) = (l.target(1).unwrap(), l.mirrors_of(1)[0].target);
         // Stripe 0's replica missed a write: its primary holds the only in-sync copy.
-        ns.mirror_mark_stale(p, vec![r]).await.unwrap();
+        ns.mirror_mark_stale(p, vec![r], Vec::new()).await.unwrap();
         ns.mirror_fences_of(p.ds, 0, 7).await.unwrap();
         ns.mirror_fences_of(p1.ds, 0, 9).await.unwrap();
         // p's server comes back with a new store: every replica it held is stale, and stripe 0's best

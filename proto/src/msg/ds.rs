@@ -143,16 +143,18 @@ pub enum DsRequest {
     Checksum {
         object: ObjectId,
     },
-    /// Resync (role mds only): this server, `object`'s primary, copies the object whole to replica `to`
+    /// Resync (role mds only): this server, `object`'s primary, copies the object to replica `to`
     /// (another data server's object), holding each range against concurrent writes while it copies it,
-    /// then cuts `to` to the object's size. From now on its writes of `object` go to `replicas` (every
-    /// replica written, `to` among them) whatever an older layout (`gen` before this one) names. Reply:
-    /// `Resynced`.
+    /// then cuts `to` to the object's size. What it copies: the ranges its log `log` of what `to` missed
+    /// holds, if it has that log open, else the whole object (`log` 0: whole). From now on its writes of
+    /// `object` go to `replicas` (every replica written, `to` among them) whatever an older layout (`gen`
+    /// before this one) names. Reply: `Resynced`.
     Resync {
         object: ObjectId,
         to: crate::layout::StripeTarget,
         gen: u64,
         replicas: Vec<crate::layout::StripeTarget>,
+        log: u64,
     },
     /// A job's request trace here (`tessera trace start|stop|export`): `set` switches it on or off
     /// (kept in a bounded ring of [`MAX_TRACE_RECORDS`](super::MAX_TRACE_RECORDS) per job, at most

@@ -249,10 +249,12 @@ pub enum MdsRequest {
     /// did not get a write (issue 36, degraded mode). The MDS marks them stale and makes that durable,
     /// and answers once each one's data server knows it or has stopped serving mirrored reads (its fence
     /// lease ran out); only then is the write acknowledged. Marking the primary makes `from` the
-    /// primary. Reply: `MirrorMarked`.
+    /// primary. `logs`: one per replica of `missed` (or none), the id of the log `from` keeps of the
+    /// ranges that replica misses (0: none), so that its resync copies only those. Reply: `MirrorMarked`.
     MirrorMarkStale {
         from: StripeTarget,
         missed: Vec<StripeTarget>,
+        logs: Vec<u64>,
     },
     /// From data server `ds`: which of its objects are replicas not in sync (it serves no reads of them
     /// and no calls as their primary), unless its copy (`known`, a version) is current. A data server
@@ -267,6 +269,13 @@ pub enum MdsRequest {
     },
     /// Mirrored files' health (`tessera mirror status`). Reply: `MirrorStatus`.
     MirrorStatus,
+    /// Whether data server `ds` still holds its fence lease (it asked for its fences within half the
+    /// lease). A client whose mirrored write its primary has not answered asks: a server that stopped
+    /// asking is down or cut off, will refuse mirrored calls once its lease runs out, and another replica
+    /// may take the write over; one still asking is only slow. Reply: `MirrorLease`.
+    MirrorLease {
+        ds: DsId,
+    },
     /// Takes data server `ds` out of the cluster's placement (`tessera ds remove N`); with `rebuild`, every
     /// mirrored replica on it is replaced by a new one on another server, resynced from a surviving copy
     /// (admins only). Reply: `MirrorStatus`.
@@ -441,6 +450,10 @@ pub enum MdsReply {
         objects: Option<Vec<ObjectId>>,
     },
     MirrorStatus(MirrorStatus),
+    /// Whether the server asked about in `MirrorLease` holds its fence lease.
+    MirrorLease {
+        held: bool,
+    },
 }
 
 /// What `tessera mirror status` shows.
@@ -453,7 +466,9 @@ pub struct MirrorStatus {
     pub degraded_objects: u64,
     pub stale: u64,
     pub resyncing: u64,
-    /// Bytes the replicas not in sync have to copy (their stripes' share of their files' sizes).
+    /// Bytes the replicas not in sync have to copy at most (their stripes' share of their files'
+    /// sizes: what a whole-object resync copies; one from the primary's log of what a replica missed
+    /// copies only that).
     pub bytes_to_resync: u64,
     /// Since the MDS started: resyncs finished and the bytes they copied.
     pub resyncs_done: u64,
