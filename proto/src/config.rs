@@ -572,7 +572,8 @@ pub struct ClientOptions {
     pub replica_read: ReplicaRead,
     /// A read of a mirrored stripe not answered within this many milliseconds is also sent to the next
     /// replica, and the first answer is taken (a read in flight to a server that died waits no longer
-    /// than this for another replica); 0: only once the first one fails.
+    /// than this for another replica); a mirrored write not answered within it is taken over by another
+    /// replica once the MDS says its server lost its fence lease. 0: only once a call fails.
     pub hedge_ms: u64,
 }
 
