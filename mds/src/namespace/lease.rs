@@ -37,7 +37,7 @@ pub(super) fn lease_grace(store: &Store) -> FsResult<Duration> {
 
 impl Namespace {
     fn new_lease(&self, dir: Ino, token: u64, count: usize, attr: Attr) -> FsResult<DirLease> {
-        let inos = (0..count).map(|_| self.store.new_ino()).collect::<crate::store::StoreResult<Vec<_>>>()?;
+        let inos = (0..count).map(|_| self.store.new_ino()).collect::<FsResult<Vec<_>>>()?;
         self.leases.reserve(dir, &inos);
         Ok(DirLease { dir, token, valid_ms: LEASE_TIME.as_millis() as u32, inos, attr, entries: Vec::new() })
     }

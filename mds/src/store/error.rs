@@ -60,6 +60,9 @@ pub enum StoreError {
          drop the rest of this segment)"
     )]
     CorruptJournal { at: String },
+    /// The record of the ids handed out is not 8 bytes.
+    #[error("metadata database: the id range record holds {0} bytes, not 8")]
+    BadIds(usize),
     /// A journal record names a tree the database does not have.
     #[error("metadata database: journal names tree {0}")]
     UnknownTree(u8),

@@ -55,7 +55,14 @@ pub struct Store {
     /// Journaled changes not yet applied to sled (journal mode).
     overlay: Arc<Overlay>,
     flusher: GroupCommit,
+    /// The next id to hand out, and the end of the range reserved for it (see [`Store::new_id`]).
+    ids: Mutex<(u64, u64)>,
 }
+
+/// `Meta` key: the end of the last range of ids reserved (u64 BE).
+const IDS_KEY: &[u8] = b"ids";
+/// Ids reserved per committed write.
+const ID_RANGE: u64 = 1 << 16;
 
 impl Store {
     /// Opens (or creates) the database in `dir`, replaying what the journal holds beyond it.
@@ -89,8 +96,16 @@ impl Store {
         };
         let overlay = Arc::new(Overlay::default());
         let flusher = GroupCommit::start(db.clone(), trees.clone(), overlay.clone(), journal.clone(), interval)?;
-        let store = Store { db, trees, inode_count: AtomicI64::new(0), journal, overlay, flusher };
+        let ids = Mutex::new((0, 0));
+        let store = Store { db, trees, inode_count: AtomicI64::new(0), journal, overlay, flusher, ids };
         migrate::check_format(&store, dir)?;
+        // The journal is replayed into the trees by now.
+        let first = match store.tree(T::Meta).get(IDS_KEY)? {
+            Some(v) => u64::from_be_bytes(v.as_ref().try_into().map_err(|_| StoreError::BadIds(v.len()))?),
+            // A database from before the ranges: past every id sled's counter gave out.
+            None => store.db.generate_id()? + 2,
+        };
+        *store.ids.lock().unwrap_or_else(|e| e.into_inner()) = (first.max(2), first.max(2));
         store.inode_count.store(store.tree(T::Inodes).len() as i64, Ordering::Relaxed);
         Ok(store)
     }
@@ -99,14 +114,27 @@ impl Store {
         &self.trees[t as usize]
     }
 
-    /// A fresh id from sled's persistent monotonic counter (never 0).
-    pub fn new_id(&self) -> StoreResult<u64> {
-        Ok(self.db.generate_id()? + 1)
+    /// A fresh id (inode numbers, objects, sequence numbers: never 0 nor the root's 1). Ids come from
+    /// ranges reserved by a committed write of the range's end (`Meta` [`IDS_KEY`]): journaled like
+    /// every change, so a database replayed after a crash — or a replica that applied the same writes —
+    /// never hands out an id twice (sled's own counter is outside the writes and would).
+    pub fn new_id(&self) -> FsResult<u64> {
+        let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+        if ids.0 >= ids.1 {
+            let end = ids.0 + ID_RANGE;
+            let mut tx = self.begin();
+            tx.put(T::Meta, IDS_KEY, end.to_be_bytes().to_vec());
+            tx.commit()?;
+            ids.1 = end;
+        }
+        let id = ids.0;
+        ids.0 += 1;
+        Ok(id)
     }
 
     /// A fresh inode number (never the root's).
-    pub fn new_ino(&self) -> StoreResult<Ino> {
-        Ok(self.db.generate_id()? + 2)
+    pub fn new_ino(&self) -> FsResult<Ino> {
+        self.new_id()
     }
 
     pub fn inode_count(&self) -> u64 {
@@ -558,6 +586,36 @@ pub(super) mod tests {
         let b = s.new_id().unwrap();
         assert!(b > a && a > 0);
         assert!(s.new_ino().unwrap() > 1);
+    }
+
+    /// Ids come from ranges whose end is a committed write: a database that never saw the commits
+    /// (the MDS killed before its flush), replaying the journal — as a replica applying the same
+    /// writes would — hands out none twice. With sled's own counter (outside the writes) it did.
+    #[test]
+    fn ids_are_never_handed_out_twice_across_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let crashed = tempfile::tempdir().unwrap();
+        let given: Vec<u64> = {
+            let s = journaled(dir.path());
+            let v = (0..10).map(|_| s.new_id().unwrap()).collect();
+            copy_dir(&dir.path().join("journal"), &crashed.path().join("journal"));
+            v
+        };
+        let crashed = crashed.path();
+        let s = journaled(crashed);
+        let next = s.new_id().unwrap();
+        assert!(given.iter().all(|&g| g < next), "{next} after {given:?}");
+        assert!(given.windows(2).all(|w| w[0] < w[1]) && given[0] >= 2);
+        // The range's end went through the journal like any change.
+        let mut tx = s.begin();
+        let end = u64::from_be_bytes(tx.get(T::Meta, IDS_KEY).unwrap().unwrap().try_into().unwrap());
+        assert!(end > next);
+        tx.del(T::Meta, IDS_KEY);
+        tx.commit().unwrap();
+        drop(s);
+        // No range recorded (a database from before the ranges) still opens and hands out ids.
+        let s = journaled(crashed);
+        assert!(s.new_id().unwrap() >= 2);
     }
 
     /// A journaling store whose periodic commit never comes during a test.
