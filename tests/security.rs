@@ -31,7 +31,7 @@ fn addrs(cfg: &ClusterConfig) -> (SocketAddr, SocketAddr) {
 
 async fn mds_ping(peer: &RpcPeer) -> Result<MdsReply, tessera_proto::FsError> {
     peer.call::<MdsCall, MdsReply>(
-        &MdsCall { caller: Caller::root(), origin: Default::default(), req: MdsRequest::Ping },
+        &MdsCall { caller: Caller::root(), origin: Default::default(), req: MdsRequest::Ping, seq: 0 },
         Bytes::new(),
     )
     .await
@@ -133,6 +133,7 @@ async fn certificates_are_checked() {
                 caller: Caller::root(),
                 origin: Default::default(),
                 req: MdsRequest::DsReport(Box::new(DsReport { ds: 0, ..Default::default() })),
+                seq: 0,
             },
             Bytes::new(),
         )

@@ -144,8 +144,9 @@ impl MdsClient {
     /// applying it: the session then fails the handles opened before, and the request is sent once
     /// more, so a new open (or anything else not tied to an old handle) works at once.
     pub async fn call(&self, req: MdsRequest) -> FsResult<MdsReply> {
-        let retry = req.properties().idempotent;
-        let call = MdsCall { caller: self.caller.clone(), origin: (*self.origin).clone(), req };
+        let seq = if req.properties().replies_cached() { self.session.next_seq() } else { 0 };
+        let call = MdsCall { caller: self.caller.clone(), origin: (*self.origin).clone(), req, seq };
+        let retry = call.resendable();
         let send = || async {
             if let Some(fwd) = &self.fwd {
                 if let Some(reply) = fwd.mds_call(&call, retry).await? {

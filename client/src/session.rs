@@ -22,6 +22,8 @@ pub struct Session {
     heard_ms: AtomicU64,
     /// The MDS's eviction timeout in milliseconds (0 until a keep-alive said it).
     timeout_ms: AtomicU64,
+    /// The last number given to a request whose reply the MDS caches (`MdsCall::seq`).
+    seq: AtomicU64,
 }
 
 impl Default for Session {
@@ -30,12 +32,18 @@ impl Default for Session {
             epoch: AtomicU64::new(0),
             base: Instant::now(),
             heard_ms: AtomicU64::new(0),
+            seq: AtomicU64::new(0),
             timeout_ms: AtomicU64::new(0),
         }
     }
 }
 
 impl Session {
+    /// The next request number of this client (every clone shares it: one client id, one sequence).
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
     /// The session handles opened now belong to.
     pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)

@@ -144,7 +144,7 @@ pub fn spawn_fence_task(
             tick.tick().await;
             let sent = Instant::now();
             let req = MdsRequest::MirrorFences { ds, known: fences.known(), store };
-            let call = MdsCall { caller: Caller::root(), origin: Origin::default(), req };
+            let call = MdsCall { caller: Caller::root(), origin: Origin::default(), req, seq: 0 };
             match peer.call::<_, MdsReply>(&call, Bytes::new()).await {
                 Ok((MdsReply::Fences { version, objects }, _)) => fences.update(sent, version, objects),
                 Ok((other, _)) => debug!("MDS answered MirrorFences with {other:?}"),

@@ -126,6 +126,7 @@ impl Marker for MdsMarker {
                 caller: Caller::root(),
                 origin: Origin::default(),
                 req: MdsRequest::MirrorMarkStale { from, missed, logs },
+                seq: 0,
             };
             match self.peer.call::<_, MdsReply>(&call, Bytes::new()).await?.0 {
                 MdsReply::MirrorMarked { gen } => Ok(gen),

@@ -178,7 +178,7 @@ where
         loop {
             tick.tick().await;
             for req in make().await {
-                let call = MdsCall { caller: Caller::root(), origin: Origin::default(), req };
+                let call = MdsCall { caller: Caller::root(), origin: Origin::default(), req, seq: 0 };
                 if let Err(e) = peer.call::<_, MdsReply>(&call, Bytes::new()).await {
                     debug!(mds = %mds_addr, "{what} not delivered: {e}");
                     undelivered(&call.req);

@@ -43,6 +43,7 @@ pub fn spawn(
                 caller: Caller::root(),
                 origin: Origin::default(),
                 req: MdsRequest::IonJobReport(Box::new(r)),
+                seq: 0,
             };
             if let Err(e) = mds.call::<_, MdsReply>(&call, Bytes::new()).await {
                 debug!("job report not delivered: {e}");

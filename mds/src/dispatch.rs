@@ -190,7 +190,8 @@ impl MdsService {
                 tessera_proto::check_job_id(e.by().0)?;
             }
         }
-        let MdsCall { caller, origin, req } = call;
+        let MdsCall { caller, origin, req, seq } = call;
+        let seq = if props.replies_cached() { seq } else { 0 };
         // A lease is held by one client on one connection (many share one through a forwarding node).
         let holder = Holder { conn: peer.conn, client: origin.client };
         let cx = Context {
@@ -211,7 +212,7 @@ impl MdsService {
             ev => ev,
         });
         let _admitted = self.ns.leases().admit(holder, &req).await;
-        let r = serve(&cx, req).await;
+        let r = self.ns.serve_once(origin.client, seq, serve(&cx, req)).await;
         if let Some(ev) = event {
             self.jobs.on_metadata(&origin, caller.uid, ev, &r);
         }

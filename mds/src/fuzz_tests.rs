@@ -43,7 +43,7 @@ fn peer(rng: &mut fuzz::Rng) -> Arc<PeerInfo> {
 
 async fn call(svc: &MdsService, peer: Arc<PeerInfo>, caller: Caller, origin: Origin, req: MdsRequest) -> MdsReply {
     let what = format!("{req:?}");
-    let call = MdsCall { caller, origin, req };
+    let call = MdsCall { caller, origin, req, seq: 0 };
     let (r, payload) = tokio::time::timeout(HANG, svc.handle(peer, call, Bytes::new()))
         .await
         .unwrap_or_else(|_| panic!("no answer within {HANG:?} to {what}"));
@@ -107,7 +107,7 @@ async fn valid_requests_in_invalid_orders_get_clean_errors() {
         || Arc::new(PeerInfo { role: Role::Client, name: "c".into(), addr: "127.0.0.1:1".parse().unwrap(), conn: 1 });
     let origin = Origin { job: "j".into(), client: 1, pid: 1 };
     let ask = |req: MdsRequest| {
-        let call = MdsCall { caller: Caller::root(), origin: origin.clone(), req };
+        let call = MdsCall { caller: Caller::root(), origin: origin.clone(), req, seq: 0 };
         svc.handle(client(), call, Bytes::new())
     };
     let code = |r: tessera_proto::FsResult<MdsReply>| r.expect_err("an error").code;

@@ -336,7 +336,7 @@ mod job_counter_tests {
     async fn call(svc: &MdsService, role: Role, req: MdsRequest) -> FsResult<MdsReply> {
         let peer = Arc::new(PeerInfo { role, name: "p".into(), addr: "127.0.0.1:1".parse().unwrap(), conn: 1 });
         let origin = Origin { job: "j".into(), client: 1, pid: 2 };
-        svc.handle(peer, MdsCall { caller: Caller::root(), origin, req }, Bytes::new()).await.0
+        svc.handle(peer, MdsCall { caller: Caller::root(), origin, req, seq: 0 }, Bytes::new()).await.0
     }
 
     #[tokio::test]

@@ -52,9 +52,12 @@ fn peer(ca: &TestCa, mds: SocketAddr, role: Role, name: &str) -> RpcPeer {
 }
 
 async fn call(p: &RpcPeer, caller: &Caller, req: MdsRequest) -> FsResult<MdsReply> {
-    p.call::<MdsCall, MdsReply>(&MdsCall { caller: caller.clone(), origin: Default::default(), req }, Bytes::new())
-        .await
-        .map(|(r, _)| r)
+    p.call::<MdsCall, MdsReply>(
+        &MdsCall { caller: caller.clone(), origin: Default::default(), req, seq: 0 },
+        Bytes::new(),
+    )
+    .await
+    .map(|(r, _)| r)
 }
 
 async fn status(p: &RpcPeer) -> OrchestratorStatus {

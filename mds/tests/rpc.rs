@@ -79,9 +79,12 @@ fn client(c: &Cluster, role: Role, name: &str) -> RpcPeer {
 }
 
 async fn call(p: &RpcPeer, caller: &Caller, req: MdsRequest) -> FsResult<MdsReply> {
-    p.call::<MdsCall, MdsReply>(&MdsCall { caller: caller.clone(), origin: Default::default(), req }, Bytes::new())
-        .await
-        .map(|(r, _)| r)
+    p.call::<MdsCall, MdsReply>(
+        &MdsCall { caller: caller.clone(), origin: Default::default(), req, seq: 0 },
+        Bytes::new(),
+    )
+    .await
+    .map(|(r, _)| r)
 }
 
 fn create(name: String) -> MdsRequest {
@@ -202,4 +205,26 @@ async fn refuses_a_certificate_without_role_mds() {
     };
     let e = tessera_mds::run(opts, |_| panic!("must not start"), async {}).await.unwrap_err();
     assert!(e.to_string().contains("role client"), "{e}");
+}
+
+/// Over the network: a create sent twice with one client number (`MdsCall::seq`), as a client resends
+/// after a lost reply, is applied once and answered twice with the first answer; without a number the
+/// second is EEXIST. Numbers only count for the request kinds whose replies are kept (a lookup's is not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_numbered_create_sent_twice_is_applied_once() {
+    let mut c = start().await;
+    let me = Caller::current_process();
+    let cl = client(&c, Role::Client, "c1");
+    let origin = tessera_proto::Origin { job: "j".into(), client: 0x5eed, pid: 1 };
+    let send = |req: MdsRequest, seq: u64| {
+        let call = MdsCall { caller: me.clone(), origin: origin.clone(), req, seq };
+        let cl = &cl;
+        async move { cl.call::<MdsCall, MdsReply>(&call, Bytes::new()).await.map(|(r, _)| r) }
+    };
+    let first = send(create("once".into()), 1).await.unwrap();
+    assert!(matches!(first, MdsReply::Entry { .. }), "{first:?}");
+    assert_eq!(send(create("once".into()), 1).await.unwrap(), first);
+    assert_eq!(send(create("once".into()), 0).await.unwrap_err().code, ErrorCode::Exists);
+    assert_eq!(send(create("once".into()), 2).await.unwrap_err().code, ErrorCode::Exists);
+    let _ = c.stop.take().unwrap().send(());
 }

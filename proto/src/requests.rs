@@ -16,11 +16,17 @@ use std::time::Duration;
 pub const RESTART_PATIENCE: Duration = Duration::from_secs(8);
 
 impl MdsCall {
-    /// Sends the call to the MDS at `peer`. Requests the table marks idempotent are retried through an
-    /// MDS restart (for up to [`RESTART_PATIENCE`]); the others are sent once, since a lost reply would
-    /// turn a success into EEXIST/ENOENT on the retry. Clients and forwarding nodes send this way.
+    /// Whether the call may be sent again: its request is idempotent, or it carries a number the MDS's
+    /// reply cache answers a resend by ([`MdsCall::seq`]).
+    pub fn resendable(&self) -> bool {
+        self.seq != 0 || self.req.properties().idempotent
+    }
+
+    /// Sends the call to the MDS at `peer`. A [`MdsCall::resendable`] call is retried through an MDS
+    /// restart (for up to [`RESTART_PATIENCE`]); the others are sent once, since a lost reply would turn
+    /// a success into EEXIST/ENOENT on the retry. Clients and forwarding nodes send this way.
     pub async fn send(&self, peer: &RpcPeer) -> FsResult<MdsReply> {
-        let (reply, _payload): (MdsReply, Bytes) = if self.req.properties().idempotent {
+        let (reply, _payload): (MdsReply, Bytes) = if self.resendable() {
             peer.call_retrying(self, Bytes::new(), RESTART_PATIENCE).await?
         } else {
             peer.call(self, Bytes::new()).await?
@@ -130,6 +136,15 @@ pub struct Properties {
     pub senders: Senders,
     pub touches: Touches,
     pub handler: Handler,
+}
+
+impl Properties {
+    /// Whether the MDS keeps the reply to a numbered call of this request ([`MdsCall::seq`]) and answers
+    /// a resend with it: changes of the namespace (and leases) that are not idempotent. `Ping` changes
+    /// nothing and is not resent.
+    pub fn replies_cached(&self) -> bool {
+        !self.idempotent && matches!(self.handler, Handler::Namespace | Handler::Lease) && self.name != "Ping"
+    }
 }
 
 macro_rules! table {

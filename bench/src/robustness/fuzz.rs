@@ -463,6 +463,7 @@ impl Generator {
             caller: fuzz::caller(rng),
             origin: fuzz::origin(rng, client),
             req: fuzz::mds_request(rng, known),
+            seq: 0,
         };
         let (head, payload) = match self.target {
             Target::Mds => (frame::encode_head(&mds(rng), 0), Vec::new()),
@@ -695,7 +696,7 @@ enum ProbeCall {
 fn probe_call(target: Target, turn: u64) -> ProbeCall {
     let origin = Origin { job: "probe".into(), client: 0x9b0b, pid: 1 };
     let real = turn % 2 == 0;
-    let mds = |req| MdsCall { caller: Caller::root(), origin: origin.clone(), req };
+    let mds = |req| MdsCall { caller: Caller::root(), origin: origin.clone(), req, seq: 0 };
     match target {
         Target::Mds => ProbeCall::Mds(mds(if real { MdsRequest::StatFs } else { MdsRequest::Ping })),
         Target::Ds => {

@@ -37,8 +37,9 @@ fn attr_of(r: MdsReply) -> Attr {
     }
 }
 
-async fn create(ns: &Namespace, c: &Caller, parent: Ino, name: &str) -> FsResult<Attr> {
-    let req = MdsRequest::Create {
+/// An exclusive create of regular file `name` in `parent`, mode 0644, the directory's layout.
+fn create_req(parent: Ino, name: &str) -> MdsRequest {
+    MdsRequest::Create {
         parent,
         name: name.into(),
         kind: FileKind::File,
@@ -46,8 +47,11 @@ async fn create(ns: &Namespace, c: &Caller, parent: Ino, name: &str) -> FsResult
         rdev: 0,
         exclusive: true,
         layout: None,
-    };
-    ns.handle(c, req).await.map(attr_of)
+    }
+}
+
+async fn create(ns: &Namespace, c: &Caller, parent: Ino, name: &str) -> FsResult<Attr> {
+    ns.handle(c, create_req(parent, name)).await.map(attr_of)
 }
 
 async fn mkdir(ns: &Namespace, c: &Caller, parent: Ino, name: &str) -> FsResult<Attr> {
@@ -1444,4 +1448,55 @@ async fn a_blocked_mutation_leaves_the_worker_to_other_requests() {
     );
     assert!(waiting, "the mutation finished while the lock was held: {granted:?}");
     assert!(matches!(granted, Ok(MdsReply::Lease(_))), "the lease is granted once unblocked: {granted:?}");
+}
+
+/// A numbered request resent (its reply lost) gets its first answer, not a second application: a create
+/// is not answered EEXIST, an unlink not ENOENT, also after the MDS restarted; requests numbered the
+/// same while the first is served wait for it; a change marked applied whose answer was lost says so;
+/// the cache keeps a window per client and an evicted client's replies go.
+#[tokio::test]
+async fn a_resent_numbered_request_gets_its_first_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let c = root();
+    let mk = |name: &str| create_req(ROOT_INO, name);
+    let first = ns.serve_once(7, 1, ns.handle(&c, mk("a"))).await.unwrap();
+    let again = ns.serve_once(7, 1, ns.handle(&c, mk("a"))).await.unwrap();
+    assert_eq!(first, again, "the resend is answered with the first answer");
+    // Not numbered: applied again, EEXIST.
+    assert_eq!(code(ns.handle(&c, mk("a")).await), ErrorCode::Exists);
+    let rm = || MdsRequest::Unlink { parent: ROOT_INO, name: "a".into() };
+    ns.serve_once(7, 2, ns.handle(&c, rm())).await.unwrap();
+    ns.serve_once(7, 2, ns.handle(&c, rm())).await.unwrap();
+    // Two at once with one number: one applies, the other waits and gets its answer.
+    let (x, y) = tokio::join!(ns.serve_once(7, 3, ns.handle(&c, mk("b"))), ns.serve_once(7, 3, ns.handle(&c, mk("b"))));
+    let b = x.unwrap();
+    assert_eq!(b, y.unwrap());
+    // A failure is an answer too.
+    let e1 = ns.serve_once(7, 4, ns.handle(&c, mk("b"))).await.unwrap_err();
+    let e2 = ns.serve_once(7, 4, ns.handle(&c, mk("b"))).await.unwrap_err();
+    assert_eq!((e1.code, e2.code), (ErrorCode::Exists, ErrorCode::Exists));
+    // Applied, its answer lost: the change carries the mark, the resend is told.
+    let mut tx = ns.store().begin();
+    tx.mark_applied(&crate::store::reply_key(7, 5)).unwrap();
+    tx.commit().unwrap();
+    let lost = ns.serve_once(7, 5, ns.handle(&c, mk("c"))).await.unwrap_err();
+    assert!(lost.detail.contains("applied"), "{lost}");
+    assert!(ns.store().begin().dentry(ROOT_INO, "c").unwrap().is_none(), "not applied a second time");
+    // The mark is written in the change's own transaction.
+    let marked = ns.serve_once(8, 1, ns.handle(&c, mk("d"))).await.unwrap();
+    assert!(
+        matches!(ns.store().replied(&crate::store::reply_key(8, 1)).unwrap(), Some(crate::store::Replied::Answer(ref r)) if **r == Ok(marked.clone()))
+    );
+    // After a restart.
+    drop(ns);
+    let (ns, _) = open_ns(dir.path());
+    assert_eq!(ns.serve_once(7, 3, ns.handle(&c, mk("b"))).await.unwrap(), b);
+    // A window per client: number 1 goes once number 1 + REPLY_WINDOW is kept.
+    let w = crate::store::REPLY_WINDOW;
+    ns.serve_once(7, 1 + w, ns.handle(&c, mk("e"))).await.unwrap();
+    assert!(ns.store().replied(&crate::store::reply_key(7, 1)).unwrap().is_none());
+    ns.store().forget_replies(7).unwrap();
+    assert!(ns.store().replied(&crate::store::reply_key(7, 3)).unwrap().is_none());
+    assert!(ns.store().replied(&crate::store::reply_key(8, 1)).unwrap().is_some(), "another client's stay");
 }

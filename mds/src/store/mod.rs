@@ -563,6 +563,69 @@ impl<'a> Txn<'a> {
     }
 }
 
+/// `Meta` prefix of the reply cache: client BE ++ request number BE → [`Replied`].
+const REPLY_PREFIX: &[u8] = b"reply";
+
+/// How many of a client's numbered requests the reply cache keeps (older ones are dropped as newer come).
+pub const REPLY_WINDOW: u64 = 1024;
+
+/// The reply cache's key of client `client`'s request number `seq` (`MdsCall::seq`).
+pub fn reply_key(client: u64, seq: u64) -> Vec<u8> {
+    [REPLY_PREFIX, &client.to_be_bytes()[..], &seq.to_be_bytes()[..]].concat()
+}
+
+/// What the reply cache holds for a numbered request.
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+pub enum Replied {
+    /// Its change was committed (written in the change's own transaction); its reply not yet.
+    Applied,
+    /// Its answer.
+    Answer(Box<FsResult<tessera_proto::msg::MdsReply>>),
+}
+
+impl Txn<'_> {
+    /// Whether nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// Records, in this transaction, that the request of reply-cache key `key` changed the namespace.
+    pub fn mark_applied(&mut self, key: &[u8]) -> FsResult<()> {
+        let v = enc(&Replied::Applied)?;
+        self.put(T::Meta, key, v);
+        Ok(())
+    }
+}
+
+impl Store {
+    /// What the reply cache holds for `key`.
+    pub fn replied(&self, key: &[u8]) -> FsResult<Option<Replied>> {
+        Ok(self.begin().get(T::Meta, key)?.map(|v| dec(&v)).transpose()?)
+    }
+
+    /// Keeps the answer `r` of the request of `key` (client `client`'s number `seq`), dropping that
+    /// client's number `seq - REPLY_WINDOW`.
+    pub fn record_reply(&self, client: u64, seq: u64, r: &FsResult<tessera_proto::msg::MdsReply>) -> FsResult<()> {
+        let v = enc(&Replied::Answer(Box::new(r.clone())))?;
+        let mut tx = self.begin();
+        tx.put(T::Meta, &reply_key(client, seq), v);
+        if seq > REPLY_WINDOW {
+            tx.del(T::Meta, &reply_key(client, seq - REPLY_WINDOW));
+        }
+        tx.commit()
+    }
+
+    /// Drops every reply kept for `client` (its session ended).
+    pub fn forget_replies(&self, client: u64) -> FsResult<()> {
+        let prefix = [REPLY_PREFIX, &client.to_be_bytes()[..]].concat();
+        let mut tx = self.begin();
+        for k in tx.scan(T::Meta, &prefix)?.into_keys() {
+            tx.del(T::Meta, &k);
+        }
+        tx.commit()
+    }
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;

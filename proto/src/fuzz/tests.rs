@@ -209,6 +209,7 @@ fn huge_declared_lengths_are_refused_without_allocating_them() {
             caller: Default::default(),
             origin: Default::default(),
             req: MdsRequest::Symlink { parent: 1, name: "l".into(), target: "x".repeat(len) },
+            seq: 0,
         };
         let bytes = wire::encode(&big).unwrap();
         assert_eq!(wire::decode::<MdsCall>(&bytes).unwrap(), big);
@@ -244,8 +245,12 @@ fn the_largest_valid_messages_decode() {
         write_bytes: u64::MAX,
     };
     let report = DsReport { jobs: (0..MAX_JOBS).map(job).collect(), ..Default::default() };
-    let call =
-        MdsCall { caller: Caller::root(), origin: Origin::default(), req: MdsRequest::DsReport(Box::new(report)) };
+    let call = MdsCall {
+        caller: Caller::root(),
+        origin: Origin::default(),
+        req: MdsRequest::DsReport(Box::new(report)),
+        seq: 0,
+    };
     let bytes = wire::encode(&call).unwrap();
     assert!(bytes.len() <= MAX_HEADER, "{} bytes", bytes.len());
     assert_eq!(wire::decode::<MdsCall>(&bytes).unwrap(), call);

@@ -554,6 +554,10 @@ pub struct MdsCall {
     pub caller: Caller,
     pub origin: Origin,
     pub req: MdsRequest,
+    /// The client's number for a request that is not idempotent (1, 2, ... per client, `origin.client`):
+    /// the MDS answers a resent one from its reply cache with the first answer, so it can be resent
+    /// safely (a lost reply no longer turns a create's success into EEXIST). 0: none.
+    pub seq: u64,
 }
 
 pub type MdsResponse = FsResult<MdsReply>;

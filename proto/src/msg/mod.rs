@@ -46,6 +46,7 @@ mod tests {
             caller: crate::Caller { uid: 5, gid: 6, groups: vec![7] },
             origin: crate::Origin { job: "j".into(), client: 9, pid: 10 },
             req: MdsRequest::Lookup { parent: 1, name: "x".into() },
+            seq: 0,
         };
         let b = encode(&call).unwrap();
         assert_eq!(decode::<MdsCall>(&b).unwrap(), call);
