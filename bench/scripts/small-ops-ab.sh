@@ -5,6 +5,7 @@
 #    the latency of single writes: p50, p99, max);
 #  - randread:  fio 4 KiB random reads of the same files after a cache drop (IOPS, latency);
 #  - mdtest:    MDFILES files in one directory, 2 tasks: create, stat, read (open, read 0 bytes, close), remove;
+#  - mdtest-lib: the same through the client library (each cluster's own tessera-bench): single calls;
 #  - strided:   IOR 32 KiB 1D-strided shared file, 2 tasks x SEGMENTS segments, written through the first
 #               mount and read through a second one after a cache drop (MiB/s);
 #  - seqwrite/seqread: fio 1 MiB sequential, 2 jobs, SEQ_SIZE files, end_fsync (large I/O must not move).
@@ -82,6 +83,17 @@ rnd, c, path = sys.argv[1:4]
 d = json.load(open(path))
 for k in ("create", "stat", "read", "remove"):
     print(rnd, "mdtest", c, f"{k}_ops_s", f"{d[f'{k}_ops_s']:.1f}", sep="\t")
+EOF
+      ;;
+    mdtest-lib)
+      # Through the client library, each cluster's own (its protocol): single metadata calls, no mount.
+      TESSERA_CONFIG=${conf_of[$c]} "${bin_of[$c]}/tessera-bench" mdtest -a tessera -d "/mdlib$r" -n "$mdfiles" -N 2 --json "$work/md.json" > "$work/md.txt" 2>&1
+      python3 - "$r" "$c" "$work/md.json" << 'EOF' >> "$out/runs.tsv"
+import json, sys
+rnd, c, path = sys.argv[1:4]
+d = json.load(open(path))
+for k in ("create", "stat", "read", "remove"):
+    print(rnd, "mdtest-lib", c, f"{k}_ops_s", f"{d[f'{k}_ops_s']:.1f}", sep="\t")
 EOF
       ;;
     strided)
