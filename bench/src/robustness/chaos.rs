@@ -123,6 +123,9 @@ struct FullTarget {
     filler_error: String,
     /// A write to a file striped over every server, while the target is full.
     striped_write_error: String,
+    /// The data servers of a file created with the default layout (all servers) while the target is
+    /// full: without server 1 once its free space was reported (depends on the report's timing).
+    created_while_full_on: Vec<u32>,
     /// A file on another server only, written and fsync'ed while the target is full.
     other_server_bytes: u64,
     /// Every kept file read back while the target was full.
@@ -411,12 +414,13 @@ pub async fn run(a: ChaosArgs) -> Result<()> {
     if let Some(f) = &r.full_target {
         println!(
             "full target: data server 1's {} store filled with {} (filler: {}); a striped write meanwhile: {}; \
-             {} written on the other server; kept files read back: {}; space back {:.2} s after removing the filler; \
+             a file created meanwhile on servers {:?}; {} written on the other server; kept files read back: {}; space back {:.2} s after removing the filler; \
              fsck {} findings",
             tessera_proto::units::format_size(f.store_bytes),
             tessera_proto::units::format_size(f.filled_bytes),
             f.filler_error,
             f.striped_write_error,
+            f.created_while_full_on,
             tessera_proto::units::format_size(f.other_server_bytes),
             f.kept_files_verified,
             f.space_back_s,
@@ -621,6 +625,13 @@ async fn full_target(a: &ChaosArgs, c: &Client, admin: &Client, kept: &[Vec<Writ
     let mut ft = FullTarget { store_bytes: a.full_size, ..Default::default() };
     c.mkdir_all("/chaos/full", 0o755).await?;
     let filler = file_on(c, "/chaos/full/filler", 1).await?;
+    // A file striped over every server, created while the target has room: once it is full, the MDS
+    // leaves a full target out of new files' layouts (as Lustre skips full OSTs), so a file created
+    // after the filler may not touch it at all.
+    let striped = c.create("/chaos/full/striped", 0o644, None).await?;
+    if !striped.layout().targets.iter().any(|t| t.ds == 1) {
+        bail!("a file striped over every server has no stripe on data server 1: {:?}", striped.layout());
+    }
     let block = bytes::Bytes::from(vec![7u8; 1 << 20]);
     loop {
         match filler.write_at(ft.filled_bytes, block.clone()).await.and(filler.fsync().await) {
@@ -637,14 +648,17 @@ async fn full_target(a: &ChaosArgs, c: &Client, admin: &Client, kept: &[Vec<Writ
             bail!("wrote twice the target's size without ENOSPC");
         }
     }
-    // A file striped over every server cannot take a full stripe's worth while the target is full.
-    let striped = c.create("/chaos/full/striped", 0o644, None).await?;
+    // The striped file cannot take a full stripe's worth while the target is full.
     let big = bytes::Bytes::from(vec![1u8; 4 << 20]);
     ft.striped_write_error = match striped.write_at(0, big.clone()).await.and(striped.fsync().await) {
         Ok(()) => bail!("a write striped over the full target succeeded"),
         Err(e) if e.code == ErrorCode::NoSpace => format!("{} ({})", e.code, e.errno()),
         Err(e) => bail!("a striped write failed with {e}, not ENOSPC"),
     };
+    let late = c.create("/chaos/full/created-while-full", 0o644, None).await?;
+    ft.created_while_full_on = late.layout().targets.iter().map(|t| t.ds).collect();
+    late.close().await?;
+    c.unlink("/chaos/full/created-while-full").await?;
     // Another server's file, the metadata server and every kept file work as before.
     let other = file_on(c, "/chaos/full/other", 0).await?;
     for k in 0..16u64 {
