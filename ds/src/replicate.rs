@@ -777,19 +777,45 @@ mod tests {
         }
     }
 
+    /// A primary on data server `me` passing calls on to the servers `others` (in this process, those
+    /// in `down` unreachable), with a marker recording its marks when `marked` (else none: no MDS).
+    struct Fixture {
+        _dirs: Vec<tempfile::TempDir>,
+        others: Arc<InProcess>,
+        marks: Arc<Marks>,
+        rep: Arc<Replicator>,
+        primary: Arc<crate::server::DsService>,
+    }
+
+    fn fixture(me: DsId, others: &[DsId], down: &[DsId], marked: bool) -> Fixture {
+        use crate::server::tests::service_with;
+        use crate::server::Setup;
+        let mut dirs = Vec::new();
+        let mut servers = HashMap::new();
+        for &ds in others {
+            let (d, s) = service_with(Setup::new(ds));
+            dirs.push(d);
+            servers.insert(ds, Arc::new(s));
+        }
+        let others = Arc::new(InProcess { servers, down: Mutex::new(down.to_vec()) });
+        let marks = Arc::new(Marks::default());
+        let mut rep = Replicator::new(others.clone());
+        if marked {
+            rep = rep.with_marker(me, marks.clone(), Duration::from_millis(50));
+        }
+        let rep = Arc::new(rep);
+        let (d, s) = service_with(Setup::new(me));
+        dirs.push(d);
+        let primary = Arc::new(s.with_replicator(rep.clone()));
+        Fixture { _dirs: dirs, others, marks, rep, primary }
+    }
+
     #[tokio::test]
     async fn a_primary_writes_every_replica_in_one_order_and_fails_when_one_is_missing() {
         use crate::server::tests::{service_with, tag};
         use crate::server::Setup;
         use tessera_proto::layout::StripeTarget;
-        let (_d1, s1) = service_with(Setup::new(1));
-        let (_d2, s2) = service_with(Setup::new(2));
-        let (_d0, s0) = service_with(Setup::new(0));
-        let others = Arc::new(InProcess {
-            servers: [(1, Arc::new(s1)), (2, Arc::new(s2))].into_iter().collect(),
-            down: Mutex::new(Vec::new()),
-        });
-        let primary = Arc::new(s0.with_replicator(Arc::new(Replicator::new(others.clone()))));
+        let Fixture { others, primary, _dirs, .. } = fixture(0, &[1, 2], &[], false);
         let replicas = vec![StripeTarget { ds: 1, object: 11 }, StripeTarget { ds: 2, object: 12 }];
         let m = MirrorCall { gen: 0, stripe: 0, replicas: replicas.clone(), from_primary: false, failed: vec![] };
         // Many overlapping writers at once: every replica must end with the same bytes.
@@ -861,16 +887,7 @@ mod tests {
     async fn a_replica_that_misses_a_write_is_marked_stale_and_left_out_until_the_client_catches_up() {
         use crate::server::tests::{service_with, tag};
         use crate::server::Setup;
-        let (_d1, s1) = service_with(Setup::new(1));
-        let (_d2, s2) = service_with(Setup::new(2));
-        let (_d0, s0) = service_with(Setup::new(0));
-        let others = Arc::new(InProcess {
-            servers: [(1, Arc::new(s1)), (2, Arc::new(s2))].into_iter().collect(),
-            down: Mutex::new(vec![2]),
-        });
-        let marks = Arc::new(Marks::default());
-        let rep = Replicator::new(others.clone()).with_marker(0, marks.clone(), Duration::from_millis(50));
-        let primary = Arc::new(s0.with_replicator(Arc::new(rep)));
+        let Fixture { others, marks, primary, _dirs, .. } = fixture(0, &[1, 2], &[2], true);
         let (r1, r2) = (StripeTarget { ds: 1, object: 11 }, StripeTarget { ds: 2, object: 12 });
         let m = MirrorCall { gen: 0, stripe: 0, replicas: vec![r1, r2], from_primary: false, failed: vec![] };
         let write = |m: MirrorCall, byte: u8| {
@@ -916,18 +933,8 @@ mod tests {
     /// else the replica would come out of its resync in sync without them.
     #[tokio::test]
     async fn a_write_naming_no_replica_still_reaches_one_being_resynced() {
-        use crate::server::tests::{service_with, tag};
-        use crate::server::Setup;
-        let (_d1, s1) = service_with(Setup::new(1));
-        let (_d0, s0) = service_with(Setup::new(0));
-        let others =
-            Arc::new(InProcess { servers: [(1, Arc::new(s1))].into_iter().collect(), down: Mutex::new(vec![]) });
-        let rep = Arc::new(Replicator::new(others.clone()).with_marker(
-            0,
-            Arc::new(Marks::default()),
-            Duration::from_millis(50),
-        ));
-        let primary = Arc::new(s0.with_replicator(rep.clone()));
+        use crate::server::tests::tag;
+        let Fixture { others, rep, primary, _dirs, .. } = fixture(0, &[1], &[], true);
         let r1 = StripeTarget { ds: 1, object: 11 };
         // The resync of r1 began at generation 5 (the MDS's order): from now on every write goes there.
         rep.learn(10, 5, vec![r1]);
@@ -947,13 +954,7 @@ mod tests {
     async fn a_resync_copies_only_what_the_replica_missed_when_the_primary_logged_it() {
         use crate::server::tests::{service_with, tag};
         use crate::server::Setup;
-        let (_d1, s1) = service_with(Setup::new(1));
-        let (_d0, s0) = service_with(Setup::new(0));
-        let others =
-            Arc::new(InProcess { servers: [(1, Arc::new(s1))].into_iter().collect(), down: Mutex::new(vec![]) });
-        let marks = Arc::new(Marks::default());
-        let rep = Arc::new(Replicator::new(others.clone()).with_marker(0, marks.clone(), Duration::from_millis(50)));
-        let primary = Arc::new(s0.with_replicator(rep.clone()));
+        let Fixture { others, marks, rep, primary, _dirs } = fixture(0, &[1], &[], true);
         let r1 = StripeTarget { ds: 1, object: 11 };
         let m = MirrorCall { gen: 0, stripe: 0, replicas: vec![r1], from_primary: false, failed: vec![] };
         let write = |offset: u64, data: Vec<u8>| {
@@ -1044,15 +1045,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_takeover_marks_the_failed_primary_before_it_writes() {
-        use crate::server::tests::{service_with, tag};
-        use crate::server::Setup;
-        let (_d2, s2) = service_with(Setup::new(2));
-        let (_d1, s1) = service_with(Setup::new(1));
-        let others =
-            Arc::new(InProcess { servers: [(2, Arc::new(s2))].into_iter().collect(), down: Mutex::new(vec![]) });
-        let marks = Arc::new(Marks::default());
-        let rep = Replicator::new(others.clone()).with_marker(1, marks.clone(), Duration::from_millis(50));
-        let r1 = Arc::new(s1.with_replicator(Arc::new(rep)));
+        use crate::server::tests::tag;
+        let Fixture { others, marks, primary: r1, _dirs, .. } = fixture(1, &[2], &[], true);
         let (p, r2) = (StripeTarget { ds: 0, object: 10 }, StripeTarget { ds: 2, object: 12 });
         let m = MirrorCall { gen: 0, stripe: 0, replicas: vec![r2], from_primary: false, failed: vec![p] };
         let req = DsRequest::Write { tag: tag("j"), object: 11, offset: 0, sync: false };

@@ -263,13 +263,14 @@ impl DsService {
                 // Checked again once the call holds its ranges: marked stale meanwhile (a client took the
                 // stripe over from this server while it was slow), it must not change the replica now,
                 // after the new primary's writes or its resync.
-                let local = async {
+                let (req, data) = (call.req.clone(), payload.clone());
+                let local = async move {
                     if let Some(Err(e)) = object.map(|o| self.fences.check(o)) {
                         return (Err(e), Bytes::new());
                     }
-                    self.request(role, call.req.clone(), payload.clone()).await
+                    self.request(role, req, data).await
                 };
-                rep.fan_out(call.req.clone(), m, payload.clone(), local).await
+                rep.fan_out(call.req, m, payload, local).await
             }
             None => self.request(role, call.req, payload).await,
         }
@@ -281,9 +282,10 @@ impl DsService {
             return (Err(FsError::protocol("unexpected payload on a request without data")), Bytes::new());
         }
         // Every change of an object whose replica missed calls here is logged, before it is made.
-        if let Some(rep) = self.replicator.as_ref().filter(|r| !r.missed.is_empty()) {
-            if let Some(object) = req.object() {
-                rep.missed.record(object, &replicate::changed_ranges(&req, payload.len()));
+        if let (Some(rep), Some(object)) = (&self.replicator, req.object()) {
+            let ranges = replicate::changed_ranges(&req, payload.len());
+            if !ranges.is_empty() {
+                rep.missed.record(object, &ranges);
             }
         }
         let r = match req {

@@ -89,8 +89,12 @@ impl FenceTable {
     /// (reports are slower); a resync started to it would put its replica back among those every write
     /// goes to, and each writer would wait to find it missing again.
     pub fn fresh(&self, ds: DsId) -> bool {
-        let half = self.lease() / 2;
-        self.asked.lock().unwrap_or_else(|p| p.into_inner()).get(&ds).is_some_and(|(at, _)| at.elapsed() <= half)
+        self.asked_within(ds, self.lease() / 2)
+    }
+
+    /// Whether `ds` asked for its fences within the last `d`.
+    fn asked_within(&self, ds: DsId, d: Duration) -> bool {
+        self.asked.lock().unwrap_or_else(|p| p.into_inner()).get(&ds).is_some_and(|(at, _)| at.elapsed() <= d)
     }
 
     /// Whether `ds` may still serve mirrored calls as far as the MDS knows (`MirrorLease`): it asked
@@ -98,8 +102,7 @@ impl FenceTable {
     /// too recently to tell.
     pub fn holds_lease(&self, ds: DsId) -> bool {
         let lease = self.lease();
-        let asked = self.asked.lock().unwrap_or_else(|p| p.into_inner()).get(&ds).map(|(at, _)| at.elapsed());
-        asked.is_some_and(|a| a <= lease) || self.started.elapsed() <= lease
+        self.asked_within(ds, lease) || self.started.elapsed() <= lease
     }
 
     /// When `ds` knows version `v`, or will refuse mirrored calls: `None` if already, else how long

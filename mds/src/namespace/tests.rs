@@ -1183,11 +1183,17 @@ async fn fsck_leaves_alone_what_changes_while_it_runs() {
     let ns = Arc::new(ns);
     let r = root();
     let d = mkdir(&ns, &r, ROOT_INO, "d").await.unwrap();
-    // Creates, hard links, renames and unlinks race with checks: no check may find anything.
+    // Creates, hard links, renames and unlinks race with checks: no check may find anything. The work
+    // goes on until a few checks ran alongside it (a check's scans run on a blocking thread, which a
+    // loaded machine may give little time), up to a bound.
+    let checks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let work = {
-        let ns = ns.clone();
+        let (ns, checks) = (ns.clone(), checks.clone());
         tokio::spawn(async move {
-            for n in 0..300 {
+            for n in 0.. {
+                if (n >= 300 && checks.load(std::sync::atomic::Ordering::Relaxed) >= 3) || n >= 5000 {
+                    break;
+                }
                 // The truncate makes the data servers create the objects (with the sizes a file of 10
                 // bytes gives them), as a client's writes would.
                 let f = create(&ns, &root(), d.ino, &format!("f{n}")).await.unwrap();
@@ -1207,15 +1213,15 @@ async fn fsck_leaves_alone_what_changes_while_it_runs() {
             }
         })
     };
-    let mut checks = 0;
     while !work.is_finished() {
         let report = ns.fsck(false).await.unwrap();
         assert!(report.findings.is_empty(), "{:#?}", report.findings);
-        checks += 1;
+        checks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tokio::task::yield_now().await;
     }
     work.await.unwrap();
-    assert!(checks > 1, "the checks ran alongside the changes ({checks})");
+    let checks = checks.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(checks >= 3, "the checks ran alongside the changes ({checks})");
     destroy::drain_once(ns.store(), data.as_ref()).await;
     let report = ns.fsck(false).await.unwrap();
     assert!(report.findings.is_empty(), "{:#?}", report.findings);
