@@ -11,7 +11,7 @@
 use crate::store::{Store, StoreError, T};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tessera_proto::msg::{
     DirOp, DsJobReport, IonJobReport, JobDetail, JobFile, JobInfo, MdsReply, MdsRequest, MetaCounters, SeriesPoint,
@@ -278,7 +278,9 @@ impl MetaEvent {
 
 /// The job registry.
 pub struct Jobs {
-    tree: Option<sled::Tree>,
+    /// Where the registry is kept (its `jobs` tree, written through transactions like every change,
+    /// so a journal or a replicated log carries it).
+    store: Option<Arc<Store>>,
     live: Mutex<HashMap<String, Live>>,
     /// ino → (parent, name) or a full path (parent 0), learnt from lookups.
     names: Mutex<HashMap<Ino, (Ino, String)>>,
@@ -287,12 +289,10 @@ pub struct Jobs {
 
 impl Jobs {
     /// The registry kept in `store`'s `jobs` tree (its records loaded), with windows of `dt`.
-    pub fn open(store: &Store, dt: Duration) -> FsResult<Jobs> {
-        let tree = store.tree(T::Jobs).clone();
+    pub fn open(store: &Arc<Store>, dt: Duration) -> FsResult<Jobs> {
         let dt_us = (dt.as_micros() as u64).max(1000);
         let mut live = HashMap::new();
-        for kv in tree.iter() {
-            let (_, v) = kv.map_err(StoreError::from)?;
+        for v in store.begin().scan(T::Jobs, b"")?.into_values() {
             match wire::decode::<Record>(&v) {
                 Ok(rec) => {
                     let job = rec.job.clone();
@@ -301,13 +301,13 @@ impl Jobs {
                 Err(e) => tracing::warn!("skipping a corrupt job record: {}", tessera_proto::error::chain(&e)),
             }
         }
-        Ok(Jobs { tree: Some(tree), live: Mutex::new(live), names: Mutex::default(), dt_us })
+        Ok(Jobs { store: Some(store.clone()), live: Mutex::new(live), names: Mutex::default(), dt_us })
     }
 
     /// A registry in memory only (tests).
     pub fn in_memory(dt: Duration) -> Jobs {
         let dt_us = (dt.as_micros() as u64).max(1000);
-        Jobs { tree: None, live: Mutex::default(), names: Mutex::default(), dt_us }
+        Jobs { store: None, live: Mutex::default(), names: Mutex::default(), dt_us }
     }
 
     fn with<R>(&self, job: &str, f: impl FnOnce(&mut Live) -> R) -> R {
@@ -461,9 +461,9 @@ impl Jobs {
         }
     }
 
-    /// Writes the records changed since the last flush to the database.
+    /// Writes the records changed since the last flush to the database (one transaction).
     pub fn flush(&self) -> FsResult<()> {
-        let Some(tree) = &self.tree else { return Ok(()) };
+        let Some(store) = &self.store else { return Ok(()) };
         let dirty: Vec<Record> = {
             let mut m = self.live.lock().unwrap_or_else(|p| p.into_inner());
             m.values_mut()
@@ -474,11 +474,15 @@ impl Jobs {
                 })
                 .collect()
         };
+        if dirty.is_empty() {
+            return Ok(());
+        }
+        let mut tx = store.begin();
         for rec in dirty {
             let v = wire::encode(&rec).map_err(|source| StoreError::Encode { what: "job record", source })?;
-            tree.insert(rec.job.as_bytes(), v).map_err(StoreError::from)?;
+            tx.put(T::Jobs, rec.job.as_bytes(), v);
         }
-        Ok(())
+        tx.commit()
     }
 
     /// One job (with files and series) or every job (summaries), newest activity first. `path_of`
@@ -997,7 +1001,7 @@ mod tests {
     fn the_registry_survives_a_restart() {
         let d = tempfile::tempdir().unwrap();
         {
-            let store = Store::open(d.path(), Default::default()).unwrap();
+            let store = Arc::new(Store::open(d.path(), Default::default()).unwrap());
             let j = Jobs::open(&store, Duration::from_secs(1)).unwrap();
             let create = MetaEvent::Create { parent: ROOT_INO, name: "out".into(), open: true };
             j.on_metadata(&origin("keep", 3, 4), 42, create, &opened(7, true));
@@ -1010,7 +1014,7 @@ mod tests {
             j.flush().unwrap();
             store.flush_sync().unwrap();
         }
-        let store = Store::open(d.path(), Default::default()).unwrap();
+        let store = Arc::new(Store::open(d.path(), Default::default()).unwrap());
         let j = Jobs::open(&store, Duration::from_secs(1)).unwrap();
         let i = j.info(Some("keep"), &store).remove(0);
         assert_eq!((i.uid, i.meta.creates, i.processes.clone()), (42, 1, vec![(3, 4), (1, 4)]));
