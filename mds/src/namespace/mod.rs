@@ -36,6 +36,7 @@ pub(crate) mod mirror;
 mod open;
 mod remove;
 mod rename;
+mod replies;
 mod xattr;
 
 #[cfg(test)]
@@ -107,14 +108,8 @@ pub struct Namespace {
     /// The first inode number of this run: lower ones were handed out before (ids only grow, across
     /// restarts too), so a batch may use one a lease reserved before an MDS restart.
     boot_ino: Ino,
-    /// Reply-cache keys of numbered requests being served now ([`Namespace::serve_once`]).
-    replying: Mutex<HashSet<Vec<u8>>>,
-    replied: Notify,
-}
-
-tokio::task_local! {
-    /// The reply-cache key of the numbered request this task serves: its commits record it.
-    static REPLYING: Vec<u8>;
+    /// The reply cache's state in memory ([`Namespace::serve_once`]).
+    replies: replies::Replies,
 }
 
 impl Namespace {
@@ -151,8 +146,7 @@ impl Namespace {
             boot_ino,
             fences: Arc::default(),
             resync: mirror::ResyncCounters::default(),
-            replying: Mutex::default(),
-            replied: Notify::new(),
+            replies: Default::default(),
         };
         ns.init()?;
         Ok(ns)
@@ -239,6 +233,7 @@ impl Namespace {
     pub async fn evict_silent(&self) -> usize {
         let evictions = self.sessions().expire(Instant::now());
         for ev in &evictions {
+            self.replies.forget(ev.client);
             if let Err(e) = self.store.forget_replies(ev.client) {
                 warn!(client = format_args!("{:016x}", ev.client), "dropping an evicted client's replies: {e}");
             }
@@ -275,8 +270,8 @@ impl Namespace {
     pub(crate) fn commit(&self, mut tx: Txn<'_>) -> FsResult<()> {
         // A numbered request's change carries the mark that it was applied (see `serve_once`).
         if !tx.is_empty() {
-            if let Ok(key) = REPLYING.try_with(|k| k.clone()) {
-                tx.mark_applied(&key)?;
+            if let Some((client, seq)) = replies::current() {
+                tx.mark_applied(client, seq)?;
             }
         }
         let destroys = tx.has_destroys();
@@ -285,53 +280,6 @@ impl Namespace {
             self.destroy_pending.store(true, Ordering::SeqCst);
         }
         Ok(())
-    }
-
-    /// Serves `fut`, client `client`'s request number `seq` (`MdsCall::seq`; 0: not numbered), once:
-    /// a resend is answered with the first answer from the reply cache, written in the store like any
-    /// change (a mark in the change's own transaction, the answer right after), so it holds across an
-    /// MDS restart; one that arrives while the first is served waits for it. A change marked applied
-    /// whose answer was lost (the MDS stopped between the two writes) is answered with an error saying
-    /// so. A commit made off this task (an offloaded one) carries no mark.
-    pub(crate) async fn serve_once<F>(&self, client: u64, seq: u64, fut: F) -> FsResult<MdsReply>
-    where
-        F: std::future::Future<Output = FsResult<MdsReply>>,
-    {
-        if seq == 0 || client == 0 {
-            return fut.await;
-        }
-        let key = crate::store::reply_key(client, seq);
-        loop {
-            let waiting = self.replied.notified();
-            if self.replying.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone()) {
-                break;
-            }
-            waiting.await;
-        }
-        struct Done<'a>(&'a Namespace, Vec<u8>);
-        impl Drop for Done<'_> {
-            fn drop(&mut self) {
-                self.0.replying.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.1);
-                self.0.replied.notify_waiters();
-            }
-        }
-        let _done = Done(self, key.clone());
-        match self.store.replied(&key)? {
-            Some(crate::store::Replied::Answer(r)) => return *r,
-            Some(crate::store::Replied::Applied) => {
-                return Err(FsError::io(format!(
-                    "request {seq} of this client was applied, but its reply was lost when the metadata \
-                     server stopped: look at its result"
-                )))
-            }
-            None => {}
-        }
-        let r = REPLYING.scope(key, fut).await;
-        // Journaled with the next changes (or flushed with them in fsync mode): not waited for.
-        if let Err(e) = self.store.record_reply(client, seq, &r) {
-            warn!(client = format_args!("{client:016x}"), seq, "reply not kept for a resend: {e}");
-        }
-        r
     }
 
     /// Waits until a mutation's result is durable (journaled already, or fsync'ed in `fsync` commit

@@ -1482,27 +1482,30 @@ async fn a_resent_numbered_request_gets_its_first_answer() {
     let e1 = ns.serve_once(7, 4, ns.handle(&c, mk("b"))).await.unwrap_err();
     let e2 = ns.serve_once(7, 4, ns.handle(&c, mk("b"))).await.unwrap_err();
     assert_eq!((e1.code, e2.code), (ErrorCode::Exists, ErrorCode::Exists));
-    // Applied, its answer lost: the change carries the mark, the resend is told.
+    // Applied, its answer lost (by a run before this one: client 9 is new here): the change carries the
+    // mark, the resend is told.
     let mut tx = ns.store().begin();
-    tx.mark_applied(&crate::store::reply_key(7, 5)).unwrap();
+    tx.mark_applied(9, 5).unwrap();
     tx.commit().unwrap();
-    let lost = ns.serve_once(7, 5, ns.handle(&c, mk("c"))).await.unwrap_err();
+    let lost = ns.serve_once(9, 5, ns.handle(&c, mk("c"))).await.unwrap_err();
     assert!(lost.detail.contains("applied"), "{lost}");
     assert!(ns.store().begin().dentry(ROOT_INO, "c").unwrap().is_none(), "not applied a second time");
     // The mark is written in the change's own transaction.
     let marked = ns.serve_once(8, 1, ns.handle(&c, mk("d"))).await.unwrap();
     assert!(
-        matches!(ns.store().replied(&crate::store::reply_key(8, 1)).unwrap(), Some(crate::store::Replied::Answer(ref r)) if **r == Ok(marked.clone()))
+        matches!(ns.store().replied(8, 1).unwrap(), Some(crate::store::Replied::Answer(ref r)) if **r == Ok(marked.clone()))
     );
-    // After a restart.
+    // After a restart; also when a client's first request after it is a new one, then a resend.
     drop(ns);
     let (ns, _) = open_ns(dir.path());
     assert_eq!(ns.serve_once(7, 3, ns.handle(&c, mk("b"))).await.unwrap(), b);
+    ns.serve_once(8, 2, ns.handle(&c, mk("d2"))).await.unwrap();
+    assert_eq!(ns.serve_once(8, 1, ns.handle(&c, mk("d"))).await.unwrap(), marked, "not EEXIST");
     // A window per client: number 1 goes once number 1 + REPLY_WINDOW is kept.
     let w = crate::store::REPLY_WINDOW;
     ns.serve_once(7, 1 + w, ns.handle(&c, mk("e"))).await.unwrap();
-    assert!(ns.store().replied(&crate::store::reply_key(7, 1)).unwrap().is_none());
+    assert!(ns.store().replied(7, 1).unwrap().is_none());
     ns.store().forget_replies(7).unwrap();
-    assert!(ns.store().replied(&crate::store::reply_key(7, 3)).unwrap().is_none());
-    assert!(ns.store().replied(&crate::store::reply_key(8, 1)).unwrap().is_some(), "another client's stay");
+    assert!(ns.store().replied(7, 3).unwrap().is_none());
+    assert!(ns.store().replied(8, 1).unwrap().is_some(), "another client's stay");
 }

@@ -563,15 +563,18 @@ impl<'a> Txn<'a> {
     }
 }
 
-/// `Meta` prefix of the reply cache: client BE ++ request number BE → [`Replied`].
+/// `Meta` prefix of the reply cache: client BE ++ slot BE (the request number modulo
+/// [`REPLY_WINDOW`]) → [`Kept`]. A slot is overwritten by the number `REPLY_WINDOW` later: a
+/// client's window is kept without a deletion per request.
 const REPLY_PREFIX: &[u8] = b"reply";
 
 /// How many of a client's numbered requests the reply cache keeps (older ones are dropped as newer come).
 pub const REPLY_WINDOW: u64 = 1024;
 
-/// The reply cache's key of client `client`'s request number `seq` (`MdsCall::seq`).
-pub fn reply_key(client: u64, seq: u64) -> Vec<u8> {
-    [REPLY_PREFIX, &client.to_be_bytes()[..], &seq.to_be_bytes()[..]].concat()
+/// The reply cache's key of client `client`'s request number `seq` (`MdsCall::seq`): its slot.
+fn reply_key(client: u64, seq: u64) -> Vec<u8> {
+    let slot = (seq % REPLY_WINDOW) as u16;
+    [REPLY_PREFIX, &client.to_be_bytes()[..], &slot.to_be_bytes()[..]].concat()
 }
 
 /// What the reply cache holds for a numbered request.
@@ -583,35 +586,56 @@ pub enum Replied {
     Answer(Box<FsResult<tessera_proto::msg::MdsReply>>),
 }
 
+/// A reply-cache slot: the request number it holds and what is kept of it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Kept {
+    seq: u64,
+    replied: Replied,
+}
+
+fn kept(seq: u64, replied: Replied) -> FsResult<Vec<u8>> {
+    Ok(enc(&Kept { seq, replied })?)
+}
+
 impl Txn<'_> {
     /// Whether nothing was written.
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty()
     }
 
-    /// Records, in this transaction, that the request of reply-cache key `key` changed the namespace.
-    pub fn mark_applied(&mut self, key: &[u8]) -> FsResult<()> {
-        let v = enc(&Replied::Applied)?;
-        self.put(T::Meta, key, v);
+    /// Records, in this transaction, that client `client`'s request number `seq` changed the namespace.
+    pub fn mark_applied(&mut self, client: u64, seq: u64) -> FsResult<()> {
+        self.put(T::Meta, &reply_key(client, seq), kept(seq, Replied::Applied)?);
         Ok(())
     }
 }
 
 impl Store {
-    /// What the reply cache holds for `key`.
-    pub fn replied(&self, key: &[u8]) -> FsResult<Option<Replied>> {
-        Ok(self.begin().get(T::Meta, key)?.map(|v| dec(&v)).transpose()?)
+    /// What the reply cache holds for client `client`'s request number `seq`.
+    pub fn replied(&self, client: u64, seq: u64) -> FsResult<Option<Replied>> {
+        let Some(v) = self.begin().get(T::Meta, &reply_key(client, seq))? else { return Ok(None) };
+        let k: Kept = dec(&v)?;
+        Ok((k.seq == seq).then_some(k.replied))
     }
 
-    /// Keeps the answer `r` of the request of `key` (client `client`'s number `seq`), dropping that
-    /// client's number `seq - REPLY_WINDOW`.
-    pub fn record_reply(&self, client: u64, seq: u64, r: &FsResult<tessera_proto::msg::MdsReply>) -> FsResult<()> {
-        let v = enc(&Replied::Answer(Box::new(r.clone())))?;
-        let mut tx = self.begin();
-        tx.put(T::Meta, &reply_key(client, seq), v);
-        if seq > REPLY_WINDOW {
-            tx.del(T::Meta, &reply_key(client, seq - REPLY_WINDOW));
+    /// The highest request number of `client` the reply cache holds (0: none).
+    pub fn newest_reply(&self, client: u64) -> FsResult<u64> {
+        let prefix = [REPLY_PREFIX, &client.to_be_bytes()[..]].concat();
+        let mut newest = 0;
+        for v in self.begin().scan(T::Meta, &prefix)?.values() {
+            // (A record this cannot read is not a kept reply: ignored.)
+            if let Ok(k) = dec::<Kept>(v) {
+                newest = newest.max(k.seq);
+            }
         }
+        Ok(newest)
+    }
+
+    /// Keeps the answer `r` of client `client`'s request number `seq`, in the slot of its number
+    /// `seq - REPLY_WINDOW`.
+    pub fn record_reply(&self, client: u64, seq: u64, r: &FsResult<tessera_proto::msg::MdsReply>) -> FsResult<()> {
+        let mut tx = self.begin();
+        tx.put(T::Meta, &reply_key(client, seq), kept(seq, Replied::Answer(Box::new(r.clone())))?);
         tx.commit()
     }
 
