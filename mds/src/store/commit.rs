@@ -85,7 +85,7 @@ impl GroupCommit {
                 }
                 // The rotation took the journal's lock, so every change journaled before it is pending
                 // (or applied) now: the flush below covers the segments up to `retire`.
-                let applied = apply_pending(&trees, &overlay);
+                let applied = apply_pending(&trees, &overlay, u64::MAX);
                 let error = applied.and_then(|()| db.flush().map(|_| ()).map_err(StoreError::from)).err();
                 let error = error.map(Arc::new);
                 if let (None, Some(upto), Some(dir)) = (&error, retire, &jdir) {

@@ -152,7 +152,7 @@ impl Store {
     }
 
     pub fn flush_sync(&self) -> StoreResult<()> {
-        apply_pending(&self.trees, &self.overlay)?;
+        apply_pending(&self.trees, &self.overlay, u64::MAX)?;
         self.db.flush()?;
         Ok(())
     }

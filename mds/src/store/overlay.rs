@@ -17,10 +17,12 @@ type Versioned = (u64, Option<Vec<u8>>);
 /// A key with its pending value (None: deleted).
 pub(super) type PendingEntry = (Vec<u8>, Option<Vec<u8>>);
 
-/// The latest journaled value of each key sled does not have yet, with the commit that wrote it.
+/// The journaled values of each key sled does not have yet, oldest first, each with the commit that
+/// wrote it: usually one; more when a key is written again before its older value may be applied (a
+/// replicated log's commits are applied only up to what a majority has: [`apply_pending`]'s `upto`).
 #[derive(Default)]
 struct Pending {
-    map: BTreeMap<Key, Versioned>,
+    map: BTreeMap<Key, Vec<Versioned>>,
     commits: u64,
 }
 
@@ -53,7 +55,13 @@ impl Overlay {
         if pending.map.is_empty() {
             return None;
         }
-        pending.map.get(&(t, key.to_vec())).map(|(_, v)| v.clone())
+        pending.map.get(&(t, key.to_vec())).and_then(|vs| vs.last()).map(|(_, v)| v.clone())
+    }
+
+    /// The number of the last commit added ([`Overlay::add`] numbers them 1, 2, ...).
+    #[cfg(test)]
+    pub(super) fn commits(&self) -> u64 {
+        read_pending(&self.pending).commits
     }
 
     /// A snapshot of the pending keys of `t` from `start` on that begin with `prefix`, in order.
@@ -62,18 +70,19 @@ impl Overlay {
             .map
             .range((t, start.to_vec())..)
             .take_while(|((pt, k), _)| *pt == t && k.starts_with(prefix))
-            .map(|((_, k), (_, v))| (k.clone(), v.clone()))
+            .filter_map(|((_, k), vs)| vs.last().map(|(_, v)| (k.clone(), v.clone())))
             .collect()
     }
 
-    /// Adds one commit's writes, newer than everything pending.
-    pub(super) fn add(&self, writes: BTreeMap<Key, Option<Vec<u8>>>) {
+    /// Adds one commit's writes, newer than everything pending; returns the commit's number.
+    pub(super) fn add(&self, writes: BTreeMap<Key, Option<Vec<u8>>>) -> u64 {
         let mut p = write_pending(&self.pending);
         p.commits += 1;
         let commit = p.commits;
         for (k, v) in writes {
-            p.map.insert(k, (commit, v));
+            p.map.entry(k).or_default().push((commit, v));
         }
+        commit
     }
 }
 
@@ -110,20 +119,27 @@ pub(super) fn apply_writes<'w>(
     })
 }
 
-/// Moves everything pending into sled (one transaction); entries rewritten meanwhile stay pending.
-pub(super) fn apply_pending(trees: &[Tree], overlay: &Overlay) -> StoreResult<()> {
+/// Moves what is pending from commits up to number `upto` into sled (one transaction: of each key, its
+/// latest value from those commits); values from later commits, and those added meanwhile, stay pending.
+pub(super) fn apply_pending(trees: &[Tree], overlay: &Overlay, upto: u64) -> StoreResult<()> {
     let _one_at_a_time = overlay.applying.lock().unwrap_or_else(|e| e.into_inner());
     let pending = &overlay.pending;
-    let snapshot: Vec<(Key, Versioned)> =
-        read_pending(pending).map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let snapshot: Vec<(Key, Versioned)> = read_pending(pending)
+        .map
+        .iter()
+        .filter_map(|(k, vs)| vs.iter().rev().find(|(c, _)| *c <= upto).map(|v| (k.clone(), v.clone())))
+        .collect();
     if snapshot.is_empty() {
         return Ok(());
     }
     apply_writes(trees, snapshot.iter().map(|(k, (_, v))| (k, v)))?;
     let mut p = write_pending(pending);
     for (k, (commit, _)) in &snapshot {
-        if p.map.get(k).is_some_and(|(c, _)| c == commit) {
-            p.map.remove(k);
+        if let Some(vs) = p.map.get_mut(k) {
+            vs.retain(|(c, _)| c > commit);
+            if vs.is_empty() {
+                p.map.remove(k);
+            }
         }
     }
     Ok(())
@@ -242,6 +258,32 @@ mod tests {
         assert_eq!(s.read(T::Meta, b"k").unwrap(), Some(b"2".to_vec()));
         s.flush_sync().unwrap();
         assert_eq!(s.tree(T::Meta).get(b"k").unwrap().unwrap().as_ref(), b"2");
+    }
+
+    /// Applied up to a commit (a replicated log's majority): later values of a key stay pending, readers
+    /// see the newest throughout, and applying the rest later ends with the newest in sled.
+    #[test]
+    fn applying_up_to_a_commit_keeps_later_values_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = journaled(dir.path());
+        let put = |k: &[u8], v: &[u8]| {
+            let mut tx = s.begin();
+            tx.put(T::Meta, k, v.to_vec());
+            tx.commit().unwrap();
+            s.overlay.commits()
+        };
+        let first = put(b"a", b"1");
+        let second = put(b"b", b"2");
+        put(b"a", b"3");
+        assert_eq!(second, first + 1);
+        apply_pending(&s.trees, &s.overlay, second).unwrap();
+        let in_sled = |k: &[u8]| s.tree(T::Meta).get(k).unwrap().map(|v| v.to_vec());
+        assert_eq!((in_sled(b"a"), in_sled(b"b")), (Some(b"1".to_vec()), Some(b"2".to_vec())));
+        assert_eq!(s.read(T::Meta, b"a").unwrap(), Some(b"3".to_vec()), "the newer value is still read");
+        assert_eq!(read_pending(&s.overlay.pending).map.len(), 1);
+        apply_pending(&s.trees, &s.overlay, s.overlay.commits()).unwrap();
+        assert_eq!(in_sled(b"a"), Some(b"3".to_vec()));
+        assert!(read_pending(&s.overlay.pending).map.is_empty());
     }
 
     /// Writers commit while two threads apply the overlay to sled again and again: every reader sees its own
