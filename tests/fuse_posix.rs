@@ -1002,7 +1002,7 @@ fn fuse_copy_file_range_copies_across_stripes() {
 fn fuse_a_silent_mount_is_evicted_and_its_unlinked_open_file_destroyed() {
     require_fuse();
     let mut cluster = Cluster::prepared(2, Default::default());
-    cluster.edit_mds_config(|c| c.mds.eviction_timeout_s = 2);
+    cluster.edit_mds_config(|c| c.mds[0].eviction_timeout_s = 2);
     cluster.boot();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let admin = rt.block_on(cluster.client());

@@ -112,7 +112,7 @@ async fn a_job_writing_in_bursts_is_detected_and_listed_as_detected() {
     // Short windows and frequent reports, so four bursts take six seconds, not a minute.
     edit_all_configs(&cluster, |c| {
         c.ds_options.report_interval_ms = 100;
-        c.mds.job_window_ms = 250;
+        c.mds[0].job_window_ms = 250;
         c.persched.detect = true;
         c.persched.detect_interval_ms = 250;
         // Clients without a grant poll every second.

@@ -26,7 +26,7 @@ fn issue(cluster: &Cluster, role: Role, name: &str) -> NodeIdentity {
 }
 
 fn addrs(cfg: &ClusterConfig) -> (SocketAddr, SocketAddr) {
-    (rpc::resolve(&cfg.mds.addr).unwrap(), rpc::resolve(&cfg.ds[0].addr).unwrap())
+    (rpc::resolve(&cfg.mds0().addr).unwrap(), rpc::resolve(&cfg.ds[0].addr).unwrap())
 }
 
 async fn mds_ping(peer: &RpcPeer) -> Result<MdsReply, tessera_proto::FsError> {

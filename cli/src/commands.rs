@@ -1657,10 +1657,10 @@ fn percent(used: u64, cap: u64) -> String {
 async fn ping(c: &Client) -> CliResult<ExitCode> {
     let mut ok = true;
     match c.ping().await {
-        Ok(d) => println!("mds   {:<22} {:.2} ms", c.config().mds.addr, d.as_secs_f64() * 1e3),
+        Ok(d) => println!("mds   {:<22} {:.2} ms", c.config().mds0().addr, d.as_secs_f64() * 1e3),
         Err(e) => {
             ok = false;
-            println!("mds   {:<22} FAILED: {e}", c.config().mds.addr);
+            println!("mds   {:<22} FAILED: {e}", c.config().mds0().addr);
         }
     }
     let results =

@@ -601,7 +601,7 @@ fn announce(files: &ClusterFiles, cfg: &ClusterConfig) {
     let client_cfg = files.client_config.display().to_string();
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "Tessera cluster running in {}", files.dir.display());
-    let _ = writeln!(out, "  MDS          {} (log {})", cfg.mds.addr, files.log_path("mds").display());
+    let _ = writeln!(out, "  MDS          {} (log {})", cfg.mds0().addr, files.log_path("mds").display());
     for ds in &cfg.ds {
         let _ = writeln!(
             out,

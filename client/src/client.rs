@@ -51,7 +51,7 @@ pub struct Client {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("mds", &self.shared.cfg.mds.addr)
+            .field("mds", &self.shared.cfg.mds0().addr)
             .field("job", &self.job())
             .field("client_id", &self.client_id())
             .finish()
@@ -112,7 +112,7 @@ impl Client {
         let id = NodeIdentity::load(&cfg.tls)
             .map_err(|e| FsError::invalid(format!("TLS identity: {}", tessera_proto::error::chain(&e))))?;
         let tuning = cfg.tuning();
-        let mds_addr = resolve(&cfg.mds.addr)?;
+        let mds_addr = resolve(&cfg.mds0().addr)?;
         let endpoint = client_endpoint(mds_addr.is_ipv6())?;
         let mds_peer = Arc::new(RpcPeer::new(endpoint.clone(), &id, Role::Mds, mds_addr, tuning)?);
         let origin = Origin { job: crate::job::detect(), client: rand::random(), pid: std::process::id() };
@@ -122,7 +122,10 @@ impl Client {
             DataPlane::new(Route::new(&endpoint, &id, cfg, tuning, fwd.clone())?, cfg).with_lease_oracle(mds.clone());
         mds.ping().await.map_err(|e| {
             let via = fwd.as_ref().and_then(|f| f.current_name()).map(|n| format!(" through forwarding node {n}"));
-            FsError::new(e.code, format!("metadata server {}{}: {}", cfg.mds.addr, via.unwrap_or_default(), e.detail))
+            FsError::new(
+                e.code,
+                format!("metadata server {}{}: {}", cfg.mds0().addr, via.unwrap_or_default(), e.detail),
+            )
         })?;
         let _keep_alive = crate::mds_client::spawn_keep_alive(mds.clone());
         let periodic: Arc<crate::periodic::Periodic> = Arc::default();

@@ -108,7 +108,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let mds_addr = rpc::resolve(&config.mds.addr).context("MDS")?;
+    let mds_addr = rpc::resolve(&config.mds0().addr).context("MDS")?;
     let report_task = report::spawn_report_task(
         reporter.clone(),
         &identity,

@@ -249,8 +249,9 @@ fn run(args: Args) -> anyhow::Result<()> {
         .thread_name("tessera-fuse")
         .build()
         .context("cannot start the async runtime")?;
-    let client =
-        rt.block_on(Client::connect(&cfg)).with_context(|| format!("cannot reach the cluster of {}", cfg.mds.addr))?;
+    let client = rt
+        .block_on(Client::connect(&cfg))
+        .with_context(|| format!("cannot reach the cluster of {}", cfg.mds0().addr))?;
     let fs = TesseraFs::new(client, plan.fs, rt.handle().clone());
     let state = fs.state();
     let mut session = Session::new(fs, &mp, &plan.config).map_err(|e| {
@@ -274,7 +275,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         })
         .context("cannot start the session thread")?;
     set_kernel_read_ahead(&mp);
-    tracing::info!("mounted {} on {}", cfg.mds.addr, mp.display());
+    tracing::info!("mounted {} on {}", cfg.mds0().addr, mp.display());
     tessera_ops::child::announce_ready(mp.display());
 
     let outcome = rt.block_on(async {

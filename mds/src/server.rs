@@ -196,13 +196,13 @@ pub async fn run(
     }
     let data_dir = opts
         .data_dir
-        .or_else(|| cfg.mds.data_dir.clone())
+        .or_else(|| cfg.mds0().data_dir.clone())
         .ok_or_else(|| anyhow::anyhow!("no database directory: set mds.data_dir in the config or pass --data-dir"))?;
-    let listen = opts.listen.unwrap_or_else(|| cfg.mds.addr.clone());
+    let listen = opts.listen.unwrap_or_else(|| cfg.mds0().addr.clone());
     let addr = rpc::resolve(&listen)?;
 
     let recovery = if opts.skip_corrupt_journal { JournalRecovery::SkipCorrupt } else { JournalRecovery::Refuse };
-    let store = Arc::new(Store::open_with(&data_dir, cfg.mds.metadata_commit, COMMIT_INTERVAL, recovery)?);
+    let store = Arc::new(Store::open_with(&data_dir, cfg.mds0().metadata_commit, COMMIT_INTERVAL, recovery)?);
     let endpoint = rpc::server_endpoint(addr, &identity, &cfg.tuning())?;
     // The server endpoint also connects out to the data servers (quinn endpoints do both).
     let rpc_data = Arc::new(RpcDataServers::new(&cfg, &endpoint, &identity)?);
@@ -214,10 +214,10 @@ pub async fn run(
             .with_report_interval(std::time::Duration::from_millis(cfg.ds_options.report_interval_ms)),
     );
     let ns = Arc::new(Namespace::new(store.clone(), &cfg.defaults, stats, data.clone())?);
-    if cfg.mds.eviction_timeout_s == 0 {
+    if cfg.mds0().eviction_timeout_s == 0 {
         anyhow::bail!("mds.eviction_timeout_s in the config must be at least 1");
     }
-    ns.set_eviction_timeout(std::time::Duration::from_secs(cfg.mds.eviction_timeout_s));
+    ns.set_eviction_timeout(std::time::Duration::from_secs(cfg.mds0().eviction_timeout_s));
     ns.fences.set_lease(cfg.mirror.fence_lease());
     let evictor = spawn_evictor(ns.clone());
     let resyncer = spawn_resyncer(ns.clone(), cfg.mirror.resync_parallel as usize);
@@ -233,7 +233,7 @@ pub async fn run(
     let service = MdsService::new(ns.clone())
         .with_orchestrator(orch.clone())
         .with_persched(&cfg.persched)
-        .with_job_window(std::time::Duration::from_millis(cfg.mds.job_window_ms.max(1)))
+        .with_job_window(std::time::Duration::from_millis(cfg.mds0().job_window_ms.max(1)))
         .with_job_counters(cfg.metrics.job_counters);
     let jobs = service.jobs();
     let job_flusher = crate::jobs::spawn_flusher(jobs.clone());
@@ -258,7 +258,7 @@ pub async fn run(
     let driver = crate::driver::spawn(orch.clone(), rpc_data.clone());
 
     let local = endpoint.local_addr().map_err(|e| anyhow::anyhow!("listening address: {e}"))?;
-    info!(%local, db = %data_dir.display(), data_servers = cfg.ds.len(), eviction_timeout_s = cfg.mds.eviction_timeout_s, placement = %cfg.defaults.placement, orchestrator = %mode, window_ms = cfg.orchestrator.window_ms, "metadata server ready");
+    info!(%local, db = %data_dir.display(), data_servers = cfg.ds.len(), eviction_timeout_s = cfg.mds0().eviction_timeout_s, placement = %cfg.defaults.placement, orchestrator = %mode, window_ms = cfg.orchestrator.window_ms, "metadata server ready");
     let server = tokio::spawn(rpc::serve(endpoint.clone(), Arc::new(service), identity.crl.clone()));
     ready(local);
 

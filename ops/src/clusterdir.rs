@@ -217,13 +217,14 @@ pub fn prepare(dir: &Path, shape: Shape, port_base: u16, defaults: Defaults) -> 
                 (ports, ion)
             };
             ClusterConfig {
-                mds: MdsNode {
+                mds: vec![MdsNode {
+                    name: None,
                     addr: format!("127.0.0.1:{}", ports[0]),
                     data_dir: Some(PathBuf::from("mds")),
                     metadata_commit: Default::default(),
                     eviction_timeout_s: 30,
                     job_window_ms: 1000,
-                },
+                }],
                 ds: (0..n_ds)
                     .map(|i| DsNode {
                         targets: (shape.targets > 1).then_some(shape.targets),
@@ -425,7 +426,7 @@ mod tests {
         assert_eq!(client.defaults.stripe_size, 65536);
         assert!(client.tls.cert.ends_with("tls/client.pem"));
         let ports: std::collections::HashSet<&str> =
-            std::iter::once(mds.mds.addr.as_str()).chain(mds.ds.iter().map(|d| d.addr.as_str())).collect();
+            std::iter::once(mds.mds0().addr.as_str()).chain(mds.ds.iter().map(|d| d.addr.as_str())).collect();
         assert_eq!(ports.len(), 4);
         for (i, p) in files.ds_configs.iter().enumerate() {
             let c = ClusterConfig::load(p).unwrap();
@@ -439,7 +440,7 @@ mod tests {
         // Reuse keeps the ports; another data-server count is refused.
         let again = prepare(&dir, Shape::ds(3), 7400, Defaults::default()).unwrap();
         assert_eq!(again, files);
-        assert_eq!(ClusterConfig::load(&again.mds_config).unwrap().mds.addr, mds.mds.addr);
+        assert_eq!(ClusterConfig::load(&again.mds_config).unwrap().mds0().addr, mds.mds0().addr);
         let err = prepare(&dir, Shape::ds(2), 0, Defaults::default()).unwrap_err();
         assert!(err.detail.contains("3 data servers"), "{err}");
         assert_eq!(existing_ds_count(&dir).unwrap(), Some(3));

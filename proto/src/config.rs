@@ -5,6 +5,13 @@
 //! [mds]
 //! addr = "127.0.0.1:7400"
 //! data_dir = "/var/lib/tessera/mds"
+//! # or, replicated metadata (issue 37), one [[mds]] entry per replica:
+//! # [[mds]]
+//! # name = "mds0"
+//! # addr = "10.0.0.1:7400"
+//! # [[mds]]
+//! # name = "mds1"
+//! # addr = "10.0.0.2:7400"
 //!
 //! [[ds]]
 //! id = 0
@@ -162,7 +169,9 @@ pub const CONFIG_ENV: &str = "TESSERA_CONFIG";
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
-    pub mds: MdsNode,
+    /// The metadata servers: one `[mds]` table, or one `[[mds]]` entry per replica.
+    #[serde(with = "one_or_many")]
+    pub mds: Vec<MdsNode>,
     #[serde(default)]
     pub ds: Vec<DsNode>,
     /// Forwarding nodes, in order (ION k is the k-th; TWINS rotates from server k).
@@ -420,6 +429,10 @@ impl Default for HddParams {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct MdsNode {
+    /// The replica's name (`mds0`, `mds1`, ...; default `mds<position>`): its certificate's and
+    /// `tessera mds status`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub addr: String,
     #[serde(default)]
     pub data_dir: Option<PathBuf>,
@@ -641,8 +654,10 @@ impl ClusterConfig {
         if let Some(crl) = cfg.tls.crl.as_mut() {
             fix(crl);
         }
-        if let Some(d) = cfg.mds.data_dir.as_mut() {
-            fix(d);
+        for m in &mut cfg.mds {
+            if let Some(d) = m.data_dir.as_mut() {
+                fix(d);
+            }
         }
         for ds in &mut cfg.ds {
             if let Some(d) = ds.data_dir.as_mut() {
@@ -651,6 +666,21 @@ impl ClusterConfig {
         }
         cfg.validate().map_err(|e| ConfigError::Invalid { path: at(), detail: e.detail })?;
         Ok(cfg)
+    }
+
+    /// The first metadata server (the only one unless the metadata is replicated).
+    pub fn mds0(&self) -> &MdsNode {
+        &self.mds[0]
+    }
+
+    /// Name of the metadata server at position `i` (its `name`, else `mds<i>`).
+    pub fn mds_name(&self, i: usize) -> String {
+        self.mds.get(i).and_then(|m| m.name.clone()).unwrap_or_else(|| format!("mds{i}"))
+    }
+
+    /// Every metadata server's address, in order.
+    pub fn mds_addrs(&self) -> Vec<&str> {
+        self.mds.iter().map(|m| m.addr.as_str()).collect()
     }
 
     /// Finds the config: the explicit path, else `$TESSERA_CONFIG`.
@@ -668,6 +698,14 @@ impl ClusterConfig {
     }
 
     pub fn validate(&self) -> FsResult<()> {
+        if self.mds.is_empty() {
+            return Err(FsError::invalid("no metadata server: an [mds] table or [[mds]] entries"));
+        }
+        let mut mds: Vec<String> = (0..self.mds.len()).map(|i| self.mds_name(i)).collect();
+        mds.sort_unstable();
+        if mds.windows(2).any(|w| w[0] == w[1]) {
+            return Err(FsError::invalid("duplicate metadata server name"));
+        }
         let mut ids: Vec<DsId> = self.ds.iter().map(|d| d.id).collect();
         ids.sort_unstable();
         if ids.windows(2).any(|w| w[0] == w[1]) {
@@ -871,9 +909,73 @@ fn set_in(at: &mut toml::Value, parts: &[&str], value: toml::Value, key: &str) -
     set_in(next, rest, value, key)
 }
 
+/// A list that TOML may also give as a single table: `[mds]` is one metadata server, `[[mds]]` entries
+/// are several. One is written back as a table.
+mod one_or_many {
+    use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde::{Deserialize, Serialize, Serializer};
+    use std::marker::PhantomData;
+
+    pub fn serialize<T: Serialize, S: Serializer>(v: &[T], s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            [one] => one.serialize(s),
+            many => many.serialize(s),
+        }
+    }
+
+    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: DeserializeOwned> Visitor<'de> for V<T> {
+            type Value = Vec<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a table or an array of tables")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<Vec<T>, A::Error> {
+                Ok(vec![T::deserialize(de::value::MapAccessDeserializer::new(m))?])
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, s: A) -> Result<Vec<T>, A::Error> {
+                Vec::<T>::deserialize(de::value::SeqAccessDeserializer::new(s))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `[mds]` is one metadata server, `[[mds]]` entries are replicas (named, or `mds<i>`); one is
+    /// written back as a table; a field it does not know is still refused; names are unique.
+    #[test]
+    fn one_mds_table_or_replica_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        let tail = "[tls]\nca = \"ca.pem\"\ncert = \"c.pem\"\nkey = \"c.key\"\n";
+        std::fs::write(
+            &p,
+            format!("[[mds]]\naddr = \"h1:1\"\ndata_dir = \"m\"\n[[mds]]\nname = \"b\"\naddr = \"h2:1\"\n{tail}"),
+        )
+        .unwrap();
+        let c = ClusterConfig::load(&p).unwrap();
+        assert_eq!(c.mds_addrs(), ["h1:1", "h2:1"]);
+        assert_eq!((c.mds_name(0), c.mds_name(1)), ("mds0".to_string(), "b".to_string()));
+        assert_eq!(c.mds[0].data_dir.as_deref(), Some(dir.path().join("m").as_path()));
+        let text = toml::to_string(&c).unwrap();
+        assert!(text.contains("[[mds]]"), "{text}");
+        let one = ClusterConfig { mds: vec![c.mds[0].clone()], ..c.clone() };
+        let text = toml::to_string(&one).unwrap();
+        assert!(text.contains("[mds]\n") && !text.contains("[[mds]]"), "{text}");
+        std::fs::write(&p, format!("[mds]\naddr = \"h:1\"\nbogus = 1\n{tail}")).unwrap();
+        let e = ClusterConfig::load(&p).unwrap_err();
+        assert!(format!("{e:#}").contains("bogus") || format!("{e:?}").contains("bogus"), "{e:?}");
+        std::fs::write(
+            &p,
+            format!("[[mds]]\naddr = \"h:1\"\nname = \"x\"\n[[mds]]\naddr = \"h:2\"\nname = \"x\"\n{tail}"),
+        )
+        .unwrap();
+        assert!(ClusterConfig::load(&p).unwrap_err().to_string().contains("duplicate metadata server"));
+    }
 
     #[test]
     fn load_resolves_relative_paths_and_defaults() {

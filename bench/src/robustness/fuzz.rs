@@ -267,7 +267,7 @@ async fn fuzz(a: &FuzzArgs, dir: &Path, pid: Option<u32>) -> Result<()> {
     let admin = load(dir, "admin")?;
     let client = load(dir, "client")?;
     let addr = match a.target {
-        Target::Mds => admin.mds.addr.clone(),
+        Target::Mds => admin.mds0().addr.clone(),
         Target::Ds => admin.ds.first().map(|d| d.addr.clone()).context("the cluster has no data server")?,
         Target::Ion => admin.ion.first().map(|i| i.addr.clone()).context("the cluster has no forwarding node")?,
     };
