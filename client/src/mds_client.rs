@@ -12,7 +12,7 @@ use tessera_proto::msg::{
     MdsRequest, OpenFlags, OrchestratorMode, OrchestratorStatus, PeriodicGrant, PeriodicProfile, PeriodicReport,
     PlacementStatus, RenameFlags, SetAttrs, StatFs, XattrMode,
 };
-use tessera_proto::rpc::RpcPeer;
+use tessera_proto::rpc::MdsPeers;
 use tessera_proto::types::{Attr, Caller, DsId, FileKind, Ino, Origin};
 use tessera_proto::PROTOCOL_VERSION;
 
@@ -42,7 +42,7 @@ pub enum LayoutReply {
 /// when the client has failed over to direct access).
 #[derive(Clone)]
 pub struct MdsClient {
-    peer: Arc<RpcPeer>,
+    peer: Arc<MdsPeers>,
     fwd: Option<Arc<Forwarding>>,
     caller: Caller,
     origin: Arc<Origin>,
@@ -81,7 +81,7 @@ fn ok_of(what: &str, r: MdsReply) -> FsResult<()> {
 }
 
 impl MdsClient {
-    pub fn new(peer: Arc<RpcPeer>, caller: Caller, origin: Origin) -> MdsClient {
+    pub fn new(peer: Arc<MdsPeers>, caller: Caller, origin: Origin) -> MdsClient {
         MdsClient { peer, fwd: None, caller, origin: Arc::new(origin), session: Arc::default() }
     }
 
@@ -132,7 +132,8 @@ impl MdsClient {
         }
     }
 
-    pub fn peer(&self) -> &Arc<RpcPeer> {
+    /// The metadata replicas (one unless replicated).
+    pub fn peers(&self) -> &Arc<MdsPeers> {
         &self.peer
     }
 
@@ -153,7 +154,7 @@ impl MdsClient {
                     return Ok(reply);
                 }
             }
-            call.send(&self.peer).await
+            self.peer.send(&call).await
         };
         let mut r = send().await;
         if matches!(&r, Err(e) if e.code == ErrorCode::Evicted) {
@@ -175,7 +176,7 @@ impl MdsClient {
             MdsReply::Pong { version } if version == PROTOCOL_VERSION => Ok(t.elapsed()),
             MdsReply::Pong { version } => Err(FsError::protocol(format!(
                 "MDS {} speaks protocol version {version}, this client {PROTOCOL_VERSION}",
-                self.peer.addr()
+                self.peer.leader().addr()
             ))),
             r => Err(unexpected("Ping", r)),
         }

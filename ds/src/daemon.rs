@@ -108,18 +108,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let mds_addr = rpc::resolve(&config.mds0().addr).context("MDS")?;
+    let mds_addrs = config.mds.iter().map(|m| rpc::resolve(&m.addr)).collect::<Result<Vec<_>, _>>().context("MDS")?;
     let report_task = report::spawn_report_task(
         reporter.clone(),
         &identity,
-        mds_addr,
+        &mds_addrs,
         tuning,
         Duration::from_millis(opts.report_interval_ms),
     )?;
     let locality_task = report::spawn_locality_task(
         data_path.locality.clone(),
         &identity,
-        mds_addr,
+        &mds_addrs,
         tuning,
         Duration::from_millis(config.orchestrator.report_interval_ms),
     )?;
@@ -130,7 +130,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     for d in config.ds.iter().filter(|d| d.id != args.id) {
         peers.insert(d.id, rpc::RpcPeer::to_host(peer_endpoint.clone(), &identity, Role::Ds, &d.addr, tuning)?);
     }
-    let mds_peer = rpc::RpcPeer::new(peer_endpoint.clone(), &identity, Role::Mds, mds_addr, tuning)?;
+    let mds_peer = rpc::MdsPeers::to_addrs(&peer_endpoint, &identity, &mds_addrs, tuning)?;
     let marker = Arc::new(replicate::MdsMarker { peer: mds_peer });
     let replicator = Arc::new(replicate::Replicator::new(Arc::new(replicate::Peers::new(peers))).with_marker(
         args.id,
@@ -146,7 +146,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         args.id,
         store_id,
         &identity,
-        mds_addr,
+        &mds_addrs,
         tuning,
         config.mirror.fence_lease(),
     )?;

@@ -8,16 +8,15 @@
 //!
 //! The MDS side, and why: `mds/src/namespace/mirror.rs`.
 
-use bytes::Bytes;
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_proto::error::ErrorCode;
 use tessera_proto::msg::{MdsCall, MdsReply, MdsRequest};
-use tessera_proto::rpc::{self, RpcPeer, Tuning};
+use tessera_proto::rpc::{self, MdsPeers, Tuning};
 use tessera_proto::tls::NodeIdentity;
-use tessera_proto::{Caller, DsId, FsError, FsResult, ObjectId, Origin, Role};
+use tessera_proto::{Caller, DsId, FsError, FsResult, ObjectId, Origin};
 use tracing::{debug, info};
 
 pub struct Fences {
@@ -128,15 +127,15 @@ pub fn spawn_fence_task(
     ds: DsId,
     store: u64,
     identity: &NodeIdentity,
-    mds_addr: SocketAddr,
+    mds: &[SocketAddr],
     tuning: Tuning,
     lease: Duration,
 ) -> FsResult<tokio::task::JoinHandle<()>> {
-    let endpoint = rpc::client_endpoint(mds_addr.is_ipv6())?;
+    let endpoint = rpc::client_endpoint(mds.first().is_some_and(|a| a.is_ipv6()))?;
     let every = (lease / 4).max(Duration::from_millis(25));
     // A call that takes longer than the lease is of no use.
     let tuning = Tuning { call_timeout: lease, connect_timeout: tuning.connect_timeout.min(lease), ..tuning };
-    let peer = RpcPeer::new(endpoint, identity, Role::Mds, mds_addr, tuning)?;
+    let peer = MdsPeers::to_addrs(&endpoint, identity, mds, tuning)?;
     Ok(tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -145,10 +144,10 @@ pub fn spawn_fence_task(
             let sent = Instant::now();
             let req = MdsRequest::MirrorFences { ds, known: fences.known(), store };
             let call = MdsCall { caller: Caller::root(), origin: Origin::default(), req, seq: 0 };
-            match peer.call::<_, MdsReply>(&call, Bytes::new()).await {
-                Ok((MdsReply::Fences { version, objects }, _)) => fences.update(sent, version, objects),
-                Ok((other, _)) => debug!("MDS answered MirrorFences with {other:?}"),
-                Err(e) => debug!(mds = %mds_addr, "fences not fetched: {e}"),
+            match peer.send_once(&call).await {
+                Ok(MdsReply::Fences { version, objects }) => fences.update(sent, version, objects),
+                Ok(other) => debug!("MDS answered MirrorFences with {other:?}"),
+                Err(e) => debug!(mds = %peer.leader().addr(), "fences not fetched: {e}"),
             }
         }
     }))

@@ -111,7 +111,7 @@ pub trait Marker: Send + Sync {
 
 /// The MDS over QUIC.
 pub struct MdsMarker {
-    pub peer: RpcPeer,
+    pub peer: tessera_proto::rpc::MdsPeers,
 }
 
 impl Marker for MdsMarker {
@@ -128,7 +128,7 @@ impl Marker for MdsMarker {
                 req: MdsRequest::MirrorMarkStale { from, missed, logs },
                 seq: 0,
             };
-            match self.peer.call::<_, MdsReply>(&call, Bytes::new()).await?.0 {
+            match self.peer.send_once(&call).await? {
                 MdsReply::MirrorMarked { gen } => Ok(gen),
                 other => Err(FsError::protocol(format!("MDS answered MirrorMarkStale with {other:?}"))),
             }

@@ -7,14 +7,13 @@ use crate::pipeline::DataPath;
 use crate::scheduler::Scheduler;
 use crate::store::Store;
 use crate::targetstats::TargetStats;
-use bytes::Bytes;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_proto::msg::{DsJobReport, DsReport, MdsCall, MdsReply, MdsRequest, TargetReport};
-use tessera_proto::rpc::{self, RpcPeer, Tuning};
+use tessera_proto::msg::{DsJobReport, DsReport, MdsCall, MdsRequest, TargetReport};
+use tessera_proto::rpc::{self, MdsPeers, Tuning};
 use tessera_proto::tls::NodeIdentity;
-use tessera_proto::{Caller, DsId, FsResult, Origin, Role, TargetIdx};
+use tessera_proto::{Caller, DsId, FsResult, Origin, TargetIdx};
 use tracing::debug;
 
 /// What goes into a report.
@@ -98,7 +97,7 @@ impl Reporter {
 pub fn spawn_report_task(
     reporter: Reporter,
     identity: &NodeIdentity,
-    mds_addr: SocketAddr,
+    mds: &[SocketAddr],
     tuning: Tuning,
     interval: Duration,
 ) -> FsResult<tokio::task::JoinHandle<()>> {
@@ -126,21 +125,21 @@ pub fn spawn_report_task(
             out
         }
     };
-    spawn_sender("report", identity, mds_addr, tuning, interval, make, undelivered)
+    spawn_sender("report", identity, mds, tuning, interval, make, undelivered)
 }
 
 /// Sends the locality report to the MDS every `interval` (`orchestrator.report_interval_ms`).
 pub fn spawn_locality_task(
     locality: Arc<Locality>,
     identity: &NodeIdentity,
-    mds_addr: SocketAddr,
+    mds: &[SocketAddr],
     tuning: Tuning,
     interval: Duration,
 ) -> FsResult<tokio::task::JoinHandle<()>> {
     spawn_sender(
         "locality report",
         identity,
-        mds_addr,
+        mds,
         tuning,
         interval,
         move || {
@@ -157,7 +156,7 @@ pub fn spawn_locality_task(
 fn spawn_sender<F, Fut, U>(
     what: &'static str,
     identity: &NodeIdentity,
-    mds_addr: SocketAddr,
+    mds: &[SocketAddr],
     tuning: Tuning,
     interval: Duration,
     mut make: F,
@@ -168,10 +167,10 @@ where
     Fut: std::future::Future<Output = Vec<MdsRequest>> + Send,
     U: Fn(&MdsRequest) + Send + 'static,
 {
-    let endpoint = rpc::client_endpoint(mds_addr.is_ipv6())?;
+    let endpoint = rpc::client_endpoint(mds.first().is_some_and(|a| a.is_ipv6()))?;
     let interval = interval.max(Duration::from_millis(10));
     let tuning = Tuning { call_timeout: interval.max(Duration::from_secs(1)), ..tuning };
-    let peer = RpcPeer::new(endpoint, identity, Role::Mds, mds_addr, tuning)?;
+    let peer = MdsPeers::to_addrs(&endpoint, identity, mds, tuning)?;
     Ok(tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -179,8 +178,8 @@ where
             tick.tick().await;
             for req in make().await {
                 let call = MdsCall { caller: Caller::root(), origin: Origin::default(), req, seq: 0 };
-                if let Err(e) = peer.call::<_, MdsReply>(&call, Bytes::new()).await {
-                    debug!(mds = %mds_addr, "{what} not delivered: {e}");
+                if let Err(e) = peer.send_once(&call).await {
+                    debug!(mds = %peer.leader().addr(), "{what} not delivered: {e}");
                     undelivered(&call.req);
                 }
             }

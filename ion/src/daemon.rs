@@ -74,7 +74,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let endpoint = rpc::server_endpoint(listen, &identity, &tuning)?;
     let local = endpoint.local_addr().context("listening address")?;
     // Connections to the MDS and the data servers go out from the same socket.
-    let mds = Arc::new(RpcPeer::to_host(endpoint.clone(), &identity, Role::Mds, &config.mds0().addr, tuning)?);
+    let mds = Arc::new(rpc::MdsPeers::to_hosts(&endpoint, &identity, &config.mds_addrs(), tuning)?);
     let mut servers = HashMap::new();
     for ds in &config.ds {
         let peer = RpcPeer::to_host(endpoint.clone(), &identity, Role::Ds, &ds.addr, tuning)?;

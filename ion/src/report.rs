@@ -4,11 +4,9 @@
 //! was not delivered are sent again next time.
 
 use crate::stats::Stats;
-use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_proto::msg::{IonJobReport, MdsCall, MdsReply, MdsRequest};
-use tessera_proto::rpc::RpcPeer;
+use tessera_proto::msg::{IonJobReport, MdsCall, MdsRequest};
 use tessera_proto::{Caller, Origin};
 use tracing::debug;
 
@@ -27,7 +25,7 @@ pub fn build(stats: &Stats, ion: u32) -> Option<IonJobReport> {
 pub fn spawn(
     stats: Arc<Stats>,
     ion: u32,
-    mds: Arc<RpcPeer>,
+    mds: Arc<tessera_proto::rpc::MdsPeers>,
     interval: Duration,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if !stats.jobs.enabled() {
@@ -45,7 +43,7 @@ pub fn spawn(
                 req: MdsRequest::IonJobReport(Box::new(r)),
                 seq: 0,
             };
-            if let Err(e) = mds.call::<_, MdsReply>(&call, Bytes::new()).await {
+            if let Err(e) = mds.send_once(&call).await {
                 debug!("job report not delivered: {e}");
                 if let MdsRequest::IonJobReport(r) = &call.req {
                     stats.jobs.mark_changed(r.jobs.iter().map(|j| j.job.as_str()));

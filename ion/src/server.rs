@@ -21,7 +21,7 @@ use tessera_proto::types::{DsId, IoTag, ObjectId, Role};
 pub struct IonService {
     pub name: String,
     pub index: u32,
-    pub mds: Arc<RpcPeer>,
+    pub mds: Arc<tessera_proto::rpc::MdsPeers>,
     pub servers: HashMap<DsId, Arc<RpcPeer>>,
     pub dispatcher: Arc<Dispatcher>,
 }
@@ -29,7 +29,7 @@ pub struct IonService {
 impl IonService {
     async fn mds(&self, call: MdsCall) -> FsResult<MdsReply> {
         self.dispatcher.stats.metadata_call();
-        call.send(&self.mds).await
+        self.mds.send(&call).await
     }
 
     async fn ds(&self, call: DsCall, payload: Bytes, app_len: u64) -> Answer {

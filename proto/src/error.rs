@@ -41,7 +41,15 @@ pub enum ErrorCode {
     /// The MDS evicted the calling client (silent for longer than its eviction timeout): the request was
     /// not applied, and the handles the client held are closed. EIO, as Lustre's evicted clients see.
     Evicted,
+    /// A metadata replica that is not the leader (issue 37): the request was not applied. The detail
+    /// names the leader's address after [`LEADER_HINT`] when the replica knows it; clients move to it
+    /// and send again ([`crate::rpc::MdsPeers`]). Seen by an application only when no replica led
+    /// within the failover patience: EHOSTUNREACH, as an unreachable server.
+    NotLeader,
 }
+
+/// Where a [`ErrorCode::NotLeader`] answer's detail names the leader: `... leader at ADDR`.
+pub const LEADER_HINT: &str = "leader at ";
 
 impl ErrorCode {
     pub fn errno(self) -> i32 {
@@ -69,6 +77,7 @@ impl ErrorCode {
             ErrorCode::Unsupported => libc::EOPNOTSUPP,
             ErrorCode::TimedOut => libc::ETIMEDOUT,
             ErrorCode::Evicted => libc::EIO,
+            ErrorCode::NotLeader => libc::EHOSTUNREACH,
         }
     }
 
@@ -126,6 +135,7 @@ impl std::fmt::Display for ErrorCode {
             ErrorCode::Unsupported => "Operation not supported",
             ErrorCode::TimedOut => "Timed out",
             ErrorCode::Evicted => "Input/output error (client evicted)",
+            ErrorCode::NotLeader => "Not the metadata leader",
         };
         f.write_str(s)
     }

@@ -326,3 +326,95 @@ async fn serve_again(addr: std::net::SocketAddr, server: &NodeIdentity, tuning: 
     };
     tokio::spawn(rpc::serve(ep, Arc::new(Echo), server.crl.clone()));
 }
+
+/// A metadata replica for [`MdsPeers`]: the leader answers every call, a follower answers NotLeader
+/// naming the leader (or nobody); each counts the calls it got.
+struct Replica {
+    leader: Option<String>,
+    calls: std::sync::atomic::AtomicU32,
+}
+
+impl Service for Replica {
+    type Request = tessera_proto::msg::MdsCall;
+    type Reply = tessera_proto::msg::MdsReply;
+    fn accepts(&self, _role: Role) -> bool {
+        true
+    }
+    async fn handle(
+        &self,
+        _peer: Arc<PeerInfo>,
+        _req: tessera_proto::msg::MdsCall,
+        _payload: Bytes,
+    ) -> (FsResult<tessera_proto::msg::MdsReply>, Bytes) {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let r = match &self.leader {
+            None => Ok(tessera_proto::msg::MdsReply::Pong { version: tessera_proto::PROTOCOL_VERSION }),
+            Some(hint) => Err(tessera_proto::FsError::new(
+                tessera_proto::error::ErrorCode::NotLeader,
+                format!("a follower; {}{hint}", tessera_proto::error::LEADER_HINT),
+            )),
+        };
+        (r, Bytes::new())
+    }
+}
+
+fn serve_replica(server: &NodeIdentity, leader: Option<String>) -> (std::net::SocketAddr, Arc<Replica>) {
+    let ep = rpc::server_endpoint("127.0.0.1:0".parse().unwrap(), server, &Tuning::default()).unwrap();
+    let addr = ep.local_addr().unwrap();
+    let r = Arc::new(Replica { leader, calls: Default::default() });
+    tokio::spawn(rpc::serve(ep, r.clone(), server.crl.clone()));
+    (addr, r)
+}
+
+/// Issue 37's leader discovery over real QUIC: a call tried at a dead replica, then at a follower that
+/// names the leader, reaches the leader and stays there; a namespace change (sent once when a transport
+/// failure may have delivered it) is still sent again after a NotLeader, which applies nothing; a
+/// periodic call (send_once) follows the hint too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mds_peers_find_the_leader_and_send_calls_again() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use tessera_proto::msg::{MdsCall, MdsReply, MdsRequest};
+    let ca = TestCa::new("t");
+    let (server, client) = (ca.identity(Role::Mds, "mds"), ca.identity(Role::Client, "c"));
+    let (leader_addr, leader) = serve_replica(&server, None);
+    let (follower_addr, follower) = serve_replica(&server, Some(leader_addr.to_string()));
+    // Nothing answers here.
+    let dead = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    let tuning = Tuning {
+        call_timeout: Duration::from_millis(800),
+        connect_timeout: Duration::from_millis(300),
+        ..Tuning::default()
+    };
+    let ep = rpc::client_endpoint(false).unwrap();
+    let peers = rpc::MdsPeers::to_addrs(&ep, &client, &[dead_addr, follower_addr, leader_addr], tuning).unwrap();
+    let call = |req| MdsCall { caller: Default::default(), origin: Default::default(), req, seq: 0 };
+    let ping = call(MdsRequest::Ping);
+    assert!(matches!(peers.send(&ping).await.unwrap(), MdsReply::Pong { .. }));
+    assert_eq!(peers.leader().addr(), leader_addr);
+    assert_eq!((follower.calls.load(Relaxed), leader.calls.load(Relaxed)), (1, 1));
+    peers.send(&ping).await.unwrap();
+    assert_eq!((follower.calls.load(Relaxed), leader.calls.load(Relaxed)), (1, 2), "straight to the leader");
+
+    // A change not numbered, starting at the follower: NotLeader applied nothing, so it goes on.
+    let peers = rpc::MdsPeers::to_addrs(&ep, &client, &[follower_addr, leader_addr], tuning).unwrap();
+    let mkdir = call(MdsRequest::Mkdir { parent: 1, name: "d".into(), perm: 0o755 });
+    assert!(!mkdir.resendable());
+    peers.send(&mkdir).await.unwrap();
+    assert_eq!((follower.calls.load(Relaxed), leader.calls.load(Relaxed)), (2, 3));
+    // One try for periodic calls, following the hint.
+    let peers = rpc::MdsPeers::to_addrs(&ep, &client, &[follower_addr, leader_addr], tuning).unwrap();
+    peers.send_once(&ping).await.unwrap();
+    assert_eq!((follower.calls.load(Relaxed), leader.calls.load(Relaxed)), (3, 4));
+    assert_eq!(peers.leader().addr(), leader_addr);
+    // No leader anywhere: the call fails within the patience, saying so.
+    let lost = rpc::MdsPeers::to_addrs(&ep, &client, &[dead_addr, follower_addr], tuning)
+        .unwrap()
+        .with_patience(Duration::from_secs(2));
+    let t = Instant::now();
+    let e = lost.send(&call(MdsRequest::Mkdir { parent: 1, name: "e".into(), perm: 0o755 })).await.unwrap_err();
+    assert_eq!(e.code, tessera_proto::error::ErrorCode::NotLeader, "{e}");
+    assert!(e.detail.contains("no metadata replica leads"), "{e}");
+    assert!(t.elapsed() >= Duration::from_secs(1) && t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    drop(dead);
+}

@@ -5,12 +5,15 @@
 //! serving the connection's other streams.
 //!
 //! Here the transport both sides share (QUIC tuning, UDP sockets, why a certificate was refused); the
-//! calling side in `client.rs` ([`RpcPeer`]), the serving side in `server.rs` ([`serve`], [`Service`]).
+//! calling side in `client.rs` ([`RpcPeer`]), the serving side in `server.rs` ([`serve`], [`Service`]),
+//! and in `leader.rs` the metadata replicas as one service ([`MdsPeers`]: the leader found, calls sent again).
 
 mod client;
+mod leader;
 mod server;
 
 pub use client::{client_endpoint, resolve, ReplyStream, RpcPeer, TransportFailure, RECONNECT_HOLDOFF};
+pub use leader::{MdsPeers, FAILOVER_PATIENCE};
 pub use server::{serve, server_endpoint, Payload, PeerInfo, Service};
 
 use crate::error::{ErrorCode, FsError, FsResult};

@@ -1,0 +1,185 @@
+//! The metadata service as its clients see it (issue 37): one [`RpcPeer`] per metadata replica, in
+//! configuration order, and the one believed to lead. A call goes to the leader; a replica that does
+//! not lead answers [`ErrorCode::NotLeader`] (naming the leader when it knows it, see
+//! [`LEADER_HINT`]) without applying the request, and one that is dead fails at the transport. The call
+//! then moves on — to the named leader, else the next replica — and is sent again when that is safe:
+//! always after NotLeader; after a transport failure only when the request never left or may be
+//! repeated ([`MdsCall::resendable`]: idempotent, or numbered for the reply cache). A round of
+//! replicas that all failed pauses (50 ms doubling to 1 s) while an election runs, for up to
+//! [`FAILOVER_PATIENCE`].
+//!
+//! With one metadata server this is [`MdsCall::send`] to it, unchanged.
+
+use super::RpcPeer;
+use crate::error::{ErrorCode, FsError, FsResult, LEADER_HINT};
+use crate::msg::{MdsCall, MdsReply};
+use crate::rpc::Tuning;
+use crate::tls::NodeIdentity;
+use crate::types::Role;
+use bytes::Bytes;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a call looks for a leader among the replicas before it fails: a leader's death is noticed
+/// within an election timeout, and a new one is elected within a few more.
+pub const FAILOVER_PATIENCE: Duration = Duration::from_secs(15);
+
+/// The metadata replicas' peers and the current leader's position among them.
+pub struct MdsPeers {
+    peers: Vec<(String, Arc<RpcPeer>)>,
+    leader: AtomicUsize,
+    patience: Duration,
+}
+
+impl MdsPeers {
+    /// The replicas `(configured address, peer)`, in configuration order; the first is tried first.
+    pub fn new(peers: Vec<(String, Arc<RpcPeer>)>) -> FsResult<MdsPeers> {
+        if peers.is_empty() {
+            return Err(FsError::invalid("no metadata server to talk to"));
+        }
+        Ok(MdsPeers { peers, leader: AtomicUsize::new(0), patience: FAILOVER_PATIENCE })
+    }
+
+    /// Peers for every `host:port` of `hosts` (the configured replicas), through `endpoint`.
+    pub fn to_hosts(
+        endpoint: &quinn::Endpoint,
+        id: &NodeIdentity,
+        hosts: &[&str],
+        tuning: Tuning,
+    ) -> FsResult<MdsPeers> {
+        let mut peers = Vec::new();
+        for h in hosts {
+            peers.push((h.to_string(), Arc::new(RpcPeer::to_host(endpoint.clone(), id, Role::Mds, h, tuning)?)));
+        }
+        MdsPeers::new(peers)
+    }
+
+    /// Peers for every resolved address of `addrs` (the configured replicas), through `endpoint`.
+    pub fn to_addrs(
+        endpoint: &quinn::Endpoint,
+        id: &NodeIdentity,
+        addrs: &[std::net::SocketAddr],
+        tuning: Tuning,
+    ) -> FsResult<MdsPeers> {
+        let mut peers = Vec::new();
+        for a in addrs {
+            peers.push((a.to_string(), Arc::new(RpcPeer::new(endpoint.clone(), id, Role::Mds, *a, tuning)?)));
+        }
+        MdsPeers::new(peers)
+    }
+
+    /// The one metadata server.
+    pub fn single(peer: Arc<RpcPeer>) -> MdsPeers {
+        MdsPeers {
+            peers: vec![(peer.addr().to_string(), peer)],
+            leader: AtomicUsize::new(0),
+            patience: FAILOVER_PATIENCE,
+        }
+    }
+
+    /// How long [`MdsPeers::send`] looks for a leader (default [`FAILOVER_PATIENCE`]).
+    pub fn with_patience(self, patience: Duration) -> MdsPeers {
+        MdsPeers { patience, ..self }
+    }
+
+    /// The peer believed to lead.
+    pub fn leader(&self) -> &Arc<RpcPeer> {
+        &self.peers[self.leader.load(Ordering::Relaxed) % self.peers.len()].1
+    }
+
+    /// How many replicas there are.
+    pub fn len(&self) -> usize {
+        self.peers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.peers.is_empty()
+    }
+
+    /// The peers, in configuration order, with their configured addresses.
+    pub fn peers(&self) -> &[(String, Arc<RpcPeer>)] {
+        &self.peers
+    }
+
+    /// Where a NotLeader answer's detail says the leader is, if it is one of ours.
+    fn hinted(&self, detail: &str) -> Option<usize> {
+        let at = detail.rfind(LEADER_HINT)? + LEADER_HINT.len();
+        let addr = detail[at..].split_whitespace().next()?;
+        self.peers.iter().position(|(a, p)| a == addr || p.addr().to_string() == addr)
+    }
+
+    /// One try at the leader, and at the leader it names if it answers NotLeader; a transport failure
+    /// moves the next call on to the next replica. For periodic calls (reports, fence lists) whose
+    /// next round is their retry.
+    pub async fn send_once(&self, call: &MdsCall) -> FsResult<MdsReply> {
+        let i = self.leader.load(Ordering::Relaxed) % self.peers.len();
+        let to = match self.peers[i].1.try_call_chunked::<_, MdsReply>(call, Bytes::new()).await {
+            Ok(Ok((reply, _))) => return Ok(reply),
+            Ok(Err(e)) if e.code == ErrorCode::NotLeader && self.peers.len() > 1 => {
+                let to = self.hinted(&e.detail).filter(|&n| n != i).unwrap_or((i + 1) % self.peers.len());
+                let _ = self.leader.compare_exchange(i, to, Ordering::Relaxed, Ordering::Relaxed);
+                to
+            }
+            Ok(Err(e)) => return Err(e),
+            Err(f) => {
+                let _ =
+                    self.leader.compare_exchange(i, (i + 1) % self.peers.len(), Ordering::Relaxed, Ordering::Relaxed);
+                return Err(f.error);
+            }
+        };
+        Ok(self.peers[to].1.call::<_, MdsReply>(call, Bytes::new()).await?.0)
+    }
+
+    /// Sends `call` to the leader, finding it first if need be (see the module doc).
+    pub async fn send(&self, call: &MdsCall) -> FsResult<MdsReply> {
+        if self.peers.len() == 1 {
+            return call.send(&self.peers[0].1).await;
+        }
+        let deadline = tokio::time::Instant::now() + self.patience;
+        let mut pause = Duration::from_millis(50);
+        let mut tried = 0;
+        let mut last: FsError;
+        loop {
+            let i = self.leader.load(Ordering::Relaxed) % self.peers.len();
+            let next = match self.peers[i].1.try_call_chunked::<_, MdsReply>(call, Bytes::new()).await {
+                Ok(Ok((reply, _))) => return Ok(reply),
+                Ok(Err(e)) if e.code == ErrorCode::NotLeader => {
+                    let n = self.hinted(&e.detail).filter(|&n| n != i);
+                    last = e;
+                    n
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(f) if f.sent && !call.resendable() => return Err(f.error),
+                Err(f) => {
+                    last = f.error;
+                    None
+                }
+            };
+            tried += 1;
+            let to = match next {
+                Some(n) => n,
+                None => (i + 1) % self.peers.len(),
+            };
+            // Only if no other task moved it meanwhile.
+            let _ = self.leader.compare_exchange(i, to, Ordering::Relaxed, Ordering::Relaxed);
+            if next.is_none() && tried >= self.peers.len() {
+                // A whole round without a leader: an election is under way, or every replica is down.
+                if tokio::time::Instant::now() + pause >= deadline {
+                    return Err(FsError::new(
+                        last.code,
+                        format!(
+                            "no metadata replica leads (tried {} for {:?}): {}",
+                            self.peers.len(),
+                            self.patience,
+                            last.detail
+                        ),
+                    ));
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+                tried = 0;
+            }
+        }
+    }
+}
