@@ -194,6 +194,13 @@ pub async fn run(
             identity.role
         );
     }
+    if cfg.mds.len() > 1 {
+        anyhow::bail!(
+            "the configuration lists {} metadata servers ([[mds]] entries): replicated metadata is not \
+             implemented yet (issue 37); clients find a leader among them, but a metadata server serves alone",
+            cfg.mds.len()
+        );
+    }
     let data_dir = opts
         .data_dir
         .or_else(|| cfg.mds0().data_dir.clone())
