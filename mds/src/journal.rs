@@ -22,7 +22,7 @@ const SEGMENT_SUFFIX: &str = ".log";
 /// Length (u32 LE) + CRC-32 of the payload (u32 LE).
 const HEADER: usize = 8;
 /// Far above any real write set (a rename touches a handful of keys); guards replay against garbage.
-const MAX_RECORD: usize = 64 << 20;
+pub const MAX_RECORD: usize = 64 << 20;
 
 pub struct Journal {
     dir: PathBuf,
@@ -79,39 +79,61 @@ pub struct Cut {
 pub fn read_segment(path: &Path) -> io::Result<Segment> {
     let mut bytes = Vec::new();
     File::open(path)?.read_to_end(&mut bytes)?;
+    let (frames, mut cut) = read_frames(&bytes);
     let mut records = Vec::new();
-    let mut at = 0;
-    let cut = |at: usize, why: String| Some(Cut { offset: at as u64, why });
-    while at < bytes.len() {
-        let Some(h) = bytes.get(at..at + HEADER) else {
-            return Ok(Segment { records, cut: cut(at, format!("{} bytes of a record header", bytes.len() - at)) });
-        };
-        let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
-        let crc = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
-        if len > MAX_RECORD {
-            return Ok(Segment {
-                records,
-                cut: cut(at, format!("record length {len} over the limit of {MAX_RECORD}")),
-            });
-        }
-        let Some(payload) = bytes.get(at + HEADER..at + HEADER + len) else {
-            let have = bytes.len() - at - HEADER;
-            return Ok(Segment { records, cut: cut(at, format!("record of {len} bytes, {have} in the file")) });
-        };
-        if crc32fast::hash(payload) != crc {
-            return Ok(Segment { records, cut: cut(at, format!("record of {len} bytes fails its CRC")) });
-        }
+    for (at, payload) in frames {
         // The journal's own bound: a record may be far larger than a frame header.
         match tessera_proto::wire::decode_bounded::<Record, MAX_RECORD>(payload) {
             Ok(Record(ws)) => records.push(ws),
             Err(e) => {
-                let why = format!("record of {len} bytes: {}", tessera_proto::error::chain(&e));
-                return Ok(Segment { records, cut: cut(at, why) });
+                let why = format!("record of {} bytes: {}", payload.len(), tessera_proto::error::chain(&e));
+                cut = Some(Cut { offset: at as u64, why });
+                break;
             }
         }
+    }
+    Ok(Segment { records, cut })
+}
+
+/// One record as written to a segment: length (u32 LE), CRC-32 of the payload (u32 LE), payload. Also
+/// the replicated log's framing (`crate::raft::log`).
+pub fn frame(payload: &[u8]) -> io::Result<Vec<u8>> {
+    if payload.len() > MAX_RECORD {
+        return Err(io::Error::other(format!("journal record of {} bytes", payload.len())));
+    }
+    let mut buf = Vec::with_capacity(HEADER + payload.len());
+    buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    buf.extend_from_slice(payload);
+    Ok(buf)
+}
+
+/// The intact records' payloads of a segment's bytes (with their offsets), in order, and where reading
+/// stopped if it did not reach the end (a torn or corrupt record: nothing after it is trusted).
+pub fn read_frames(bytes: &[u8]) -> (Vec<(usize, &[u8])>, Option<Cut>) {
+    let mut out = Vec::new();
+    let mut at = 0;
+    let cut = |at: usize, why: String| Some(Cut { offset: at as u64, why });
+    while at < bytes.len() {
+        let Some(h) = bytes.get(at..at + HEADER) else {
+            return (out, cut(at, format!("{} bytes of a record header", bytes.len() - at)));
+        };
+        let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+        let crc = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+        if len > MAX_RECORD {
+            return (out, cut(at, format!("record length {len} over the limit of {MAX_RECORD}")));
+        }
+        let Some(payload) = bytes.get(at + HEADER..at + HEADER + len) else {
+            let have = bytes.len() - at - HEADER;
+            return (out, cut(at, format!("record of {len} bytes, {have} in the file")));
+        };
+        if crc32fast::hash(payload) != crc {
+            return (out, cut(at, format!("record of {len} bytes fails its CRC")));
+        }
+        out.push((at, payload));
         at += HEADER + len;
     }
-    Ok(Segment { records, cut: None })
+    (out, None)
 }
 
 /// Deletes every segment numbered `upto` or lower (their changes are in the durable database).
@@ -135,13 +157,7 @@ impl Journal {
     /// Appends one write set with a single write(2).
     pub fn append(&mut self, ws: WriteSet) -> io::Result<()> {
         let payload = tessera_proto::wire::encode(&Record(ws)).map_err(io::Error::other)?;
-        if payload.len() > MAX_RECORD {
-            return Err(io::Error::other(format!("journal record of {} bytes", payload.len())));
-        }
-        let mut buf = Vec::with_capacity(HEADER + payload.len());
-        buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        buf.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        buf.extend_from_slice(&payload);
+        let buf = frame(&payload)?;
         self.file.write_all(&buf)?;
         self.len += buf.len() as u64;
         Ok(())

@@ -2,6 +2,7 @@
 //!
 //! - [`store`]: the sled database (`Store`, `Txn`): records, pending overlay, group commit, replay, migration.
 //! - [`journal`]: the redo journal that makes an acknowledged change survive an MDS crash before fsync.
+//! - [`raft`]: replicated metadata (issue 37, in progress): the Raft log's types and its storage on segment files.
 //! - [`lease`]: directory leases, which let a client create files in a directory without waiting.
 //! - [`perm`]: POSIX permission checks from the caller's credentials.
 //! - [`namespace`]: every metadata operation with POSIX semantics.
@@ -35,6 +36,7 @@ pub mod orchestrator;
 pub mod perm;
 pub mod persched;
 pub mod placement;
+pub mod raft;
 pub mod server;
 pub mod session;
 pub mod stats;
