@@ -312,105 +312,12 @@ impl RaftLogStorage<MdsRaft> for LogStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot, SnapshotMeta};
-    use openraft::testing::{StoreBuilder, Suite};
-    use openraft::{BasicNode, EntryPayload, StoredMembership};
-    use std::io::Cursor;
+    use openraft::EntryPayload;
 
-    /// A state machine that only keeps what openraft's suite checks (applied id, membership, snapshots):
-    /// the log store is what is under test here.
-    #[derive(Clone, Default)]
-    struct Sm(Arc<Mutex<SmState>>);
-
-    #[derive(Clone, Default, Serialize, Deserialize)]
-    struct SmState {
-        applied: Option<LogId<NodeId>>,
-        membership: StoredMembership<NodeId, BasicNode>,
-        #[serde(skip)]
-        snap: Option<(SnapshotMeta<NodeId, BasicNode>, Vec<u8>)>,
-    }
-
-    impl RaftSnapshotBuilder<MdsRaft> for Sm {
-        async fn build_snapshot(&mut self) -> Result<Snapshot<MdsRaft>, SErr> {
-            let mut s = self.0.lock().unwrap();
-            let bytes = encode(&*s).map_err(|e| StorageIOError::read_state_machine(&e))?;
-            let meta = SnapshotMeta {
-                last_log_id: s.applied,
-                last_membership: s.membership.clone(),
-                snapshot_id: format!("{:?}", s.applied),
-            };
-            s.snap = Some((meta.clone(), bytes.clone()));
-            Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) })
-        }
-    }
-
-    impl RaftStateMachine<MdsRaft> for Sm {
-        type SnapshotBuilder = Self;
-        async fn applied_state(
-            &mut self,
-        ) -> Result<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>), SErr> {
-            let s = self.0.lock().unwrap();
-            Ok((s.applied, s.membership.clone()))
-        }
-        async fn apply<I>(&mut self, entries: I) -> Result<Vec<()>, SErr>
-        where
-            I: IntoIterator<Item = Entry<MdsRaft>> + OptionalSend,
-            I::IntoIter: OptionalSend,
-        {
-            let mut s = self.0.lock().unwrap();
-            let mut out = Vec::new();
-            for e in entries {
-                s.applied = Some(e.log_id);
-                if let EntryPayload::Membership(m) = e.payload {
-                    s.membership = StoredMembership::new(Some(e.log_id), m);
-                }
-                out.push(());
-            }
-            Ok(out)
-        }
-        async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-            self.clone()
-        }
-        async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, SErr> {
-            Ok(Box::new(Cursor::new(Vec::new())))
-        }
-        async fn install_snapshot(
-            &mut self,
-            meta: &SnapshotMeta<NodeId, BasicNode>,
-            snapshot: Box<Cursor<Vec<u8>>>,
-        ) -> Result<(), SErr> {
-            let bytes = snapshot.into_inner();
-            let mut st: SmState = tessera_proto::wire::decode(&bytes)
-                .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
-            st.snap = Some((meta.clone(), bytes));
-            *self.0.lock().unwrap() = st;
-            Ok(())
-        }
-        async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<MdsRaft>>, SErr> {
-            let s = self.0.lock().unwrap();
-            Ok(s.snap.clone().map(|(meta, b)| Snapshot { meta, snapshot: Box::new(Cursor::new(b)) }))
-        }
-    }
-
-    struct Builder;
-
-    impl StoreBuilder<MdsRaft, LogStore, Sm, tempfile::TempDir> for Builder {
-        async fn build(&self) -> Result<(tempfile::TempDir, LogStore, Sm), SErr> {
-            let d = tempfile::tempdir().unwrap();
-            let log = LogStore::open(&d.path().join("raft"), false).unwrap();
-            Ok((d, log, Sm::default()))
-        }
-    }
-
-    /// openraft's own conformance suite for log storage (votes, reads, truncation, purge, the state a
-    /// restarted node starts from), run against the files.
-    #[test]
-    fn openraft_storage_suite_passes() {
-        Suite::test_all(Builder).unwrap();
-    }
+    // openraft's storage suite runs against this log with the real state machine: raft::state's tests.
 
     fn entry(term: u64, index: u64, n: u8) -> Entry<MdsRaft> {
-        let cmd = crate::raft::LogCmd { proposer: 1, seq: index, writes: vec![(7, vec![n], Some(vec![n; 3]))] };
+        let cmd = crate::raft::LogCmd { stream: 1, seq: index, writes: vec![(7, vec![n], Some(vec![n; 3]))] };
         Entry {
             log_id: LogId::new(openraft::CommittedLeaderId::new(term, 1), index),
             payload: EntryPayload::Normal(cmd),

@@ -5,8 +5,11 @@
 //! read from its source: `results/issue37/`.
 //!
 //! - `log`: the log's storage, segment files with the journal's framing ([`log::LogStore`]).
+//! - `state`: the state machine, the MDS database ([`state::StoreSm`]): applied entries into the store's
+//!   overlay, snapshots of the whole database.
 
 pub mod log;
+pub mod state;
 
 use crate::journal::WriteSet;
 use serde::{Deserialize, Serialize};
@@ -14,11 +17,14 @@ use serde::{Deserialize, Serialize};
 /// A replica's id in the Raft group (its position in the configuration's `[[mds]]` list, plus one).
 pub type NodeId = u64;
 
-/// One log entry's command: a committed transaction's writes, with who proposed it (a replica and the
-/// term-local number of the proposal), so the leader knows which applied entries its overlay already has.
+/// One log entry's command: a committed transaction's writes, with who proposed it (a leadership's
+/// random stream id and the proposal's number there), so the leader knows which applied entries its
+/// overlay already has.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LogCmd {
-    pub proposer: NodeId,
+    /// The leader's proposal stream (random per leadership; 0: none).
+    pub stream: u64,
+    /// The proposal's overlay commit number at the leader.
     pub seq: u64,
     pub writes: WriteSet,
 }

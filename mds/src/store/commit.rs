@@ -47,6 +47,7 @@ impl GroupCommit {
         overlay: Arc<Overlay>,
         journal: Option<Arc<Mutex<Journal>>>,
         interval: Duration,
+        watermark: Arc<AtomicU64>,
     ) -> StoreResult<GroupCommit> {
         let next = Arc::new(AtomicU64::new(0));
         let pending = Arc::new((Mutex::new(FlushCtl::default()), Condvar::new()));
@@ -85,7 +86,7 @@ impl GroupCommit {
                 }
                 // The rotation took the journal's lock, so every change journaled before it is pending
                 // (or applied) now: the flush below covers the segments up to `retire`.
-                let applied = apply_pending(&trees, &overlay, u64::MAX);
+                let applied = apply_pending(&trees, &overlay, watermark.load(Ordering::SeqCst));
                 let error = applied.and_then(|()| db.flush().map(|_| ()).map_err(StoreError::from)).err();
                 let error = error.map(Arc::new);
                 if let (None, Some(upto), Some(dir)) = (&error, retire, &jdir) {

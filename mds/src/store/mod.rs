@@ -55,6 +55,9 @@ pub struct Store {
     /// Journaled changes not yet applied to sled (journal mode).
     overlay: Arc<Overlay>,
     flusher: GroupCommit,
+    /// The overlay's commits up to this number may go into sled (`u64::MAX`: all, as with the local
+    /// journal; a replicated log's leader holds back those a majority does not have yet).
+    watermark: Arc<std::sync::atomic::AtomicU64>,
     /// The next id to hand out, and the end of the range reserved for it (see [`Store::new_id`]).
     ids: Mutex<(u64, u64)>,
 }
@@ -95,9 +98,17 @@ impl Store {
             MetadataCommit::Fsync => None,
         };
         let overlay = Arc::new(Overlay::default());
-        let flusher = GroupCommit::start(db.clone(), trees.clone(), overlay.clone(), journal.clone(), interval)?;
+        let watermark = Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
+        let flusher = GroupCommit::start(
+            db.clone(),
+            trees.clone(),
+            overlay.clone(),
+            journal.clone(),
+            interval,
+            watermark.clone(),
+        )?;
         let ids = Mutex::new((0, 0));
-        let store = Store { db, trees, inode_count: AtomicI64::new(0), journal, overlay, flusher, ids };
+        let store = Store { db, trees, inode_count: AtomicI64::new(0), journal, overlay, flusher, watermark, ids };
         migrate::check_format(&store, dir)?;
         // The journal is replayed into the trees by now.
         let first = match store.tree(T::Meta).get(IDS_KEY)? {
@@ -152,8 +163,55 @@ impl Store {
     }
 
     pub fn flush_sync(&self) -> StoreResult<()> {
-        apply_pending(&self.trees, &self.overlay, u64::MAX)?;
+        apply_pending(&self.trees, &self.overlay, self.watermark.load(Ordering::SeqCst))?;
         self.db.flush()?;
+        Ok(())
+    }
+
+    /// Sets how far the overlay's commits may go into sled (see the field; [`Overlay`] numbers them).
+    pub fn set_watermark(&self, upto: u64) {
+        self.watermark.store(upto, Ordering::SeqCst);
+    }
+
+    /// Adds a write set another replica committed (a Raft entry applied here) to what every read sees,
+    /// as a local commit's would be; the group commit moves it into sled. Returns its overlay commit.
+    pub fn apply_replicated(&self, writes: &WriteSet) -> StoreResult<u64> {
+        let mut map = BTreeMap::new();
+        for (t, k, v) in writes {
+            let t = T::from_number(*t).ok_or(StoreError::UnknownTree(*t))?;
+            map.insert((t, k.clone()), v.clone());
+        }
+        Ok(self.overlay.add(map))
+    }
+
+    /// Every record of every tree, after moving what is pending into sled: a snapshot of the database
+    /// (a Raft snapshot's data). Held in memory.
+    pub fn export(&self) -> StoreResult<Vec<u8>> {
+        self.flush_sync()?;
+        let mut all: Vec<(u8, Vec<u8>, Vec<u8>)> = Vec::new();
+        for t in T::ALL {
+            for kv in self.tree(t).iter() {
+                let (k, v) = kv?;
+                all.push((t as u8, k.to_vec(), v.to_vec()));
+            }
+        }
+        enc(&all)
+    }
+
+    /// Replaces the whole database with a snapshot [`Store::export`] made (what was pending is dropped),
+    /// and makes it durable.
+    pub fn import(&self, snapshot: &[u8]) -> StoreResult<()> {
+        let all: Vec<(u8, Vec<u8>, Vec<u8>)> = dec(snapshot)?;
+        self.overlay.clear();
+        for t in T::ALL {
+            self.tree(t).clear()?;
+        }
+        for (t, k, v) in all {
+            let t = T::from_number(t).ok_or(StoreError::UnknownTree(t))?;
+            self.tree(t).insert(k, v)?;
+        }
+        self.db.flush()?;
+        self.inode_count.store(self.tree(T::Inodes).len() as i64, Ordering::Relaxed);
         Ok(())
     }
 

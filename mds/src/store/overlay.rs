@@ -74,6 +74,11 @@ impl Overlay {
             .collect()
     }
 
+    /// Drops everything pending (the database is being replaced by a snapshot).
+    pub(super) fn clear(&self) {
+        write_pending(&self.pending).map.clear();
+    }
+
     /// Adds one commit's writes, newer than everything pending; returns the commit's number.
     pub(super) fn add(&self, writes: BTreeMap<Key, Option<Vec<u8>>>) -> u64 {
         let mut p = write_pending(&self.pending);

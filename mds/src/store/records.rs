@@ -28,6 +28,16 @@ pub enum T {
     Meta = 7,
 }
 
+impl T {
+    /// Every tree, in number order.
+    pub const ALL: [T; 8] = [T::Inodes, T::Dentries, T::Dirseq, T::DirLayouts, T::Xattrs, T::Jobs, T::Destroy, T::Meta];
+
+    /// The tree of number `n` (a write set's, a snapshot's).
+    pub fn from_number(n: u8) -> Option<T> {
+        T::ALL.get(usize::from(n)).copied()
+    }
+}
+
 pub(super) const TREE_NAMES: [&str; 8] =
     ["inodes", "dentries", "dirseq", "dir_layouts", "xattrs", "jobs", "destroy_log", "meta"];
 pub(super) const ORPHAN_PREFIX: &[u8] = b"orphan";
