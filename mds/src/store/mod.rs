@@ -81,12 +81,22 @@ impl Store {
         recovery: JournalRecovery,
     ) -> StoreResult<Store> {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: dir.to_path_buf(), source })?;
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(256 << 20)
-            .flush_every_ms(Some(500))
-            .open()
-            .map_err(|source| StoreError::Open { path: dir.to_path_buf(), source })?;
+        let config = sled::Config::new().path(dir).cache_capacity(256 << 20).flush_every_ms(Some(500));
+        // sled's background threads let go of a database dropped in this process a moment after the drop:
+        // a reopen right then finds the file lock still held. Tried again for up to 5 s (a lock another
+        // live process holds is reported then).
+        let started = std::time::Instant::now();
+        let db = loop {
+            match config.open() {
+                Err(sled::Error::Io(e))
+                    if e.to_string().contains("could not acquire lock")
+                        && started.elapsed() < Duration::from_secs(5) =>
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                r => break r.map_err(|source| StoreError::Open { path: dir.to_path_buf(), source })?,
+            }
+        };
         let trees = TREE_NAMES.iter().map(|n| db.open_tree(n)).collect::<Result<Vec<_>, _>>()?;
         let jdir = dir.join("journal");
         let next_segment = replay::replay_journal(&db, &trees, &jdir, recovery)?;
