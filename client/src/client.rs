@@ -17,9 +17,9 @@ use tessera_proto::msg::{
     DeclaredFile, DirEntry, DsStatus, IonCall, IonReply, IonStatus, PlacementStatus, RenameFlags, SchedulerSetting,
     SetAttrs, StatFs, MAX_DECLARE,
 };
-use tessera_proto::rpc::{client_endpoint, resolve, MdsPeers, RpcPeer};
+use tessera_proto::rpc::{client_endpoint, resolve, MdsPeers};
 use tessera_proto::tls::NodeIdentity;
-use tessera_proto::types::{Attr, Caller, DsId, FileKind, Ino, Origin, Role, NAME_MAX, PATH_MAX, ROOT_INO};
+use tessera_proto::types::{Attr, Caller, DsId, FileKind, Ino, Origin, NAME_MAX, PATH_MAX, ROOT_INO};
 
 /// Entries fetched per `ReadDir` call.
 const READDIR_PAGE: u32 = 1024;
@@ -114,12 +114,7 @@ impl Client {
         let tuning = cfg.tuning();
         let mds_addr = resolve(&cfg.mds0().addr)?;
         let endpoint = client_endpoint(mds_addr.is_ipv6())?;
-        let mut replicas = Vec::new();
-        for m in &cfg.mds {
-            let peer = RpcPeer::new(endpoint.clone(), &id, Role::Mds, resolve(&m.addr)?, tuning)?;
-            replicas.push((m.addr.clone(), Arc::new(peer)));
-        }
-        let mds_peer = Arc::new(MdsPeers::new(replicas)?);
+        let mds_peer = Arc::new(MdsPeers::to_hosts(&endpoint, &id, &cfg.mds_addrs(), tuning)?);
         let origin = Origin { job: crate::job::detect(), client: rand::random(), pid: std::process::id() };
         let fwd = Forwarding::new(&endpoint, &id, cfg, tuning, cfg.client_ion(origin.client)?)?;
         let mds = MdsClient::new(mds_peer, Caller::current_process(), origin).through(fwd.clone());

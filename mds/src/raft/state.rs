@@ -78,6 +78,12 @@ impl StoreSm {
         self.committed.subscribe()
     }
 
+    /// Keeps `applied` in the database (with the writes around it); returns its overlay commit.
+    fn record_applied(&self, applied: &Applied) -> std::io::Result<u64> {
+        let v = tessera_proto::wire::encode(applied).map_err(io_err)?;
+        self.store.apply_replicated(&vec![(T::Meta as u8, APPLIED_KEY.to_vec(), Some(v))]).map_err(io_err)
+    }
+
     fn advance(&self, upto: u64) {
         self.store.set_watermark(upto);
         self.committed.send_if_modified(|c| {
@@ -133,11 +139,7 @@ impl RaftStateMachine<MdsRaft> for StoreSm {
         }
         // The applied id goes with the writes (a follower: into sled with them; the leader: with its next
         // own commit that is applied).
-        let v = tessera_proto::wire::encode(&applied).map_err(|e| StorageIOError::write_state_machine(&io_err(e)))?;
-        let c = self
-            .store
-            .apply_replicated(&vec![(T::Meta as u8, APPLIED_KEY.to_vec(), Some(v))])
-            .map_err(|e| StorageIOError::write_state_machine(&io_err(e)))?;
+        let c = self.record_applied(&applied).map_err(|e| StorageIOError::write_state_machine(&e))?;
         if own == 0 {
             upto = upto.max(c);
         }
@@ -163,12 +165,7 @@ impl RaftStateMachine<MdsRaft> for StoreSm {
         let sig = Some(meta.signature());
         self.store.import(&data).map_err(|e| StorageIOError::read_snapshot(sig.clone(), &io_err(e)))?;
         let applied: Applied = (meta.last_log_id, meta.last_membership.clone());
-        let v = tessera_proto::wire::encode(&applied)
-            .map_err(|e| StorageIOError::write_snapshot(sig.clone(), &io_err(e)))?;
-        let c = self
-            .store
-            .apply_replicated(&vec![(T::Meta as u8, APPLIED_KEY.to_vec(), Some(v))])
-            .map_err(|e| StorageIOError::write_snapshot(sig, &io_err(e)))?;
+        let c = self.record_applied(&applied).map_err(|e| StorageIOError::write_snapshot(sig, &e))?;
         {
             let mut s = self.lock();
             s.applied = applied;

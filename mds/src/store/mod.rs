@@ -642,7 +642,12 @@ pub const REPLY_WINDOW: u64 = 1024;
 /// The reply cache's key of client `client`'s request number `seq` (`MdsCall::seq`): its slot.
 fn reply_key(client: u64, seq: u64) -> Vec<u8> {
     let slot = (seq % REPLY_WINDOW) as u16;
-    [REPLY_PREFIX, &client.to_be_bytes()[..], &slot.to_be_bytes()[..]].concat()
+    [reply_prefix(client), slot.to_be_bytes().to_vec()].concat()
+}
+
+/// The prefix of every reply-cache slot of client `client`.
+fn reply_prefix(client: u64) -> Vec<u8> {
+    [REPLY_PREFIX, &client.to_be_bytes()[..]].concat()
 }
 
 /// What the reply cache holds for a numbered request.
@@ -688,9 +693,8 @@ impl Store {
 
     /// The highest request number of `client` the reply cache holds (0: none).
     pub fn newest_reply(&self, client: u64) -> FsResult<u64> {
-        let prefix = [REPLY_PREFIX, &client.to_be_bytes()[..]].concat();
         let mut newest = 0;
-        for v in self.begin().scan(T::Meta, &prefix)?.values() {
+        for v in self.begin().scan(T::Meta, &reply_prefix(client))?.values() {
             // (A record this cannot read is not a kept reply: ignored.)
             if let Ok(k) = dec::<Kept>(v) {
                 newest = newest.max(k.seq);
@@ -709,9 +713,8 @@ impl Store {
 
     /// Drops every reply kept for `client` (its session ended).
     pub fn forget_replies(&self, client: u64) -> FsResult<()> {
-        let prefix = [REPLY_PREFIX, &client.to_be_bytes()[..]].concat();
         let mut tx = self.begin();
-        for k in tx.scan(T::Meta, &prefix)?.into_keys() {
+        for k in tx.scan(T::Meta, &reply_prefix(client))?.into_keys() {
             tx.del(T::Meta, &k);
         }
         tx.commit()

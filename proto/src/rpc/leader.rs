@@ -69,15 +69,6 @@ impl MdsPeers {
         MdsPeers::new(peers)
     }
 
-    /// The one metadata server.
-    pub fn single(peer: Arc<RpcPeer>) -> MdsPeers {
-        MdsPeers {
-            peers: vec![(peer.addr().to_string(), peer)],
-            leader: AtomicUsize::new(0),
-            patience: FAILOVER_PATIENCE,
-        }
-    }
-
     /// How long [`MdsPeers::send`] looks for a leader (default [`FAILOVER_PATIENCE`]).
     pub fn with_patience(self, patience: Duration) -> MdsPeers {
         MdsPeers { patience, ..self }
@@ -86,20 +77,6 @@ impl MdsPeers {
     /// The peer believed to lead.
     pub fn leader(&self) -> &Arc<RpcPeer> {
         &self.peers[self.leader.load(Ordering::Relaxed) % self.peers.len()].1
-    }
-
-    /// How many replicas there are.
-    pub fn len(&self) -> usize {
-        self.peers.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.peers.is_empty()
-    }
-
-    /// The peers, in configuration order, with their configured addresses.
-    pub fn peers(&self) -> &[(String, Arc<RpcPeer>)] {
-        &self.peers
     }
 
     /// Where a NotLeader answer's detail says the leader is, if it is one of ours.
