@@ -291,6 +291,9 @@ enum Cmd {
     /// Data servers: take one out of the cluster.
     #[command(subcommand)]
     Ds(DsCmd),
+    /// Metadata servers: each replica's role, term and log (replicated metadata, `tessera up --mds 3`).
+    #[command(subcommand)]
+    Mds(MdsCmd),
     /// Forwarding nodes (IONs): their status, or switch their request scheduler at run time.
     #[command(subcommand)]
     Ion(crate::ion::IonCmd),
@@ -357,6 +360,22 @@ enum MirrorCmd {
         watch: bool,
         /// Print JSON: {"degraded_files", "degraded_objects", "stale", "resyncing", "bytes_to_resync",
         /// "resyncs_done", "resynced_bytes", "resync_rate", "removed"} (bytes, bytes/s).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum MdsCmd {
+    /// Each metadata replica as it sees itself: role (leader, follower, candidate; single without
+    /// replicas; unreachable), term, last log index, applied index, and how far behind the leader's log
+    /// it is (lag, in entries, as the leader knows it).
+    Status {
+        /// Refresh every second in place until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
+        /// Print JSON: a list of {"name", "addr", "id", "role", "term", "log_index", "applied_index",
+        /// "lag", "leader", "serving", "error"}.
         #[arg(long)]
         json: bool,
     },
@@ -495,7 +514,12 @@ struct UpArgs {
     /// Number of forwarding nodes (IONs) clients go through (default: the existing cluster's, else 0).
     #[arg(long = "ion")]
     ion: Option<usize>,
-    /// First port: MDS on P, data server i on P+10+i, forwarding node i on P+100+i; 0 picks free ports.
+    /// Metadata replicas (default: the existing cluster's, else 1). With 3 (or more), the metadata service
+    /// survives the loss of a replica: one leads, the others follow its replicated log and take over.
+    #[arg(long = "mds")]
+    mds: Option<usize>,
+    /// First port: MDS on P (replica i on P+i), data server i on P+10+i, forwarding node i on P+100+i; 0
+    /// picks free ports.
     #[arg(long, default_value_t = 7400)]
     port_base: u16,
     /// Default stripe size of the new cluster (K/M/G suffixes).
@@ -846,6 +870,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
                 dir: a.dir.clone(),
                 n_ds: a.ds,
                 n_ion: a.ion,
+                n_mds: a.mds,
                 port_base: a.port_base,
                 stripe_size: a.stripe_size,
                 stripe_count: a.stripe_count,
@@ -1002,6 +1027,19 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         }
         Cmd::Trace { action, job, out } => crate::jobreport::trace(&c, &action, &job, out.as_deref()).await?,
         Cmd::Mirror(MirrorCmd::Status { watch, json }) => mirror_status(&c, watch, json).await?,
+        Cmd::Mds(MdsCmd::Status { watch, json }) => {
+            let cfg = ClusterConfig::locate(cli.config.as_deref()).map_err(CliError::error)?;
+            let names: Vec<String> = (0..cfg.mds.len()).map(|i| cfg.mds_name(i)).collect();
+            if watch {
+                crate::watch::every_second(|| async { mds_status_text(&c, &names, json).await.0 }).await
+            } else {
+                let (text, all_down) = mds_status_text(&c, &names, json).await;
+                print!("{text}");
+                if all_down {
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        }
         Cmd::Ds(DsCmd::Remove { id, rebuild }) => {
             let st = c.mds().ds_remove(id, rebuild).await.map_err(admin_hint)?;
             println!(
@@ -1834,6 +1872,70 @@ where
     })
     .await;
     Ok(())
+}
+
+/// `tessera mds status`: the table (or JSON) and whether no replica answered.
+async fn mds_status_text(c: &Client, names: &[String], json: bool) -> (String, bool) {
+    let all = c.mds().replica_statuses().await;
+    let leader_matched: Option<(u64, Vec<(u64, u64)>)> = all
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .find(|s| s.role == "leader")
+        .map(|s| (s.log_index, s.matched.clone()));
+    let rows: Vec<serde_json::Value> = all
+        .iter()
+        .enumerate()
+        .map(|(i, (addr, r))| {
+            let name = names.get(i).cloned().unwrap_or_else(|| format!("mds{i}"));
+            match r {
+                Ok(s) => {
+                    let lag = leader_matched.as_ref().and_then(|(last, m)| {
+                        m.iter().find(|(id, _)| *id == s.id).map(|(_, idx)| last.saturating_sub(*idx))
+                    });
+                    serde_json::json!({
+                        "name": name, "addr": addr, "id": s.id, "role": s.role, "term": s.term,
+                        "log_index": s.log_index, "applied_index": s.applied_index, "lag": lag,
+                        "leader": s.leader, "serving": s.serving, "error": null,
+                    })
+                }
+                Err(e) => serde_json::json!({
+                    "name": name, "addr": addr, "id": i + 1, "role": "unreachable", "term": null,
+                    "log_index": null, "applied_index": null, "lag": null, "leader": null, "serving": false,
+                    "error": e.to_string(),
+                }),
+            }
+        })
+        .collect();
+    let all_down = all.iter().all(|(_, r)| r.is_err());
+    if json {
+        return (serde_json::to_string(&rows).unwrap_or_default() + "\n", all_down);
+    }
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{:<8} {:<22} {:<12} {:>6} {:>10} {:>10} {:>6}  SERVING",
+        "NAME", "ADDRESS", "ROLE", "TERM", "LOG", "APPLIED", "LAG"
+    );
+    let cell = |v: &serde_json::Value| if v.is_null() { "-".to_string() } else { v.to_string() };
+    for r in &rows {
+        let _ = writeln!(
+            o,
+            "{:<8} {:<22} {:<12} {:>6} {:>10} {:>10} {:>6}  {}",
+            r["name"].as_str().unwrap_or("-"),
+            r["addr"].as_str().unwrap_or("-"),
+            r["role"].as_str().unwrap_or("-"),
+            cell(&r["term"]),
+            cell(&r["log_index"]),
+            cell(&r["applied_index"]),
+            cell(&r["lag"]),
+            if r["serving"].as_bool() == Some(true) { "yes" } else { "no" }
+        );
+        if let Some(e) = r["error"].as_str() {
+            let _ = writeln!(o, "         {e}");
+        }
+    }
+    (o, all_down)
 }
 
 async fn mirror_status(c: &Client, watch: bool, json: bool) -> CliResult<()> {

@@ -29,6 +29,8 @@ pub struct UpOptions {
     pub n_ds: Option<usize>,
     /// Forwarding nodes; `None`: the existing cluster's count, else none.
     pub n_ion: Option<usize>,
+    /// Metadata replicas; `None`: the existing cluster's count, else one.
+    pub n_mds: Option<usize>,
     pub port_base: u16,
     pub stripe_size: Option<u64>,
     pub stripe_count: Option<u32>,
@@ -522,7 +524,13 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<ExitCode> {
     if let Some(p) = opts.placement {
         defaults.placement = p;
     }
-    let shape = Shape { ds: n_ds, ion: n_ion, targets: opts.targets, target_capacity: opts.target_capacity };
+    let n_mds = match opts.n_mds {
+        Some(n) => n,
+        None if existing.is_some() => ClusterConfig::load(&opts.dir.join("mds.toml"))?.mds.len(),
+        None => 1,
+    };
+    let shape =
+        Shape { mds: n_mds, ds: n_ds, ion: n_ion, targets: opts.targets, target_capacity: opts.target_capacity };
     let cluster = LocalCluster::prepare(&opts.dir, shape, opts.port_base, defaults)?.with_own_process_groups();
     let files = cluster.files.clone();
     let cfg = ClusterConfig::load(&files.client_config)?;
@@ -601,7 +609,10 @@ fn announce(files: &ClusterFiles, cfg: &ClusterConfig) {
     let client_cfg = files.client_config.display().to_string();
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "Tessera cluster running in {}", files.dir.display());
-    let _ = writeln!(out, "  MDS          {} (log {})", cfg.mds0().addr, files.log_path("mds").display());
+    for (m, s) in cfg.mds.iter().zip(files.mds_servers()) {
+        let what = if cfg.mds.len() > 1 { format!("MDS replica {}", s.name) } else { "MDS".into() };
+        let _ = writeln!(out, "  {what:<12} {} (log {})", m.addr, files.log_path(&s.name).display());
+    }
     for ds in &cfg.ds {
         let _ = writeln!(
             out,

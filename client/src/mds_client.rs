@@ -456,6 +456,30 @@ impl MdsClient {
         }
     }
 
+    /// Each metadata replica's own state (`tessera mds status`), in configuration order, with its
+    /// configured address; a replica that does not answer gives its error. Sent directly, not through a
+    /// forwarding node.
+    pub async fn replica_statuses(&self) -> Vec<(String, FsResult<tessera_proto::msg::ReplicaStatus>)> {
+        let call = MdsCall {
+            caller: self.caller.clone(),
+            origin: (*self.origin).clone(),
+            req: MdsRequest::ReplicaStatus,
+            seq: 0,
+        };
+        let asks = self.peer.each().map(|(addr, peer)| {
+            let call = &call;
+            async move {
+                let r = match call.send(peer).await {
+                    Ok(MdsReply::Replica(s)) => Ok(s),
+                    Ok(r) => Err(unexpected("ReplicaStatus", r)),
+                    Err(e) => Err(e),
+                };
+                (addr.to_string(), r)
+            }
+        });
+        futures::future::join_all(asks).await
+    }
+
     /// Takes data server `ds` out of the cluster (admin); with `rebuild`, its mirrored replicas are rebuilt
     /// elsewhere. The mirror status after it.
     pub async fn ds_remove(

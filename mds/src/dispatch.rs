@@ -113,6 +113,19 @@ pub(crate) async fn serve(cx: &Context<'_>, req: MdsRequest) -> FsResult<MdsRepl
         Q::PlacementStatus => Ok(MdsReply::Placement(ns.placer().status())),
         Q::Declare { files } => ns.declare(c, files),
         Q::Fsck { repair, verify_mirrors } => ns.fsck_with(repair, verify_mirrors).await.map(MdsReply::Fsck),
+        // Handler::Replica
+        // Without replicas (a replica answers these itself, before the dispatch: `crate::raft::replica`).
+        Q::Raft { .. } => Err(FsError::new(ErrorCode::Unsupported, "this metadata server has no replicas")),
+        Q::ReplicaStatus => Ok(MdsReply::Replica(tessera_proto::msg::ReplicaStatus {
+            id: 1,
+            role: "single".into(),
+            term: 0,
+            log_index: 0,
+            applied_index: 0,
+            leader: Some(1),
+            matched: Vec::new(),
+            serving: true,
+        })),
         // Handler::Session
         Q::KeepAlive => Ok(ns.keep_alive(client)),
         // Handler::Lease
@@ -177,7 +190,13 @@ impl MdsService {
     /// Every metadata request from the network passes here (the module docs give the steps).
     pub(crate) async fn dispatch(&self, peer: &PeerInfo, call: MdsCall) -> FsResult<MdsReply> {
         let props = call.req.properties();
-        let r = self.admit_and_serve(peer, props, call).await;
+        let mut r = self.admit_and_serve(peer, props, call).await;
+        // Replicated: no answer (a read's either) shows a change a majority does not have yet.
+        if r.is_ok() {
+            if let Err(e) = self.ns.store().settle().await {
+                r = Err(e.into());
+            }
+        }
         self.counters.count(props.name, r.is_ok());
         r
     }

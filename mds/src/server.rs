@@ -8,6 +8,7 @@ use crate::metrics::RequestCounters;
 use crate::namespace::Namespace;
 use crate::orchestrator::{Orchestrator, Params};
 use crate::persched::shared::Shared;
+use crate::raft::replica::{Network, Replica};
 use crate::stats::StatsView;
 use crate::store::{JournalRecovery, Store, COMMIT_INTERVAL};
 use bytes::Bytes;
@@ -127,7 +128,7 @@ impl Service for MdsService {
     }
 
     /// Metadata requests carry no payload.
-    fn max_payload(&self) -> usize {
+    fn max_payload(&self, _peer: &PeerInfo) -> usize {
         0
     }
 
@@ -158,6 +159,10 @@ pub struct Options {
     /// segment (its acknowledged changes are lost; without this flag start-up refuses and names it).
     #[arg(long)]
     pub skip_corrupt_journal: bool,
+    /// Which of the configuration's `[[mds]]` entries this server is (1, 2, ...): needed when it lists
+    /// several (the replicated metadata service; see the README).
+    #[arg(long)]
+    pub replica: Option<usize>,
 }
 
 /// Entry point of the `tessera-mds` binary.
@@ -179,7 +184,9 @@ pub fn main_entry() -> ExitCode {
 }
 
 /// Runs a metadata server: calls `ready` once listening, serves until `shutdown` completes, then
-/// closes connections and flushes the database.
+/// closes connections and flushes the database. With several `[[mds]]` entries it runs replica
+/// `--replica N` of the replicated metadata service (`crate::raft::replica`): it serves while it leads,
+/// and returns an error once it no longer does (its supervisor starts it again, as a follower).
 pub async fn run(
     opts: Options,
     ready: impl FnOnce(SocketAddr),
@@ -194,104 +201,179 @@ pub async fn run(
             identity.role
         );
     }
-    if cfg.mds.len() > 1 {
-        anyhow::bail!(
-            "the configuration lists {} metadata servers ([[mds]] entries): replicated metadata is not \
-             implemented yet (issue 37); clients find a leader among them, but a metadata server serves alone",
-            cfg.mds.len()
-        );
-    }
+    let me = match (cfg.mds.len(), opts.replica) {
+        (1, None | Some(1)) => 0,
+        (n, Some(r)) if (1..=n).contains(&r) => r - 1,
+        (n, r) => anyhow::bail!(
+            "the configuration lists {n} metadata servers ([[mds]] entries): say which one this is with \
+             --replica N (1 to {n}){}",
+            r.map(|r| format!("; {r} is not one of them")).unwrap_or_default()
+        ),
+    };
+    let node = &cfg.mds[me];
     let data_dir = opts
         .data_dir
-        .or_else(|| cfg.mds0().data_dir.clone())
+        .or_else(|| node.data_dir.clone())
         .ok_or_else(|| anyhow::anyhow!("no database directory: set mds.data_dir in the config or pass --data-dir"))?;
-    let listen = opts.listen.unwrap_or_else(|| cfg.mds0().addr.clone());
+    let listen = opts.listen.unwrap_or_else(|| node.addr.clone());
     let addr = rpc::resolve(&listen)?;
-
-    let recovery = if opts.skip_corrupt_journal { JournalRecovery::SkipCorrupt } else { JournalRecovery::Refuse };
-    let store = Arc::new(Store::open_with(&data_dir, cfg.mds0().metadata_commit, COMMIT_INTERVAL, recovery)?);
-    let endpoint = rpc::server_endpoint(addr, &identity, &cfg.tuning())?;
-    // The server endpoint also connects out to the data servers (quinn endpoints do both).
-    let rpc_data = Arc::new(RpcDataServers::new(&cfg, &endpoint, &identity)?);
-    let data: Arc<dyn DataServers> = rpc_data.clone();
-    let stats = Arc::new(
-        StatsView::new(cfg.ds.iter().map(|d| (d.id, d.addr.clone())).collect())
-            .with_target_counts(cfg.ds.iter().map(|d| (d.id, d.target_count())).collect())
-            .with_domains(cfg.ds.iter().filter_map(|d| Some((d.id, d.domain.clone()?))).collect())
-            .with_report_interval(std::time::Duration::from_millis(cfg.ds_options.report_interval_ms)),
-    );
-    let ns = Arc::new(Namespace::new(store.clone(), &cfg.defaults, stats, data.clone())?);
-    if cfg.mds0().eviction_timeout_s == 0 {
+    if node.eviction_timeout_s == 0 {
         anyhow::bail!("mds.eviction_timeout_s in the config must be at least 1");
     }
-    ns.set_eviction_timeout(std::time::Duration::from_secs(cfg.mds0().eviction_timeout_s));
-    ns.fences.set_lease(cfg.mirror.fence_lease());
-    let evictor = spawn_evictor(ns.clone());
-    let resyncer = spawn_resyncer(ns.clone(), cfg.mirror.resync_parallel as usize);
-    let destroyer = crate::destroy::spawn(store.clone(), data, ns.destroy_wake());
-
-    let mode: OrchestratorMode = cfg.orchestrator.mode;
-    let orch = Arc::new(Orchestrator::new(
-        Params::from_options(&cfg.orchestrator),
-        mode,
-        cfg.ds.iter().map(|d| d.id).collect(),
-    ));
-    let placer = ns.placer().clone();
-    let service = MdsService::new(ns.clone())
-        .with_orchestrator(orch.clone())
-        .with_persched(&cfg.persched)
-        .with_job_window(std::time::Duration::from_millis(cfg.mds0().job_window_ms.max(1)))
-        .with_job_counters(cfg.metrics.job_counters);
-    let jobs = service.jobs();
-    let job_flusher = crate::jobs::spawn_flusher(jobs.clone());
-    let detector = cfg.persched.detect.then(|| {
-        let every = std::time::Duration::from_millis(cfg.persched.detect_interval_ms.max(100));
-        crate::persched::detect_task::spawn_detector(service.persched(), jobs.clone(), every)
-    });
-    let metrics = match &cfg.metrics.mds_addr {
-        Some(addr) => {
-            let mut registry = crate::metrics::registry(orch.clone(), &service.counters());
-            crate::metrics::add_persched(&mut registry, service.persched());
-            crate::metrics::add_placement(&mut registry, placer.clone());
-            crate::metrics::add_mirror(&mut registry, ns.clone());
-            let j = jobs.clone();
-            registry.register_collector(tessera_metrics::collector(move |s| j.scrape(s, METRICS_IDLE)));
-            let endpoint = tessera_metrics::Endpoint::bind(addr.as_str(), registry).await?;
-            info!("metrics at http://{}/metrics", endpoint.local_addr());
-            Some(endpoint)
-        }
-        None => None,
-    };
-    let driver = crate::driver::spawn(orch.clone(), rpc_data.clone());
-
+    let endpoint = rpc::server_endpoint(addr, &identity, &cfg.tuning())?;
     let local = endpoint.local_addr().map_err(|e| anyhow::anyhow!("listening address: {e}"))?;
-    info!(%local, db = %data_dir.display(), data_servers = cfg.ds.len(), eviction_timeout_s = cfg.mds0().eviction_timeout_s, placement = %cfg.defaults.placement, orchestrator = %mode, window_ms = cfg.orchestrator.window_ms, "metadata server ready");
-    let server = tokio::spawn(rpc::serve(endpoint.clone(), Arc::new(service), identity.crl.clone()));
-    ready(local);
+    tokio::pin!(shutdown);
 
-    shutdown.await;
+    if cfg.mds.len() == 1 {
+        let recovery = if opts.skip_corrupt_journal { JournalRecovery::SkipCorrupt } else { JournalRecovery::Refuse };
+        let store = Arc::new(Store::open_with(&data_dir, node.metadata_commit, COMMIT_INTERVAL, recovery)?);
+        let serving = Serving::start(&cfg, node, store, &endpoint, &identity).await?;
+        info!(%local, db = %data_dir.display(), data_servers = cfg.ds.len(), eviction_timeout_s = node.eviction_timeout_s, placement = %cfg.defaults.placement, orchestrator = %cfg.orchestrator.mode, window_ms = cfg.orchestrator.window_ms, "metadata server ready");
+        let server = tokio::spawn(rpc::serve(endpoint.clone(), serving.service.clone(), identity.crl.clone()));
+        ready(local);
+        shutdown.await;
+        info!("shutting down");
+        serving.stop(&endpoint, server).await?;
+        info!("metadata flushed; bye");
+        return Ok(());
+    }
+
+    // A replica of the replicated metadata service.
+    let id = me as u64 + 1;
+    let store = Arc::new(Store::open_replicated(&data_dir, COMMIT_INTERVAL)?);
+    let mut peers = std::collections::BTreeMap::new();
+    for (i, m) in cfg.mds.iter().enumerate().filter(|(i, _)| *i != me) {
+        let peer = tessera_proto::rpc::RpcPeer::to_host(endpoint.clone(), &identity, Role::Mds, &m.addr, cfg.tuning())?;
+        peers.insert(i as u64 + 1, Arc::new(peer));
+    }
+    let addrs = cfg.mds.iter().enumerate().map(|(i, m)| (i as u64 + 1, m.addr.clone())).collect();
+    let sync = node.metadata_commit == tessera_proto::config::MetadataCommit::Fsync;
+    let replica = Replica::start(id, addrs, store.clone(), &data_dir.join("raft"), sync, Network::new(peers)).await?;
+    let server = tokio::spawn(rpc::serve(endpoint.clone(), replica.clone(), identity.crl.clone()));
+    info!(%local, replica = id, replicas = cfg.mds.len(), db = %data_dir.display(), "metadata replica ready");
+    ready(local);
+    let term = tokio::select! {
+        t = replica.take_lead() => t?,
+        _ = &mut shutdown => {
+            info!("shutting down");
+            replica.shutdown().await;
+            endpoint.close(0u32.into(), b"server shutting down");
+            server.abort();
+            store.flush().await?;
+            return Ok(());
+        }
+    };
+    let serving = Serving::start(&cfg, node, store, &endpoint, &identity).await?;
+    replica.serve(serving.service.clone());
+    let deposed = tokio::select! {
+        why = replica.deposed(term) => Some(why),
+        _ = &mut shutdown => None,
+    };
     info!("shutting down");
-    driver.stop().await;
-    if let Some(m) = metrics {
-        m.shutdown().await;
+    replica.shutdown().await;
+    serving.stop(&endpoint, server).await?;
+    match deposed {
+        Some(why) => anyhow::bail!("{why}: stopping, to start again as a follower"),
+        None => Ok(()),
     }
-    crate::driver::release_all(&orch, rpc_data).await;
-    endpoint.close(0u32.into(), b"server shutting down");
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), endpoint.wait_idle()).await;
-    server.abort();
-    destroyer.abort();
-    evictor.abort();
-    resyncer.abort();
-    job_flusher.abort();
-    if let Some(d) = detector {
-        d.abort();
+}
+
+/// The metadata service and the tasks that run beside it (only on the leader, with replicas).
+struct Serving {
+    service: Arc<MdsService>,
+    store: Arc<Store>,
+    orch: Arc<Orchestrator>,
+    rpc_data: Arc<RpcDataServers>,
+    jobs: Arc<Jobs>,
+    driver: crate::driver::DriverTask,
+    metrics: Option<tessera_metrics::Endpoint>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Serving {
+    /// Builds the namespace over `store` and starts the data-server clients, the destroy worker, the
+    /// evictor, the resyncer, the job registry's flusher and detector, the orchestrator's driver and the
+    /// metrics endpoint.
+    async fn start(
+        cfg: &tessera_proto::config::ClusterConfig,
+        node: &tessera_proto::config::MdsNode,
+        store: Arc<Store>,
+        endpoint: &quinn::Endpoint,
+        identity: &NodeIdentity,
+    ) -> anyhow::Result<Serving> {
+        // The server endpoint also connects out to the data servers (quinn endpoints do both).
+        let rpc_data = Arc::new(RpcDataServers::new(cfg, endpoint, identity)?);
+        let data: Arc<dyn DataServers> = rpc_data.clone();
+        let stats = Arc::new(
+            StatsView::new(cfg.ds.iter().map(|d| (d.id, d.addr.clone())).collect())
+                .with_target_counts(cfg.ds.iter().map(|d| (d.id, d.target_count())).collect())
+                .with_domains(cfg.ds.iter().filter_map(|d| Some((d.id, d.domain.clone()?))).collect())
+                .with_report_interval(std::time::Duration::from_millis(cfg.ds_options.report_interval_ms)),
+        );
+        let ns = Arc::new(Namespace::new(store.clone(), &cfg.defaults, stats, data.clone())?);
+        ns.set_eviction_timeout(std::time::Duration::from_secs(node.eviction_timeout_s));
+        ns.fences.set_lease(cfg.mirror.fence_lease());
+        let mut tasks = vec![
+            spawn_evictor(ns.clone()),
+            spawn_resyncer(ns.clone(), cfg.mirror.resync_parallel as usize),
+            crate::destroy::spawn(store.clone(), data, ns.destroy_wake()),
+        ];
+        let mode: OrchestratorMode = cfg.orchestrator.mode;
+        let orch = Arc::new(Orchestrator::new(
+            Params::from_options(&cfg.orchestrator),
+            mode,
+            cfg.ds.iter().map(|d| d.id).collect(),
+        ));
+        let placer = ns.placer().clone();
+        let service = MdsService::new(ns.clone())
+            .with_orchestrator(orch.clone())
+            .with_persched(&cfg.persched)
+            .with_job_window(std::time::Duration::from_millis(node.job_window_ms.max(1)))
+            .with_job_counters(cfg.metrics.job_counters);
+        let jobs = service.jobs();
+        tasks.push(crate::jobs::spawn_flusher(jobs.clone()));
+        if cfg.persched.detect {
+            let every = std::time::Duration::from_millis(cfg.persched.detect_interval_ms.max(100));
+            tasks.push(crate::persched::detect_task::spawn_detector(service.persched(), jobs.clone(), every));
+        }
+        let metrics = match &cfg.metrics.mds_addr {
+            Some(addr) => {
+                let mut registry = crate::metrics::registry(orch.clone(), &service.counters());
+                crate::metrics::add_persched(&mut registry, service.persched());
+                crate::metrics::add_placement(&mut registry, placer.clone());
+                crate::metrics::add_mirror(&mut registry, ns.clone());
+                let j = jobs.clone();
+                registry.register_collector(tessera_metrics::collector(move |s| j.scrape(s, METRICS_IDLE)));
+                let endpoint = tessera_metrics::Endpoint::bind(addr.as_str(), registry).await?;
+                info!("metrics at http://{}/metrics", endpoint.local_addr());
+                Some(endpoint)
+            }
+            None => None,
+        };
+        let driver = crate::driver::spawn(orch.clone(), rpc_data.clone());
+        Ok(Serving { service: Arc::new(service), store, orch, rpc_data, jobs, driver, metrics, tasks })
     }
-    if let Err(e) = jobs.flush() {
-        tracing::warn!("writing the job registry: {e}");
+
+    /// Stops serving: the orchestrator's grants released, connections closed, the tasks stopped, the
+    /// job registry written and the database flushed.
+    async fn stop(self, endpoint: &quinn::Endpoint, server: tokio::task::JoinHandle<()>) -> anyhow::Result<()> {
+        self.driver.stop().await;
+        if let Some(m) = self.metrics {
+            m.shutdown().await;
+        }
+        crate::driver::release_all(&self.orch, self.rpc_data).await;
+        endpoint.close(0u32.into(), b"server shutting down");
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), endpoint.wait_idle()).await;
+        server.abort();
+        for t in self.tasks {
+            t.abort();
+        }
+        if let Err(e) = self.jobs.flush() {
+            tracing::warn!("writing the job registry: {e}");
+        }
+        self.store.flush().await?;
+        Ok(())
     }
-    store.flush().await?;
-    info!("metadata flushed; bye");
-    Ok(())
 }
 
 /// Evicts silent clients, looking once a second.

@@ -128,6 +128,7 @@ async fn eligible_program_gets_dedicated_slices_on_all_servers() {
         data_dir: None,
         listen: None,
         skip_corrupt_journal: false,
+        replica: None,
     };
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

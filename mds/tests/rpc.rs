@@ -56,6 +56,7 @@ async fn start() -> Cluster {
         data_dir: None,
         listen: None,
         skip_corrupt_journal: false,
+        replica: None,
     };
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -202,6 +203,7 @@ async fn refuses_a_certificate_without_role_mds() {
         data_dir: None,
         listen: None,
         skip_corrupt_journal: false,
+        replica: None,
     };
     let e = tessera_mds::run(opts, |_| panic!("must not start"), async {}).await.unwrap_err();
     assert!(e.to_string().contains("role client"), "{e}");

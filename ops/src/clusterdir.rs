@@ -24,6 +24,8 @@ pub struct ClusterFiles {
     pub ion_configs: Vec<PathBuf>,
     pub client_config: PathBuf,
     pub admin_config: PathBuf,
+    /// Metadata replicas (1: one metadata server, `mds`; more: `mds0`, `mds1`, ...).
+    pub mds_replicas: usize,
 }
 
 impl ClusterFiles {
@@ -35,6 +37,7 @@ impl ClusterFiles {
             ion_configs: (0..shape.ion).map(|i| dir.join(format!("ion{i}.toml"))).collect(),
             client_config: dir.join("client.toml"),
             admin_config: dir.join("admin.toml"),
+            mds_replicas: shape.mds.max(1),
         }
     }
 
@@ -56,9 +59,19 @@ impl ClusterFiles {
         Server { name, binary, args, worker_threads: None }
     }
 
-    /// The metadata server.
+    /// The metadata server (the first replica, with several).
     pub fn mds_server(&self) -> Server {
-        ClusterFiles::server("mds".into(), "tessera-mds", &self.mds_config, None)
+        self.mds_servers().remove(0)
+    }
+
+    /// Every metadata server: `mds`, or the replicas `mds0`, `mds1`, ... (`--replica 1`, 2, ...).
+    pub fn mds_servers(&self) -> Vec<Server> {
+        if self.mds_replicas <= 1 {
+            return vec![ClusterFiles::server("mds".into(), "tessera-mds", &self.mds_config, None)];
+        }
+        (0..self.mds_replicas)
+            .map(|i| ClusterFiles::server(replica_name(i), "tessera-mds", &self.mds_config, Some(("--replica", i + 1))))
+            .collect()
     }
 
     /// Data server `k`.
@@ -75,7 +88,7 @@ impl ClusterFiles {
     /// it); the forwarding nodes (they connect to both). A stage starts once the one before is ready.
     /// All of them run on this machine, so each gets its share of its cores ([`shared_worker_threads`]).
     pub fn start_stages(&self) -> Vec<Vec<Server>> {
-        let mut stages = vec![vec![self.mds_server()], (0..self.ds_configs.len()).map(|k| self.ds_server(k)).collect()];
+        let mut stages = vec![self.mds_servers(), (0..self.ds_configs.len()).map(|k| self.ds_server(k)).collect()];
         if !self.ion_configs.is_empty() {
             stages.push((0..self.ion_configs.len()).map(|k| self.ion_server(k)).collect());
         }
@@ -141,9 +154,19 @@ pub fn existing_ds_count(dir: &Path) -> FsResult<Option<usize>> {
     Ok(Some(ClusterConfig::load(&mds)?.ds.len()))
 }
 
+/// The name (and data directory) of metadata replica `i` (from 0) of a cluster with several.
+pub fn replica_name(i: usize) -> String {
+    format!("mds{i}")
+}
+
+/// Most metadata replicas `tessera up` runs.
+pub const MAX_MDS_REPLICAS: usize = 9;
+
 /// How many servers of each kind a cluster has.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Shape {
+    /// Metadata replicas (0 or 1: one metadata server).
+    pub mds: usize,
     pub ds: usize,
     /// Forwarding nodes.
     pub ion: usize,
@@ -169,6 +192,10 @@ pub fn prepare(dir: &Path, shape: Shape, port_base: u16, defaults: Defaults) -> 
     if n_ds == 0 {
         return Err(FsError::invalid("a cluster needs at least one data server"));
     }
+    let n_mds = shape.mds.max(1);
+    if n_mds > MAX_MDS_REPLICAS {
+        return Err(FsError::invalid(format!("at most {MAX_MDS_REPLICAS} metadata replicas, not {n_mds}")));
+    }
     LayoutSpec { stripe_size: Some(defaults.stripe_size), stripe_count: None, mirrors: None }.validate()?;
     std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
     let dir = dir.canonicalize().map_err(|e| io_err(dir, e))?;
@@ -181,14 +208,26 @@ pub fn prepare(dir: &Path, shape: Shape, port_base: u16, defaults: Defaults) -> 
                 dir.display()
             )));
         }
-        Some(ClusterConfig::load(&files.mds_config)?)
+        let b = ClusterConfig::load(&files.mds_config)?;
+        if b.mds.len() != n_mds {
+            return Err(FsError::invalid(format!(
+                "{} holds a cluster with {} metadata servers, not {n_mds}: use --mds {} or another --dir",
+                dir.display(),
+                b.mds.len(),
+                b.mds.len()
+            )));
+        }
+        Some(b)
     } else {
         None
     };
 
     let tls_dir = dir.join("tls");
     ensure_certificates(&tls_dir, shape)?;
-    for sub in ["logs".to_string(), "mds".to_string()].into_iter().chain((0..n_ds).map(|i| format!("ds{i}"))) {
+    let mds_dirs: Vec<String> = if n_mds == 1 { vec!["mds".into()] } else { (0..n_mds).map(replica_name).collect() };
+    for sub in
+        ["logs".to_string()].into_iter().chain(mds_dirs.iter().cloned()).chain((0..n_ds).map(|i| format!("ds{i}")))
+    {
         let p = dir.join(sub);
         std::fs::create_dir_all(&p).map_err(|e| io_err(&p, e))?;
     }
@@ -208,23 +247,33 @@ pub fn prepare(dir: &Path, shape: Shape, port_base: u16, defaults: Defaults) -> 
         }
         Some(b) => b,
         None => {
-            let (ports, ion) = if port_base != 0 {
-                (pick_ports(port_base, n_ds)?, ion_nodes(port_base, shape.ion)?)
+            // The first metadata server, the data servers, the forwarding nodes, the other replicas.
+            let (ports, ion, replica_ports) = if port_base != 0 {
+                // Replicas after the first at port_base+1, +2, ... (data servers start at +10).
+                let extra = (1..n_mds).map(|i| port_base.checked_add(i as u16)).collect::<Option<Vec<_>>>();
+                let extra = extra.ok_or_else(|| FsError::invalid(format!("--port-base {port_base} is too high")))?;
+                (pick_ports(port_base, n_ds)?, ion_nodes(port_base, shape.ion)?, extra)
             } else {
                 // All at once, so they are distinct.
-                let ports = pick_ports(0, n_ds + shape.ion)?;
-                let ion = ports[n_ds + 1..].iter().enumerate().map(|(i, p)| ion_node(i, *p)).collect();
-                (ports, ion)
+                let ports = pick_ports(0, n_ds + shape.ion + n_mds - 1)?;
+                let ion =
+                    ports[n_ds + 1..n_ds + 1 + shape.ion].iter().enumerate().map(|(i, p)| ion_node(i, *p)).collect();
+                let extra = ports[n_ds + 1 + shape.ion..].to_vec();
+                (ports, ion, extra)
             };
+            let mds_ports = std::iter::once(ports[0]).chain(replica_ports);
             ClusterConfig {
-                mds: vec![MdsNode {
-                    name: None,
-                    addr: format!("127.0.0.1:{}", ports[0]),
-                    data_dir: Some(PathBuf::from("mds")),
-                    metadata_commit: Default::default(),
-                    eviction_timeout_s: 30,
-                    job_window_ms: 1000,
-                }],
+                mds: mds_ports
+                    .zip(&mds_dirs)
+                    .map(|(port, d)| MdsNode {
+                        name: (n_mds > 1).then(|| d.clone()),
+                        addr: format!("127.0.0.1:{port}"),
+                        data_dir: Some(PathBuf::from(d)),
+                        metadata_commit: Default::default(),
+                        eviction_timeout_s: 30,
+                        job_window_ms: 1000,
+                    })
+                    .collect(),
                 ds: (0..n_ds)
                     .map(|i| DsNode {
                         targets: (shape.targets > 1).then_some(shape.targets),

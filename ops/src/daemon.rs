@@ -26,10 +26,11 @@ pub fn tune_allocator() {
     }
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`). A second call is harmless.
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`, openraft's warnings and errors only). A second
+/// call is harmless.
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 

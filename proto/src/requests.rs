@@ -48,6 +48,8 @@ pub enum Senders {
     Admins,
     /// Forwarding nodes only (their reports).
     ForwardingNodes,
+    /// Metadata servers only (the replicated log between replicas).
+    MetadataServers,
 }
 
 impl Senders {
@@ -59,6 +61,7 @@ impl Senders {
             Senders::Clients => role != Role::Ds,
             Senders::Admins => role == Role::Admin || (role != Role::Ds && caller.uid == 0),
             Senders::ForwardingNodes => role == Role::Ion,
+            Senders::MetadataServers => role == Role::Mds,
         };
         if ok {
             return Ok(());
@@ -73,6 +76,7 @@ impl Senders {
     Senders::DataServers => format!("only data servers send reports (peer is {role})"),
     Senders::Admins => "this needs the admin certificate or a root caller".to_string(),
     Senders::ForwardingNodes => format!("only forwarding nodes send this report (peer is {role})"),
+    Senders::MetadataServers => format!("only metadata servers send this (peer is {role})"),
     _ => format!("a peer with role {role} may only ping and report"),
 })]
 pub struct NotAdmitted {
@@ -120,6 +124,8 @@ pub enum Handler {
     Jobs,
     /// Mirrored files' replica states: degraded writes, fences, resync and rebuild (issue 36).
     Mirror,
+    /// The replicated metadata service (issue 37): answered by the replica itself, leader or not.
+    Replica,
 }
 
 /// One request's properties.
@@ -228,6 +234,8 @@ table! {
     MirrorStatus {}                            => true,  Clients,     Nothing,             Mirror;
     MirrorLease { .. }                         => true,  Clients,     Nothing,             Mirror;
     DsRemove { .. }                            => true,  Admins,      Nothing,             Mirror;
+    Raft { .. }                                => false, MetadataServers, Nothing,         Replica;
+    ReplicaStatus {}                           => true,  Clients,     Nothing,             Replica;
 }
 
 #[cfg(test)]

@@ -282,13 +282,15 @@ impl Namespace {
         Ok(())
     }
 
-    /// Waits until a mutation's result is durable (journaled already, or fsync'ed in `fsync` commit
-    /// mode), then wakes the destroyer if it has work.
+    /// Waits until a mutation's result is durable (journaled already, fsync'ed in `fsync` commit mode,
+    /// or on a majority of the metadata replicas), then wakes the destroyer if it has work.
     pub(crate) async fn durable<V>(&self, r: FsResult<V>) -> FsResult<V> {
         let v = r?;
         if self.store.sync_commits() {
             self.store.flush().await?;
         }
+        // Replicated: acknowledged once a majority has it.
+        self.store.settle().await?;
         if self.destroy_pending.swap(false, Ordering::SeqCst) {
             self.destroy_wake.notify_one();
         }
@@ -320,6 +322,7 @@ impl Namespace {
 
     /// `Sync`: every committed change durable.
     pub(crate) async fn sync(&self) -> FsResult<MdsReply> {
+        self.store.settle().await?;
         self.store.flush().await?;
         Ok(MdsReply::Ok)
     }

@@ -5,10 +5,12 @@
 //! read from its source: `results/issue37/`.
 //!
 //! - `log`: the log's storage, segment files with the journal's framing ([`log::LogStore`]).
+//! - `replica`: one replica: the network between replicas, taking the lead, serving while leading.
 //! - `state`: the state machine, the MDS database ([`state::StoreSm`]): applied entries into the store's
 //!   overlay, snapshots of the whole database.
 
 pub mod log;
+pub mod replica;
 pub mod state;
 
 use crate::journal::WriteSet;

@@ -1,6 +1,6 @@
 //! The group-commit thread: applies the pending overlay to sled and flushes it, on request (concurrent
-//! callers share one fsync) and every [`COMMIT_INTERVAL`] while the journal holds changes, then retires
-//! the journal segments the flush made redundant.
+//! callers share one fsync) and every [`COMMIT_INTERVAL`] while the journal (or the replicated log)
+//! holds changes, then retires the journal segments the flush made redundant.
 
 use super::error::{StoreError, StoreResult};
 use super::overlay::{apply_pending, Overlay};
@@ -48,6 +48,7 @@ impl GroupCommit {
         journal: Option<Arc<Mutex<Journal>>>,
         interval: Duration,
         watermark: Arc<AtomicU64>,
+        periodic: bool,
     ) -> StoreResult<GroupCommit> {
         let next = Arc::new(AtomicU64::new(0));
         let pending = Arc::new((Mutex::new(FlushCtl::default()), Condvar::new()));
@@ -61,9 +62,9 @@ impl GroupCommit {
                     let (m, cv) = &*p;
                     let mut ctl = m.lock().unwrap_or_else(|e| e.into_inner());
                     if !ctl.wanted && !ctl.shutdown {
-                        ctl = match &journal {
-                            Some(_) => cv.wait_timeout(ctl, interval).unwrap_or_else(|e| e.into_inner()).0,
-                            None => cv.wait(ctl).unwrap_or_else(|e| e.into_inner()),
+                        ctl = match periodic {
+                            true => cv.wait_timeout(ctl, interval).unwrap_or_else(|e| e.into_inner()).0,
+                            false => cv.wait(ctl).unwrap_or_else(|e| e.into_inner()),
                         };
                     }
                     // Shutting down: one last commit empties the journal.

@@ -71,6 +71,9 @@ pub enum StoreError {
     FlushThread(#[source] std::io::Error),
     #[error("metadata flush thread stopped")]
     FlushStopped,
+    /// The replicated log did not take a change (this replica no longer leads, or its Raft stopped).
+    #[error("metadata change not replicated: {0}")]
+    NotReplicated(String),
     /// The group commit's flush failed (shared by every caller that waited for it).
     #[error("metadata database: flush")]
     Flush(#[source] Arc<StoreError>),
@@ -80,6 +83,7 @@ impl From<StoreError> for FsError {
     fn from(e: StoreError) -> FsError {
         let code = match e {
             StoreError::Format { .. } => ErrorCode::Invalid,
+            StoreError::NotReplicated(_) => ErrorCode::NotLeader,
             _ => ErrorCode::Io,
         };
         FsError::from_error(code, &e)

@@ -60,6 +60,30 @@ pub struct Store {
     watermark: Arc<std::sync::atomic::AtomicU64>,
     /// The next id to hand out, and the end of the range reserved for it (see [`Store::new_id`]).
     ids: Mutex<(u64, u64)>,
+    /// Opened as a replica of the replicated metadata (issue 37): no journal of its own.
+    replicated: bool,
+    /// Set while this replica leads: every commit is proposed to the replicated log.
+    replicate: std::sync::OnceLock<Replicator>,
+}
+
+/// How a leading replica's commits reach the replicated log (`crate::raft`).
+pub struct Replicator {
+    /// Proposes overlay commit `seq`'s writes (called in commit order, under the commit's lock; must not
+    /// block).
+    pub propose: Box<dyn Fn(u64, WriteSet) -> Result<(), String> + Send + Sync>,
+    /// The overlay commit up to which a majority has the changes (and they are applied here).
+    pub committed: tokio::sync::watch::Receiver<u64>,
+    /// The last overlay commit proposed (and the lock that keeps proposals in commit order).
+    proposed: Mutex<u64>,
+}
+
+impl Replicator {
+    pub fn new(
+        propose: Box<dyn Fn(u64, WriteSet) -> Result<(), String> + Send + Sync>,
+        committed: tokio::sync::watch::Receiver<u64>,
+    ) -> Replicator {
+        Replicator { propose, committed, proposed: Mutex::new(0) }
+    }
 }
 
 /// `Meta` key: the end of the last range of ids reserved (u64 BE).
@@ -79,6 +103,23 @@ impl Store {
         commit: MetadataCommit,
         interval: Duration,
         recovery: JournalRecovery,
+    ) -> StoreResult<Store> {
+        Store::open_inner(dir, commit, interval, recovery, false)
+    }
+
+    /// Opens (or creates) a replica's database in `dir`: no journal of its own (the replicated log is
+    /// its redo log), what is applied goes into sled every `interval`, and nothing is committed by this
+    /// replica until it leads ([`Store::lead`]).
+    pub fn open_replicated(dir: &Path, interval: Duration) -> StoreResult<Store> {
+        Store::open_inner(dir, MetadataCommit::Fsync, interval, JournalRecovery::Refuse, true)
+    }
+
+    fn open_inner(
+        dir: &Path,
+        commit: MetadataCommit,
+        interval: Duration,
+        recovery: JournalRecovery,
+        replicated: bool,
     ) -> StoreResult<Store> {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: dir.to_path_buf(), source })?;
         let config = sled::Config::new().path(dir).cache_capacity(256 << 20).flush_every_ms(Some(500));
@@ -116,19 +157,58 @@ impl Store {
             journal.clone(),
             interval,
             watermark.clone(),
+            journal.is_some() || replicated,
         )?;
         let ids = Mutex::new((0, 0));
-        let store = Store { db, trees, inode_count: AtomicI64::new(0), journal, overlay, flusher, watermark, ids };
+        let store = Store {
+            db,
+            trees,
+            inode_count: AtomicI64::new(0),
+            journal,
+            overlay,
+            flusher,
+            watermark,
+            ids,
+            replicated,
+            replicate: Default::default(),
+        };
         migrate::check_format(&store, dir)?;
         // The journal is replayed into the trees by now.
-        let first = match store.tree(T::Meta).get(IDS_KEY)? {
-            Some(v) => u64::from_be_bytes(v.as_ref().try_into().map_err(|_| StoreError::BadIds(v.len()))?),
-            // A database from before the ranges: past every id sled's counter gave out.
-            None => store.db.generate_id()? + 2,
-        };
-        *store.ids.lock().unwrap_or_else(|e| e.into_inner()) = (first.max(2), first.max(2));
-        store.inode_count.store(store.tree(T::Inodes).len() as i64, Ordering::Relaxed);
+        store.load_ids()?;
         Ok(store)
+    }
+
+    /// Reads where the id ranges are (and counts the inodes) from the committed state.
+    fn load_ids(&self) -> StoreResult<()> {
+        let first = match self.read(T::Meta, IDS_KEY)? {
+            Some(v) => u64::from_be_bytes(v.as_slice().try_into().map_err(|_| StoreError::BadIds(v.len()))?),
+            // A database from before the ranges: past every id sled's counter gave out.
+            None => self.db.generate_id()? + 2,
+        };
+        *self.ids.lock().unwrap_or_else(|e| e.into_inner()) = (first.max(2), first.max(2));
+        self.inode_count.store(self.tree(T::Inodes).len() as i64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// This replica leads from now on: it has applied every committed entry, so its database is the
+    /// service's; ids continue after the last range any leader reserved, and every commit is proposed
+    /// through `r`. Once only: a replica that stops leading ends (its process is restarted as a follower).
+    pub fn lead(&self, r: Replicator) -> StoreResult<()> {
+        self.flush_sync()?;
+        self.load_ids()?;
+        self.replicate.set(r).map_err(|_| StoreError::NotReplicated("this replica led before".into()))
+    }
+
+    /// Waits until every change this replica proposed is committed (a majority has it) and applied;
+    /// at once without replication.
+    pub async fn settle(&self) -> StoreResult<()> {
+        let Some(r) = self.replicate.get() else { return Ok(()) };
+        let target = *r.proposed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rx = r.committed.clone();
+        rx.wait_for(|c| *c >= target)
+            .await
+            .map_err(|_| StoreError::NotReplicated("the replicated log stopped".into()))?;
+        Ok(())
     }
 
     pub fn tree(&self, t: T) -> &Tree {
@@ -162,9 +242,10 @@ impl Store {
         self.inode_count.load(Ordering::Relaxed).max(0) as u64
     }
 
-    /// Whether every change must be fsync'ed before it is acknowledged ([`MetadataCommit::Fsync`]).
+    /// Whether every change must be fsync'ed before it is acknowledged ([`MetadataCommit::Fsync`]; a
+    /// replica's changes are durable in the replicated log instead, see [`Store::settle`]).
     pub fn sync_commits(&self) -> bool {
-        self.journal.is_none()
+        self.journal.is_none() && !self.replicated
     }
 
     /// Makes every committed change durable. Concurrent callers share one fsync (group commit).
@@ -609,6 +690,17 @@ impl<'a> Txn<'a> {
             return Ok(());
         }
         let store = self.store;
+        if let Some(r) = store.replicate.get() {
+            let ws: WriteSet = self.writes.iter().map(|((t, k), v)| (*t as u8, k.clone(), v.clone())).collect();
+            // Under the lock: proposals in the order of the overlay's commits.
+            let mut proposed = r.proposed.lock().unwrap_or_else(|e| e.into_inner());
+            let c = store.overlay.add(self.writes);
+            *proposed = c;
+            (r.propose)(c, ws).map_err(StoreError::NotReplicated)?;
+            drop(proposed);
+            store.inode_count.fetch_add(self.inode_delta, Ordering::Relaxed);
+            return Ok(());
+        }
         let Some(j) = &store.journal else {
             apply_writes(&store.trees, self.writes.iter())?;
             store.inode_count.fetch_add(self.inode_delta, Ordering::Relaxed);

@@ -283,6 +283,45 @@ pub enum MdsRequest {
         ds: DsId,
         rebuild: bool,
     },
+    /// Between metadata replicas (issue 37): one of the replicated log's messages, the Raft library's
+    /// request encoded in the payload; the reply's payload holds its answer. Reply: `Raft`.
+    Raft {
+        rpc: RaftRpc,
+    },
+    /// This replica's place in the replicated metadata service (`tessera mds status`): any replica
+    /// answers for itself, leader or not. Reply: `Replica`.
+    ReplicaStatus,
+}
+
+/// The replicated log's messages between metadata replicas.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub enum RaftRpc {
+    Vote,
+    AppendEntries,
+    InstallSnapshot,
+}
+
+/// One metadata replica's state (`tessera mds status`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct ReplicaStatus {
+    /// Its id in the group (its position in the configuration's `[[mds]]` list, plus one).
+    pub id: u64,
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`; `single` for a metadata server without
+    /// replicas.
+    pub role: String,
+    pub term: u64,
+    /// The last entry in its log.
+    pub log_index: u64,
+    /// The last entry applied to its database.
+    pub applied_index: u64,
+    /// The replica it believes leads (its id).
+    pub leader: Option<u64>,
+    /// Only on the leader: the last log index each replica (by id) is known to hold.
+    pub matched: Vec<(u64, u64)>,
+    /// Whether it serves metadata requests (a leader once caught up).
+    pub serving: bool,
 }
 
 /// Most files one `Declare` names.
@@ -382,6 +421,9 @@ pub struct BatchResult {
 #[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
 pub enum MdsReply {
     Ok,
+    /// A replicated log message's answer (in the payload).
+    Raft,
+    Replica(ReplicaStatus),
     Pong {
         version: u16,
     },

@@ -74,6 +74,11 @@ impl MdsPeers {
         MdsPeers { patience, ..self }
     }
 
+    /// Every replica `(configured address, peer)`, in configuration order (to ask each one itself).
+    pub fn each(&self) -> impl Iterator<Item = (&str, &Arc<RpcPeer>)> {
+        self.peers.iter().map(|(a, p)| (a.as_str(), p))
+    }
+
     /// The peer believed to lead.
     pub fn leader(&self) -> &Arc<RpcPeer> {
         &self.peers[self.leader.load(Ordering::Relaxed) % self.peers.len()].1

@@ -50,8 +50,8 @@ pub trait Service: Send + Sync + 'static {
     /// Roles allowed to connect at all.
     fn accepts(&self, role: Role) -> bool;
 
-    /// Largest request payload accepted.
-    fn max_payload(&self) -> usize {
+    /// Largest request payload accepted from `peer`.
+    fn max_payload(&self, _peer: &PeerInfo) -> usize {
         MAX_PAYLOAD
     }
 
@@ -167,26 +167,30 @@ async fn serve_stream<S: Service>(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
 ) {
-    let frame =
-        match tokio::time::timeout(REQUEST_READ_TIMEOUT, frame::read_frame(&mut recv, service.max_payload())).await {
-            Ok(Ok(f)) => f,
-            Ok(Err(FrameError::Closed)) => return,
-            Ok(Err(e)) => {
-                let e = chain(&e);
-                debug!(addr = %peer.addr, "bad request frame: {e}");
-                let reply: FsResult<S::Reply> = Err(FsError::protocol(e));
-                // The prefix may be garbage (bad magic/version): still answer in our framing, then stop reading.
-                let _ = frame::write_frame(&mut send, &reply, Bytes::new()).await;
-                let _ = send.finish();
-                let _ = recv.stop(3u32.into());
-                return;
-            }
-            Err(_) => {
-                let _ = recv.stop(4u32.into());
-                let _ = send.reset(4u32.into());
-                return;
-            }
-        };
+    let frame = match tokio::time::timeout(
+        REQUEST_READ_TIMEOUT,
+        frame::read_frame(&mut recv, service.max_payload(&peer)),
+    )
+    .await
+    {
+        Ok(Ok(f)) => f,
+        Ok(Err(FrameError::Closed)) => return,
+        Ok(Err(e)) => {
+            let e = chain(&e);
+            debug!(addr = %peer.addr, "bad request frame: {e}");
+            let reply: FsResult<S::Reply> = Err(FsError::protocol(e));
+            // The prefix may be garbage (bad magic/version): still answer in our framing, then stop reading.
+            let _ = frame::write_frame(&mut send, &reply, Bytes::new()).await;
+            let _ = send.finish();
+            let _ = recv.stop(3u32.into());
+            return;
+        }
+        Err(_) => {
+            let _ = recv.stop(4u32.into());
+            let _ = send.reset(4u32.into());
+            return;
+        }
+    };
     let (reply, payload) = match frame.decode::<S::Request>() {
         Ok(req) => service.handle_streamed(peer.clone(), req, frame.payload).await,
         Err(e) => (Err(FsError::protocol(chain(&e))), Payload::Whole(Bytes::new())),

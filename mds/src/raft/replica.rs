@@ -1,0 +1,423 @@
+//! One metadata replica of a replicated metadata service (issue 37; design: `results/issue37/`).
+//!
+//! Every replica runs openraft over its log ([`LogStore`]) and database ([`StoreSm`]) and answers on the
+//! metadata server's address: the replicated log's messages between replicas (`MdsRequest::Raft`, the
+//! openraft request in the payload, only from metadata-server certificates) and `ReplicaStatus` itself;
+//! every other request goes to the metadata service once this replica leads and serves it, and is
+//! answered `NotLeader` (naming the leader's address after [`LEADER_HINT`] when known) until then.
+//!
+//! Taking the lead ([`Replica::lead`]): once elected, the replica confirms its leadership with a majority
+//! and applies every committed entry (`ensure_linearizable`), then its database is the service's: it
+//! proposes each commit from then on ([`Store::lead`]) and builds the service (the namespace and the
+//! rest, their soft state new: clients reassert it). A replica that stops leading (a higher term seen:
+//! it was cut off or paused, and another was elected) ends ([`Replica::deposed`]): its changes a majority
+//! did not take are only in its memory, so its process is restarted (by `tessera up`, systemd or Docker)
+//! and comes back as a follower from what is durable. It never acknowledged them: a change is answered
+//! only once committed (`Store::settle`).
+
+use super::log::LogStore;
+use super::state::StoreSm;
+use super::{LogCmd, MdsRaft, NodeId};
+use crate::server::MdsService;
+use crate::store::{Replicator, Store};
+use bytes::Bytes;
+use futures::FutureExt;
+use openraft::error::{NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use openraft::{BasicNode, Config, Raft, ServerState, SnapshotPolicy};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+use tessera_proto::error::{ErrorCode, LEADER_HINT};
+use tessera_proto::msg::{MdsCall, MdsReply, MdsRequest, RaftRpc, ReplicaStatus};
+use tessera_proto::rpc::{PeerInfo, RpcPeer, Service};
+use tessera_proto::wire::MAX_PAYLOAD;
+use tessera_proto::{Caller, FsError, FsResult, Origin, Role};
+use tracing::{info, warn};
+
+/// The replicated log's timing: heartbeats every 150 ms; a follower that hears none for 1–2 s stands for
+/// election. Longer than openraft's defaults (50 ms, 150–300 ms) so a loaded two-core machine does not
+/// depose a live leader, short enough that a dead one is replaced within the issue's 5 s.
+pub fn raft_config() -> Config {
+    Config {
+        cluster_name: "tessera-mds".into(),
+        heartbeat_interval: 150,
+        election_timeout_min: 1000,
+        election_timeout_max: 2000,
+        install_snapshot_timeout: 10_000,
+        max_payload_entries: 256,
+        // A snapshot is the whole database, in memory: taken every 20 000 entries, the log before it
+        // kept for 1000 more so a replica a little behind catches up from the log.
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(20_000),
+        max_in_snapshot_log_to_keep: 1000,
+        snapshot_max_chunk_size: 8 << 20,
+        ..Default::default()
+    }
+}
+
+fn encode_big<T: Serialize>(v: &T) -> Result<Vec<u8>, FsError> {
+    let b = tessera_proto::wire::encode(v).map_err(|e| FsError::protocol(format!("raft message: {e}")))?;
+    if b.len() > MAX_PAYLOAD {
+        return Err(FsError::protocol(format!("raft message of {} bytes", b.len())));
+    }
+    Ok(b)
+}
+
+fn decode_big<T: DeserializeOwned>(b: &[u8]) -> Result<T, FsError> {
+    tessera_proto::wire::decode_bounded::<T, { MAX_PAYLOAD * 2 }>(b)
+        .map_err(|e| FsError::protocol(format!("raft message: {e}")))
+}
+
+/// The network between replicas: each replica's [`RpcPeer`] through the metadata server's endpoint.
+pub struct Network {
+    peers: Arc<BTreeMap<NodeId, Arc<RpcPeer>>>,
+}
+
+impl Network {
+    pub fn new(peers: BTreeMap<NodeId, Arc<RpcPeer>>) -> Network {
+        Network { peers: Arc::new(peers) }
+    }
+}
+
+impl RaftNetworkFactory<MdsRaft> for Network {
+    type Network = PeerLink;
+
+    async fn new_client(&mut self, target: NodeId, _node: &BasicNode) -> PeerLink {
+        PeerLink { target, peer: self.peers.get(&target).cloned() }
+    }
+}
+
+/// The link to one replica.
+pub struct PeerLink {
+    target: NodeId,
+    peer: Option<Arc<RpcPeer>>,
+}
+
+/// What a proposal's receiver yields.
+type ProposalOutcome = tokio::sync::oneshot::Receiver<openraft::raft::ClientWriteResult<MdsRaft>>;
+
+type RpcErr<E> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
+
+impl PeerLink {
+    async fn send<Req, Resp, E>(&self, rpc: RaftRpc, req: &Req, option: &RPCOption) -> Result<Resp, RpcErr<E>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let unreachable = |e: FsError| RPCError::Unreachable(Unreachable::new(&e));
+        let peer = self
+            .peer
+            .as_ref()
+            .ok_or_else(|| unreachable(FsError::invalid(format!("replica {} is not configured", self.target))))?;
+        let payload = encode_big(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let call = MdsCall { caller: Caller::root(), origin: Origin::default(), req: MdsRequest::Raft { rpc }, seq: 0 };
+        let sent = tokio::time::timeout(option.hard_ttl(), peer.call::<_, MdsReply>(&call, Bytes::from(payload)));
+        let bytes = match sent.await {
+            Ok(Ok((MdsReply::Raft, bytes))) => bytes,
+            Ok(Ok((other, _))) => {
+                return Err(RPCError::Network(NetworkError::new(&FsError::protocol(format!(
+                    "replica {} answered a raft message with {other:?}",
+                    self.target
+                )))))
+            }
+            Ok(Err(e)) => return Err(unreachable(e)),
+            Err(_) => {
+                let e = FsError::new(ErrorCode::TimedOut, format!("no answer within {:?}", option.hard_ttl()));
+                return Err(RPCError::Network(NetworkError::new(&e)));
+            }
+        };
+        let answer: Result<Resp, RaftError<NodeId, E>> =
+            decode_big(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<MdsRaft> for PeerLink {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<MdsRaft>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RpcErr<openraft::error::Infallible>> {
+        let n = rpc.entries.len() as u64;
+        match self.send(RaftRpc::AppendEntries, &rpc, &option).await {
+            // Too big for one message: openraft sends fewer entries at a time.
+            Err(RPCError::Network(e)) if n > 1 && e.to_string().contains("bytes") => {
+                Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(n / 2)))
+            }
+            r => r,
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<MdsRaft>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RpcErr<openraft::error::InstallSnapshotError>> {
+        self.send(RaftRpc::InstallSnapshot, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RpcErr<openraft::error::Infallible>> {
+        self.send(RaftRpc::Vote, &rpc, &option).await
+    }
+}
+
+/// One replica: its Raft, its database and, while it leads, the metadata service.
+pub struct Replica {
+    id: NodeId,
+    raft: Raft<MdsRaft>,
+    sm: StoreSm,
+    store: Arc<Store>,
+    /// Each replica's address, by id.
+    addrs: BTreeMap<NodeId, String>,
+    /// The metadata service, once this replica leads and is caught up.
+    serving: OnceLock<Arc<MdsService>>,
+    /// While leading: when a majority last acknowledged this replica's leadership (as openraft's metrics
+    /// last said, noted when they said it: a paused process wakes up with an old time here).
+    quorum_at: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+}
+
+/// How long after a majority last acknowledged it a leader answers without asking again: less than
+/// the election timeout, so another replica cannot have been elected meanwhile (a leader lease).
+pub const LEASE: std::time::Duration = std::time::Duration::from_millis(800);
+
+impl Replica {
+    /// Starts replica `id` of the group `addrs` (id → address) over `store` (opened with
+    /// [`Store::open_replicated`]) and the log in `log_dir`; a group that was never started is
+    /// initialised with every replica as a voter (each does it: the same first entry everywhere).
+    pub async fn start(
+        id: NodeId,
+        addrs: BTreeMap<NodeId, String>,
+        store: Arc<Store>,
+        log_dir: &std::path::Path,
+        sync: bool,
+        network: Network,
+    ) -> anyhow::Result<Arc<Replica>> {
+        let log = LogStore::open(log_dir, sync)
+            .map_err(|e| anyhow::anyhow!("replicated log in {}: {e}", log_dir.display()))?;
+        let sm = StoreSm::open(store.clone())?;
+        let config = Arc::new(raft_config().validate()?);
+        let raft = Raft::new(id, config, network, log, sm.clone()).await?;
+        if !raft.is_initialized().await? {
+            let members: BTreeMap<NodeId, BasicNode> =
+                addrs.iter().map(|(&n, a)| (n, BasicNode::new(a.clone()))).collect();
+            match raft.initialize(members).await {
+                Ok(()) => info!(replica = id, replicas = addrs.len(), "replicated metadata initialised"),
+                Err(e) => info!(replica = id, "replicated metadata: {e}"),
+            }
+        }
+        let quorum_at = Arc::new(std::sync::Mutex::new(None));
+        let (mut metrics, noted) = (raft.metrics(), quorum_at.clone());
+        tokio::spawn(async move {
+            while metrics.changed().await.is_ok() {
+                let ack = metrics.borrow_and_update().millis_since_quorum_ack;
+                let at = ack.and_then(|ms| std::time::Instant::now().checked_sub(std::time::Duration::from_millis(ms)));
+                *noted.lock().unwrap_or_else(|p| p.into_inner()) = at;
+            }
+        });
+        Ok(Arc::new(Replica { id, raft, sm, store, addrs, serving: OnceLock::new(), quorum_at }))
+    }
+
+    pub fn raft(&self) -> &Raft<MdsRaft> {
+        &self.raft
+    }
+
+    /// Waits until this replica is elected and caught up, then makes its database the service's: every
+    /// commit is proposed from now on. Returns the term it leads in; [`Replica::serve`] follows.
+    pub async fn take_lead(&self) -> anyhow::Result<u64> {
+        let mut metrics = self.raft.metrics();
+        let term = loop {
+            let (state, term) = {
+                let m = metrics.borrow_and_update();
+                (m.state, m.current_term)
+            };
+            if state == ServerState::Leader {
+                // Leadership confirmed by a majority, and every entry committed before applied here.
+                match self.raft.ensure_linearizable().await {
+                    Ok(_) => break term,
+                    Err(e) => info!(replica = self.id, term, "elected, not confirmed yet: {e}"),
+                }
+            }
+            metrics.changed().await.map_err(|_| anyhow::anyhow!("the replicated log stopped"))?;
+        };
+        let stream = loop {
+            let s: u64 = rand::random();
+            if s != 0 {
+                break s;
+            }
+        };
+        self.sm.set_own_stream(stream);
+        let raft = self.raft.clone();
+        // A proposal's outcome reaches the store as its entry is applied (`StoreSm::committed`); the
+        // receivers are awaited in order here only to log a refusal (openraft warns of one dropped).
+        let (outcomes, mut rx) = tokio::sync::mpsc::unbounded_channel::<ProposalOutcome>();
+        let id = self.id;
+        tokio::spawn(async move {
+            while let Some(outcome) = rx.recv().await {
+                if let Ok(Err(e)) = outcome.await {
+                    warn!(replica = id, "a metadata change was not committed: {e}");
+                }
+            }
+        });
+        let propose = Box::new(move |seq: u64, writes| {
+            match raft.client_write_ff(LogCmd { stream, seq, writes }).now_or_never() {
+                Some(Ok(outcome)) => {
+                    let _ = outcomes.send(outcome);
+                    Ok(())
+                }
+                Some(Err(e)) => Err(e.to_string()),
+                None => Err("the replicated log did not take the change at once".into()),
+            }
+        });
+        self.store.lead(Replicator::new(propose, self.sm.committed()))?;
+        info!(replica = self.id, term, "leading the metadata service");
+        Ok(term)
+    }
+
+    /// Serves metadata requests with `svc` (after [`Replica::take_lead`]).
+    pub fn serve(&self, svc: Arc<MdsService>) {
+        let _ = self.serving.set(svc);
+    }
+
+    /// Completes when this replica, leading in `term`, no longer does.
+    pub async fn deposed(&self, term: u64) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            {
+                let m = metrics.borrow_and_update();
+                if m.state != ServerState::Leader || m.current_term != term {
+                    return format!(
+                        "replica {} no longer leads (it led in term {term}; now term {}, {:?})",
+                        self.id, m.current_term, m.state
+                    );
+                }
+            }
+            if metrics.changed().await.is_err() {
+                return format!("replica {}: the replicated log stopped", self.id);
+            }
+        }
+    }
+
+    /// Whether this replica still leads, as far as it can tell: a majority acknowledged it within the
+    /// [`LEASE`], or confirms it now. A leader cut off or paused while another was elected answers
+    /// nothing from its own state (its reads could be stale), and steps down once it hears of the new term.
+    async fn confirmed(&self) -> bool {
+        let at = *self.quorum_at.lock().unwrap_or_else(|p| p.into_inner());
+        if at.is_some_and(|t| t.elapsed() < LEASE) {
+            return true;
+        }
+        self.raft.ensure_linearizable().await.is_ok()
+    }
+
+    /// This replica's state (`ReplicaStatus`).
+    pub fn status(&self) -> ReplicaStatus {
+        let m = self.raft.metrics().borrow().clone();
+        let role = match m.state {
+            ServerState::Leader => "leader",
+            ServerState::Follower => "follower",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Shutdown => "shutdown",
+        };
+        let matched = m
+            .replication
+            .as_ref()
+            .map(|r| r.iter().map(|(&n, l)| (n, l.map_or(0, |l| l.index))).collect())
+            .unwrap_or_default();
+        ReplicaStatus {
+            id: self.id,
+            role: role.into(),
+            term: m.current_term,
+            log_index: m.last_log_index.unwrap_or(0),
+            applied_index: m.last_applied.map_or(0, |l| l.index),
+            leader: m.current_leader,
+            matched,
+            serving: self.serving.get().is_some(),
+        }
+    }
+
+    /// The answer to a metadata request while this replica does not serve.
+    fn not_leader(&self) -> FsError {
+        let leader = self.raft.metrics().borrow().current_leader;
+        match leader.filter(|&l| l != self.id).and_then(|l| self.addrs.get(&l)) {
+            Some(addr) => FsError::new(
+                ErrorCode::NotLeader,
+                format!("metadata replica {} does not lead; {LEADER_HINT}{addr}", self.id),
+            ),
+            None => FsError::new(
+                ErrorCode::NotLeader,
+                format!("metadata replica {} does not serve: an election or its catching up is under way", self.id),
+            ),
+        }
+    }
+
+    /// Answers one of the replicated log's messages (its payload), with the answer as the payload.
+    async fn raft_message(&self, rpc: RaftRpc, payload: &[u8]) -> FsResult<Bytes> {
+        let answer = match rpc {
+            RaftRpc::Vote => encode_big(&self.raft.vote(decode_big(payload)?).await)?,
+            RaftRpc::AppendEntries => encode_big(&self.raft.append_entries(decode_big(payload)?).await)?,
+            RaftRpc::InstallSnapshot => encode_big(&self.raft.install_snapshot(decode_big(payload)?).await)?,
+        };
+        Ok(Bytes::from(answer))
+    }
+
+    /// Stops the replicated log (the process is ending).
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            warn!(replica = self.id, "stopping the replicated log: {e}");
+        }
+    }
+}
+
+impl Service for Replica {
+    type Request = MdsCall;
+    type Reply = MdsReply;
+
+    fn accepts(&self, role: Role) -> bool {
+        matches!(role, Role::Client | Role::Admin | Role::Ion | Role::Mds | Role::Ds)
+    }
+
+    /// The replicated log's messages carry payloads (entries, snapshot chunks), only between replicas;
+    /// metadata requests carry none.
+    fn max_payload(&self, peer: &PeerInfo) -> usize {
+        if peer.role == Role::Mds {
+            MAX_PAYLOAD
+        } else {
+            0
+        }
+    }
+
+    fn peer_revoked(&self, peer: &PeerInfo) {
+        if let Some(svc) = self.serving.get() {
+            svc.peer_revoked(peer);
+        }
+    }
+
+    async fn handle(&self, peer: Arc<PeerInfo>, call: MdsCall, payload: Bytes) -> (FsResult<MdsReply>, Bytes) {
+        match call.req {
+            MdsRequest::Raft { rpc } => {
+                if let Err(e) = call.req.properties().senders.admit(peer.role, &call.caller) {
+                    return (Err(e.into()), Bytes::new());
+                }
+                match self.raft_message(rpc, &payload).await {
+                    Ok(answer) => (Ok(MdsReply::Raft), answer),
+                    Err(e) => (Err(e), Bytes::new()),
+                }
+            }
+            MdsRequest::ReplicaStatus => (Ok(MdsReply::Replica(self.status())), Bytes::new()),
+            _ => match self.serving.get() {
+                Some(svc) if self.confirmed().await => svc.handle(peer, call, payload).await,
+                _ => (Err(self.not_leader()), Bytes::new()),
+            },
+        }
+    }
+}
