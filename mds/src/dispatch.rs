@@ -231,7 +231,9 @@ impl MdsService {
             ev => ev,
         });
         let _admitted = self.ns.leases().admit(holder, &req).await;
-        let r = self.ns.serve_once(origin.client, seq, serve(&cx, req)).await;
+        // Kept to rebuild the answer of a change committed whose answer was lost (`serve_once`).
+        let again = (seq != 0).then(|| req.clone());
+        let r = self.ns.serve_once(origin.client, seq, serve(&cx, req), again.as_ref().map(|r| (&caller, r))).await;
         if let Some(ev) = event {
             self.jobs.on_metadata(&origin, caller.uid, ev, &r);
         }

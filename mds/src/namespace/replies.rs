@@ -11,7 +11,8 @@
 use super::Namespace;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
-use tessera_proto::msg::MdsReply;
+use tessera_proto::msg::{MdsReply, MdsRequest, OpenFlags};
+use tessera_proto::Caller;
 use tessera_proto::{FsError, FsResult};
 use tokio::sync::Notify;
 use tracing::warn;
@@ -57,9 +58,17 @@ impl Namespace {
     /// a resend is answered with the first answer from the reply cache, written in the store like any
     /// change (a mark in the change's own transaction, the answer right after), so it holds across an
     /// MDS restart; one that arrives while the first is served waits for it. A change marked applied
-    /// whose answer was lost (the MDS stopped between the two writes) is answered with an error saying
-    /// so. A commit made off this task (an offloaded one) carries no mark.
-    pub(crate) async fn serve_once<F>(&self, client: u64, seq: u64, fut: F) -> FsResult<MdsReply>
+    /// whose answer was lost (the MDS, or the leading replica, stopped between the two writes) is
+    /// answered from what it left when `again` (the caller and the request) allows
+    /// ([`Namespace::reconstruct`]), else with an error saying so. A commit made off this task (an
+    /// offloaded one) carries no mark.
+    pub(crate) async fn serve_once<F>(
+        &self,
+        client: u64,
+        seq: u64,
+        fut: F,
+        again: Option<(&Caller, &MdsRequest)>,
+    ) -> FsResult<MdsReply>
     where
         F: std::future::Future<Output = FsResult<MdsReply>>,
     {
@@ -99,10 +108,16 @@ impl Namespace {
             match self.store.replied(client, seq)? {
                 Some(crate::store::Replied::Answer(r)) => return *r,
                 Some(crate::store::Replied::Applied) => {
+                    if let Some(r) = match again {
+                        Some((c, req)) => self.reconstruct(c, client, req).await,
+                        None => None,
+                    } {
+                        return r;
+                    }
                     return Err(FsError::io(format!(
                         "request {seq} of this client was applied, but its reply was lost when the metadata \
                          server stopped: look at its result"
-                    )))
+                    )));
                 }
                 None => {}
             }
@@ -113,5 +128,44 @@ impl Namespace {
             warn!(client = format_args!("{client:016x}"), seq, "reply not kept for a resend: {e}");
         }
         reply
+    }
+
+    /// The answer to a numbered request whose change was committed but whose answer was not (a leader
+    /// died between the two commits; the client, which never had the answer, sent the request again):
+    /// rebuilt from what the change left, as Lustre's MDT reconstructs a lost reply. A create is
+    /// answered with the entry it made (as it is now), a removal with its parent's attributes, an open
+    /// with a new handle (the first one's was in the old leader's memory only; O_TRUNC applied once);
+    /// `None` for requests whose answer cannot be rebuilt.
+    async fn reconstruct(&self, c: &Caller, client: u64, req: &MdsRequest) -> Option<FsResult<MdsReply>> {
+        use MdsRequest as Q;
+        let reopen = |flags: OpenFlags| OpenFlags { truncate: false, ..flags };
+        Some(match req {
+            Q::Create { parent, name, .. } | Q::Mkdir { parent, name, .. } | Q::Symlink { parent, name, .. } => {
+                self.lookup(c, *parent, name)
+            }
+            Q::Link { new_parent, new_name, .. } => self.lookup(c, *new_parent, new_name),
+            Q::Unlink { parent, .. } | Q::Rmdir { parent, .. } => self.getattr(*parent),
+            Q::Rename { .. }
+            | Q::SetXattr { .. }
+            | Q::RemoveXattr { .. }
+            | Q::SetLayout { .. }
+            | Q::SetCompositeLayout { .. } => Ok(MdsReply::Ok),
+            Q::Open { ino, flags } => self.open(c, client, *ino, reopen(*flags)).await,
+            Q::CreateOpen { parent, name, flags, .. } => {
+                let ino = match self.lookup(c, *parent, name) {
+                    Ok(MdsReply::Entry { attr, .. }) => attr.ino,
+                    Ok(other) => return Some(Err(FsError::io(format!("lookup answered {other:?}")))),
+                    Err(e) => return Some(Err(e)),
+                };
+                match (self.open(c, client, ino, reopen(*flags)).await, self.getattr(*parent)) {
+                    (Ok(MdsReply::Opened { attr, layout, handle, .. }), Ok(MdsReply::Attr(p))) => {
+                        Ok(MdsReply::Opened { attr, layout, handle, parent: Some(p) })
+                    }
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                    (other, _) => other,
+                }
+            }
+            _ => return None,
+        })
     }
 }

@@ -1466,44 +1466,60 @@ async fn a_resent_numbered_request_gets_its_first_answer() {
     let (ns, _) = open_ns(dir.path());
     let c = root();
     let mk = |name: &str| create_req(ROOT_INO, name);
-    let first = ns.serve_once(7, 1, ns.handle(&c, mk("a"))).await.unwrap();
-    let again = ns.serve_once(7, 1, ns.handle(&c, mk("a"))).await.unwrap();
+    let first = ns.serve_once(7, 1, ns.handle(&c, mk("a")), None).await.unwrap();
+    let again = ns.serve_once(7, 1, ns.handle(&c, mk("a")), None).await.unwrap();
     assert_eq!(first, again, "the resend is answered with the first answer");
     // Not numbered: applied again, EEXIST.
     assert_eq!(code(ns.handle(&c, mk("a")).await), ErrorCode::Exists);
     let rm = || MdsRequest::Unlink { parent: ROOT_INO, name: "a".into() };
-    ns.serve_once(7, 2, ns.handle(&c, rm())).await.unwrap();
-    ns.serve_once(7, 2, ns.handle(&c, rm())).await.unwrap();
+    ns.serve_once(7, 2, ns.handle(&c, rm()), None).await.unwrap();
+    ns.serve_once(7, 2, ns.handle(&c, rm()), None).await.unwrap();
     // Two at once with one number: one applies, the other waits and gets its answer.
-    let (x, y) = tokio::join!(ns.serve_once(7, 3, ns.handle(&c, mk("b"))), ns.serve_once(7, 3, ns.handle(&c, mk("b"))));
+    let (x, y) = tokio::join!(
+        ns.serve_once(7, 3, ns.handle(&c, mk("b")), None),
+        ns.serve_once(7, 3, ns.handle(&c, mk("b")), None)
+    );
     let b = x.unwrap();
     assert_eq!(b, y.unwrap());
     // A failure is an answer too.
-    let e1 = ns.serve_once(7, 4, ns.handle(&c, mk("b"))).await.unwrap_err();
-    let e2 = ns.serve_once(7, 4, ns.handle(&c, mk("b"))).await.unwrap_err();
+    let e1 = ns.serve_once(7, 4, ns.handle(&c, mk("b")), None).await.unwrap_err();
+    let e2 = ns.serve_once(7, 4, ns.handle(&c, mk("b")), None).await.unwrap_err();
     assert_eq!((e1.code, e2.code), (ErrorCode::Exists, ErrorCode::Exists));
     // Applied, its answer lost (by a run before this one: client 9 is new here): the change carries the
     // mark, the resend is told.
     let mut tx = ns.store().begin();
     tx.mark_applied(9, 5).unwrap();
     tx.commit().unwrap();
-    let lost = ns.serve_once(9, 5, ns.handle(&c, mk("c"))).await.unwrap_err();
+    let lost = ns.serve_once(9, 5, ns.handle(&c, mk("c")), None).await.unwrap_err();
     assert!(lost.detail.contains("applied"), "{lost}");
     assert!(ns.store().begin().dentry(ROOT_INO, "c").unwrap().is_none(), "not applied a second time");
+    // With the request at hand its answer is rebuilt from what the change left (a leader died between
+    // the change's commit and its answer's; client 10 is new here, as to a new leader): the entry made,
+    // not EEXIST; a removal's parent attributes.
+    let made = ns.handle(&c, mk("c2")).await.unwrap();
+    let mut tx = ns.store().begin();
+    tx.mark_applied(10, 6).unwrap();
+    tx.mark_applied(10, 7).unwrap();
+    tx.commit().unwrap();
+    let again = ns.serve_once(10, 6, ns.handle(&c, mk("c2")), Some((&c, &mk("c2")))).await.unwrap();
+    assert_eq!(attr_of(again).ino, attr_of(made).ino, "the resend gets the entry the first send made");
+    let rm_c2 = MdsRequest::Unlink { parent: ROOT_INO, name: "gone".into() };
+    let r = ns.serve_once(10, 7, ns.handle(&c, rm_c2.clone()), Some((&c, &rm_c2))).await.unwrap();
+    assert!(matches!(r, MdsReply::Attr(ref a) if a.ino == ROOT_INO), "{r:?}");
     // The mark is written in the change's own transaction.
-    let marked = ns.serve_once(8, 1, ns.handle(&c, mk("d"))).await.unwrap();
+    let marked = ns.serve_once(8, 1, ns.handle(&c, mk("d")), None).await.unwrap();
     assert!(
         matches!(ns.store().replied(8, 1).unwrap(), Some(crate::store::Replied::Answer(ref r)) if **r == Ok(marked.clone()))
     );
     // After a restart; also when a client's first request after it is a new one, then a resend.
     drop(ns);
     let (ns, _) = open_ns(dir.path());
-    assert_eq!(ns.serve_once(7, 3, ns.handle(&c, mk("b"))).await.unwrap(), b);
-    ns.serve_once(8, 2, ns.handle(&c, mk("d2"))).await.unwrap();
-    assert_eq!(ns.serve_once(8, 1, ns.handle(&c, mk("d"))).await.unwrap(), marked, "not EEXIST");
+    assert_eq!(ns.serve_once(7, 3, ns.handle(&c, mk("b")), None).await.unwrap(), b);
+    ns.serve_once(8, 2, ns.handle(&c, mk("d2")), None).await.unwrap();
+    assert_eq!(ns.serve_once(8, 1, ns.handle(&c, mk("d")), None).await.unwrap(), marked, "not EEXIST");
     // A window per client: number 1 goes once number 1 + REPLY_WINDOW is kept.
     let w = crate::store::REPLY_WINDOW;
-    ns.serve_once(7, 1 + w, ns.handle(&c, mk("e"))).await.unwrap();
+    ns.serve_once(7, 1 + w, ns.handle(&c, mk("e")), None).await.unwrap();
     assert!(ns.store().replied(7, 1).unwrap().is_none());
     ns.store().forget_replies(7).unwrap();
     assert!(ns.store().replied(7, 3).unwrap().is_none());
