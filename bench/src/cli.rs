@@ -2,7 +2,7 @@
 
 use crate::iorchestrator::workloads;
 use crate::model::cmd as modelcmd;
-use crate::robustness::{chaos, fuzz};
+use crate::robustness::{chaos, failover, fuzz};
 use crate::{experiments, ior, mdtest, net, persched};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -31,6 +31,9 @@ enum Cmd {
     /// Crash soak: writers with fsync while random servers are killed (SIGKILL) and restarted; every fsync'ed
     /// byte is read back and fsck run after each round; then a full target (ENOSPC).
     Chaos(chaos::ChaosArgs),
+    /// Metadata failover: the leading metadata replica killed (or paused) under mdtest and a probe; time
+    /// to a new leader, time without service, and that nothing acknowledged is lost (fsck clean).
+    Failover(failover::FailoverArgs),
     /// Structured fuzzing of a server over QUIC + mutual TLS: N mutated frames; reports whether it stayed
     /// up, the answers a well-behaved client got meanwhile, and its memory.
     Fuzz(fuzz::FuzzArgs),
@@ -56,6 +59,7 @@ pub fn main_entry() -> ExitCode {
             Cmd::Experiment(a) => run_experiment(a).await,
             Cmd::Net(a) => net::run(a).await,
             Cmd::Chaos(a) => chaos::run(a).await,
+            Cmd::Failover(a) => failover::run(a).await,
             Cmd::Fuzz(a) => fuzz::run(a).await,
             Cmd::Persched(a) => persched::run(a).await,
             Cmd::Model(a) => modelcmd::run(a).await,

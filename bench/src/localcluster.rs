@@ -14,6 +14,8 @@ use tessera_proto::config::{DeviceKind, Elevator};
 /// What the experiment needs from the cluster.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterOptions {
+    /// Metadata replicas (1: one metadata server).
+    pub n_mds: usize,
     pub n_ds: usize,
     pub stripe_size: u64,
     pub device_model: DeviceKind,
@@ -38,6 +40,7 @@ impl ClusterOptions {
     /// device model, no trace, the orchestrator off (the soak and the fuzzer).
     pub fn plain(n_ds: usize, n_ion: usize) -> ClusterOptions {
         ClusterOptions {
+            n_mds: 1,
             n_ds,
             stripe_size: 1 << 20,
             device_model: DeviceKind::None,
@@ -130,7 +133,7 @@ impl LocalCluster {
             std::fs::remove_dir_all(dir).with_context(|| format!("removing the old cluster in {}", dir.display()))?;
         }
         let defaults = Defaults { stripe_size: o.stripe_size, stripe_count: 0, ..Defaults::default() };
-        let shape = tessera_ops::clusterdir::Shape { ds: o.n_ds, ion: o.n_ion, ..Default::default() };
+        let shape = tessera_ops::clusterdir::Shape { mds: o.n_mds, ds: o.n_ds, ion: o.n_ion, ..Default::default() };
         let procs = tessera_ops::cluster::LocalCluster::prepare(dir, shape, 0, defaults)
             .map_err(|e| anyhow!("preparing the cluster: {e}"))?;
         procs.edit_configs(|c| {
@@ -201,7 +204,8 @@ impl LocalCluster {
         Ok(Client::connect(&self.client_cfg).await.context("connecting to the local cluster")?.with_job(job))
     }
 
-    async fn admin(&mut self) -> Result<Client> {
+    /// A client with the admin certificate (kept).
+    pub async fn admin(&mut self) -> Result<Client> {
         if let Some(a) = &self.admin {
             return Ok(a.clone());
         }
@@ -293,6 +297,7 @@ mod tests {
                 .unwrap();
         let mut c = ClusterConfig::load(&files.ds_configs[1]).unwrap();
         let o = ClusterOptions {
+            n_mds: 1,
             n_ds: 2,
             stripe_size: 65536,
             device_model: DeviceKind::Hdd,

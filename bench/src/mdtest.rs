@@ -154,13 +154,6 @@ pub async fn run(a: MdtestArgs) -> Result<()> {
 }
 
 async fn run_with<B: Backend>(a: &MdtestArgs, backends: &[Arc<B>]) -> Result<()> {
-    let b0 = &backends[0];
-    // The tree is set up and torn down outside the timed phases, as mdtest does.
-    for task in 0..a.tasks {
-        let d = task_dir(&a.dir, task);
-        b0.remove_all(&d).await.ok();
-        b0.mkdir_all(&d).await?;
-    }
     println!("tessera-bench mdtest: metadata benchmark");
     println!("api                 : {}", a.api.name());
     println!("directory           : {}", a.dir);
@@ -169,36 +162,50 @@ async fn run_with<B: Backend>(a: &MdtestArgs, backends: &[Arc<B>]) -> Result<()>
         a.tasks, a.files, a.write_bytes, a.read_bytes
     );
     println!();
+    let j = iteration(a, backends).await?;
+    let (create, stat, read, remove) = (j.create_ops_s, j.stat_ops_s, j.read_ops_s, j.remove_ops_s);
     println!("SUMMARY rate: (of 1 iteration)");
-    let create = run_phase(backends, a, Phase::Create).await?;
     println!("   File creation     : {create:>14.3} ops/sec");
-    let stat = run_phase(backends, a, Phase::Stat).await?;
     println!("   File stat         : {stat:>14.3} ops/sec");
-    let read = run_phase(backends, a, Phase::Read).await?;
     println!("   File read         : {read:>14.3} ops/sec");
-    let remove = run_phase(backends, a, Phase::Remove).await?;
     println!("   File removal      : {remove:>14.3} ops/sec");
     println!();
     println!("File creation: {create:.2} ops/sec");
     println!("File stat: {stat:.2} ops/sec");
     println!("File read: {read:.2} ops/sec");
     println!("File removal: {remove:.2} ops/sec");
-    for task in 0..a.tasks {
-        b0.remove_all(&task_dir(&a.dir, task)).await?;
-    }
     if let Some(jp) = &a.cluster.json {
-        let j = MdtestJson {
-            api: a.api.name().to_lowercase(),
-            create_ops_s: create,
-            stat_ops_s: stat,
-            read_ops_s: read,
-            remove_ops_s: remove,
-            files: a.files,
-            tasks: a.tasks,
-        };
         report::write_json(jp, &j)?;
     }
     Ok(())
+}
+
+/// One iteration, quietly: the tree set up, the four timed phases (each task's files created, stat'ed
+/// and checked, read, removed), the tree removed. The first error ends it.
+pub async fn iteration<B: Backend>(a: &MdtestArgs, backends: &[Arc<B>]) -> Result<MdtestJson> {
+    let b0 = &backends[0];
+    // The tree is set up and torn down outside the timed phases, as mdtest does.
+    for task in 0..a.tasks {
+        let d = task_dir(&a.dir, task);
+        b0.remove_all(&d).await.ok();
+        b0.mkdir_all(&d).await?;
+    }
+    let create = run_phase(backends, a, Phase::Create).await?;
+    let stat = run_phase(backends, a, Phase::Stat).await?;
+    let read = run_phase(backends, a, Phase::Read).await?;
+    let remove = run_phase(backends, a, Phase::Remove).await?;
+    for task in 0..a.tasks {
+        b0.remove_all(&task_dir(&a.dir, task)).await?;
+    }
+    Ok(MdtestJson {
+        api: a.api.name().to_lowercase(),
+        create_ops_s: create,
+        stat_ops_s: stat,
+        read_ops_s: read,
+        remove_ops_s: remove,
+        files: a.files,
+        tasks: a.tasks,
+    })
 }
 
 #[cfg(test)]

@@ -457,27 +457,36 @@ impl MdsClient {
     }
 
     /// Each metadata replica's own state (`tessera mds status`), in configuration order, with its
-    /// configured address; a replica that does not answer gives its error. Sent directly, not through a
-    /// forwarding node.
+    /// configured address; a replica that does not answer within 2 s gives its error. Sent directly,
+    /// not through a forwarding node.
     pub async fn replica_statuses(&self) -> Vec<(String, FsResult<tessera_proto::msg::ReplicaStatus>)> {
+        let n = self.peer.each().count();
+        futures::future::join_all((0..n).map(|i| self.replica_status(i, std::time::Duration::from_secs(2)))).await
+    }
+
+    /// Replica `i`'s own state (its position in the configuration) and configured address, if it answers
+    /// within `patience`.
+    pub async fn replica_status(
+        &self,
+        i: usize,
+        patience: std::time::Duration,
+    ) -> (String, FsResult<tessera_proto::msg::ReplicaStatus>) {
+        let Some((addr, peer)) = self.peer.each().nth(i) else {
+            return (String::new(), Err(FsError::invalid(format!("no metadata replica {i}"))));
+        };
         let call = MdsCall {
             caller: self.caller.clone(),
             origin: (*self.origin).clone(),
             req: MdsRequest::ReplicaStatus,
             seq: 0,
         };
-        let asks = self.peer.each().map(|(addr, peer)| {
-            let call = &call;
-            async move {
-                let r = match call.send(peer).await {
-                    Ok(MdsReply::Replica(s)) => Ok(s),
-                    Ok(r) => Err(unexpected("ReplicaStatus", r)),
-                    Err(e) => Err(e),
-                };
-                (addr.to_string(), r)
-            }
-        });
-        futures::future::join_all(asks).await
+        let r = match tokio::time::timeout(patience, call.send(peer)).await {
+            Ok(Ok(MdsReply::Replica(s))) => Ok(s),
+            Ok(Ok(r)) => Err(unexpected("ReplicaStatus", r)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(FsError::new(ErrorCode::TimedOut, format!("no answer within {patience:?}"))),
+        };
+        (addr.to_string(), r)
     }
 
     /// Takes data server `ds` out of the cluster (admin); with `rebuild`, its mirrored replicas are rebuilt

@@ -26,11 +26,12 @@ pub fn tune_allocator() {
     }
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`, openraft's warnings and errors only). A second
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`; openraft's own log off: a replica logs its
+/// leadership changes itself, and openraft warns several times a second while a replica is down). A second
 /// call is harmless.
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=off"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 

@@ -264,6 +264,7 @@ async fn file_of(c: &Client, path: &str, size: u64) -> Result<(u64, Layout)> {
 impl Fixture {
     async fn start(dir: &Path, s: &Settings, n_ion: usize, apps: usize, trace: bool) -> Result<Fixture> {
         let o = ClusterOptions {
+            n_mds: 1,
             n_ds: s.n_ds,
             stripe_size: crate::iorchestrator::workloads::STRIPE,
             device_model: s.device,

@@ -92,6 +92,7 @@ impl Settings {
 
     fn cluster_options(&self, reservation: u64, trace: bool, window_ms: u32) -> ClusterOptions {
         ClusterOptions {
+            n_mds: 1,
             n_ds: self.n_ds,
             stripe_size: STRIPE,
             device_model: self.device,

@@ -11,8 +11,10 @@
 //! - Only the newest segment may end torn (an append a crash cut, never acknowledged): it is cut back to
 //!   its last whole record at open. A record cut or corrupt in an older segment refuses the open.
 //! - The vote is its own file, written to a temporary file, fsync'ed and renamed (a vote must survive a
-//!   power loss: a replica must not vote twice in a term); the committed log id likewise without fsync
-//!   (openraft treats it as a hint).
+//!   power loss: a replica must not vote twice in a term). The committed log id (openraft treats it as
+//!   a hint) is overwritten in place in its file, a length-prefixed record, without fsync: a rename per
+//!   commit cost the leader 13% of its CPU (ext4 writes a replaced file's data back at the rename); one
+//!   that does not read back is no hint.
 
 use super::{MdsRaft, NodeId};
 use crate::journal::{frame, read_frames, MAX_RECORD};
@@ -61,6 +63,8 @@ struct Inner {
     purged: Option<LogId<NodeId>>,
     vote: Option<Vote<NodeId>>,
     committed: Option<LogId<NodeId>>,
+    /// The file the committed log id is overwritten in.
+    committed_file: File,
 }
 
 fn segment_path(dir: &Path, seg: u64) -> PathBuf {
@@ -103,6 +107,16 @@ fn read_small<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> io::Res
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// The file of the committed log id (see the module doc).
+const COMMITTED: &str = "committed";
+
+/// The committed log id kept in `dir`, if it reads back (it is a hint: anything else is none).
+fn read_committed(dir: &Path) -> Option<LogId<NodeId>> {
+    let b = fs::read(dir.join(COMMITTED)).ok()?;
+    let len = u32::from_le_bytes(b.get(..4)?.try_into().ok()?) as usize;
+    tessera_proto::wire::decode::<Option<LogId<NodeId>>>(b.get(4..4usize.checked_add(len)?)?).ok().flatten()
 }
 
 fn encode<T: Serialize>(v: &T) -> io::Result<Vec<u8>> {
@@ -198,7 +212,8 @@ impl LogStore {
             entries: BTreeMap::new(),
             purged: None,
             vote: read_small(dir, "vote")?,
-            committed: read_small::<Option<LogId<NodeId>>>(dir, "committed")?.flatten(),
+            committed: read_committed(dir),
+            committed_file: OpenOptions::new().create(true).write(true).truncate(false).open(dir.join(COMMITTED))?,
         };
         for r in recs {
             inner.apply(r);
@@ -264,7 +279,9 @@ impl RaftLogStorage<MdsRaft> for LogStore {
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), SErr> {
         let mut s = self.lock();
         let bytes = encode(&committed).map_err(|e| StorageIOError::write(&e))?;
-        replace_file(&s.dir, "committed", &bytes, false).map_err(|e| StorageIOError::write(&e))?;
+        let record = [&(bytes.len() as u32).to_le_bytes()[..], &bytes].concat();
+        std::os::unix::fs::FileExt::write_all_at(&s.committed_file, &record, 0)
+            .map_err(|e| StorageIOError::write(&e))?;
         s.committed = committed;
         Ok(())
     }

@@ -40,15 +40,17 @@ use tessera_proto::wire::MAX_PAYLOAD;
 use tessera_proto::{Caller, FsError, FsResult, Origin, Role};
 use tracing::{info, warn};
 
-/// The replicated log's timing: heartbeats every 150 ms; a follower that hears none for 1–2 s stands for
-/// election. Longer than openraft's defaults (50 ms, 150–300 ms) so a loaded two-core machine does not
-/// depose a live leader, short enough that a dead one is replaced within the 5 s.
+/// The replicated log's timing: heartbeats every 100 ms; a follower that hears none for 0.6–1.2 s
+/// stands for election (openraft's followers refuse votes for 1.2 s after the leader's last message, its
+/// leader lease). Longer than openraft's defaults (50 ms, 150–300 ms) so a loaded two-core machine does
+/// not depose a live leader; short enough that a dead one is replaced within the 5 s (a lease,
+/// then an election timeout, then a vote).
 pub fn raft_config() -> Config {
     Config {
         cluster_name: "tessera-mds".into(),
-        heartbeat_interval: 150,
-        election_timeout_min: 1000,
-        election_timeout_max: 2000,
+        heartbeat_interval: 100,
+        election_timeout_min: 600,
+        election_timeout_max: 1200,
         install_snapshot_timeout: 10_000,
         max_payload_entries: 256,
         // A snapshot is the whole database, in memory: taken every 20 000 entries, the log before it
@@ -186,9 +188,10 @@ pub struct Replica {
     quorum_at: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
-/// How long after a majority last acknowledged it a leader answers without asking again: less than
-/// the election timeout, so another replica cannot have been elected meanwhile (a leader lease).
-pub const LEASE: std::time::Duration = std::time::Duration::from_millis(800);
+/// How long after a majority last acknowledged it a leader answers without asking again: well within
+/// the time followers refuse to vote after hearing from it (openraft's leader lease, the maximum
+/// election timeout, 1.2 s), so another replica cannot have been elected meanwhile.
+pub const LEASE: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl Replica {
     /// Starts replica `id` of the group `addrs` (id → address) over `store` (opened with
@@ -218,10 +221,19 @@ impl Replica {
         let quorum_at = Arc::new(std::sync::Mutex::new(None));
         let (mut metrics, noted) = (raft.metrics(), quorum_at.clone());
         tokio::spawn(async move {
+            let mut seen = (ServerState::Learner, 0, None);
             while metrics.changed().await.is_ok() {
-                let ack = metrics.borrow_and_update().millis_since_quorum_ack;
+                let (ack, now) = {
+                    let m = metrics.borrow_and_update();
+                    (m.millis_since_quorum_ack, (m.state, m.current_term, m.current_leader))
+                };
                 let at = ack.and_then(|ms| std::time::Instant::now().checked_sub(std::time::Duration::from_millis(ms)));
                 *noted.lock().unwrap_or_else(|p| p.into_inner()) = at;
+                // Its role and the leader it knows, as they change (openraft's own log is off by default).
+                if now != seen {
+                    info!(replica = id, state = ?now.0, term = now.1, leader = ?now.2, "replica role");
+                    seen = now;
+                }
             }
         });
         Ok(Arc::new(Replica { id, raft, sm, store, addrs, serving: OnceLock::new(), quorum_at }))

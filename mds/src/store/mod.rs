@@ -73,7 +73,8 @@ pub struct Replicator {
     pub propose: Box<dyn Fn(u64, WriteSet) -> Result<(), String> + Send + Sync>,
     /// The overlay commit up to which a majority has the changes (and they are applied here).
     pub committed: tokio::sync::watch::Receiver<u64>,
-    /// The last overlay commit proposed (and the lock that keeps proposals in commit order).
+    /// The last overlay commit proposed that answers wait for (and the lock that keeps proposals in
+    /// commit order).
     proposed: Mutex<u64>,
 }
 
@@ -322,7 +323,7 @@ impl Store {
 
     /// A read view / write overlay. Reads see the overlay's own writes first.
     pub fn begin(&self) -> Txn<'_> {
-        Txn { store: self, writes: BTreeMap::new(), inode_delta: 0, destroys: 0 }
+        Txn { store: self, writes: BTreeMap::new(), inode_delta: 0, destroys: 0, unawaited: false }
     }
 
     /// Inodes marked as orphans (unlinked while open).
@@ -390,6 +391,8 @@ pub struct Txn<'a> {
     writes: BTreeMap<(T, Vec<u8>), Option<Vec<u8>>>,
     inode_delta: i64,
     destroys: usize,
+    /// Replicated: [`Store::settle`] does not wait for this commit (a reply-cache answer).
+    unawaited: bool,
 }
 
 impl<'a> Txn<'a> {
@@ -695,7 +698,9 @@ impl<'a> Txn<'a> {
             // Under the lock: proposals in the order of the overlay's commits.
             let mut proposed = r.proposed.lock().unwrap_or_else(|e| e.into_inner());
             let c = store.overlay.add(self.writes);
-            *proposed = c;
+            if !self.unawaited {
+                *proposed = c;
+            }
             (r.propose)(c, ws).map_err(StoreError::NotReplicated)?;
             drop(proposed);
             store.inode_count.fetch_add(self.inode_delta, Ordering::Relaxed);
@@ -800,6 +805,9 @@ impl Store {
     pub fn record_reply(&self, client: u64, seq: u64, r: &FsResult<tessera_proto::msg::MdsReply>) -> FsResult<()> {
         let mut tx = self.begin();
         tx.put(T::Meta, &reply_key(client, seq), kept(seq, Replied::Answer(Box::new(r.clone())))?);
+        // Replicated: no answer waits for it (only a resend of this request reads it, and a resend whose
+        // answer a failover lost has it rebuilt).
+        tx.unawaited = true;
         tx.commit()
     }
 

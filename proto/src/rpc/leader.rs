@@ -12,7 +12,7 @@
 
 use super::RpcPeer;
 use crate::error::{ErrorCode, FsError, FsResult, LEADER_HINT};
-use crate::msg::{MdsCall, MdsReply};
+use crate::msg::{MdsCall, MdsReply, MdsRequest};
 use crate::rpc::Tuning;
 use crate::tls::NodeIdentity;
 use crate::types::Role;
@@ -24,6 +24,10 @@ use std::time::Duration;
 /// How long a call looks for a leader among the replicas before it fails: a leader's death is noticed
 /// within an election timeout, and a new one is elected within a few more.
 pub const FAILOVER_PATIENCE: Duration = Duration::from_secs(15);
+
+/// How long a resendable call waits for the leader's answer before asking the other replicas whether
+/// one of them serves now (and again every as long).
+pub const LEADER_CHECK: Duration = Duration::from_millis(700);
 
 /// The metadata replicas' peers and the current leader's position among them.
 pub struct MdsPeers {
@@ -113,6 +117,43 @@ impl MdsPeers {
         Ok(self.peers[to].1.call::<_, MdsReply>(call, Bytes::new()).await?.0)
     }
 
+    /// `attempt` (a call to replica `i`), unless it has no answer after [`LEADER_CHECK`] and another
+    /// replica serves meanwhile (asked every [`LEADER_CHECK`]): then `Err` with that replica. A leader
+    /// killed or cut off mid-call is otherwise noticed only when its connection times out (the idle
+    /// timeout, 5 s); the call, resendable, goes to the new leader at once.
+    async fn unless_moved<T>(
+        &self,
+        i: usize,
+        call: &MdsCall,
+        attempt: impl std::future::Future<Output = T>,
+    ) -> Result<T, usize> {
+        tokio::pin!(attempt);
+        loop {
+            tokio::select! {
+                r = &mut attempt => return Ok(r),
+                _ = tokio::time::sleep(LEADER_CHECK) => {
+                    if let Some(j) = self.serving_elsewhere(i, call).await {
+                        return Err(j);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A replica other than `i` that serves (leads, caught up), asking them all at once (each for at
+    /// most [`LEADER_CHECK`]).
+    async fn serving_elsewhere(&self, i: usize, call: &MdsCall) -> Option<usize> {
+        let ask = MdsCall { req: MdsRequest::ReplicaStatus, seq: 0, ..call.clone() };
+        let asks = self.peers.iter().enumerate().filter(|(j, _)| *j != i).map(|(j, (_, p))| {
+            let ask = &ask;
+            async move {
+                let r = tokio::time::timeout(LEADER_CHECK, p.try_call_chunked::<_, MdsReply>(ask, Bytes::new())).await;
+                matches!(r, Ok(Ok(Ok((MdsReply::Replica(s), _)))) if s.serving).then_some(j)
+            }
+        });
+        futures::future::join_all(asks).await.into_iter().flatten().next()
+    }
+
     /// Sends `call` to the leader, finding it first if need be (see the module doc).
     pub async fn send(&self, call: &MdsCall) -> FsResult<MdsReply> {
         if self.peers.len() == 1 {
@@ -124,7 +165,19 @@ impl MdsPeers {
         let mut last: FsError;
         loop {
             let i = self.leader.load(Ordering::Relaxed) % self.peers.len();
-            let next = match self.peers[i].1.try_call_chunked::<_, MdsReply>(call, Bytes::new()).await {
+            let attempt = self.peers[i].1.try_call_chunked::<_, MdsReply>(call, Bytes::new());
+            let outcome = match call.resendable() {
+                true => self.unless_moved(i, call, attempt).await,
+                false => Ok(attempt.await),
+            };
+            let outcome = match outcome {
+                Ok(o) => o,
+                Err(moved) => {
+                    let _ = self.leader.compare_exchange(i, moved, Ordering::Relaxed, Ordering::Relaxed);
+                    continue;
+                }
+            };
+            let next = match outcome {
                 Ok(Ok((reply, _))) => return Ok(reply),
                 Ok(Err(e)) if e.code == ErrorCode::NotLeader => {
                     let n = self.hinted(&e.detail).filter(|&n| n != i);
