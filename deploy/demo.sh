@@ -18,6 +18,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# Where the binaries are (default target/release; CI uses the debug build its tests made: TESSERA_BIN_DIR).
+BIN_DIR=${TESSERA_BIN_DIR:-$ROOT/target/release}
 DEPLOY=$ROOT/deploy
 DOCKER=${DOCKER:-docker}
 export TESSERA_IMAGE=${TESSERA_IMAGE:-tessera:demo}
@@ -99,8 +101,9 @@ wait_healthy() { # wait_healthy TIMEOUT_S SERVICE...
 
 build_binaries() {
   local missing=0 b
-  for b in "${BINS[@]}"; do [ -x "$ROOT/target/release/$b" ] || missing=1; done
+  for b in "${BINS[@]}"; do [ -x "$BIN_DIR/$b" ] || missing=1; done
   if [ $missing = 1 ]; then
+    [ "$BIN_DIR" = "$ROOT/target/release" ] || die "no Tessera binaries in $BIN_DIR (TESSERA_BIN_DIR)"
     step "build release binaries (cargo build --release --bins)"
     command -v cargo >/dev/null || die "cargo not found: install Rust (https://rustup.rs) to build Tessera"
     (cd "$ROOT" && cargo build --release --bins)
@@ -114,7 +117,7 @@ pick_base() {
   BASE=debian:bookworm-slim
   command -v objdump >/dev/null || return 0
   local need
-  need=$(objdump -T "$ROOT"/target/release/tessera* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
+  need=$(objdump -T "$BIN_DIR"/tessera* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
   need=${need#GLIBC_}
   [ -n "$need" ] || return 0
   if [ "$(printf '%s\n2.36\n' "$need" | sort -V | tail -1)" != 2.36 ]; then
@@ -129,7 +132,7 @@ build_image() {
   local ctx b
   ctx=$(mktemp -d)
   mkdir "$ctx/bin"
-  for b in "${BINS[@]}"; do cp "$ROOT/target/release/$b" "$ctx/bin/"; done
+  for b in "${BINS[@]}"; do cp "$BIN_DIR/$b" "$ctx/bin/"; done
   # Debug info is most of the binaries' size; the image does not need it.
   if command -v strip >/dev/null; then strip "$ctx"/bin/* 2>/dev/null || true; fi
   cp "$DEPLOY/tessera-node.sh" "$ctx/"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# CI test of the Docker demo on a machine without an image registry (run as root; .ci/run calls it after
-# `cargo build --release --bins`):
+# CI test of the Docker demo on a machine without an image registry (run as root; .ci/run calls it with
+# TESSERA_BIN_DIR=target/debug, the binaries its tests built; by hand after `cargo build --release --bins`):
 #  - installs Debian's docker.io, a docker-compose and debootstrap;
 #  - starts its own dockerd (own data root, exec root, pidfile and socket in a temp dir, no iptables,
 #    no IP forwarding, no default bridge), so it neither sees nor touches another Docker on the host;
@@ -25,8 +25,10 @@ IMAGE=tessera:ci
 T_START=$SECONDS
 
 [ "$(id -u)" = 0 ] || { echo "deploy/test.sh: needs root (it starts its own dockerd)" >&2; exit 1; }
+# The binaries: target/release, or TESSERA_BIN_DIR (CI: the debug build its tests made), passed on to demo.sh.
+export TESSERA_BIN_DIR=$(realpath -m "${TESSERA_BIN_DIR:-$ROOT/target/release}")
 for b in tessera tessera-mds tessera-ds tessera-ion tessera-fuse tessera-bench; do
-  [ -x "$ROOT/target/release/$b" ] || { echo "deploy/test.sh: target/release/$b missing: cargo build --release --bins" >&2; exit 1; }
+  [ -x "$TESSERA_BIN_DIR/$b" ] || { echo "deploy/test.sh: $TESSERA_BIN_DIR/$b missing: cargo build --release --bins" >&2; exit 1; }
 done
 
 PASS=0

@@ -46,6 +46,10 @@ pub struct FailoverArgs {
     /// Files per mdtest iteration (split over the tasks).
     #[arg(long, default_value_t = 2000)]
     pub files: u64,
+    /// Bytes mdtest writes into each file it creates (and the stat phase checks): data writes under the
+    /// kills too.
+    #[arg(long, default_value_t = 0, value_parser = tessera_proto::units::parse_size)]
+    pub write_bytes: u64,
     /// Seconds between kills (±25%).
     #[arg(long, default_value_t = 4.0)]
     pub every_s: f64,
@@ -90,6 +94,7 @@ struct Kill {
 struct Results {
     replicas: usize,
     api: String,
+    write_bytes: u64,
     kills: Vec<Kill>,
     election_s_median: f64,
     election_s_max: f64,
@@ -103,6 +108,8 @@ struct Results {
     /// Probe directories left after the run whose removal was acknowledged (must be 0).
     probe_left: usize,
     stale_writes_accepted: usize,
+    /// Replicas that ended without being killed (a leader deposed by an election; restarted).
+    unexpected_exits: usize,
     fsck_findings: u64,
     elapsed_s: f64,
     seed: u64,
@@ -224,7 +231,7 @@ pub async fn run(a: FailoverArgs) -> Result<()> {
     let admin = lc.admin().await?;
     let cfg_path = lc.files().client_config.clone();
     let start = Instant::now();
-    let mut res = Results { replicas: a.replicas, seed, ..Default::default() };
+    let mut res = Results { replicas: a.replicas, seed, write_bytes: a.write_bytes, ..Default::default() };
     println!(
         "tessera-bench failover: {} replicas, {} {}s, seed {seed}",
         a.replicas,
@@ -240,8 +247,8 @@ pub async fn run(a: FailoverArgs) -> Result<()> {
         files: a.files,
         tasks: a.tasks,
         dir: String::new(),
-        write_bytes: 0,
-        read_bytes: 0,
+        write_bytes: a.write_bytes,
+        read_bytes: a.write_bytes,
         cluster: ClusterArgs { config: Some(cfg_path.clone()), ..Default::default() },
     };
     let _mount;
@@ -270,6 +277,13 @@ pub async fn run(a: FailoverArgs) -> Result<()> {
         tokio::time::sleep(Duration::from_secs_f64(wait)).await;
         if work.is_finished() {
             bail!("the workload ended early");
+        }
+        // A replica that ended by itself (deposed by an election it did not expect) is started again,
+        // as a supervisor would; counted.
+        for (name, status) in lc.procs.exited() {
+            println!("  {name} ended by itself ({status}); starting it again");
+            res.unexpected_exits += 1;
+            lc.restart(&name).await?;
         }
         let victim = wait_serving(&admin, &names, None).await?;
         let addr = lc.client_cfg.mds[names.iter().position(|n| *n == victim).unwrap_or(0)].addr.clone();

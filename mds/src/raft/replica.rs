@@ -188,6 +188,9 @@ pub struct Replica {
     quorum_at: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
+/// How long a restarted replica waits before it may stand for election.
+pub const ELECTION_HOLD: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// How long after a majority last acknowledged it a leader answers without asking again: well within
 /// the time followers refuse to vote after hearing from it (openraft's leader lease, the maximum
 /// election timeout, 1.2 s), so another replica cannot have been elected meanwhile.
@@ -195,8 +198,8 @@ pub const LEASE: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl Replica {
     /// Starts replica `id` of the group `addrs` (id → address) over `store` (opened with
-    /// [`Store::open_replicated`]) and the log in `log_dir`; a group that was never started is
-    /// initialised with every replica as a voter (each does it: the same first entry everywhere).
+    /// [`Store::open_replicated`]) and the log in `log_dir`. Replica 1 initialises a group that was never
+    /// started, with every replica as a voter; the others wait to hear from a leader.
     pub async fn start(
         id: NodeId,
         addrs: BTreeMap<NodeId, String>,
@@ -210,7 +213,22 @@ impl Replica {
         let sm = StoreSm::open(store.clone())?;
         let config = Arc::new(raft_config().validate()?);
         let raft = Raft::new(id, config, network, log, sm.clone()).await?;
-        if !raft.is_initialized().await? {
+        // A replica that restarts may stand for election only after ELECTION_HOLD: the leader's link to it
+        // may take a moment to be made again, and a restarted replica whose election timer ran out
+        // meanwhile would depose a live leader with its higher term (seen: a second leader change and
+        // pause of service after a killed replica's restart). Not when it starts a new group.
+        let fresh = id == 1 && !raft.is_initialized().await?;
+        if !fresh {
+            raft.runtime_config().elect(false);
+            let r = raft.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(ELECTION_HOLD).await;
+                r.runtime_config().elect(true);
+            });
+        }
+        // Only the first replica initialises a new group: several doing it at once stand for election
+        // together, and one elected may be deposed in the same term a moment later.
+        if fresh {
             let members: BTreeMap<NodeId, BasicNode> =
                 addrs.iter().map(|(&n, a)| (n, BasicNode::new(a.clone()))).collect();
             match raft.initialize(members).await {
