@@ -57,8 +57,14 @@ pub async fn drain_once(store: &Store, data: &dyn DataServers) -> bool {
         return false;
     }
     // The unlinks that queued these must be on disk first: after a power loss they must not come
-    // back pointing at destroyed objects.
-    if let Err(e) = store.flush().await {
+    // back pointing at destroyed objects. Replicated, on a majority first: a failover must not bring
+    // back a file whose objects are gone (its unlink was never acknowledged).
+    if let Err(e) = async {
+        store.settle().await?;
+        store.flush().await
+    }
+    .await
+    {
         warn!("destroy log: metadata commit failed, destroying later: {}", tessera_proto::error::chain(&e));
         return true;
     }
