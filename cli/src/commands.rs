@@ -294,6 +294,10 @@ enum Cmd {
     /// Metadata servers: each replica's role, term and log (replicated metadata, `tessera up --mds 3`).
     #[command(subcommand)]
     Mds(MdsCmd),
+    /// A cluster on several hosts: `cluster init --hosts FILE` writes the CA, every node's certificate and
+    /// configuration (see the README's "On several hosts").
+    #[command(subcommand)]
+    Cluster(ClusterCmd),
     /// Forwarding nodes (IONs): their status, or switch their request scheduler at run time.
     #[command(subcommand)]
     Ion(crate::ion::IonCmd),
@@ -362,6 +366,21 @@ enum MirrorCmd {
         /// "resyncs_done", "resynced_bytes", "resync_rate", "removed"} (bytes, bytes/s).
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCmd {
+    /// From a hosts file (one node per line: ROLE NAME HOST:PORT [DATA_DIR]; roles mds, ds, ion, client,
+    /// admin, the last two with address -), write into --out the CA, each node's certificate (naming its
+    /// host) and NAME.toml per node; prints what to copy where and how to start each server.
+    Init {
+        /// The hosts file.
+        #[arg(long)]
+        hosts: PathBuf,
+        /// Output directory (a CA already there is reused).
+        #[arg(long, default_value = "tessera-cluster")]
+        out: PathBuf,
     },
 }
 
@@ -864,6 +883,10 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         Cmd::Mount { args } => return exec_mount(cli.config.as_deref(), args),
+        Cmd::Cluster(ClusterCmd::Init { hosts, out }) => {
+            cluster_init(hosts, out)?;
+            return Ok(ExitCode::SUCCESS);
+        }
         Cmd::Status { dir, json } => return up_status(dir.as_deref(), cli.config.as_deref(), *json),
         Cmd::Up(a) => {
             let opts = UpOptions {
@@ -884,7 +907,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
     }
     let c = connect(&cli).await?;
     match cli.cmd {
-        Cmd::Ca(_) | Cmd::Up(_) | Cmd::Mount { .. } | Cmd::Status { .. } => {}
+        Cmd::Ca(_) | Cmd::Up(_) | Cmd::Mount { .. } | Cmd::Status { .. } | Cmd::Cluster(_) => {}
         Cmd::Ls { long, path } => ls(&c, &path, long).await?,
         Cmd::Stat { path } => stat(&c, &path).await?,
         Cmd::Mkdir { parents, mode, path } => {
@@ -1871,6 +1894,21 @@ where
         }
     })
     .await;
+    Ok(())
+}
+
+/// `tessera cluster init --hosts FILE --out DIR`.
+fn cluster_init(hosts: &Path, out: &Path) -> CliResult<()> {
+    let text = std::fs::read_to_string(hosts).map_err(|e| CliError::at(hosts.display().to_string(), e.to_string()))?;
+    let nodes = tessera_ops::hosts::parse(&text).map_err(CliError::error)?;
+    let plans = tessera_ops::hosts::init(&nodes, out).map_err(CliError::error)?;
+    println!("wrote the CA and {} nodes' certificates and configurations into {}", plans.len(), out.display());
+    println!("on each node's host, into one directory: NAME.toml, tls/ca.pem, tls/NAME.pem, tls/NAME.key; then:");
+    for (p, n) in plans.iter().zip(&nodes) {
+        let host = n.addr.as_deref().unwrap_or("-");
+        println!("  {:<10} {:<6} {:<22} {}", p.name, p.role.to_string(), host, p.command);
+    }
+    println!("keep tls/ca.key off the nodes (it issues certificates: tessera ca ...).");
     Ok(())
 }
 

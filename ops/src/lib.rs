@@ -23,5 +23,6 @@ pub mod ca;
 pub mod cluster;
 #[cfg(feature = "ca")]
 pub mod clusterdir;
+pub mod hosts;
 #[cfg(feature = "ca")]
 pub mod issue;
