@@ -9,7 +9,7 @@
 use crate::ca::{self, CaDir};
 use crate::issue;
 use std::path::{Path, PathBuf};
-use tessera_proto::config::{ClusterConfig, Defaults, DsNode, IonNode, MdsNode, TransportOptions};
+use tessera_proto::config::{ClusterConfig, Defaults, DsNode, IonNode, MdsNode};
 use tessera_proto::error::{FsError, FsResult};
 use tessera_proto::layout::LayoutSpec;
 use tessera_proto::tls::{self, TlsFiles, Validity};
@@ -232,12 +232,7 @@ pub fn prepare(dir: &Path, shape: Shape, port_base: u16, defaults: Defaults) -> 
         std::fs::create_dir_all(&p).map_err(|e| io_err(&p, e))?;
     }
 
-    let tls_of = |name: &str| TlsFiles {
-        ca: PathBuf::from("tls/ca.pem"),
-        cert: PathBuf::from(format!("tls/{name}.pem")),
-        key: PathBuf::from(format!("tls/{name}.key")),
-        crl: None,
-    };
+    let tls_of = |name: &str| TlsFiles::in_dir(Path::new("tls"), name);
     let mut rewrite = false;
     let base = match base {
         Some(mut b) if b.ion.len() != shape.ion => {
@@ -262,41 +257,24 @@ pub fn prepare(dir: &Path, shape: Shape, port_base: u16, defaults: Defaults) -> 
                 (ports, ion, extra)
             };
             let mds_ports = std::iter::once(ports[0]).chain(replica_ports);
-            ClusterConfig {
-                mds: mds_ports
-                    .zip(&mds_dirs)
-                    .map(|(port, d)| MdsNode {
-                        name: (n_mds > 1).then(|| d.clone()),
-                        addr: format!("127.0.0.1:{port}"),
-                        data_dir: Some(PathBuf::from(d)),
-                        metadata_commit: Default::default(),
-                        eviction_timeout_s: 30,
-                        job_window_ms: 1000,
-                    })
-                    .collect(),
-                ds: (0..n_ds)
-                    .map(|i| DsNode {
-                        targets: (shape.targets > 1).then_some(shape.targets),
-                        capacity: shape.target_capacity,
-                        ..DsNode::new(
-                            i as u32,
-                            format!("127.0.0.1:{}", ports[i + 1]),
-                            Some(PathBuf::from(format!("ds{i}"))),
-                        )
-                    })
-                    .collect(),
-                ion,
-                defaults,
-                tls: tls_of("mds"),
-                ds_options: Default::default(),
-                client: Default::default(),
-                transport: TransportOptions::default(),
-                orchestrator: Default::default(),
-                ion_options: Default::default(),
-                mirror: Default::default(),
-                metrics: Default::default(),
-                persched: Default::default(),
-            }
+            let mds = mds_ports
+                .zip(&mds_dirs)
+                .map(|(port, d)| {
+                    MdsNode::new((n_mds > 1).then(|| d.clone()), format!("127.0.0.1:{port}"), Some(PathBuf::from(d)))
+                })
+                .collect();
+            let ds = (0..n_ds)
+                .map(|i| DsNode {
+                    targets: (shape.targets > 1).then_some(shape.targets),
+                    capacity: shape.target_capacity,
+                    ..DsNode::new(
+                        i as u32,
+                        format!("127.0.0.1:{}", ports[i + 1]),
+                        Some(PathBuf::from(format!("ds{i}"))),
+                    )
+                })
+                .collect();
+            ClusterConfig::of_nodes(mds, ds, ion, defaults, tls_of("mds"))
         }
     };
     // Node files that are missing are (re)written; mds.toml last, since it marks a complete cluster.

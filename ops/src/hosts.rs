@@ -22,7 +22,7 @@
 use crate::ca;
 use crate::issue;
 use std::path::{Path, PathBuf};
-use tessera_proto::config::{ClusterConfig, Defaults, DsNode, IonNode, MdsNode, TransportOptions};
+use tessera_proto::config::{ClusterConfig, Defaults, DsNode, IonNode, MdsNode};
 use tessera_proto::error::{FsError, FsResult};
 use tessera_proto::tls::TlsFiles;
 use tessera_proto::types::Role;
@@ -139,68 +139,51 @@ pub fn init(nodes: &[HostNode], out: &Path) -> FsResult<Vec<NodePlan>> {
     let data_dir =
         |h: &HostNode| h.data_dir.clone().unwrap_or_else(|| PathBuf::from(format!("/var/lib/tessera/{}", h.name)));
     let replicated = servers(Role::Mds).count() > 1;
-    let base = ClusterConfig {
-        mds: servers(Role::Mds)
-            .map(|h| MdsNode {
-                name: replicated.then(|| h.name.clone()),
-                addr: h.addr.clone().unwrap_or_default(),
-                data_dir: Some(data_dir(h)),
-                metadata_commit: Default::default(),
-                eviction_timeout_s: 30,
-                job_window_ms: 1000,
-            })
-            .collect(),
-        ds: servers(Role::Ds)
-            .enumerate()
-            .map(|(i, h)| DsNode::new(i as u32, h.addr.clone().unwrap_or_default(), Some(data_dir(h))))
-            .collect(),
-        ion: servers(Role::Ion)
-            .map(|h| IonNode { name: h.name.clone(), addr: h.addr.clone().unwrap_or_default() })
-            .collect(),
-        defaults: Defaults::default(),
-        tls: TlsFiles { ca: "tls/ca.pem".into(), cert: "tls/x.pem".into(), key: "tls/x.key".into(), crl: None },
-        ds_options: Default::default(),
-        client: Default::default(),
-        transport: TransportOptions::default(),
-        orchestrator: Default::default(),
-        ion_options: Default::default(),
-        mirror: Default::default(),
-        metrics: Default::default(),
-        persched: Default::default(),
-    };
+    let mds = servers(Role::Mds)
+        .map(|h| {
+            MdsNode::new(replicated.then(|| h.name.clone()), h.addr.clone().unwrap_or_default(), Some(data_dir(h)))
+        })
+        .collect();
+    let ds = servers(Role::Ds)
+        .enumerate()
+        .map(|(i, h)| DsNode::new(i as u32, h.addr.clone().unwrap_or_default(), Some(data_dir(h))))
+        .collect();
+    let ion = servers(Role::Ion)
+        .map(|h| IonNode { name: h.name.clone(), addr: h.addr.clone().unwrap_or_default() })
+        .collect();
+    let tls_of = |name: &str| TlsFiles::in_dir(Path::new("tls"), name);
+    let base = ClusterConfig::of_nodes(mds, ds, ion, Defaults::default(), tls_of("mds"));
     let mut plans = Vec::new();
     let (mut replica, mut ds, mut ion) = (0, 0, 0);
     for h in nodes {
         let sans: Vec<String> = h.addr.iter().map(|a| host_of(a)).collect();
         ca::issue_to_dir(&tls_dir, &ca, h.role, &h.name, &sans).map_err(|e| tls_err(&e))?;
-        let tls = TlsFiles {
-            ca: "tls/ca.pem".into(),
-            cert: format!("tls/{}.pem", h.name).into(),
-            key: format!("tls/{}.key", h.name).into(),
-            crl: None,
-        };
         let config = out.join(format!("{}.toml", h.name));
-        ClusterConfig { tls, ..base.clone() }.save(&config)?;
+        ClusterConfig { tls: tls_of(&h.name), ..base.clone() }.save(&config)?;
         let file = format!("{}.toml", h.name);
-        let command = match h.role {
+        // A server's arguments beyond its configuration (also for deploy/systemd's units: NAME.env).
+        let (program, args) = match h.role {
             Role::Mds if replicated => {
                 replica += 1;
-                format!("tessera-mds --config {file} --replica {replica}")
+                ("tessera-mds", Some(format!("--replica {replica}")))
             }
-            Role::Mds => format!("tessera-mds --config {file}"),
+            Role::Mds => ("tessera-mds", None),
             Role::Ds => {
                 ds += 1;
-                format!("tessera-ds --config {file} --id {}", ds - 1)
+                ("tessera-ds", Some(format!("--id {}", ds - 1)))
             }
             Role::Ion => {
                 ion += 1;
-                format!("tessera-ion --config {file} --index {}", ion - 1)
+                ("tessera-ion", Some(format!("--index {}", ion - 1)))
             }
-            _ => format!("tessera-fuse /mnt/tessera --config {file}   (or TESSERA_CONFIG={file} tessera ...)"),
+            _ => ("", None),
         };
-        // The arguments beyond the configuration, for deploy/systemd's units (EnvironmentFile).
-        let args = command.split_once(" --config ").and_then(|(_, rest)| rest.split_once(' ')).map(|(_, a)| a);
-        if let (Some(args), true) = (args, matches!(h.role, Role::Mds | Role::Ds | Role::Ion)) {
+        let command = match (program, &args) {
+            ("", _) => format!("tessera-fuse /mnt/tessera --config {file}   (or TESSERA_CONFIG={file} tessera ...)"),
+            (p, Some(args)) => format!("{p} --config {file} {args}"),
+            (p, None) => format!("{p} --config {file}"),
+        };
+        if let Some(args) = &args {
             let env = out.join(format!("{}.env", h.name));
             std::fs::write(&env, format!("TESSERA_ARGS=\"{args}\"\n")).map_err(|e| io(&env, &e))?;
         }

@@ -448,6 +448,21 @@ pub struct MdsNode {
     pub job_window_ms: u64,
 }
 
+impl MdsNode {
+    /// Metadata server (or replica) `name` at `addr` with its database in `data_dir`, every other setting
+    /// its default.
+    pub fn new(name: Option<String>, addr: String, data_dir: Option<PathBuf>) -> MdsNode {
+        MdsNode {
+            name,
+            addr,
+            data_dir,
+            metadata_commit: MetadataCommit::default(),
+            eviction_timeout_s: default_eviction_timeout_s(),
+            job_window_ms: default_job_window_ms(),
+        }
+    }
+}
+
 fn default_eviction_timeout_s() -> u64 {
     30
 }
@@ -624,6 +639,32 @@ impl Default for TransportOptions {
 }
 
 impl ClusterConfig {
+    /// A cluster of these servers, with `defaults` for new files and identity `tls`; every other section
+    /// its default.
+    pub fn of_nodes(
+        mds: Vec<MdsNode>,
+        ds: Vec<DsNode>,
+        ion: Vec<IonNode>,
+        defaults: Defaults,
+        tls: crate::tls::TlsFiles,
+    ) -> ClusterConfig {
+        ClusterConfig {
+            mds,
+            ds,
+            ion,
+            defaults,
+            tls,
+            ds_options: Default::default(),
+            client: Default::default(),
+            transport: TransportOptions::default(),
+            orchestrator: Default::default(),
+            ion_options: Default::default(),
+            mirror: Default::default(),
+            metrics: Default::default(),
+            persched: Default::default(),
+        }
+    }
+
     /// Reads a config file; relative paths inside it are resolved against the file's directory.
     pub fn load(path: &Path) -> Result<ClusterConfig, ConfigError> {
         ClusterConfig::load_with(path, &[])

@@ -213,28 +213,26 @@ impl Replica {
         let sm = StoreSm::open(store.clone())?;
         let config = Arc::new(raft_config().validate()?);
         let raft = Raft::new(id, config, network, log, sm.clone()).await?;
-        // A replica that restarts may stand for election only after ELECTION_HOLD: the leader's link to it
-        // may take a moment to be made again, and a restarted replica whose election timer ran out
-        // meanwhile would depose a live leader with its higher term (seen: a second leader change and
-        // pause of service after a killed replica's restart). Not when it starts a new group.
-        let fresh = id == 1 && !raft.is_initialized().await?;
-        if !fresh {
-            raft.runtime_config().elect(false);
-            let r = raft.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(ELECTION_HOLD).await;
-                r.runtime_config().elect(true);
-            });
-        }
         // Only the first replica initialises a new group: several doing it at once stand for election
         // together, and one elected may be deposed in the same term a moment later.
-        if fresh {
+        if id == 1 && !raft.is_initialized().await? {
             let members: BTreeMap<NodeId, BasicNode> =
                 addrs.iter().map(|(&n, a)| (n, BasicNode::new(a.clone()))).collect();
             match raft.initialize(members).await {
                 Ok(()) => info!(replica = id, replicas = addrs.len(), "replicated metadata initialised"),
                 Err(e) => info!(replica = id, "replicated metadata: {e}"),
             }
+        } else {
+            // Any other start may stand for election only after ELECTION_HOLD: the leader's link to a
+            // restarted replica may take a moment to be made again, and one whose election timer ran out
+            // meanwhile would depose a live leader with its higher term (seen: a second leader change and
+            // pause of service after a killed replica's restart).
+            raft.runtime_config().elect(false);
+            let r = raft.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(ELECTION_HOLD).await;
+                r.runtime_config().elect(true);
+            });
         }
         let quorum_at = Arc::new(std::sync::Mutex::new(None));
         let (mut metrics, noted) = (raft.metrics(), quorum_at.clone());
@@ -255,10 +253,6 @@ impl Replica {
             }
         });
         Ok(Arc::new(Replica { id, raft, sm, store, addrs, serving: OnceLock::new(), quorum_at }))
-    }
-
-    pub fn raft(&self) -> &Raft<MdsRaft> {
-        &self.raft
     }
 
     /// Waits until this replica is elected and caught up, then makes its database the service's: every

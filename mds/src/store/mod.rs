@@ -686,6 +686,11 @@ impl<'a> Txn<'a> {
         self.destroys > 0
     }
 
+    /// The writes as a journal record or replicated log entry carries them.
+    fn write_set(&self) -> WriteSet {
+        self.writes.iter().map(|((t, k), v)| (*t as u8, k.clone(), v.clone())).collect()
+    }
+
     /// Commits every write atomically: one sled transaction (fsync mode), or a journal record plus
     /// the pending overlay (journal mode; see the module docs).
     pub fn commit(self) -> FsResult<()> {
@@ -694,7 +699,7 @@ impl<'a> Txn<'a> {
         }
         let store = self.store;
         if let Some(r) = store.replicate.get() {
-            let ws: WriteSet = self.writes.iter().map(|((t, k), v)| (*t as u8, k.clone(), v.clone())).collect();
+            let ws = self.write_set();
             // Under the lock: proposals in the order of the overlay's commits.
             let mut proposed = r.proposed.lock().unwrap_or_else(|e| e.into_inner());
             let c = store.overlay.add(self.writes);
@@ -711,7 +716,7 @@ impl<'a> Txn<'a> {
             store.inode_count.fetch_add(self.inode_delta, Ordering::Relaxed);
             return Ok(());
         };
-        let ws: WriteSet = self.writes.iter().map(|((t, k), v)| (*t as u8, k.clone(), v.clone())).collect();
+        let ws = self.write_set();
         let mut journal = j.lock().unwrap_or_else(|e| e.into_inner());
         let appended = journal.append(ws);
         // Under the journal's lock: a rotation sees every record it closes in the overlay.
