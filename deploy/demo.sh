@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Tessera on several "hosts" with Docker: one MDS, four data servers, two forwarding nodes (IONs) and
+# Tessera on several "hosts" with Docker: three metadata replicas, four data servers, two forwarding nodes (IONs) and
 # two FUSE clients, each in its own container on a private bridge network (deploy/docker-compose.yml);
 # client1 goes through ion0, client2 through ion1.
 #
 #   bash deploy/demo.sh          build, start, write on client1 / read on client2, benchmark both
-#                                clients at once, show `tessera df` and `tessera ion status`, tear
-#                                everything down
+#                                clients at once, show `tessera df`, `tessera mds status` and
+#                                `tessera ion status`, tear everything down
 #   bash deploy/demo.sh up       build and start the cluster, leave it running
 #   bash deploy/demo.sh run      the workload steps against a running cluster
 #   bash deploy/demo.sh down     stop and remove the cluster (containers, network, volumes)
@@ -28,7 +28,7 @@ BASE=${TESSERA_BASE:-}
 PROJECT=${TESSERA_PROJECT:-tessera-demo}
 BENCH_BLOCK=${TESSERA_BENCH_BLOCK:-128m}
 BINS=(tessera tessera-mds tessera-ds tessera-ion tessera-fuse tessera-bench)
-SERVICES=(mds ds0 ds1 ds2 ds3 ion0 ion1 client1 client2)
+SERVICES=(mds0 mds1 mds2 ds0 ds1 ds2 ds3 ion0 ion1 client1 client2)
 MNT=/mnt/tessera
 
 # ---- helpers -----------------------------------------------------------------------------------------
@@ -144,7 +144,7 @@ build_image() {
 }
 
 cluster_up() {
-  step "start the cluster (certs, mds, ds0..ds3, ion0, ion1, client1, client2)"
+  step "start the cluster (certs, mds0..mds2, ds0..ds3, ion0, ion1, client1, client2)"
   # Compose orders the start by the health checks (depends_on conditions); then wait for the clients.
   compose up -d
   wait_healthy 120 "${SERVICES[@]}"
@@ -203,6 +203,11 @@ df_step() {
   on client1 tessera df
 }
 
+mds_step() {
+  step "tessera mds status (the metadata replicas: which one leads, how far each follows)"
+  on client1 tessera --config /etc/tessera/admin.toml mds status
+}
+
 ion_step() {
   step "tessera ion status (what went through each forwarding node)"
   on client1 tessera ion status
@@ -232,6 +237,7 @@ case $cmd in
     write_and_read
     bench
     df_step
+    mds_step
     ion_step
     ;;
   up)
@@ -244,6 +250,7 @@ case $cmd in
     write_and_read
     bench
     df_step
+    mds_step
     ion_step
     print_times
     ;;

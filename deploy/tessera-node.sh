@@ -1,7 +1,7 @@
 #!/bin/sh
 # Entry point of every container of the Docker demo (installed as /usr/local/bin/tessera-node):
 #   tessera-node init            one-shot: CA, node certificates and node configs (kept if already there)
-#   tessera-node mds             the metadata server
+#   tessera-node mds N           metadata replica N (0, 1, 2: replica N+1 of the replicated service)
 #   tessera-node ds N            data server N
 #   tessera-node ion K           forwarding node K (ION: clients' requests go through it to the servers)
 #   tessera-node client NAME     a client: mounts Tessera with FUSE at $TESSERA_MOUNT and stays up
@@ -11,6 +11,7 @@ set -eu
 CONF=${TESSERA_CONF_DIR:-/etc/tessera}        # configs + node certificates (shared volume)
 CA_DIR=${TESSERA_CA_DIR:-/var/lib/tessera-ca} # CA key: only the init container sees it
 DATA=${TESSERA_DATA_DIR:-/var/lib/tessera}    # this node's own volume
+N_MDS=${TESSERA_MDS_COUNT:-3}
 N_DS=${TESSERA_DS_COUNT:-4}
 N_ION=${TESSERA_ION_COUNT:-2}
 CLIENTS=${TESSERA_CLIENTS:-client1 client2}
@@ -32,7 +33,9 @@ write_config() {
   ion_ids=$5
   pin=${6:-}
   {
-    printf '[mds]\naddr = "mds:%s"\ndata_dir = "%s"\n\n' "$MDS_PORT" "$DATA"
+    for m in $(seq 0 $((N_MDS - 1))); do
+      printf '[[mds]]\nname = "mds%s"\naddr = "mds%s:%s"\ndata_dir = "%s"\n\n' "$m" "$m" "$MDS_PORT" "$DATA"
+    done
     for i in $ds_ids; do
       printf '[[ds]]\nid = %s\naddr = "ds%s:%s"\ndata_dir = "%s"\n\n' "$i" "$i" $((DS_PORT0 + i)) "$DATA"
     done
@@ -82,8 +85,10 @@ init() {
   all_ds=$(seq 0 $((N_DS - 1)) | tr '\n' ' ')
   all_ion=""
   [ "$N_ION" -eq 0 ] || all_ion=$(seq 0 $((N_ION - 1)) | tr '\n' ' ')
-  issue mds mds mds
-  write_config "$CONF/mds.toml" tls mds "$all_ds" "$all_ion"
+  for m in $(seq 0 $((N_MDS - 1))); do
+    issue mds "mds$m" "mds$m"
+    write_config "$CONF/mds$m.toml" tls "mds$m" "$all_ds" "$all_ion"
+  done
   for i in $all_ds; do
     issue ds "ds$i" "ds$i"
     write_config "$CONF/ds$i.toml" tls "ds$i" "$all_ds" "$all_ion"
@@ -112,7 +117,7 @@ init() {
   chmod 0644 "$CONF"/*.toml "$CONF"/health/*.toml "$CONF/tls/"*.pem
   chmod 0600 "$CONF/tls/"*.key
   touch "$CONF/cluster.done"
-  echo "cluster files written to $CONF: CA, certificates and configs for mds, $N_DS data servers," \
+  echo "cluster files written to $CONF: CA, certificates and configs for $N_MDS metadata replicas, $N_DS data servers," \
     "$N_ION forwarding nodes, $CLIENTS, admin"
 }
 
@@ -131,7 +136,12 @@ client() {
 
 health() {
   case $1 in
-    mds) tessera --config "$CONF/health/mds.toml" ping >/dev/null ;;
+    # A replica: it answers and knows which replica leads (its row of `tessera mds status --json`, one
+    # object per replica in order, has role leader or follower and a leader id).
+    mds)
+      row=$(tessera --config "$CONF/health/mds.toml" mds status --json | sed 's/},{/}\n{/g' | sed -n "$(($2 + 1))p")
+      echo "$row" | grep -q '"role":"\(leader\|follower\)"' && echo "$row" | grep -q '"leader":[0-9]'
+      ;;
     ds) tessera --config "$CONF/health/ds$2.toml" ping >/dev/null ;;
     # TESSERA_ION would override the config's pin.
     ion) TESSERA_ION="ion$2" tessera --config "$CONF/health/ion$2.toml" ping >/dev/null ;;
@@ -151,13 +161,13 @@ cmd=${1:-}
 [ $# -gt 0 ] && shift
 case $cmd in
   init) init ;;
-  mds) exec tessera-mds --config "$CONF/mds.toml" ;;
+  mds) exec tessera-mds --config "$CONF/mds$1.toml" --replica $(($1 + 1)) ;;
   ds) exec tessera-ds --config "$CONF/ds$1.toml" --id "$1" ;;
   ion) exec tessera-ion --config "$CONF/ion$1.toml" --index "$1" ;;
   client) client "$1" ;;
   health) health "$@" ;;
   *)
-    echo "usage: tessera-node init | mds | ds N | ion K | client NAME | health mds|ds N|ion K|client NAME" >&2
+    echo "usage: tessera-node init | mds N | ds N | ion K | client NAME | health mds N|ds N|ion K|client NAME" >&2
     exit 2
     ;;
 esac

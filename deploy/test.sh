@@ -13,8 +13,10 @@
 #    test (a data server killed while a client writes), a restart-policy test (a data server's process
 #    killed from the host: Docker must start it again by itself), a mirrored-file test (a data server's
 #    container killed and its volume removed while a client reads a mirrored file: the read completes intact,
-#    the server comes back empty and is resynced, fsck --verify-mirrors clean), then removes everything it made and stops
-#    its dockerd.
+#    the server comes back empty and is resynced, fsck --verify-mirrors clean), a metadata failover test (the
+#    leading metadata replica's container killed while client1 creates files through its mount: the creates go on
+#    under a new leader, none lost or doubled; the old leader started again rejoins as a follower and catches up),
+#    then removes everything it made and stops its dockerd.
 # Last line: `docker demo: N passed, M failed`; exit status non-zero on any failure.
 set -euo pipefail
 
@@ -193,7 +195,7 @@ check "demo.sh tore down its network" [ -z "$($DOCKER network ls -q --filter "na
 
 log "cluster up again"
 TESSERA_BASE=tessera-base:bookworm bash "$ROOT/deploy/demo.sh" up >"$WORK/up.out" 2>&1 || { cat "$WORK/up.out"; exit 1; }
-for s in client1 client2 ds0 ds1 ds2 ds3 ion0 ion1; do printf -v "CID_$s" '%s' "$(ci_compose ps -q "$s")"; done
+for s in client1 client2 ds0 ds1 ds2 ds3 ion0 ion1 mds0 mds1 mds2; do printf -v "CID_$s" '%s' "$(ci_compose ps -q "$s")"; done
 cid() { local v=CID_$1; echo "${!v}"; }
 on() { local c; c=$(cid "$1"); shift; $DOCKER exec "$c" "$@"; }
 # health SERVICE: its container's health status now.
@@ -467,6 +469,79 @@ check "getstripe shows every replica in-sync again" \
 check "fsck --verify-mirrors finds the replicas identical" on client1 tessera --config /etc/tessera/admin.toml fsck --verify-mirrors
 sum=$(on client2 timeout 60 sha256sum $MNT/mirror/big | cut -d' ' -f1 || true)
 check "the mirrored file reads back intact after the resync" [ "$sum" = "$(cat "$WORK/mirror.sum")" ]
+
+# ---- metadata failover: the leading replica's container dies while client1 creates files ----------------
+
+log "metadata failover: the leading metadata replica killed while client1 creates files"
+# `tessera mds status --json` (a list of {"name", "role", "term", "log_index", "serving", ...}) from client1.
+mds_status() { on client1 timeout 30 tessera --config /etc/tessera/admin.toml mds status --json; }
+mds_status >"$WORK/mds0.json" || true
+jq -r '.[] | "  \(.name): \(.role), term \(.term), log \(.log_index), serving \(.serving)"' "$WORK/mds0.json" || true
+leader=$(jq -r '[.[] | select(.role == "leader" and .serving) | .name] | first // empty' "$WORK/mds0.json" || true)
+check "tessera mds status --json names one serving leader among mds0..mds2 ($leader)" \
+  sh -c "jq -e '[.[] | select(.role == \"leader\")] | length == 1' '$WORK/mds0.json' >/dev/null && case '$leader' in mds[012]) true ;; *) false ;; esac"
+leader=${leader:-mds0}
+term0=$(jq -r '[.[] | select(.role == "leader") | .term] | first // 0' "$WORK/mds0.json" 2>/dev/null || echo 0)
+# A paced writer through the mount: 400 files (f<i> holding "<i>"), a mkdir every 50; it notes the count
+# done in /tmp/mprogress and each file's completion time (ms) in /tmp/mtimes, to find the longest pause.
+N_META=400
+writer="mkdir -p $MNT/meta || exit \$?; i=0; : >/tmp/mtimes; while [ \$i -lt $N_META ]; do
+  if [ \$((i % 50)) = 0 ]; then mkdir $MNT/meta/d\$i || exit \$?; fi
+  echo \$i > $MNT/meta/f\$i || exit \$?
+  i=\$((i + 1)); echo \$i >/tmp/mprogress; date +%s%3N >>/tmp/mtimes; sleep 0.02
+done"
+on client1 rm -f /tmp/mprogress /tmp/mtimes
+on client1 timeout -k 5 180 sh -c "$writer" >"$WORK/meta.out" 2>&1 &
+wr_pid=$!
+got=0
+for _ in $(seq 1 300); do
+  got=$(on client1 cat /tmp/mprogress 2>/dev/null || true)
+  [ "${got:-0}" -ge 100 ] && break
+  sleep 0.1
+done
+$DOCKER kill "$(cid "$leader")" >/dev/null
+echo "killed $leader (the leader, term $term0) with ${got:-0} of $N_META files created"
+wr_rc=0
+wait $wr_pid || wr_rc=$?
+cat "$WORK/meta.out"
+gap=$(on client1 sh -c 'awk "NR > 1 && \$1 - p > m { m = \$1 - p } { p = \$1 } END { printf \"%.1f\", m / 1000 }" /tmp/mtimes' || echo "?")
+done_n=$(on client1 cat /tmp/mprogress 2>/dev/null || echo 0)
+echo "writer exit $wr_rc, $done_n files created; longest pause between two creates: $gap s"
+check "client1's creates go on through the leader's death (exit $wr_rc, $done_n of $N_META)" \
+  [ "$wr_rc" = 0 -a "$done_n" = "$N_META" ]
+# From the other client: every file there once (ls), each with its own content.
+names=$(on client2 timeout 60 sh -c "ls $MNT/meta | grep -c '^f'" || echo 0)
+dirs=$(on client2 timeout 60 sh -c "ls $MNT/meta | grep -c '^d'" || echo 0)
+wrong=$(on client2 timeout 120 sh -c "n=0; i=0; while [ \$i -lt $N_META ]; do
+  [ \"\$(cat $MNT/meta/f\$i 2>/dev/null)\" = \$i ] || n=\$((n + 1)); i=\$((i + 1)); done; echo \$n" || echo "$N_META")
+check "client2 sees all $N_META files once, each with its content ($names files, $dirs directories, $wrong wrong)" \
+  [ "$names" = "$N_META" -a "$dirs" = $((N_META / 50)) -a "$wrong" = 0 ]
+mds_status >"$WORK/mds1.json" || true
+jq -r '.[] | "  \(.name): \(.role), term \(.term), log \(.log_index), serving \(.serving)"' "$WORK/mds1.json" || true
+new=$(jq -r '[.[] | select(.role == "leader" and .serving) | .name] | first // empty' "$WORK/mds1.json" || true)
+term1=$(jq -r '[.[] | select(.role == "leader") | .term] | first // 0' "$WORK/mds1.json" 2>/dev/null || echo 0)
+check "another replica leads ($leader -> ${new:-none}, term $term0 -> $term1)" \
+  [ -n "$new" -a "$new" != "$leader" -a "$term1" -gt "$term0" ]
+$DOCKER start "$(cid "$leader")" >/dev/null
+t_start=$SECONDS
+wait_ok=0
+wait_healthy "$leader" || wait_ok=1
+check "$leader rejoins after docker start, healthy after $((SECONDS - t_start)) s" [ "$wait_ok" = 0 ]
+# It follows and catches up: its log reaches the leader's (a new change first, so there is one to follow).
+on client1 tessera mkdir -p /meta/after
+mds_status >"$WORK/mds2.json" || true
+want=$(jq -r '[.[] | select(.role == "leader") | .log_index] | first // 0' "$WORK/mds2.json" 2>/dev/null || echo 0)
+caught=1
+for _ in $(seq 1 30); do
+  if jq -e --arg n "$leader" --argjson l "${want:-0}" \
+      '[.[] | select(.name == $n and .role == "follower" and .applied_index >= $l)] | length == 1' \
+      "$WORK/mds2.json" >/dev/null 2>&1; then caught=0; break; fi
+  sleep 1
+  mds_status >"$WORK/mds2.json" || true
+done
+jq -r '.[] | "  \(.name): \(.role), term \(.term), log \(.log_index), applied \(.applied_index)"' "$WORK/mds2.json" || true
+check "$leader follows the new leader and has applied its log up to the leader's index $want" [ "$caught" = 0 -a "${want:-0}" -gt 0 ]
+check "fsck after the metadata failover is clean" on client1 tessera --config /etc/tessera/admin.toml fsck
 
 log "tear down"
 bash "$ROOT/deploy/demo.sh" down >/dev/null 2>&1 || true
