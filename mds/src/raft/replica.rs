@@ -188,6 +188,9 @@ pub struct Replica {
     quorum_at: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
+/// How often a leader proposes the reply-cache answers no change took along ([`Store::flush_deferred`]).
+const DEFERRED_REPLIES: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// How long a restarted replica waits before it may stand for election.
 pub const ELECTION_HOLD: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -303,6 +306,19 @@ impl Replica {
             }
         });
         self.store.lead(Replicator::new(propose, self.sm.committed()))?;
+        // Reply-cache answers no change took along (the last ones before a pause) proposed by themselves.
+        let store = Arc::downgrade(&self.store);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(DEFERRED_REPLIES);
+            while let Some(store) = store.upgrade() {
+                if let Err(e) = store.flush_deferred() {
+                    warn!(replica = id, "reply-cache answers not proposed: {e}");
+                    return;
+                }
+                drop(store);
+                tick.tick().await;
+            }
+        });
         info!(replica = self.id, term, "leading the metadata service");
         Ok(term)
     }

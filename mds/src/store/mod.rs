@@ -76,6 +76,10 @@ pub struct Replicator {
     /// The last overlay commit proposed that answers wait for (and the lock that keeps proposals in
     /// commit order).
     proposed: Mutex<u64>,
+    /// Reply-cache answers not proposed yet: they go with the next commit's entry (or
+    /// [`Store::flush_deferred`]'s), not an entry each — only a resend reads them, and a resend whose
+    /// answer a failover lost has it rebuilt from the change's mark.
+    deferred: Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
 }
 
 impl Replicator {
@@ -83,7 +87,7 @@ impl Replicator {
         propose: Box<dyn Fn(u64, WriteSet) -> Result<(), String> + Send + Sync>,
         committed: tokio::sync::watch::Receiver<u64>,
     ) -> Replicator {
-        Replicator { propose, committed, proposed: Mutex::new(0) }
+        Replicator { propose, committed, proposed: Mutex::new(0), deferred: Mutex::new(Vec::new()) }
     }
 }
 
@@ -391,7 +395,7 @@ pub struct Txn<'a> {
     writes: BTreeMap<(T, Vec<u8>), Option<Vec<u8>>>,
     inode_delta: i64,
     destroys: usize,
-    /// Replicated: [`Store::settle`] does not wait for this commit (a reply-cache answer).
+    /// Replicated: [`Store::settle`] does not wait for this commit (deferred reply-cache answers only).
     unawaited: bool,
 }
 
@@ -693,15 +697,20 @@ impl<'a> Txn<'a> {
 
     /// Commits every write atomically: one sled transaction (fsync mode), or a journal record plus
     /// the pending overlay (journal mode; see the module docs).
-    pub fn commit(self) -> FsResult<()> {
-        if self.writes.is_empty() {
-            return Ok(());
-        }
+    pub fn commit(mut self) -> FsResult<()> {
         let store = self.store;
         if let Some(r) = store.replicate.get() {
-            let ws = self.write_set();
             // Under the lock: proposals in the order of the overlay's commits.
             let mut proposed = r.proposed.lock().unwrap_or_else(|e| e.into_inner());
+            // Deferred reply-cache answers ride along (a write of this commit to the same slot — a
+            // newer request's mark — wins).
+            for (k, v) in std::mem::take(&mut *r.deferred.lock().unwrap_or_else(|e| e.into_inner())) {
+                self.writes.entry((T::Meta, k)).or_insert(Some(v));
+            }
+            if self.writes.is_empty() {
+                return Ok(());
+            }
+            let ws = self.write_set();
             let c = store.overlay.add(self.writes);
             if !self.unawaited {
                 *proposed = c;
@@ -709,6 +718,9 @@ impl<'a> Txn<'a> {
             (r.propose)(c, ws).map_err(StoreError::NotReplicated)?;
             drop(proposed);
             store.inode_count.fetch_add(self.inode_delta, Ordering::Relaxed);
+            return Ok(());
+        }
+        if self.writes.is_empty() {
             return Ok(());
         }
         let Some(j) = &store.journal else {
@@ -788,7 +800,14 @@ impl Txn<'_> {
 impl Store {
     /// What the reply cache holds for client `client`'s request number `seq`.
     pub fn replied(&self, client: u64, seq: u64) -> FsResult<Option<Replied>> {
-        let Some(v) = self.begin().get(T::Meta, &reply_key(client, seq))? else { return Ok(None) };
+        let key = reply_key(client, seq);
+        let deferred = self.replicate.get().and_then(|r| {
+            let d = r.deferred.lock().unwrap_or_else(|e| e.into_inner());
+            d.iter().rev().find(|(k, _)| *k == key).map(|(_, v)| v.clone())
+        });
+        let Some(v) = deferred.map_or_else(|| self.begin().get(T::Meta, &key), |v| Ok(Some(v)))? else {
+            return Ok(None);
+        };
         let k: Kept = dec(&v)?;
         Ok((k.seq == seq).then_some(k.replied))
     }
@@ -807,17 +826,33 @@ impl Store {
 
     /// Keeps the answer `r` of client `client`'s request number `seq`, in the slot of its number
     /// `seq - REPLY_WINDOW`.
+    /// Replicated, it waits for the next commit ([`Replicator`]'s `deferred`).
     pub fn record_reply(&self, client: u64, seq: u64, r: &FsResult<tessera_proto::msg::MdsReply>) -> FsResult<()> {
+        let (key, value) = (reply_key(client, seq), kept(seq, Replied::Answer(Box::new(r.clone())))?);
+        if let Some(r) = self.replicate.get() {
+            r.deferred.lock().unwrap_or_else(|e| e.into_inner()).push((key, value));
+            return Ok(());
+        }
         let mut tx = self.begin();
-        tx.put(T::Meta, &reply_key(client, seq), kept(seq, Replied::Answer(Box::new(r.clone())))?);
-        // Replicated: no answer waits for it (only a resend of this request reads it, and a resend whose
-        // answer a failover lost has it rebuilt).
+        tx.put(T::Meta, &key, value);
+        tx.commit()
+    }
+
+    /// Proposes the reply-cache answers no commit took along yet (a leading replica's periodic task:
+    /// while changes come, each takes the answers before it along).
+    pub fn flush_deferred(&self) -> FsResult<()> {
+        let mut tx = self.begin();
+        // No answer waits for them.
         tx.unawaited = true;
         tx.commit()
     }
 
     /// Drops every reply kept for `client` (its session ended).
     pub fn forget_replies(&self, client: u64) -> FsResult<()> {
+        if let Some(r) = self.replicate.get() {
+            let prefix = reply_prefix(client);
+            r.deferred.lock().unwrap_or_else(|e| e.into_inner()).retain(|(k, _)| !k.starts_with(&prefix));
+        }
         let mut tx = self.begin();
         for k in tx.scan(T::Meta, &reply_prefix(client))?.into_keys() {
             tx.del(T::Meta, &k);
@@ -896,5 +931,45 @@ pub(super) mod tests {
 
     pub(crate) fn block_on<F: std::future::Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+    }
+
+    /// A leading replica proposes reply-cache answers with the next change's entry, not one each: a
+    /// resend still finds the answer meanwhile, an idle leader proposes them by themselves, and a
+    /// forgotten client's go.
+    #[test]
+    fn a_leaders_reply_answers_ride_with_the_next_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open_replicated(dir.path(), COMMIT_INTERVAL).unwrap();
+        let proposals: Arc<Mutex<Vec<WriteSet>>> = Arc::default();
+        let p = proposals.clone();
+        let (_tx, committed) = tokio::sync::watch::channel(0);
+        let propose = Box::new(move |_seq: u64, ws: WriteSet| {
+            p.lock().unwrap().push(ws);
+            Ok(())
+        });
+        s.lead(Replicator::new(propose, committed)).unwrap();
+        let taken = || std::mem::take(&mut *proposals.lock().unwrap());
+        let answer: FsResult<tessera_proto::msg::MdsReply> = Ok(tessera_proto::msg::MdsReply::Ok);
+        s.record_reply(7, 1, &answer).unwrap();
+        assert!(taken().is_empty(), "an answer alone is not proposed");
+        assert!(matches!(s.replied(7, 1).unwrap(), Some(Replied::Answer(ref r)) if **r == answer));
+        let mut tx = s.begin();
+        tx.put(T::Xattrs, &xattr_key(5, "user.a"), b"1".to_vec());
+        tx.commit().unwrap();
+        let p = taken();
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].len(), 2, "the change's entry carries the answer: {:?}", p[0]);
+        assert!(matches!(s.replied(7, 1).unwrap(), Some(Replied::Answer(ref r)) if **r == answer), "in the store now");
+        s.flush_deferred().unwrap();
+        assert!(taken().is_empty(), "nothing deferred: nothing proposed");
+        s.record_reply(7, 2, &answer).unwrap();
+        s.flush_deferred().unwrap();
+        let p = taken();
+        assert_eq!((p.len(), p[0].len()), (1, 1), "an idle leader proposes it by itself");
+        s.record_reply(8, 1, &answer).unwrap();
+        s.forget_replies(8).unwrap();
+        assert!(s.replied(8, 1).unwrap().is_none());
+        s.flush_deferred().unwrap();
+        assert!(taken().iter().all(|ws| ws.iter().all(|(_, k, v)| v.is_none() || !k.starts_with(&reply_prefix(8)))));
     }
 }
