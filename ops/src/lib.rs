@@ -8,6 +8,8 @@
 //!   the revocation list.
 //! - [`clusterdir`] (feature `ca`): certificates and configs of a cluster on loopback (`tessera up`,
 //!   experiments, tests).
+//! - [`hosts`] (feature `ca`): `tessera cluster init --hosts FILE`: certificates and configs for a list of
+//!   hosts.
 //! - [`cluster`] (feature `ca`): one local cluster's servers as child processes: started stage by stage,
 //!   killed and started again by name, stopped (`tessera up` under its supervisor, `tessera-bench` and the
 //!   cross-process tests).
@@ -23,6 +25,7 @@ pub mod ca;
 pub mod cluster;
 #[cfg(feature = "ca")]
 pub mod clusterdir;
+#[cfg(feature = "ca")]
 pub mod hosts;
 #[cfg(feature = "ca")]
 pub mod issue;
