@@ -40,17 +40,18 @@ use tessera_proto::wire::MAX_PAYLOAD;
 use tessera_proto::{Caller, FsError, FsResult, Origin, Role};
 use tracing::{info, warn};
 
-/// The replicated log's timing: heartbeats every 100 ms; a follower that hears none for 0.6–1.2 s
-/// stands for election (openraft's followers refuse votes for 1.2 s after the leader's last message, its
-/// leader lease). Longer than openraft's defaults (50 ms, 150–300 ms) so a loaded two-core machine does
-/// not depose a live leader; short enough that a dead one is replaced within the issue's 5 s (a lease,
-/// then an election timeout, then a vote).
+/// The replicated log's timing: heartbeats every 50 ms; a follower that hears none for 0.3–0.6 s (its
+/// election timeout, drawn once per process) after openraft's leader lease (the maximum election
+/// timeout, 0.6 s: followers refuse votes that long after the leader's last message) stands for
+/// election. Measured (`results/issue37/README.md`, `timing-ab`): a killed leader replaced in 1.2 s
+/// (median; max 3.7 s over 30 kills) against 2.4 s (max 6.8 s) with 100 ms / 0.6–1.2 s, and no live
+/// leader deposed under load on this two-core machine with either.
 pub fn raft_config() -> Config {
     Config {
         cluster_name: "tessera-mds".into(),
-        heartbeat_interval: 100,
-        election_timeout_min: 600,
-        election_timeout_max: 1200,
+        heartbeat_interval: 50,
+        election_timeout_min: 300,
+        election_timeout_max: 600,
         install_snapshot_timeout: 10_000,
         max_payload_entries: 256,
         // A snapshot is the whole database, in memory: taken every 20 000 entries, the log before it
@@ -196,8 +197,9 @@ pub const ELECTION_HOLD: std::time::Duration = std::time::Duration::from_secs(3)
 
 /// How long after a majority last acknowledged it a leader answers without asking again: well within
 /// the time followers refuse to vote after hearing from it (openraft's leader lease, the maximum
-/// election timeout, 1.2 s), so another replica cannot have been elected meanwhile.
-pub const LEASE: std::time::Duration = std::time::Duration::from_millis(500);
+/// election timeout, 0.6 s), so another replica cannot have been elected meanwhile; heartbeats (every
+/// 50 ms) keep it fresh.
+pub const LEASE: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl Replica {
     /// Starts replica `id` of the group `addrs` (id → address) over `store` (opened with
