@@ -1,7 +1,8 @@
 //! Metadata failover (issue 37) with real processes: three metadata replicas, the leader killed with
 //! SIGKILL (or paused with SIGSTOP) while mdtest iterations and a probe run (`tessera-bench failover`):
 //! no mdtest error (a create lost, or applied twice by a resend, fails it), no probe error, fsck clean,
-//! and a paused old leader refuses a write sent straight to it after SIGCONT and ends by itself.
+//! and a paused old leader refuses a write sent straight to it after SIGCONT and ends by itself; files
+//! held open and unlinked across the kills read back intact and go at their last close.
 
 use std::process::Command;
 use tessera_test_support::bin;
@@ -38,6 +39,11 @@ fn check(v: &serde_json::Value, kills: usize, out: &str) {
     assert!(v["probe_ops"].as_u64().unwrap() > 10, "{out}");
     assert_eq!(v["probe_left"], 0, "{out}");
     assert_eq!(v["fsck_findings"], 0, "{out}");
+    // A file held open and unlinked before each kill lives on through the failovers (its holder
+    // reasserted the handle within the new leader's grace period) and goes at its last close.
+    assert_eq!(v["held_files"], kills, "{out}");
+    assert_eq!(v["held_files_lost"], 0, "{out}");
+    assert_eq!(v["held_files_leaked"], 0, "{out}");
 }
 
 #[test]

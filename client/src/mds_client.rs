@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::{ExtentSpec, Layout, LayoutSpec};
 use tessera_proto::msg::{
-    BatchResult, DeclaredFile, DirEntry, DirLease, DirOp, DsReport, DsStatus, FsckReport, MdsCall, MdsReply,
-    MdsRequest, OpenFlags, OrchestratorMode, OrchestratorStatus, PeriodicGrant, PeriodicProfile, PeriodicReport,
-    PlacementStatus, RenameFlags, SetAttrs, StatFs, XattrMode,
+    BatchResult, DeclaredFile, DirEntry, DirLease, DirOp, DsReport, DsStatus, FsckReport, HeldHandle, MdsCall,
+    MdsReply, MdsRequest, OpenFlags, OrchestratorMode, OrchestratorStatus, PeriodicGrant, PeriodicProfile,
+    PeriodicReport, PlacementStatus, RenameFlags, SetAttrs, StatFs, XattrMode, MAX_REOPEN,
 };
 use tessera_proto::rpc::MdsPeers;
 use tessera_proto::types::{Attr, Caller, DsId, FileKind, Ino, Origin};
@@ -121,15 +121,40 @@ impl MdsClient {
 
     /// Renews this client's session; returns the MDS's eviction timeout. If the MDS evicted this
     /// client meanwhile, handles opened before now fail (see [`Session`]).
+    ///
+    /// When a new start of the service answers (a restart, a failover), the handles this client holds
+    /// are reasserted to it (`Reopen`): the files they keep alive after an unlink then stay until their
+    /// last close, as before.
     pub async fn keep_alive(&self) -> FsResult<Duration> {
         match self.call(MdsRequest::KeepAlive).await? {
-            MdsReply::Session { evicted, timeout_ms } => {
+            MdsReply::Session { evicted, timeout_ms, boot } => {
                 let timeout = Duration::from_millis(timeout_ms);
-                self.session.renewed(timeout, evicted);
+                let held = self.session.renewed(timeout, evicted, boot);
+                if !held.is_empty() {
+                    self.reopen(held).await?;
+                }
                 Ok(timeout)
             }
             r => Err(unexpected("KeepAlive", r)),
         }
+    }
+
+    /// Reasserts `held` (see [`MdsClient::keep_alive`]), [`MAX_REOPEN`] at a time; returns the handles
+    /// whose files are gone.
+    pub async fn reopen(&self, held: Vec<HeldHandle>) -> FsResult<Vec<u64>> {
+        let mut gone = Vec::new();
+        for chunk in held.chunks(MAX_REOPEN) {
+            match self.call(MdsRequest::Reopen { handles: chunk.to_vec() }).await? {
+                MdsReply::Reopened { stale } => gone.extend(stale),
+                r => return Err(unexpected("Reopen", r)),
+            }
+        }
+        tracing::info!(
+            handles = held.len(),
+            gone = gone.len(),
+            "a new start of the metadata service: open handles reasserted"
+        );
+        Ok(gone)
     }
 
     /// The metadata replicas (one unless replicated).
@@ -230,9 +255,17 @@ impl MdsClient {
         flags: OpenFlags,
     ) -> FsResult<Opened> {
         let req = MdsRequest::CreateOpen { parent, name: name.to_string(), perm, exclusive, layout, flags };
-        match self.call(req).await? {
-            MdsReply::Opened { attr, layout, handle, parent } => Ok(Opened { attr, layout, handle, parent }),
-            r => Err(unexpected("CreateOpen", r)),
+        self.opened("CreateOpen", self.call(req).await?)
+    }
+
+    /// An `Opened` reply, its handle noted as held.
+    fn opened(&self, what: &str, r: MdsReply) -> FsResult<Opened> {
+        match r {
+            MdsReply::Opened { attr, layout, handle, parent } => {
+                self.session.hold(handle, attr.ino);
+                Ok(Opened { attr, layout, handle, parent })
+            }
+            r => Err(unexpected(what, r)),
         }
     }
 
@@ -254,7 +287,14 @@ impl MdsClient {
         keep: bool,
     ) -> FsResult<(Vec<BatchResult>, Attr, Option<DirLease>)> {
         match self.call(MdsRequest::DirBatch { dir, token, entries, keep }).await? {
-            MdsReply::Batch { results, dir_attr, lease } => Ok((results, dir_attr, lease)),
+            MdsReply::Batch { results, dir_attr, lease } => {
+                for r in &results {
+                    if let Ok(Some((handle, _))) = &r.result {
+                        self.session.hold(*handle, r.ino);
+                    }
+                }
+                Ok((results, dir_attr, lease))
+            }
             r => Err(unexpected("DirBatch", r)),
         }
     }
@@ -320,13 +360,11 @@ impl MdsClient {
     }
 
     pub async fn open(&self, ino: Ino, flags: OpenFlags) -> FsResult<Opened> {
-        match self.call(MdsRequest::Open { ino, flags }).await? {
-            MdsReply::Opened { attr, layout, handle, parent } => Ok(Opened { attr, layout, handle, parent }),
-            r => Err(unexpected("Open", r)),
-        }
+        self.opened("Open", self.call(MdsRequest::Open { ino, flags }).await?)
     }
 
     pub async fn close(&self, ino: Ino, handle: u64, size: Option<u64>, wrote: bool) -> FsResult<()> {
+        self.session.release(handle);
         ok_of("Close", self.call(MdsRequest::Close { ino, handle, size, wrote }).await?)
     }
 

@@ -1,11 +1,17 @@
 //! This client's session with the MDS (see the MDS's `session` module): a keep-alive every third of
 //! the eviction timeout, and what an eviction means here. Handles opened before an eviction belong to
 //! a session the MDS has ended (it closed them, and destroyed the files they kept alive after an
-//! unlink), so their reads, writes and fsyncs fail with EIO; new opens work as before.
+//! unlink), so their reads, writes and fsyncs fail with EIO; new opens work as before. A keep-alive
+//! answered by a new start of the service (a restart, another replica leading) has the handles this
+//! client holds reasserted (`Reopen`), within the service's grace period.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
+use tessera_proto::msg::HeldHandle;
+use tessera_proto::Ino;
 
 /// Keep-alive period before the MDS has said its eviction timeout.
 pub(crate) const FIRST_PERIOD: Duration = Duration::from_secs(10);
@@ -24,6 +30,11 @@ pub struct Session {
     timeout_ms: AtomicU64,
     /// The last number given to a request whose reply the MDS caches (`MdsCall::seq`).
     seq: AtomicU64,
+    /// Which start of the metadata service the last keep-alive reached (0: none yet).
+    boot: AtomicU64,
+    /// The handles the MDS granted this client and it has not closed: handle → inode (reasserted to a
+    /// new start of the service, see [`Session::renewed`]).
+    held: Mutex<HashMap<u64, Ino>>,
 }
 
 impl Default for Session {
@@ -34,6 +45,8 @@ impl Default for Session {
             heard_ms: AtomicU64::new(0),
             seq: AtomicU64::new(0),
             timeout_ms: AtomicU64::new(0),
+            boot: AtomicU64::new(0),
+            held: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -85,18 +98,42 @@ impl Session {
         self.heard_ms.fetch_max(self.now_ms(), Ordering::AcqRel);
     }
 
-    /// A keep-alive's answer: the eviction timeout, and whether this client was evicted.
-    pub(crate) fn renewed(&self, timeout: Duration, evicted: bool) {
+    /// A keep-alive's answer: the eviction timeout, whether this client was evicted, and which start of
+    /// the service answered. Returns the handles to reassert (`Reopen`) when that start is not the one
+    /// that granted them (the MDS restarted, or another replica leads): empty otherwise.
+    pub(crate) fn renewed(&self, timeout: Duration, evicted: bool, boot: u64) -> Vec<HeldHandle> {
         if evicted {
             self.evicted();
         }
         self.timeout_ms.store(timeout.as_millis().clamp(1, u64::MAX as u128) as u64, Ordering::Release);
+        let before = self.boot.swap(boot, Ordering::AcqRel);
+        if before == 0 || before == boot || evicted {
+            return Vec::new();
+        }
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.iter().map(|(&handle, &ino)| HeldHandle { ino, handle }).collect()
     }
 
-    /// The MDS said it evicted this client.
+    /// The MDS said it evicted this client (and closed its handles).
     pub(crate) fn evicted(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).clear();
         tracing::warn!("the metadata server evicted this client: files opened before fail with EIO");
+    }
+
+    /// The MDS granted `handle` on `ino`.
+    pub(crate) fn hold(&self, handle: u64, ino: Ino) {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).insert(handle, ino);
+    }
+
+    /// `handle` is closed (or given back).
+    pub(crate) fn release(&self, handle: u64) {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(&handle);
+    }
+
+    /// How many handles this client holds.
+    pub fn held_count(&self) -> usize {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 }
 
@@ -108,6 +145,25 @@ pub fn period(timeout: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Held handles are reasserted when another start of the service answers a keep-alive, not at the
+    /// first one, not while the same start answers, and not after an eviction (which closed them).
+    #[test]
+    fn a_new_start_of_the_service_gets_the_held_handles() {
+        let s = Session::default();
+        let t = Duration::from_secs(30);
+        s.hold(11, 100);
+        s.hold(12, 200);
+        assert!(s.renewed(t, false, 5).is_empty(), "the first keep-alive");
+        assert!(s.renewed(t, false, 5).is_empty(), "the same start");
+        s.release(12);
+        assert_eq!(s.renewed(t, false, 6), vec![HeldHandle { ino: 100, handle: 11 }], "a new start");
+        assert!(s.renewed(t, false, 6).is_empty());
+        s.evicted();
+        assert_eq!(s.held_count(), 0, "an eviction closed them");
+        s.hold(13, 300);
+        assert!(s.renewed(t, true, 7).is_empty(), "evicted: nothing of before to reassert");
+    }
 
     #[test]
     fn handles_of_an_earlier_session_fail_with_eio() {
@@ -126,7 +182,7 @@ mod tests {
         let s = Session::default();
         s.heard();
         assert!(s.check(0).is_ok(), "the timeout is not known yet");
-        s.renewed(Duration::from_millis(30), false);
+        s.renewed(Duration::from_millis(30), false, 1);
         s.heard();
         assert!(s.check(0).is_ok());
         std::thread::sleep(Duration::from_millis(60));

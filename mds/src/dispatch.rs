@@ -128,6 +128,7 @@ pub(crate) async fn serve(cx: &Context<'_>, req: MdsRequest) -> FsResult<MdsRepl
         })),
         // Handler::Session
         Q::KeepAlive => Ok(ns.keep_alive(client)),
+        Q::Reopen { handles } => ns.reopen(client, &handles),
         // Handler::Lease
         Q::LeaseDir { dir } => ns.lease_dir(c, holder()?, dir).map(MdsReply::Lease),
         Q::DirBatch { dir, token, entries, keep } => ns.dir_batch(holder()?, dir, token, entries, keep).await,

@@ -262,6 +262,7 @@ impl MetaEvent {
             // Servers' own traffic and the statistics requests are nobody's job.
             Q::Ping
             | Q::KeepAlive
+            | Q::Reopen { .. }
             | Q::DsReport(_)
             | Q::LocalityReport(_)
             | Q::DsJobReport(_)

@@ -384,6 +384,7 @@ fn spawn_evictor(ns: Arc<Namespace>) -> tokio::task::JoinHandle<()> {
         loop {
             tick.tick().await;
             ns.evict_silent().await;
+            ns.end_recovery().await;
         }
     })
 }

@@ -563,6 +563,14 @@ pub fn mds_request(rng: &mut Rng, known: &Known) -> MdsRequest {
         25 => Q::GetLayout { ino: ino(rng, known) },
         26 if rng.percent(25) => Q::SetCompositeLayout { ino: ino(rng, known), extents: extent_specs(rng) },
         26 => Q::SetLayout { ino: ino(rng, known), spec: layout_spec(rng) },
+        27 if rng.percent(20) => {
+            let n = if rng.percent(5) { crate::msg::MAX_REOPEN + 1 } else { rng.index(8) };
+            Q::Reopen {
+                handles: (0..n)
+                    .map(|_| crate::msg::HeldHandle { ino: ino(rng, known), handle: rng.interesting_u64() })
+                    .collect(),
+            }
+        }
         27 => [Q::ClusterStatus, Q::OrchestratorStatus, Q::KeepAlive, Q::PlacementStatus, Q::MirrorStatus]
             [rng.index(5)]
         .clone(),

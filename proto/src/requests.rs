@@ -236,6 +236,7 @@ table! {
     DsRemove { .. }                            => true,  Admins,      Nothing,             Mirror;
     Raft { .. }                                => false, MetadataServers, Nothing,         Replica;
     ReplicaStatus {}                           => true,  Clients,     Nothing,             Replica;
+    Reopen { .. }                              => true,  Clients,     Nothing,             Session;
 }
 
 #[cfg(test)]

@@ -8,6 +8,11 @@
 //! (`election_s`) and the probe's longest gap around it (`gap_s`, the time without service a user sees).
 //! At the end: the workload's errors (there must be none), fsck's findings (none), the probe's
 //! directories all removed, and a plot of the probe's latency over time with the kills marked.
+//!
+//! Soft state across failover: before each kill a holder client writes a file, keeps it open and
+//! unlinks it. Each new leader keeps such files for its grace period (`--eviction-timeout-s`), in which
+//! the holder reasserts its handles; at the end every one must still read back intact (opened by inode
+//! from another client) and be gone once the holder closes it.
 
 use crate::backend::{Backend, ClusterArgs, PosixBackend, TesseraBackend};
 use crate::ior::Api;
@@ -64,6 +69,10 @@ pub struct FailoverArgs {
     /// Working directory (cluster, logs; default: a temporary one, removed at the end).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// The metadata service's eviction timeout, also its grace period after a failover for clients to
+    /// reassert their open handles (they do every third of it).
+    #[arg(long, default_value_t = 3)]
+    pub eviction_timeout_s: u64,
     /// Write the results as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -110,9 +119,47 @@ struct Results {
     stale_writes_accepted: usize,
     /// Replicas that ended without being killed (a leader deposed by an election; restarted).
     unexpected_exits: usize,
+    /// Files held open and unlinked before a kill (one per kill).
+    held_files: usize,
+    /// Of those, the ones that did not read back intact at the end (must be 0: the new leaders kept them).
+    held_files_lost: usize,
+    /// Of those, the ones still there after the holder closed them (must be 0).
+    held_files_leaked: usize,
     fsck_findings: u64,
     elapsed_s: f64,
     seed: u64,
+}
+
+/// Bytes of each held file.
+const HELD_BYTES: usize = 64 << 10;
+
+/// Held file `k`'s content.
+fn held_content(k: usize) -> Vec<u8> {
+    let mut b = vec![0u8; HELD_BYTES];
+    crate::ior::fill_pattern(&mut b, 0, k);
+    b
+}
+
+/// Writes `/held/fK`, makes it durable, unlinks it and keeps it open: its inode and open file.
+async fn hold_unlinked(c: &Client, k: usize) -> Result<(u64, tessera_client::File)> {
+    let path = format!("/held/f{k}");
+    let f = c.create(&path, 0o644, None).await.map_err(|e| anyhow!("create {path}: {e}"))?;
+    f.write_at(0, held_content(k).into()).await.map_err(|e| anyhow!("write {path}: {e}"))?;
+    f.fsync().await.map_err(|e| anyhow!("fsync {path}: {e}"))?;
+    let ino = c.stat(&path).await.map_err(|e| anyhow!("stat {path}: {e}"))?.ino;
+    c.unlink(&path).await.map_err(|e| anyhow!("unlink {path}: {e}"))?;
+    Ok((ino, f))
+}
+
+/// Held file `k` (inode `ino`) reads back intact through another client.
+async fn check_held(c: &Client, ino: u64, k: usize) -> Result<()> {
+    let f = c.open_ino(ino, tessera_client::OpenOptions::read_only()).await.map_err(|e| anyhow!("open: {e}"))?;
+    let got = f.read_at(0, HELD_BYTES as u64).await.map_err(|e| anyhow!("read: {e}"));
+    f.close().await.map_err(|e| anyhow!("close: {e}"))?;
+    if got?.as_ref() != held_content(k).as_slice() {
+        bail!("content differs");
+    }
+    Ok(())
 }
 
 /// A replica other than `not` that serves (leads and is caught up), by name, asking each one.
@@ -226,7 +273,13 @@ pub async fn run(a: FailoverArgs) -> Result<()> {
     let dir = a.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     let mut o = ClusterOptions::plain(a.ds, 0);
     o.n_mds = a.replicas;
-    let mut lc = LocalCluster::start(&dir.join("cluster"), &o).await?;
+    let eviction_s = a.eviction_timeout_s.max(1);
+    let mut lc = LocalCluster::start_edited(&dir.join("cluster"), &o, |c| {
+        for m in &mut c.mds {
+            m.eviction_timeout_s = eviction_s;
+        }
+    })
+    .await?;
     let names: Vec<String> = lc.files().mds_servers().into_iter().map(|s| s.name).collect();
     let admin = lc.admin().await?;
     let cfg_path = lc.files().client_config.clone();
@@ -271,6 +324,9 @@ pub async fn run(a: FailoverArgs) -> Result<()> {
     };
     let probe_log = Arc::new(Mutex::new(Vec::new()));
     let prober = tokio::spawn(probe(lc.client("probe").await?, start, stop.clone(), probe_log.clone()));
+    let holder = lc.client("holder").await?;
+    holder.mkdir_all("/held", 0o755).await.map_err(|e| anyhow!("mkdir /held: {e}"))?;
+    let mut held = Vec::new();
 
     for k in 0..a.kills {
         let wait = a.every_s * rng.gen_range(0.75..1.25);
@@ -285,6 +341,7 @@ pub async fn run(a: FailoverArgs) -> Result<()> {
             res.unexpected_exits += 1;
             lc.restart(&name).await?;
         }
+        held.push(hold_unlinked(&holder, k).await?);
         let victim = wait_serving(&admin, &names, None).await?;
         let addr = lc.client_cfg.mds[names.iter().position(|n| *n == victim).unwrap_or(0)].addr.clone();
         let at = start.elapsed().as_secs_f64();
@@ -367,6 +424,26 @@ pub async fn run(a: FailoverArgs) -> Result<()> {
     res.gap_s_max = gaps.iter().copied().fold(0.0, f64::max);
     res.stale_writes_accepted = res.kills.iter().filter(|k| k.stale_write_accepted == Some(true)).count();
     res.probe_left = admin.readdir("/probe").await.map(|v| v.len()).unwrap_or(usize::MAX);
+    // The last new leader's grace period over (the holder reasserted within it, or its files are gone).
+    tokio::time::sleep(Duration::from_secs(eviction_s + 1)).await;
+    let checker = lc.client("checker").await?;
+    res.held_files = held.len();
+    for (k, (ino, file)) in held.into_iter().enumerate() {
+        let read = check_held(&checker, ino, k).await;
+        // A file the service dropped fails its close too (ESTALE).
+        let closed = file.close().await.map_err(|e| anyhow!("close: {e}"));
+        if let Err(e) = read.and(closed) {
+            println!("  held file {k} (inode {ino}): {e}");
+            res.held_files_lost += 1;
+        }
+        match checker.mds().getattr(ino).await {
+            Err(e) if e.code == tessera_client::proto::error::ErrorCode::NotFound => {}
+            other => {
+                println!("  held file {k} (inode {ino}) still there after its last close: {other:?}");
+                res.held_files_leaked += 1;
+            }
+        }
+    }
     let fsck = admin.mds().fsck(false).await.map_err(|e| anyhow!("fsck: {e}"))?;
     for f in &fsck.findings {
         eprintln!("  fsck: {} {} -> {}", f.kind, f.what, f.action);
@@ -395,6 +472,10 @@ pub async fn run(a: FailoverArgs) -> Result<()> {
         res.fsck_findings,
         res.stale_writes_accepted
     );
+    println!(
+        "files held open and unlinked across the kills: {}, lost {}, left after their close {}",
+        res.held_files, res.held_files_lost, res.held_files_leaked
+    );
     for e in &res.mdtest_errors {
         println!("  mdtest error: {e}");
     }
@@ -419,7 +500,13 @@ pub async fn run(a: FailoverArgs) -> Result<()> {
     if let Some(j) = &a.json {
         write_json(j, &res)?;
     }
-    if !res.mdtest_errors.is_empty() || res.fsck_findings > 0 || res.stale_writes_accepted > 0 || res.probe_left > 0 {
+    if !res.mdtest_errors.is_empty()
+        || res.fsck_findings > 0
+        || res.stale_writes_accepted > 0
+        || res.probe_left > 0
+        || res.held_files_lost > 0
+        || res.held_files_leaked > 0
+    {
         bail!("failover lost or broke something (see above)");
     }
     Ok(())

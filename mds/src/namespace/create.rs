@@ -117,7 +117,10 @@ impl Namespace {
         tx.add_inode(&i)?;
         let parent_attr = self.add_entry(&mut tx, parent, name, i.attr.ino, kind)?;
         self.commit(tx)?;
-        let handle = open.map(|client| (self.register_open(i.attr.ino, client), parent_attr));
+        let handle = match open {
+            Some(client) => Some((self.register_open(i.attr.ino, client)?, parent_attr)),
+            None => None,
+        };
         Ok((i, handle))
     }
 

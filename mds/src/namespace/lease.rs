@@ -132,7 +132,7 @@ impl Namespace {
                     let r = self.batch_create(&mut tx, dir, base, pre, &e, &mut used, &mut dir_attr);
                     let r = r.and_then(|layout| match (e.open, layout) {
                         (Some(_), Some(l)) => {
-                            let handle = self.register_open(e.ino, client);
+                            let handle = self.register_open(e.ino, client)?;
                             opened.push((e.ino, handle));
                             Ok(Some((handle, l)))
                         }

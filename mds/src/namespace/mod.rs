@@ -49,7 +49,7 @@ use crate::session::Sessions;
 use crate::stats::StatsView;
 use crate::store::{Inode, Store, Txn};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tessera_proto::config::Defaults;
@@ -82,8 +82,18 @@ fn entry(i: Inode) -> MdsReply {
     MdsReply::Entry { attr: i.attr, layout: i.layout }
 }
 
+/// The grace period after a start (see [`Namespace::end_recovery`]).
+struct Recovery {
+    /// Unlinked files that were open when the service last stopped.
+    orphans: Vec<Ino>,
+    /// When the grace period ends.
+    until: Instant,
+}
+
 pub struct Namespace {
     pub(crate) store: Arc<Store>,
+    /// When this start of the service began.
+    started: Instant,
     /// Serialises mutations (reads never take it).
     mutate: Mutex<()>,
     /// Open handles per inode (in memory: they do not survive a restart).
@@ -91,7 +101,9 @@ pub struct Namespace {
     /// Files whose objects a setattr is truncating (before it commits the size): fsck leaves their
     /// sizes alone meanwhile.
     truncating: Mutex<HashMap<Ino, usize>>,
-    next_handle: AtomicU64,
+    /// Files unlinked while open that an earlier start of the service left, kept until the grace
+    /// period ends ([`Namespace::end_recovery`]) for their holders to reassert (`Reopen`).
+    recovery: Mutex<Recovery>,
     /// Which client holds which handle, and when each was last heard from (eviction).
     sessions: Mutex<Sessions>,
     placer: Arc<Placer>,
@@ -131,10 +143,11 @@ impl Namespace {
         let leases = Leases::with_grace(lease::lease_grace(&store)?);
         let ns = Namespace {
             store,
+            started: Instant::now(),
             mutate: Mutex::new(()),
             opens: Mutex::new(HashMap::new()),
             truncating: Mutex::new(HashMap::new()),
-            next_handle: AtomicU64::new(1),
+            recovery: Mutex::new(Recovery { orphans: Vec::new(), until: Instant::now() + EVICTION_TIMEOUT }),
             sessions: Mutex::new(Sessions::new(EVICTION_TIMEOUT)),
             placer,
             stats,
@@ -163,19 +176,20 @@ impl Namespace {
         for ds in self.store.removed_servers()? {
             self.stats.remove_server(ds);
         }
-        let mut orphans = 0;
+        let mut orphans = Vec::new();
         for ino in self.store.orphans()? {
             match tx.get_inode(ino)? {
-                Some(i) if i.attr.nlink == 0 => {
-                    tx.remove_inode(&i)?;
-                    orphans += 1;
-                }
+                Some(i) if i.attr.nlink == 0 => orphans.push(ino),
                 _ => tx.set_orphan(ino, false),
             }
         }
-        if orphans > 0 {
-            info!(orphans, "destroyed files unlinked while open before the restart");
+        if !orphans.is_empty() {
+            info!(
+                orphans = orphans.len(),
+                "files unlinked while open before this start kept for the grace period (their holders reassert them)"
+            );
         }
+        self.recovery().orphans = orphans;
         tx.commit()?;
         Ok(self.store.flush_sync()?)
     }
@@ -217,10 +231,54 @@ impl Namespace {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Clients silent for this long are evicted (`[mds] eviction_timeout_s`).
+    /// Clients silent for this long are evicted (`[mds] eviction_timeout_s`); also the grace period in
+    /// which clients reassert the handles an earlier start granted (they do at their next keep-alive,
+    /// every third of it).
     pub fn set_eviction_timeout(&self, timeout: Duration) {
         let mut s = self.sessions();
         *s = Sessions::new(timeout);
+        self.recovery().until = self.started + timeout;
+    }
+
+    fn recovery(&self) -> MutexGuard<'_, Recovery> {
+        self.recovery.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Once the grace period is over, destroys the files unlinked while open that an earlier start left
+    /// and that no handle holds again. Returns how many.
+    pub async fn end_recovery(&self) -> usize {
+        let orphans = {
+            let mut r = self.recovery();
+            if r.orphans.is_empty() || Instant::now() < r.until {
+                return 0;
+            }
+            std::mem::take(&mut r.orphans)
+        };
+        let mut destroyed = 0;
+        for ino in orphans {
+            let r = crate::offload::offload(|| self.release_orphan(ino));
+            match self.durable(r).await {
+                Ok(true) => destroyed += 1,
+                Ok(false) => {}
+                Err(e) => warn!(ino, "destroying a file unlinked while open: {e}"),
+            }
+        }
+        info!(destroyed, "grace period over: files unlinked while open and not reasserted destroyed");
+        destroyed
+    }
+
+    /// Destroys `ino` if it is unlinked and no handle holds it (says whether it did).
+    fn release_orphan(&self, ino: Ino) -> FsResult<bool> {
+        let _g = self.lock();
+        let mut tx = self.store.begin();
+        match tx.get_inode(ino)? {
+            Some(i) if i.attr.nlink == 0 && !self.is_open(ino) => {
+                tx.remove_inode(&i)?;
+                self.commit(tx)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     /// Clients holding a session now.
@@ -312,12 +370,13 @@ impl Namespace {
         Ok(())
     }
 
-    /// `KeepAlive`: renews `client`'s session, and says whether it was evicted and the timeout.
+    /// `KeepAlive`: renews `client`'s session, and says whether it was evicted, the timeout and which
+    /// start of the service this is.
     pub(crate) fn keep_alive(&self, client: u64) -> MdsReply {
         let mut s = self.sessions();
         let evicted = s.keep_alive(client, Instant::now());
         let timeout_ms = s.timeout().as_millis().min(u64::MAX as u128) as u64;
-        MdsReply::Session { evicted, timeout_ms }
+        MdsReply::Session { evicted, timeout_ms, boot: self.boot_ino }
     }
 
     /// `Sync`: every committed change durable.

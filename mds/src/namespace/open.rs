@@ -4,23 +4,54 @@ use super::{err, Namespace};
 use crate::perm::{self, R, W};
 use crate::session::Closed;
 use crate::store::Inode;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tessera_proto::error::ErrorCode;
-use tessera_proto::msg::{MdsReply, OpenFlags};
+use tessera_proto::msg::{HeldHandle, MdsReply, OpenFlags, MAX_REOPEN};
 use tessera_proto::{Caller, FileKind, FsError, FsResult, Ino, Timestamp};
+use tracing::info;
 
 /// The largest size a file may reach: what `off_t` holds.
 const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 
 impl Namespace {
     /// A new open handle of `ino` for `client`. Call under the mutation lock, so an unlink sees it and
-    /// keeps the file as an orphan.
-    pub(super) fn register_open(&self, ino: Ino, client: u64) -> u64 {
-        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+    /// keeps the file as an orphan. Handle numbers are the store's ids: never given twice, also across
+    /// restarts and leaders, so a handle a client reasserts ([`Namespace::reopen`]) is no new one's.
+    pub(super) fn register_open(&self, ino: Ino, client: u64) -> FsResult<u64> {
+        let handle = self.store.new_id()?;
         self.opens().entry(ino).or_default().insert(handle);
         self.sessions().opened(client, handle, ino, Instant::now());
-        handle
+        Ok(handle)
+    }
+
+    /// `Reopen`: `client`'s handles granted by an earlier start of the service, held again (the files
+    /// they keep alive after an unlink are not destroyed at the end of the grace period, but at their
+    /// last close); answers the handles whose files are gone.
+    pub(crate) fn reopen(&self, client: u64, handles: &[HeldHandle]) -> FsResult<MdsReply> {
+        if handles.len() > MAX_REOPEN {
+            return Err(FsError::invalid(format!("{} handles in one reopen (at most {MAX_REOPEN})", handles.len())));
+        }
+        let _g = self.lock();
+        let tx = self.store.begin();
+        let mut stale = Vec::new();
+        let mut held = 0;
+        for h in handles {
+            if tx.get_inode(h.ino)?.is_none() {
+                stale.push(h.handle);
+                continue;
+            }
+            // Held already (reasserted twice): nothing to do.
+            if self.opens().get(&h.ino).is_some_and(|s| s.contains(&h.handle)) {
+                continue;
+            }
+            self.opens().entry(h.ino).or_default().insert(h.handle);
+            self.sessions().opened(client, h.handle, h.ino, Instant::now());
+            held += 1;
+        }
+        if held > 0 || !stale.is_empty() {
+            info!(client = format_args!("{client:016x}"), held, stale = stale.len(), "open handles reasserted");
+        }
+        Ok(MdsReply::Reopened { stale })
     }
 
     /// Forgets `handle` of `ino` (its session's record is the caller's: [`Namespace::close_sync`] asks
@@ -76,7 +107,7 @@ impl Namespace {
                 tx.put_inode(&i)?;
                 self.commit(tx)?;
             }
-            let handle = self.register_open(ino, client);
+            let handle = self.register_open(ino, client)?;
             Ok(MdsReply::Opened { attr: i.attr, layout: i.layout, handle, parent: None })
         };
         if truncate {

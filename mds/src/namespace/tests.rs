@@ -351,7 +351,7 @@ async fn a_silent_client_is_evicted_its_orphans_destroyed_and_it_is_told_once() 
     assert_eq!(code(ns.handle(&r, MdsRequest::GetAttr { ino: f.ino }).await), ErrorCode::NotFound);
     assert_eq!(destroyed_objects(&ns), objects(&l));
     match ns.handle_client(&r, live, MdsRequest::KeepAlive).await.unwrap() {
-        MdsReply::Session { evicted, timeout_ms } => assert!(evicted && timeout_ms == 300),
+        MdsReply::Session { evicted, timeout_ms, .. } => assert!(evicted && timeout_ms == 300),
         o => panic!("{o:?}"),
     }
     let close8 = MdsRequest::Close { ino: f.ino, handle: h8, size: None, wrote: false };
@@ -786,10 +786,74 @@ async fn reopen_keeps_everything_and_destroys_orphans() {
     assert_eq!(ns.handle(&r, req).await.unwrap(), MdsReply::Xattr(xattr_val));
     assert_eq!(getattr(&ns, ROOT_INO).await.nlink, 3);
     assert_eq!(readdir_all(&ns, ROOT_INO).await.len(), 2);
-    assert_eq!(destroyed_objects(&ns), orphan_objects, "orphans are destroyed at startup");
+    assert!(destroyed_objects(&ns).is_empty(), "orphans are kept for the grace period");
+    ns.set_eviction_timeout(Duration::from_millis(1));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(ns.end_recovery().await, 1);
+    assert_eq!(destroyed_objects(&ns), orphan_objects, "orphans no handle reasserted are destroyed after it");
     // New ids never collide with old ones.
     let g = create(&ns, &r, ROOT_INO, "g").await.unwrap();
     assert!(g.ino > f.ino);
+}
+
+/// After a restart (or a failover), files unlinked while open stay for the grace period; those whose
+/// handles a client reasserts stay until their last close, the others go when it ends; a reasserted
+/// handle of a file that is gone is answered stale; the keep-alive says which start answers.
+#[tokio::test]
+async fn reasserted_handles_keep_their_unlinked_files_through_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = root();
+    let client = Holder { conn: 1, client: 7 };
+    let open = |ino| MdsRequest::Open { ino, flags: OpenFlags { read: true, write: true, truncate: false } };
+    let handle_of = |reply: MdsReply| match reply {
+        MdsReply::Opened { handle, .. } => handle,
+        o => panic!("{o:?}"),
+    };
+    let boot_of = |reply: MdsReply| match reply {
+        MdsReply::Session { boot, .. } => boot,
+        o => panic!("{o:?}"),
+    };
+    let (kept, dropped, hk, hd, boot1) = {
+        let (ns, _) = open_ns(dir.path());
+        let boot1 = boot_of(ns.handle_client(&r, client, MdsRequest::KeepAlive).await.unwrap());
+        let kept = create(&ns, &r, ROOT_INO, "kept").await.unwrap();
+        let dropped = create(&ns, &r, ROOT_INO, "dropped").await.unwrap();
+        let hk = handle_of(ns.handle_client(&r, client, open(kept.ino)).await.unwrap());
+        let hd = handle_of(ns.handle_client(&r, client, open(dropped.ino)).await.unwrap());
+        unlink(&ns, &r, ROOT_INO, "kept").await.unwrap();
+        unlink(&ns, &r, ROOT_INO, "dropped").await.unwrap();
+        ns.store().flush_sync().unwrap();
+        ((kept.ino, layout(&ns, kept.ino).await), (dropped.ino, layout(&ns, dropped.ino).await), hk, hd, boot1)
+    };
+    let (ns, _) = open_ns(dir.path());
+    ns.set_eviction_timeout(Duration::from_millis(300));
+    let boot2 = boot_of(ns.handle_client(&r, client, MdsRequest::KeepAlive).await.unwrap());
+    assert_ne!(boot1, boot2, "a new start says so");
+    assert_eq!(ns.end_recovery().await, 0, "within the grace period nothing goes");
+    let held = |ino, handle| tessera_proto::msg::HeldHandle { ino, handle };
+    let reopen = MdsRequest::Reopen { handles: vec![held(kept.0, hk), held(999_999, 5)] };
+    assert_eq!(ns.handle_client(&r, client, reopen.clone()).await.unwrap(), MdsReply::Reopened { stale: vec![5] });
+    // Twice is once.
+    ns.handle_client(&r, client, reopen).await.unwrap();
+    let too_many = MdsRequest::Reopen { handles: vec![held(kept.0, hk); tessera_proto::msg::MAX_REOPEN + 1] };
+    assert_eq!(code(ns.handle_client(&r, client, too_many).await), ErrorCode::Invalid);
+    // A new handle is never a reasserted one.
+    let f = create(&ns, &r, ROOT_INO, "new").await.unwrap();
+    let hn = handle_of(ns.handle_client(&r, client, open(f.ino)).await.unwrap());
+    assert!(hn != hk && hn != hd);
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(ns.end_recovery().await, 1, "the file no handle reasserted");
+    assert_eq!(destroyed_objects(&ns), objects(&dropped.1));
+    assert_eq!(getattr(&ns, kept.0).await.nlink, 0, "the reasserted one lives on");
+    let close = MdsRequest::Close { ino: kept.0, handle: hk, size: None, wrote: false };
+    ns.handle_client(&r, client, close).await.unwrap();
+    assert_eq!(code(ns.handle(&r, MdsRequest::GetAttr { ino: kept.0 }).await), ErrorCode::NotFound);
+    let mut both = objects(&dropped.1);
+    both.extend(objects(&kept.1));
+    both.sort();
+    let mut gone = destroyed_objects(&ns);
+    gone.sort();
+    assert_eq!(gone, both, "and goes at its last close");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

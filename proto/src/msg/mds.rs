@@ -291,6 +291,25 @@ pub enum MdsRequest {
     /// This replica's place in the replicated metadata service (`tessera mds status`): any replica
     /// answers for itself, leader or not. Reply: `Replica`.
     ReplicaStatus,
+    /// A client's open handles, reasserted to a metadata server that started since it opened them (a
+    /// restart, or a new leading replica: `Session::boot` changed): during its grace period the server
+    /// keeps the files unlinked while open that it found, and those a client reasserts stay until their
+    /// last close (NFSv4's reclaim, Lustre's open replay). At most [`MAX_REOPEN`] per request.
+    /// Reply: `Reopened`.
+    Reopen {
+        handles: Vec<HeldHandle>,
+    },
+}
+
+/// Most handles one `Reopen` reasserts.
+pub const MAX_REOPEN: usize = 4096;
+
+/// One handle a client holds, as the server that granted it saw it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct HeldHandle {
+    pub ino: Ino,
+    pub handle: u64,
 }
 
 /// The replicated log's messages between metadata replicas.
@@ -464,6 +483,13 @@ pub enum MdsReply {
     Session {
         evicted: bool,
         timeout_ms: u64,
+        /// Which start of the metadata service answers (a new number after a restart or a failover:
+        /// the client then reasserts its open handles with `Reopen`).
+        boot: u64,
+    },
+    /// Answers `Reopen`: the handles whose files are gone (their reads and writes fail).
+    Reopened {
+        stale: Vec<u64>,
     },
     Fsck(FsckReport),
     Placement(PlacementStatus),
