@@ -172,9 +172,25 @@ async fn serving(admin: &Client, names: &[String], not: Option<&str>) -> Option<
 }
 
 /// Waits (up to a minute) for a replica other than `not` to serve.
-async fn wait_serving(admin: &Client, names: &[String], not: Option<&str>) -> Result<String> {
+/// Meanwhile a replica that ended by itself (a leader deposed by an election it did not expect) is
+/// started again at once, as a supervisor (`tessera up`, systemd, Docker) would, and counted in
+/// `unexpected`; `not` (the one killed on purpose) stays down.
+async fn wait_serving(
+    lc: &mut LocalCluster,
+    admin: &Client,
+    names: &[String],
+    not: Option<&str>,
+    unexpected: &mut usize,
+) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
+        for (name, status) in lc.procs.exited() {
+            if Some(name.as_str()) != not {
+                println!("  {name} ended by itself ({status}); starting it again");
+                *unexpected += 1;
+                lc.restart(&name).await?;
+            }
+        }
         if let Some(n) = serving(admin, names, not).await {
             return Ok(n);
         }
@@ -291,7 +307,7 @@ pub async fn run(a: FailoverArgs) -> Result<()> {
         a.kills,
         if a.pause { "pause" } else { "kill" }
     );
-    let leader = wait_serving(&admin, &names, None).await?;
+    let leader = wait_serving(&mut lc, &admin, &names, None, &mut res.unexpected_exits).await?;
     println!("  {leader} serves");
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -342,7 +358,7 @@ pub async fn run(a: FailoverArgs) -> Result<()> {
             lc.restart(&name).await?;
         }
         held.push(hold_unlinked(&holder, k).await?);
-        let victim = wait_serving(&admin, &names, None).await?;
+        let victim = wait_serving(&mut lc, &admin, &names, None, &mut res.unexpected_exits).await?;
         let addr = lc.client_cfg.mds[names.iter().position(|n| *n == victim).unwrap_or(0)].addr.clone();
         let at = start.elapsed().as_secs_f64();
         if a.pause {
@@ -350,7 +366,7 @@ pub async fn run(a: FailoverArgs) -> Result<()> {
         } else {
             lc.kill9(&victim)?;
         }
-        let new_leader = wait_serving(&admin, &names, Some(&victim)).await?;
+        let new_leader = wait_serving(&mut lc, &admin, &names, Some(&victim), &mut res.unexpected_exits).await?;
         let election_s = start.elapsed().as_secs_f64() - at;
         let (mut stale, mut deposed) = (None, None);
         if a.pause {

@@ -192,8 +192,11 @@ pub struct Replica {
 /// How often a leader proposes the reply-cache answers no change took along ([`Store::flush_deferred`]).
 const DEFERRED_REPLIES: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// How long a restarted replica waits before it may stand for election.
-pub const ELECTION_HOLD: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long a restarted replica waits before it may stand for election: longer than the leader may take
+/// to reach it again (a connection attempt to it while it was down times out after 2 s, then openraft
+/// backs off 0.5 s) plus its election timeout (with 3 s, one live leader in about 50 kills was deposed
+/// by a replica restarted after 1.5 s down).
+pub const ELECTION_HOLD: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long after a majority last acknowledged it a leader answers without asking again: well within
 /// the time followers refuse to vote after hearing from it (openraft's leader lease, the maximum

@@ -5,7 +5,7 @@
 //! then moves on — to the named leader, else the next replica — and is sent again when that is safe:
 //! always after NotLeader; after a transport failure only when the request never left or may be
 //! repeated ([`MdsCall::resendable`]: idempotent, or numbered for the reply cache). A round of
-//! replicas that all failed pauses (50 ms doubling to 1 s) while an election runs, for up to
+//! replicas that all failed pauses (50 ms doubling to [`ROUND_PAUSE_MAX`]) while an election runs, for up to
 //! [`FAILOVER_PATIENCE`].
 //!
 //! With one metadata server this is [`MdsCall::send`] to it, unchanged.
@@ -28,6 +28,10 @@ pub const FAILOVER_PATIENCE: Duration = Duration::from_secs(15);
 /// How long a resendable call waits for the leader's answer before asking the other replicas whether
 /// one of them serves now (and again every as long).
 pub const LEADER_CHECK: Duration = Duration::from_millis(700);
+
+/// The longest pause between two rounds of replicas without a leader: a new leader is found at most this
+/// long after it serves (a round costs one call per replica: a few a second while an election runs).
+pub const ROUND_PAUSE_MAX: Duration = Duration::from_millis(250);
 
 /// The metadata replicas' peers and the current leader's position among them.
 pub struct MdsPeers {
@@ -212,7 +216,7 @@ impl MdsPeers {
                     ));
                 }
                 tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
+                pause = (pause * 2).min(ROUND_PAUSE_MAX);
                 tried = 0;
             }
         }
