@@ -19,9 +19,17 @@ impl Namespace {
     /// restarts and leaders, so a handle a client reasserts ([`Namespace::reopen`]) is no new one's.
     pub(super) fn register_open(&self, ino: Ino, client: u64) -> FsResult<u64> {
         let handle = self.store.new_id()?;
-        self.opens().entry(ino).or_default().insert(handle);
-        self.sessions().opened(client, handle, ino, Instant::now());
+        self.hold_open(ino, client, handle);
         Ok(handle)
+    }
+
+    /// Records `client`'s `handle` on `ino` (under the mutation lock); false if it was held already.
+    fn hold_open(&self, ino: Ino, client: u64, handle: u64) -> bool {
+        if !self.opens().entry(ino).or_default().insert(handle) {
+            return false;
+        }
+        self.sessions().opened(client, handle, ino, Instant::now());
+        true
     }
 
     /// `Reopen`: `client`'s handles granted by an earlier start of the service, held again (the files
@@ -41,12 +49,9 @@ impl Namespace {
                 continue;
             }
             // Held already (reasserted twice): nothing to do.
-            if self.opens().get(&h.ino).is_some_and(|s| s.contains(&h.handle)) {
-                continue;
+            if self.hold_open(h.ino, client, h.handle) {
+                held += 1;
             }
-            self.opens().entry(h.ino).or_default().insert(h.handle);
-            self.sessions().opened(client, h.handle, h.ino, Instant::now());
-            held += 1;
         }
         if held > 0 || !stale.is_empty() {
             info!(client = format_args!("{client:016x}"), held, stale = stale.len(), "open handles reasserted");

@@ -825,8 +825,7 @@ impl Store {
     }
 
     /// Keeps the answer `r` of client `client`'s request number `seq`, in the slot of its number
-    /// `seq - REPLY_WINDOW`.
-    /// Replicated, it waits for the next commit ([`Replicator`]'s `deferred`).
+    /// `seq - REPLY_WINDOW`. Replicated, it waits for the next commit ([`Replicator`]'s `deferred`).
     pub fn record_reply(&self, client: u64, seq: u64, r: &FsResult<tessera_proto::msg::MdsReply>) -> FsResult<()> {
         let (key, value) = (reply_key(client, seq), kept(seq, Replied::Answer(Box::new(r.clone())))?);
         if let Some(r) = self.replicate.get() {
