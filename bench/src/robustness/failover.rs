@@ -350,14 +350,8 @@ pub async fn run(a: FailoverArgs) -> Result<()> {
         if work.is_finished() {
             bail!("the workload ended early");
         }
-        // A replica that ended by itself (deposed by an election it did not expect) is started again,
-        // as a supervisor would; counted.
-        for (name, status) in lc.procs.exited() {
-            println!("  {name} ended by itself ({status}); starting it again");
-            res.unexpected_exits += 1;
-            lc.restart(&name).await?;
-        }
         held.push(hold_unlinked(&holder, k).await?);
+        // (It also starts again a replica that ended by itself.)
         let victim = wait_serving(&mut lc, &admin, &names, None, &mut res.unexpected_exits).await?;
         let addr = lc.client_cfg.mds[names.iter().position(|n| *n == victim).unwrap_or(0)].addr.clone();
         let at = start.elapsed().as_secs_f64();
