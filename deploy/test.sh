@@ -211,6 +211,17 @@ wait_healthy() {
 }
 MNT=/mnt/tessera
 now_ms() { date +%s%3N; }
+# wait_progress FILE N TRIES: waits (TRIES x 0.1 s at most) until the number a job on client1 writes into
+# FILE reaches N; leaves the last number read in $got.
+wait_progress() {
+  local _
+  got=0
+  for _ in $(seq 1 "$3"); do
+    got=$(on client1 cat "$1" 2>/dev/null || true)
+    [ "${got:-0}" -ge "$2" ] && break
+    sleep 0.1
+  done
+}
 
 # ---- forwarding nodes: each client's I/O goes through its own ION ------------------------------------
 
@@ -273,12 +284,7 @@ ion_status >"$WORK/ions3.json" || true
 t0=$(now_ms)
 on client1 timeout -k 5 60 sh -c "$reader" >"$WORK/failover.out" 2>&1 &
 rd_pid=$!
-got=0
-for _ in $(seq 1 100); do
-  got=$(on client1 cat /tmp/progress 2>/dev/null || true)
-  [ "${got:-0}" -ge 8 ] && break
-  sleep 0.1
-done
+wait_progress /tmp/progress 8 100
 $DOCKER kill "$(cid ion0)" >/dev/null
 t_kill=$(now_ms)
 echo "killed ion0 with ${got:-0} MiB of 48 read"
@@ -493,12 +499,7 @@ done"
 on client1 rm -f /tmp/mprogress /tmp/mtimes
 on client1 timeout -k 5 180 sh -c "$writer" >"$WORK/meta.out" 2>&1 &
 wr_pid=$!
-got=0
-for _ in $(seq 1 300); do
-  got=$(on client1 cat /tmp/mprogress 2>/dev/null || true)
-  [ "${got:-0}" -ge 100 ] && break
-  sleep 0.1
-done
+wait_progress /tmp/mprogress 100 300
 $DOCKER kill "$(cid "$leader")" >/dev/null
 echo "killed $leader (the leader, term $term0) with ${got:-0} of $N_META files created"
 wr_rc=0
