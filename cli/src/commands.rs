@@ -8,6 +8,7 @@ use futures::{StreamExt, TryStreamExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 use tessera_client::client::{clean_path, join_path, split_parent, Client};
 use tessera_client::file::{File, OpenOptions};
 use tessera_ops::ca::{CaDir, CertState};
@@ -15,7 +16,8 @@ use tessera_proto::config::ClusterConfig;
 use tessera_proto::error::{chain, ErrorCode, FsError};
 use tessera_proto::layout::{ExtentSpec, Layout, LayoutSpec, EOF};
 use tessera_proto::msg::{
-    ost_cost, FsckReport, OrchestratorMode, OrchestratorStatus, SetAttrs, TargetJob, TargetReport, XattrMode,
+    ost_cost, FsckReport, OrchestratorMode, OrchestratorStatus, ReplicaChange, SetAttrs, TargetJob, TargetReport,
+    XattrMode, PROMOTE_LAG,
 };
 use tessera_proto::tls;
 use tessera_proto::types::{format_utc, Attr, DsId, FileKind, Role, Timestamp};
@@ -386,17 +388,42 @@ enum ClusterCmd {
 
 #[derive(Subcommand, Debug)]
 enum MdsCmd {
-    /// Each metadata replica as it sees itself: role (leader, follower, candidate; single without
-    /// replicas; unreachable), term, last log index, applied index, and how far behind the leader's log
-    /// it is (lag, in entries, as the leader knows it).
+    /// Each metadata replica as it sees itself: role (leader, follower, candidate, learner; single
+    /// without replicas; unreachable), whether the leader's membership counts it (member: voter,
+    /// learner, or no once removed), term, last log index, applied index, and how far behind the
+    /// leader's log it is (lag, in entries, as the leader knows it). Replicas added at run time (`tessera
+    /// mds add`) are listed after the configured ones.
     Status {
         /// Refresh every second in place until Ctrl-C.
         #[arg(long)]
         watch: bool,
         /// Print JSON: a list of {"name", "addr", "id", "role", "term", "log_index", "applied_index",
-        /// "lag", "leader", "serving", "error"}.
+        /// "lag", "leader", "serving", "voter", "error"}.
         #[arg(long)]
         json: bool,
+    },
+    /// Adds a metadata replica while the service runs (to replace a dead one, or to move one to another
+    /// host): start it first (`tessera-mds --config CFG --replica ID` on its host, CFG listing it as
+    /// [[mds]] entry ID), then this adds it as a learner, shows its catching up, and makes it a voter.
+    /// Then remove the replica it replaces with `tessera mds remove`.
+    Add {
+        /// Its id in the group: its position in its configuration's [[mds]] list (1 is the first), and
+        /// not a member's id.
+        id: u64,
+        /// Its address, host:port, as the other replicas and the clients reach it.
+        addr: String,
+        /// Leave it a learner (receives the log, does not vote).
+        #[arg(long)]
+        no_promote: bool,
+        /// Give up waiting for it to catch up after this long (it stays a learner; run add again to go on).
+        #[arg(long, default_value_t = 600)]
+        timeout_s: u64,
+    },
+    /// Removes a metadata replica (a dead one, or one moved elsewhere) from the group while the service
+    /// runs; stop its process afterwards if it still runs.
+    Remove {
+        /// Its id in the group (`tessera mds status` shows ids).
+        id: u64,
     },
 }
 
@@ -1062,6 +1089,14 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
                     return Ok(ExitCode::FAILURE);
                 }
             }
+        }
+        Cmd::Mds(MdsCmd::Add { id, addr, no_promote, timeout_s }) => {
+            mds_add(&c, id, &addr, !no_promote, Duration::from_secs(timeout_s)).await?
+        }
+        Cmd::Mds(MdsCmd::Remove { id }) => {
+            let st = c.mds().change_replicas(ReplicaChange::Remove { id }).await.map_err(admin_hint)?;
+            println!("metadata replica {id} removed from the group (stop its process if it still runs)");
+            println!("members: {}", members_text(&st.members));
         }
         Cmd::Ds(DsCmd::Remove { id, rebuild }) => {
             let st = c.mds().ds_remove(id, rebuild).await.map_err(admin_hint)?;
@@ -1912,6 +1947,61 @@ fn cluster_init(hosts: &Path, out: &Path) -> CliResult<()> {
     Ok(())
 }
 
+/// The group's members, `1 (voter) at ADDR, ...`.
+fn members_text(members: &[tessera_proto::msg::ReplicaMember]) -> String {
+    let each: Vec<String> = members
+        .iter()
+        .map(|m| format!("{} ({}) at {}", m.id, if m.voter { "voter" } else { "learner" }, m.addr))
+        .collect();
+    each.join(", ")
+}
+
+/// `tessera mds add`: adds replica `id` at `addr` as a learner, shows how much of the leader's log it
+/// holds until it is within [`PROMOTE_LAG`] entries of it, then (with `promote`) makes it a voter.
+async fn mds_add(c: &Client, id: u64, addr: &str, promote: bool, timeout: Duration) -> CliResult<()> {
+    let mds = c.mds();
+    let st = mds.change_replicas(ReplicaChange::Add { id, addr: addr.to_string() }).await.map_err(admin_hint)?;
+    println!("metadata replica {id} at {addr} is a member (a learner); catching up with the leader's log");
+    if !promote {
+        println!("members: {}", members_text(&st.members));
+        return Ok(());
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("replica {prefix}: [{bar:40.cyan/blue}] {pos}/{len} entries {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(id.to_string());
+    let deadline = std::time::Instant::now() + timeout;
+    let (mut held, mut last) = (0, 0);
+    loop {
+        let leader = mds.replica_statuses().await.into_iter().filter_map(|(_, r)| r.ok()).find(|s| s.role == "leader");
+        if let Some(l) = leader {
+            held = l.matched.iter().find(|(n, _)| *n == id).map_or(0, |(_, i)| *i);
+            last = l.log_index;
+            bar.set_length(last);
+            bar.set_position(held.min(last));
+            if last.saturating_sub(held) <= PROMOTE_LAG && held > 0 {
+                break;
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            bar.abandon();
+            return Err(CliError::plain(format!(
+                "metadata replica {id} holds the leader's log up to {held} of {last} after {timeout:?}: is it \
+                 running (tessera-mds --replica {id}) and can the leader reach {addr}? It stays a learner; run \
+                 `tessera mds add {id} {addr}` again to go on waiting"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    bar.finish_with_message("caught up");
+    let st = mds.change_replicas(ReplicaChange::Promote { id }).await.map_err(admin_hint)?;
+    println!("metadata replica {id} votes now; members: {}", members_text(&st.members));
+    Ok(())
+}
+
 /// `tessera mds status`: the table (or JSON) and whether no replica answered.
 async fn mds_status_text(c: &Client, names: &[String], json: bool) -> (String, bool) {
     let all = c.mds().replica_statuses().await;
@@ -1920,11 +2010,19 @@ async fn mds_status_text(c: &Client, names: &[String], json: bool) -> (String, b
         .filter_map(|(_, r)| r.as_ref().ok())
         .find(|s| s.role == "leader")
         .map(|s| (s.log_index, s.matched.clone()));
+    // The membership as the leader (else any replica answering) knows it: who votes.
+    let members: Vec<tessera_proto::msg::ReplicaMember> = {
+        let ok = || all.iter().filter_map(|(_, r)| r.as_ref().ok());
+        ok().find(|s| s.role == "leader").or_else(|| ok().next()).map(|s| s.members.clone()).unwrap_or_default()
+    };
     let rows: Vec<serde_json::Value> = all
         .iter()
         .enumerate()
         .map(|(i, (addr, r))| {
-            let name = names.get(i).cloned().unwrap_or_else(|| format!("mds{i}"));
+            // A configured replica is named by its configuration; one added at run time by its id.
+            let id = r.as_ref().map_or(i as u64 + 1, |s| s.id);
+            let name = names.get(i).cloned().unwrap_or_else(|| format!("mds{}", id.saturating_sub(1)));
+            let voter = members.iter().find(|m| m.id == id && m.addr == *addr).map(|m| m.voter);
             match r {
                 Ok(s) => {
                     let lag = leader_matched.as_ref().and_then(|(last, m)| {
@@ -1933,13 +2031,13 @@ async fn mds_status_text(c: &Client, names: &[String], json: bool) -> (String, b
                     serde_json::json!({
                         "name": name, "addr": addr, "id": s.id, "role": s.role, "term": s.term,
                         "log_index": s.log_index, "applied_index": s.applied_index, "lag": lag,
-                        "leader": s.leader, "serving": s.serving, "error": null,
+                        "leader": s.leader, "serving": s.serving, "voter": voter, "error": null,
                     })
                 }
                 Err(e) => serde_json::json!({
-                    "name": name, "addr": addr, "id": i + 1, "role": "unreachable", "term": null,
+                    "name": name, "addr": addr, "id": id, "role": "unreachable", "term": null,
                     "log_index": null, "applied_index": null, "lag": null, "leader": null, "serving": false,
-                    "error": e.to_string(),
+                    "voter": voter, "error": e.to_string(),
                 }),
             }
         })
@@ -1952,17 +2050,24 @@ async fn mds_status_text(c: &Client, names: &[String], json: bool) -> (String, b
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{:<8} {:<22} {:<12} {:>6} {:>10} {:>10} {:>6}  SERVING",
-        "NAME", "ADDRESS", "ROLE", "TERM", "LOG", "APPLIED", "LAG"
+        "{:<8} {:<22} {:<12} {:<8} {:>6} {:>10} {:>10} {:>6}  SERVING",
+        "NAME", "ADDRESS", "ROLE", "MEMBER", "TERM", "LOG", "APPLIED", "LAG"
     );
     let cell = |v: &serde_json::Value| if v.is_null() { "-".to_string() } else { v.to_string() };
     for r in &rows {
         let _ = writeln!(
             o,
-            "{:<8} {:<22} {:<12} {:>6} {:>10} {:>10} {:>6}  {}",
+            "{:<8} {:<22} {:<12} {:<8} {:>6} {:>10} {:>10} {:>6}  {}",
             r["name"].as_str().unwrap_or("-"),
             r["addr"].as_str().unwrap_or("-"),
             r["role"].as_str().unwrap_or("-"),
+            // Whether the leader's membership counts it: a voter, a learner, or not at all (removed).
+            match r["voter"].as_bool() {
+                Some(true) => "voter",
+                Some(false) => "learner",
+                None if members.is_empty() => "-",
+                None => "no",
+            },
             cell(&r["term"]),
             cell(&r["log_index"]),
             cell(&r["applied_index"]),

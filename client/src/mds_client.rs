@@ -494,12 +494,37 @@ impl MdsClient {
         }
     }
 
-    /// Each metadata replica's own state (`tessera mds status`), in configuration order, with its
-    /// configured address; a replica that does not answer within 2 s gives its error. Sent directly,
+    /// Each metadata replica's own state (`tessera mds status`) with its address: the configured ones in
+    /// configuration order, then the members the answers name that no configuration lists (replicas
+    /// added at run time); a replica that does not answer within 2 s gives its error. Sent directly,
     /// not through a forwarding node.
     pub async fn replica_statuses(&self) -> Vec<(String, FsResult<tessera_proto::msg::ReplicaStatus>)> {
-        let n = self.peer.each().count();
-        futures::future::join_all((0..n).map(|i| self.replica_status(i, std::time::Duration::from_secs(2)))).await
+        let patience = std::time::Duration::from_secs(2);
+        let n = self.peer.each().len();
+        let mut all = futures::future::join_all((0..n).map(|i| self.replica_status(i, patience))).await;
+        let named: Vec<String> = all
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().ok())
+            .flat_map(|s| s.members.iter().map(|m| m.addr.clone()))
+            .collect();
+        for addr in named {
+            if let Some(i) = self.peer.learn(&addr).filter(|&i| i >= all.len()) {
+                all.push(self.replica_status(i, patience).await);
+            }
+        }
+        all
+    }
+
+    /// Changes the metadata replicas' membership (admin; `tessera mds add`, `tessera mds remove`): the
+    /// leader's status after the change.
+    pub async fn change_replicas(
+        &self,
+        change: tessera_proto::msg::ReplicaChange,
+    ) -> FsResult<tessera_proto::msg::ReplicaStatus> {
+        match self.call(MdsRequest::ChangeReplicas { change }).await? {
+            MdsReply::Replica(s) => Ok(s),
+            r => Err(unexpected("ChangeReplicas", r)),
+        }
     }
 
     /// Replica `i`'s own state (its position in the configuration) and configured address, if it answers
@@ -509,7 +534,7 @@ impl MdsClient {
         i: usize,
         patience: std::time::Duration,
     ) -> (String, FsResult<tessera_proto::msg::ReplicaStatus>) {
-        let Some((addr, peer)) = self.peer.each().nth(i) else {
+        let Some((addr, peer)) = self.peer.each().into_iter().nth(i) else {
             return (String::new(), Err(FsError::invalid(format!("no metadata replica {i}"))));
         };
         let call = MdsCall {
@@ -518,7 +543,7 @@ impl MdsClient {
             req: MdsRequest::ReplicaStatus,
             seq: 0,
         };
-        let r = match tokio::time::timeout(patience, call.send(peer)).await {
+        let r = match tokio::time::timeout(patience, call.send(&peer)).await {
             Ok(Ok(MdsReply::Replica(s))) => Ok(s),
             Ok(Ok(r)) => Err(unexpected("ReplicaStatus", r)),
             Ok(Err(e)) => Err(e),

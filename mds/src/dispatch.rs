@@ -115,7 +115,10 @@ pub(crate) async fn serve(cx: &Context<'_>, req: MdsRequest) -> FsResult<MdsRepl
         Q::Fsck { repair, verify_mirrors } => ns.fsck_with(repair, verify_mirrors).await.map(MdsReply::Fsck),
         // Handler::Replica
         // Without replicas (a replica answers these itself, before the dispatch: `crate::raft::replica`).
-        Q::Raft { .. } => Err(FsError::new(ErrorCode::Unsupported, "this metadata server has no replicas")),
+        Q::Raft { .. } | Q::ChangeReplicas { .. } => Err(FsError::new(
+            ErrorCode::Unsupported,
+            "this metadata server has no replicas (start the service with several [[mds]] entries)",
+        )),
         Q::ReplicaStatus => Ok(MdsReply::Replica(tessera_proto::msg::ReplicaStatus {
             id: 1,
             role: "single".into(),
@@ -125,6 +128,7 @@ pub(crate) async fn serve(cx: &Context<'_>, req: MdsRequest) -> FsResult<MdsRepl
             leader: Some(1),
             matched: Vec::new(),
             serving: true,
+            members: Vec::new(),
         })),
         // Handler::Session
         Q::KeepAlive => Ok(ns.keep_alive(client)),

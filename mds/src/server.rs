@@ -241,14 +241,17 @@ pub async fn run(
     // A replica of the replicated metadata service.
     let id = me as u64 + 1;
     let store = Arc::new(Store::open_replicated(&data_dir, COMMIT_INTERVAL)?);
-    let mut peers = std::collections::BTreeMap::new();
-    for (i, m) in cfg.mds.iter().enumerate().filter(|(i, _)| *i != me) {
-        let peer = tessera_proto::rpc::RpcPeer::to_host(endpoint.clone(), &identity, Role::Mds, &m.addr, cfg.tuning())?;
-        peers.insert(i as u64 + 1, Arc::new(peer));
-    }
     let addrs = cfg.mds.iter().enumerate().map(|(i, m)| (i as u64 + 1, m.addr.clone())).collect();
     let sync = node.metadata_commit == tessera_proto::config::MetadataCommit::Fsync;
-    let replica = Replica::start(id, addrs, store.clone(), &data_dir.join("raft"), sync, Network::new(peers)).await?;
+    let replica = Replica::start(
+        id,
+        addrs,
+        store.clone(),
+        &data_dir.join("raft"),
+        sync,
+        Network::new(endpoint.clone(), identity.clone(), cfg.tuning()),
+    )
+    .await?;
     let server = tokio::spawn(rpc::serve(endpoint.clone(), replica.clone(), identity.crl.clone()));
     info!(%local, replica = id, replicas = cfg.mds.len(), db = %data_dir.display(), "metadata replica ready");
     ready(local);

@@ -40,4 +40,4 @@ pub use error::{FsError, FsResult};
 pub use types::*;
 
 /// Bumped whenever a message changes shape; checked on every frame.
-pub const PROTOCOL_VERSION: u16 = 18;
+pub const PROTOCOL_VERSION: u16 = 19;

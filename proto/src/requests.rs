@@ -237,6 +237,7 @@ table! {
     Raft { .. }                                => false, MetadataServers, Nothing,         Replica;
     ReplicaStatus {}                           => true,  Clients,     Nothing,             Replica;
     Reopen { .. }                              => true,  Clients,     Nothing,             Session;
+    ChangeReplicas { .. }                      => true,  Admins,      Nothing,             Replica;
 }
 
 #[cfg(test)]

@@ -407,8 +407,9 @@ async fn mds_peers_find_the_leader_and_send_calls_again() {
     peers.send_once(&ping).await.unwrap();
     assert_eq!((follower.calls.load(Relaxed), leader.calls.load(Relaxed)), (3, 4));
     assert_eq!(peers.leader().addr(), leader_addr);
-    // No leader anywhere: the call fails within the patience, saying so.
-    let lost = rpc::MdsPeers::to_addrs(&ep, &client, &[dead_addr, follower_addr], tuning)
+    // No leader anywhere (a follower that knows of none): the call fails within the patience, saying so.
+    let (lone_addr, _lone) = serve_replica(&server, Some(String::new()));
+    let lost = rpc::MdsPeers::to_addrs(&ep, &client, &[dead_addr, lone_addr], tuning)
         .unwrap()
         .with_patience(Duration::from_secs(2));
     let t = Instant::now();
@@ -417,4 +418,37 @@ async fn mds_peers_find_the_leader_and_send_calls_again() {
     assert!(e.detail.contains("no metadata replica leads"), "{e}");
     assert!(t.elapsed() >= Duration::from_secs(1) && t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     drop(dead);
+}
+
+/// A leader at an address the client was not configured with (a replica added at run time): a follower
+/// that names it makes it one more replica the client knows, calls go there and stay there, and the
+/// replicas the client knows are the configured ones, then the learnt one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mds_peers_learn_a_leader_no_configuration_lists() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use tessera_proto::msg::{MdsCall, MdsReply, MdsRequest};
+    let ca = TestCa::new("t");
+    let (server, client) = (ca.identity(Role::Mds, "mds"), ca.identity(Role::Client, "c"));
+    let (leader_addr, leader) = serve_replica(&server, None);
+    let (follower_addr, follower) = serve_replica(&server, Some(leader_addr.to_string()));
+    let ep = rpc::client_endpoint(false).unwrap();
+    let peers = rpc::MdsPeers::to_addrs(&ep, &client, &[follower_addr], Tuning::default()).unwrap();
+    assert_eq!(peers.each().len(), 1);
+    // One configured replica is a single metadata server: its NotLeader reaches the caller.
+    let ping = MdsCall { caller: Default::default(), origin: Default::default(), req: MdsRequest::Ping, seq: 0 };
+    assert!(peers.send(&ping).await.is_err());
+    // Two configured, neither leading: the leader is learnt from the hint.
+    let (other_addr, _other) = serve_replica(&server, Some(leader_addr.to_string()));
+    let peers = rpc::MdsPeers::to_addrs(&ep, &client, &[follower_addr, other_addr], Tuning::default()).unwrap();
+    assert!(matches!(peers.send(&ping).await.unwrap(), MdsReply::Pong { .. }));
+    assert_eq!(peers.leader().addr(), leader_addr);
+    let known: Vec<String> = peers.each().into_iter().map(|(a, _)| a).collect();
+    assert_eq!(known, vec![follower_addr.to_string(), other_addr.to_string(), leader_addr.to_string()]);
+    assert_eq!(peers.configured(), 2);
+    peers.send(&ping).await.unwrap();
+    assert_eq!(leader.calls.load(Relaxed), 2, "straight to the learnt leader");
+    assert_eq!(follower.calls.load(Relaxed), 2);
+    // Learning the same address again adds nothing.
+    assert_eq!(peers.learn(&leader_addr.to_string()), Some(2));
+    assert_eq!(peers.each().len(), 3);
 }

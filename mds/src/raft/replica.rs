@@ -28,14 +28,17 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
 };
-use openraft::{BasicNode, Config, Raft, ServerState, SnapshotPolicy};
+use openraft::{BasicNode, ChangeMembers, Config, Raft, ServerState, SnapshotPolicy};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use tessera_proto::error::{ErrorCode, LEADER_HINT};
-use tessera_proto::msg::{MdsCall, MdsReply, MdsRequest, RaftRpc, ReplicaStatus};
-use tessera_proto::rpc::{PeerInfo, RpcPeer, Service};
+use tessera_proto::msg::{
+    MdsCall, MdsReply, MdsRequest, RaftRpc, ReplicaChange, ReplicaMember, ReplicaStatus, MAX_REPLICA_ADDR, PROMOTE_LAG,
+};
+use tessera_proto::rpc::{PeerInfo, RpcPeer, Service, Tuning};
+use tessera_proto::tls::NodeIdentity;
 use tessera_proto::wire::MAX_PAYLOAD;
 use tessera_proto::{Caller, FsError, FsResult, Origin, Role};
 use tracing::{info, warn};
@@ -76,22 +79,48 @@ fn decode_big<T: DeserializeOwned>(b: &[u8]) -> Result<T, FsError> {
         .map_err(|e| FsError::protocol(format!("raft message: {e}")))
 }
 
-/// The network between replicas: each replica's [`RpcPeer`] through the metadata server's endpoint.
+/// The network between replicas: each replica's [`RpcPeer`] through the metadata server's endpoint, made
+/// on first use from the address the group's membership names (so a replica added at run time, at an
+/// address no configuration lists, is reached too) and kept while that address stays the same.
 pub struct Network {
-    peers: Arc<BTreeMap<NodeId, Arc<RpcPeer>>>,
+    endpoint: quinn::Endpoint,
+    identity: NodeIdentity,
+    tuning: Tuning,
+    /// Each replica's address and peer, by id.
+    peers: BTreeMap<NodeId, (String, Arc<RpcPeer>)>,
 }
 
 impl Network {
-    pub fn new(peers: BTreeMap<NodeId, Arc<RpcPeer>>) -> Network {
-        Network { peers: Arc::new(peers) }
+    pub fn new(endpoint: quinn::Endpoint, identity: NodeIdentity, tuning: Tuning) -> Network {
+        Network { endpoint, identity, tuning, peers: BTreeMap::new() }
+    }
+
+    /// The peer for replica `target` at `addr`: the one made before for that address, else a new one.
+    fn peer(&mut self, target: NodeId, addr: &str) -> Option<Arc<RpcPeer>> {
+        if let Some((a, p)) = self.peers.get(&target) {
+            if a == addr {
+                return Some(p.clone());
+            }
+        }
+        match RpcPeer::to_host(self.endpoint.clone(), &self.identity, Role::Mds, addr, self.tuning) {
+            Ok(p) => {
+                let p = Arc::new(p);
+                self.peers.insert(target, (addr.to_string(), p.clone()));
+                Some(p)
+            }
+            Err(e) => {
+                warn!(replica = target, addr, "no link to the replica: {e}");
+                None
+            }
+        }
     }
 }
 
 impl RaftNetworkFactory<MdsRaft> for Network {
     type Network = PeerLink;
 
-    async fn new_client(&mut self, target: NodeId, _node: &BasicNode) -> PeerLink {
-        PeerLink { target, peer: self.peers.get(&target).cloned() }
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerLink {
+        PeerLink { target, peer: self.peer(target, &node.addr) }
     }
 }
 
@@ -117,7 +146,7 @@ impl PeerLink {
         let peer = self
             .peer
             .as_ref()
-            .ok_or_else(|| unreachable(FsError::invalid(format!("replica {} is not configured", self.target))))?;
+            .ok_or_else(|| unreachable(FsError::invalid(format!("replica {}: no usable address", self.target))))?;
         let payload = encode_big(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let call = MdsCall { caller: Caller::root(), origin: Origin::default(), req: MdsRequest::Raft { rpc }, seq: 0 };
         let sent = tokio::time::timeout(option.hard_ttl(), peer.call::<_, MdsReply>(&call, Bytes::from(payload)));
@@ -180,8 +209,6 @@ pub struct Replica {
     raft: Raft<MdsRaft>,
     sm: StoreSm,
     store: Arc<Store>,
-    /// Each replica's address, by id.
-    addrs: BTreeMap<NodeId, String>,
     /// The metadata service, once this replica leads and is caught up.
     serving: OnceLock<Arc<MdsService>>,
     /// While leading: when a majority last acknowledged this replica's leadership (as openraft's metrics
@@ -203,6 +230,28 @@ pub const ELECTION_HOLD: std::time::Duration = std::time::Duration::from_secs(5)
 /// election timeout, 0.6 s), so another replica cannot have been elected meanwhile; heartbeats (every
 /// 50 ms) keep it fresh.
 pub const LEASE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// A new replica's id and address checked: ids start at 1, the address is `host:port` within
+/// [`MAX_REPLICA_ADDR`] bytes.
+fn check_replica_addr(id: NodeId, addr: &str) -> FsResult<()> {
+    if id == 0 {
+        return Err(FsError::invalid("replica ids start at 1"));
+    }
+    if addr.len() > MAX_REPLICA_ADDR {
+        return Err(FsError::invalid(format!(
+            "a replica address of {} bytes (at most {MAX_REPLICA_ADDR})",
+            addr.len()
+        )));
+    }
+    let port = addr.rsplit_once(':').filter(|(h, _)| !h.is_empty()).and_then(|(_, p)| p.parse::<u16>().ok());
+    match port {
+        Some(p) if p != 0 => Ok(()),
+        _ => Err(FsError::invalid(format!("replica address {addr:?}: expected host:port"))),
+    }
+}
+
+/// How long a voter being removed is given to learn it is a learner now, before it leaves the group.
+const REMOVED_HEARS: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl Replica {
     /// Starts replica `id` of the group `addrs` (id → address) over `store` (opened with
@@ -260,7 +309,7 @@ impl Replica {
                 }
             }
         });
-        Ok(Arc::new(Replica { id, raft, sm, store, addrs, serving: OnceLock::new(), quorum_at }))
+        Ok(Arc::new(Replica { id, raft, sm, store, serving: OnceLock::new(), quorum_at }))
     }
 
     /// Waits until this replica is elected and caught up, then makes its database the service's: every
@@ -373,6 +422,16 @@ impl Replica {
             ServerState::Learner => "learner",
             ServerState::Shutdown => "shutdown",
         };
+        let membership = m.membership_config.membership();
+        let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
+        let members: Vec<ReplicaMember> = membership
+            .nodes()
+            .map(|(&id, n)| ReplicaMember { id, addr: n.addr.clone(), voter: voters.contains(&id) })
+            .collect();
+        let role = match members.iter().any(|r| r.id == self.id) {
+            true => role,
+            false => "not-member",
+        };
         let matched = m
             .replication
             .as_ref()
@@ -387,13 +446,16 @@ impl Replica {
             leader: m.current_leader,
             matched,
             serving: self.serving.get().is_some(),
+            members,
         }
     }
 
     /// The answer to a metadata request while this replica does not serve.
     fn not_leader(&self) -> FsError {
-        let leader = self.raft.metrics().borrow().current_leader;
-        match leader.filter(|&l| l != self.id).and_then(|l| self.addrs.get(&l)) {
+        let m = self.raft.metrics().borrow().clone();
+        let leader = m.current_leader.filter(|&l| l != self.id);
+        let addr = leader.and_then(|l| m.membership_config.membership().get_node(&l).map(|n| n.addr.clone()));
+        match addr {
             Some(addr) => FsError::new(
                 ErrorCode::NotLeader,
                 format!("metadata replica {} does not lead; {LEADER_HINT}{addr}", self.id),
@@ -403,6 +465,94 @@ impl Replica {
                 format!("metadata replica {} does not serve: an election or its catching up is under way", self.id),
             ),
         }
+    }
+
+    /// Applies a change of the group's membership (this replica leads): each is a joint-consensus change
+    /// of the replicated log, committed before the answer. A change already made (the request resent
+    /// after a failover) answers as if made now.
+    async fn change(&self, change: ReplicaChange) -> FsResult<ReplicaStatus> {
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership().clone();
+        let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
+        let done = match change {
+            ReplicaChange::Add { id, addr } => {
+                check_replica_addr(id, &addr)?;
+                match membership.get_node(&id) {
+                    Some(n) if n.addr == addr => None,
+                    Some(n) => {
+                        return Err(FsError::new(
+                            ErrorCode::Exists,
+                            format!("replica {id} is a member already, at {}: remove it first", n.addr),
+                        ))
+                    }
+                    None => Some(self.raft.add_learner(id, BasicNode::new(addr), false).await),
+                }
+            }
+            ReplicaChange::Promote { id } if voters.contains(&id) => None,
+            ReplicaChange::Promote { id } => {
+                if membership.get_node(&id).is_none() {
+                    return Err(FsError::not_found(format!("replica {id} is not a member: add it first")));
+                }
+                let last = m.last_log_index.unwrap_or(0);
+                let matched = m.replication.as_ref().and_then(|r| r.get(&id).copied()).flatten().map_or(0, |l| l.index);
+                if last.saturating_sub(matched) > PROMOTE_LAG {
+                    return Err(FsError::new(
+                        ErrorCode::Busy,
+                        format!("replica {id} holds the log up to {matched} of {last}: promote it once caught up"),
+                    ));
+                }
+                Some(self.raft.change_membership(ChangeMembers::AddVoterIds([id].into()), false).await)
+            }
+            ReplicaChange::Remove { id } if membership.get_node(&id).is_none() => None,
+            ReplicaChange::Remove { id } if voters.contains(&id) => {
+                if voters.len() == 1 {
+                    return Err(FsError::invalid(format!("replica {id} is the group's last voter")));
+                }
+                // First a learner: a live replica removed at once may not hear of it (it is no longer
+                // sent the log) and, still a voter in its own eyes, stand for election again and again.
+                // A learner never does; once it holds the change (or after a moment, if it is dead),
+                // it leaves the group.
+                match self.raft.change_membership(ChangeMembers::RemoveVoters([id].into()), true).await {
+                    Ok(r) => {
+                        self.replicated_to(id, r.log_id.index, REMOVED_HEARS).await;
+                        Some(self.raft.change_membership(ChangeMembers::RemoveNodes([id].into()), false).await)
+                    }
+                    Err(e) => Some(Err(e)),
+                }
+            }
+            ReplicaChange::Remove { id } => {
+                Some(self.raft.change_membership(ChangeMembers::RemoveNodes([id].into()), false).await)
+            }
+        };
+        match done {
+            None | Some(Ok(_)) => Ok(self.status()),
+            Some(Err(RaftError::APIError(openraft::error::ClientWriteError::ForwardToLeader(_)))) => {
+                Err(self.not_leader())
+            }
+            Some(Err(RaftError::APIError(openraft::error::ClientWriteError::ChangeMembershipError(e)))) => {
+                Err(FsError::new(ErrorCode::Busy, format!("membership change refused: {e}")))
+            }
+            Some(Err(e)) => Err(FsError::new(ErrorCode::Io, format!("membership change: {e}"))),
+        }
+    }
+
+    /// Waits until replica `id` holds the log up to `index` (as this leader knows it), at most `patience`.
+    async fn replicated_to(&self, id: NodeId, index: u64, patience: std::time::Duration) -> bool {
+        let mut metrics = self.raft.metrics();
+        let held = |m: &openraft::RaftMetrics<NodeId, BasicNode>| {
+            m.replication.as_ref().and_then(|r| r.get(&id).copied()).flatten().is_some_and(|l| l.index >= index)
+        };
+        let wait = async {
+            loop {
+                if held(&metrics.borrow_and_update()) {
+                    return true;
+                }
+                if metrics.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        tokio::time::timeout(patience, wait).await.unwrap_or(false)
     }
 
     /// Answers one of the replicated log's messages (its payload), with the answer as the payload.
@@ -459,10 +609,39 @@ impl Service for Replica {
                 }
             }
             MdsRequest::ReplicaStatus => (Ok(MdsReply::Replica(self.status())), Bytes::new()),
+            MdsRequest::ChangeReplicas { ref change } => {
+                if let Err(e) = call.req.properties().senders.admit(peer.role, &call.caller) {
+                    return (Err(e.into()), Bytes::new());
+                }
+                let change = change.clone();
+                let answer = match self.serving.get().is_some() && self.confirmed().await {
+                    true => self.change(change).await.map(MdsReply::Replica),
+                    false => Err(self.not_leader()),
+                };
+                (answer, Bytes::new())
+            }
             _ => match self.serving.get() {
                 Some(svc) if self.confirmed().await => svc.handle(peer, call, payload).await,
                 _ => (Err(self.not_leader()), Bytes::new()),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_replica_needs_an_id_and_a_host_and_port() {
+        assert!(check_replica_addr(4, "10.0.0.6:7400").is_ok());
+        assert!(check_replica_addr(4, "mds3.example:7400").is_ok());
+        assert!(check_replica_addr(4, "[::1]:7400").is_ok());
+        assert!(check_replica_addr(0, "10.0.0.6:7400").is_err(), "ids start at 1");
+        for bad in ["10.0.0.6", ":7400", "h:0", "h:x", "h:70000", ""] {
+            assert!(check_replica_addr(4, bad).is_err(), "{bad:?}");
+        }
+        let long = format!("{}:1", "h".repeat(MAX_REPLICA_ADDR));
+        assert_eq!(check_replica_addr(4, &long).unwrap_err().code, ErrorCode::Invalid);
     }
 }

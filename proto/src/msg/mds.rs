@@ -299,6 +299,45 @@ pub enum MdsRequest {
     Reopen {
         handles: Vec<HeldHandle>,
     },
+    /// Changes which replicas the replicated metadata service has, without stopping it (`tessera mds
+    /// add`, `tessera mds remove`; admins only, answered by the leader). Reply: `Replica`, the leader's
+    /// status after the change.
+    ChangeReplicas {
+        change: ReplicaChange,
+    },
+}
+
+/// A change of the metadata replicas' membership: a new replica joins as a learner (receives the log,
+/// catches up from a snapshot, does not vote), is promoted to a voter once caught up, and a replica (a
+/// dead one, or one moving to another host) is removed. Every change is a joint-consensus change of the
+/// replicated log, so the service goes on throughout.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub enum ReplicaChange {
+    /// Replica `id` at `addr` (`host:port`) joins as a learner.
+    Add { id: u64, addr: String },
+    /// Learner `id` becomes a voter.
+    Promote { id: u64 },
+    /// Replica `id` leaves the group (a voter, or a learner).
+    Remove { id: u64 },
+}
+
+/// How far behind the leader's log (in entries) a learner may be when it is made a voter: a voter far
+/// behind would hold up every commit that needs it until it has caught up.
+pub const PROMOTE_LAG: u64 = 1000;
+
+/// Longest address a [`ReplicaChange::Add`] names.
+pub const MAX_REPLICA_ADDR: usize = 256;
+
+/// One member of the replicated metadata service, as a replica knows the membership.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct ReplicaMember {
+    pub id: u64,
+    /// Its `host:port`.
+    pub addr: String,
+    /// Whether it votes (a learner does not).
+    pub voter: bool,
 }
 
 /// Most handles one `Reopen` reasserts.
@@ -327,7 +366,8 @@ pub enum RaftRpc {
 pub struct ReplicaStatus {
     /// Its id in the group (its position in the configuration's `[[mds]]` list, plus one).
     pub id: u64,
-    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`; `single` for a metadata server without
+    /// `leader`, `follower`, `candidate`, `learner`, `shutdown`, or `not-member` (a replica not in the
+    /// group's membership: new and not added yet, or removed); `single` for a metadata server without
     /// replicas.
     pub role: String,
     pub term: u64,
@@ -341,6 +381,8 @@ pub struct ReplicaStatus {
     pub matched: Vec<(u64, u64)>,
     /// Whether it serves metadata requests (a leader once caught up).
     pub serving: bool,
+    /// The group's members as this replica knows them (empty for a single metadata server).
+    pub members: Vec<ReplicaMember>,
 }
 
 /// Most files one `Declare` names.

@@ -8,6 +8,10 @@
 //! replicas that all failed pauses (50 ms doubling to [`ROUND_PAUSE_MAX`]) while an election runs, for up to
 //! [`FAILOVER_PATIENCE`].
 //!
+//! A leader named at an address no configuration lists (a replica added at run time, `tessera mds add`)
+//! becomes one more replica to try: clients follow the group as it changes, as long as one replica they
+//! were configured with still answers.
+//!
 //! With one metadata server this is [`MdsCall::send`] to it, unchanged.
 
 use super::RpcPeer;
@@ -18,7 +22,7 @@ use crate::tls::NodeIdentity;
 use crate::types::Role;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// How long a call looks for a leader among the replicas before it fails: a leader's death is noticed
@@ -33,9 +37,18 @@ pub const LEADER_CHECK: Duration = Duration::from_millis(700);
 /// long after it serves (a round costs one call per replica: a few a second while an election runs).
 pub const ROUND_PAUSE_MAX: Duration = Duration::from_millis(250);
 
+/// Makes the peer for a replica's `host:port`.
+type MakePeer = Box<dyn Fn(&str) -> FsResult<RpcPeer> + Send + Sync>;
+
+/// Most replicas a client learns of beyond its configuration (a bound on what answers can make it hold).
+const MAX_LEARNT: usize = 16;
+
 /// The metadata replicas' peers and the current leader's position among them.
 pub struct MdsPeers {
-    peers: Vec<(String, Arc<RpcPeer>)>,
+    /// The configured replicas, then those learnt from answers (never removed: positions stay valid).
+    peers: RwLock<Vec<(String, Arc<RpcPeer>)>>,
+    configured: usize,
+    make: Option<MakePeer>,
     leader: AtomicUsize,
     patience: Duration,
 }
@@ -46,7 +59,19 @@ impl MdsPeers {
         if peers.is_empty() {
             return Err(FsError::invalid("no metadata server to talk to"));
         }
-        Ok(MdsPeers { peers, leader: AtomicUsize::new(0), patience: FAILOVER_PATIENCE })
+        let configured = peers.len();
+        Ok(MdsPeers {
+            peers: RwLock::new(peers),
+            configured,
+            make: None,
+            leader: AtomicUsize::new(0),
+            patience: FAILOVER_PATIENCE,
+        })
+    }
+
+    /// Makes peers for replicas learnt from answers with `make`.
+    fn learning(self, make: MakePeer) -> MdsPeers {
+        MdsPeers { make: Some(make), ..self }
     }
 
     /// Peers for every `host:port` of `hosts` (the configured replicas), through `endpoint`.
@@ -60,7 +85,12 @@ impl MdsPeers {
         for h in hosts {
             peers.push((h.to_string(), Arc::new(RpcPeer::to_host(endpoint.clone(), id, Role::Mds, h, tuning)?)));
         }
-        MdsPeers::new(peers)
+        Ok(MdsPeers::new(peers)?.learning(MdsPeers::maker(endpoint, id, tuning)))
+    }
+
+    fn maker(endpoint: &quinn::Endpoint, id: &NodeIdentity, tuning: Tuning) -> MakePeer {
+        let (endpoint, id) = (endpoint.clone(), id.clone());
+        Box::new(move |host: &str| RpcPeer::to_host(endpoint.clone(), &id, Role::Mds, host, tuning))
     }
 
     /// Peers for every resolved address of `addrs` (the configured replicas), through `endpoint`.
@@ -74,7 +104,7 @@ impl MdsPeers {
         for a in addrs {
             peers.push((a.to_string(), Arc::new(RpcPeer::new(endpoint.clone(), id, Role::Mds, *a, tuning)?)));
         }
-        MdsPeers::new(peers)
+        Ok(MdsPeers::new(peers)?.learning(MdsPeers::maker(endpoint, id, tuning)))
     }
 
     /// How long [`MdsPeers::send`] looks for a leader (default [`FAILOVER_PATIENCE`]).
@@ -82,43 +112,82 @@ impl MdsPeers {
         MdsPeers { patience, ..self }
     }
 
-    /// Every replica `(configured address, peer)`, in configuration order (to ask each one itself).
-    pub fn each(&self) -> impl Iterator<Item = (&str, &Arc<RpcPeer>)> {
-        self.peers.iter().map(|(a, p)| (a.as_str(), p))
+    /// Every replica `(address, peer)`: the configured ones in configuration order, then those learnt
+    /// (to ask each one itself).
+    pub fn each(&self) -> Vec<(String, Arc<RpcPeer>)> {
+        self.peers.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// How many replicas were configured (the first of [`MdsPeers::each`]).
+    pub fn configured(&self) -> usize {
+        self.configured
+    }
+
+    fn len(&self) -> usize {
+        self.peers.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Replica `i`'s peer.
+    fn peer(&self, i: usize) -> Arc<RpcPeer> {
+        let peers = self.peers.read().unwrap_or_else(|p| p.into_inner());
+        peers[i % peers.len()].1.clone()
     }
 
     /// The peer believed to lead.
-    pub fn leader(&self) -> &Arc<RpcPeer> {
-        &self.peers[self.leader.load(Ordering::Relaxed) % self.peers.len()].1
+    pub fn leader(&self) -> Arc<RpcPeer> {
+        self.peer(self.leader.load(Ordering::Relaxed))
     }
 
-    /// Where a NotLeader answer's detail says the leader is, if it is one of ours.
+    /// The position of the replica at `addr` (`host:port`), learning it if it is not known yet (a replica
+    /// added since the configuration was written). None: not known, and not learnt (no way to make
+    /// peers, or [`MAX_LEARNT`] learnt already).
+    pub fn learn(&self, addr: &str) -> Option<usize> {
+        let known = |peers: &[(String, Arc<RpcPeer>)]| {
+            peers.iter().position(|(a, p)| a == addr || p.addr().to_string() == addr)
+        };
+        if let Some(i) = known(&self.peers.read().unwrap_or_else(|p| p.into_inner())) {
+            return Some(i);
+        }
+        let make = self.make.as_ref()?;
+        let mut peers = self.peers.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = known(&peers) {
+            return Some(i);
+        }
+        if peers.len() >= self.configured + MAX_LEARNT {
+            return None;
+        }
+        let peer = make(addr).ok()?;
+        peers.push((addr.to_string(), Arc::new(peer)));
+        Some(peers.len() - 1)
+    }
+
+    /// Where a NotLeader answer's detail says the leader is.
     fn hinted(&self, detail: &str) -> Option<usize> {
         let at = detail.rfind(LEADER_HINT)? + LEADER_HINT.len();
         let addr = detail[at..].split_whitespace().next()?;
-        self.peers.iter().position(|(a, p)| a == addr || p.addr().to_string() == addr)
+        self.learn(addr)
     }
 
     /// One try at the leader, and at the leader it names if it answers NotLeader; a transport failure
     /// moves the next call on to the next replica. For periodic calls (reports, fence lists) whose
     /// next round is their retry.
     pub async fn send_once(&self, call: &MdsCall) -> FsResult<MdsReply> {
-        let i = self.leader.load(Ordering::Relaxed) % self.peers.len();
-        let to = match self.peers[i].1.try_call_chunked::<_, MdsReply>(call, Bytes::new()).await {
+        let n = self.len();
+        let i = self.leader.load(Ordering::Relaxed) % n;
+        let to = match self.peer(i).try_call_chunked::<_, MdsReply>(call, Bytes::new()).await {
             Ok(Ok((reply, _))) => return Ok(reply),
-            Ok(Err(e)) if e.code == ErrorCode::NotLeader && self.peers.len() > 1 => {
-                let to = self.hinted(&e.detail).filter(|&n| n != i).unwrap_or((i + 1) % self.peers.len());
+            Ok(Err(e)) if e.code == ErrorCode::NotLeader && n > 1 => {
+                let to = self.hinted(&e.detail).filter(|&n| n != i).unwrap_or((i + 1) % self.len());
                 let _ = self.leader.compare_exchange(i, to, Ordering::Relaxed, Ordering::Relaxed);
                 to
             }
             Ok(Err(e)) => return Err(e),
             Err(f) => {
-                let _ =
-                    self.leader.compare_exchange(i, (i + 1) % self.peers.len(), Ordering::Relaxed, Ordering::Relaxed);
+                let _ = self.leader.compare_exchange(i, (i + 1) % n, Ordering::Relaxed, Ordering::Relaxed);
                 return Err(f.error);
             }
         };
-        Ok(self.peers[to].1.call::<_, MdsReply>(call, Bytes::new()).await?.0)
+        Ok(self.peer(to).call::<_, MdsReply>(call, Bytes::new()).await?.0)
     }
 
     /// `attempt` (a call to replica `i`), unless it has no answer after [`LEADER_CHECK`] and another
@@ -148,7 +217,8 @@ impl MdsPeers {
     /// most [`LEADER_CHECK`]).
     async fn serving_elsewhere(&self, i: usize, call: &MdsCall) -> Option<usize> {
         let ask = MdsCall { req: MdsRequest::ReplicaStatus, seq: 0, ..call.clone() };
-        let asks = self.peers.iter().enumerate().filter(|(j, _)| *j != i).map(|(j, (_, p))| {
+        let peers = self.each();
+        let asks = peers.iter().enumerate().filter(|(j, _)| *j != i).map(|(j, (_, p))| {
             let ask = &ask;
             async move {
                 let r = tokio::time::timeout(LEADER_CHECK, p.try_call_chunked::<_, MdsReply>(ask, Bytes::new())).await;
@@ -160,16 +230,18 @@ impl MdsPeers {
 
     /// Sends `call` to the leader, finding it first if need be (see the module doc).
     pub async fn send(&self, call: &MdsCall) -> FsResult<MdsReply> {
-        if self.peers.len() == 1 {
-            return call.send(&self.peers[0].1).await;
+        if self.len() == 1 {
+            return call.send(&self.peer(0)).await;
         }
         let deadline = tokio::time::Instant::now() + self.patience;
         let mut pause = Duration::from_millis(50);
         let mut tried = 0;
         let mut last: FsError;
         loop {
-            let i = self.leader.load(Ordering::Relaxed) % self.peers.len();
-            let attempt = self.peers[i].1.try_call_chunked::<_, MdsReply>(call, Bytes::new());
+            let n = self.len();
+            let i = self.leader.load(Ordering::Relaxed) % n;
+            let peer = self.peer(i);
+            let attempt = peer.try_call_chunked::<_, MdsReply>(call, Bytes::new());
             let outcome = match call.resendable() {
                 true => self.unless_moved(i, call, attempt).await,
                 false => Ok(attempt.await),
@@ -197,22 +269,17 @@ impl MdsPeers {
             };
             tried += 1;
             let to = match next {
-                Some(n) => n,
-                None => (i + 1) % self.peers.len(),
+                Some(j) => j,
+                None => (i + 1) % n,
             };
             // Only if no other task moved it meanwhile.
             let _ = self.leader.compare_exchange(i, to, Ordering::Relaxed, Ordering::Relaxed);
-            if next.is_none() && tried >= self.peers.len() {
+            if next.is_none() && tried >= n {
                 // A whole round without a leader: an election is under way, or every replica is down.
                 if tokio::time::Instant::now() + pause >= deadline {
                     return Err(FsError::new(
                         last.code,
-                        format!(
-                            "no metadata replica leads (tried {} for {:?}): {}",
-                            self.peers.len(),
-                            self.patience,
-                            last.detail
-                        ),
+                        format!("no metadata replica leads (tried {} for {:?}): {}", n, self.patience, last.detail),
                     ));
                 }
                 tokio::time::sleep(pause).await;
