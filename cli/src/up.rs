@@ -633,6 +633,9 @@ fn announce(files: &ClusterFiles, cfg: &ClusterConfig) {
         );
     }
     let _ = writeln!(out);
+    let _ = writeln!(out, "Mount it (FUSE; mounted by root it serves every user, each checked as themselves):");
+    let _ = writeln!(out, "  mkdir -p /mnt/tessera && tessera --config {client_cfg} mount /mnt/tessera --daemon");
+    let _ = writeln!(out, "  fusermount3 -u /mnt/tessera      (to unmount)");
     let _ = writeln!(out, "Use it:");
     let _ = writeln!(out, "  export TESSERA_CONFIG={client_cfg}");
     let _ = writeln!(out, "  tessera put ./some-file /some-file");
@@ -648,6 +651,11 @@ fn announce(files: &ClusterFiles, cfg: &ClusterConfig) {
     let _ = writeln!(out, "  tessera-bench ior -w -r -t 1m -b 64m");
     let _ =
         writeln!(out, "  tessera status --dir {}   (each server's state, pid, restarts, uptime)", files.dir.display());
+    let _ = writeln!(
+        out,
+        "Administer it (fsck, ds remove, mds add/remove, orchestrator mode, ca): tessera --config {} ...",
+        files.admin_config.display()
+    );
     let _ = writeln!(out, "A server that ends is started again; stop the cluster with Ctrl-C.");
     let _ = writeln!(out, "TESSERA UP {client_cfg}");
     let _ = out.flush();

@@ -853,7 +853,7 @@ mod tests {
             create(5, "a", "mdtest"),
             create(6, "b", "mdtest"),
             create(7, "c", ""),
-            DirOp::Unlink { name: "a".into(), job: "mdtest".into(), pid: 8 },
+            DirOp::Unlink { name: "a".into(), job: "mdtest".into(), pid: 8, time: tessera_proto::Timestamp::now() },
             create(8, "d", "mdtest"),
         ];
         let req = MdsRequest::DirBatch { dir: ROOT_INO, token: 1, entries, keep: true };

@@ -209,12 +209,14 @@ impl StatsView {
             .collect()
     }
 
-    /// (capacity, free) bytes summed over the latest reports of the configured servers.
-    pub fn totals(&self) -> (u64, u64) {
-        self.snapshot()
-            .iter()
-            .filter_map(|i| i.report.as_ref())
-            .fold((0u64, 0u64), |(c, f), r| (c.saturating_add(r.capacity), f.saturating_add(r.free)))
+    /// (capacity, free, available) bytes summed over the latest reports of the configured servers: free
+    /// is what is not used (capacity − used, statvfs's `f_bfree`), available what may still be written
+    /// (a report's `free`, statvfs's `f_bavail`: without the blocks a file system reserves for root).
+    pub fn totals(&self) -> (u64, u64, u64) {
+        self.snapshot().iter().filter_map(|i| i.report.as_ref()).fold((0u64, 0u64, 0u64), |(c, f, a), r| {
+            let free = r.capacity.saturating_sub(r.used).max(r.free);
+            (c.saturating_add(r.capacity), f.saturating_add(free), a.saturating_add(r.free))
+        })
     }
 
     pub fn cluster_status(&self) -> Vec<DsStatus> {
@@ -238,10 +240,12 @@ mod tests {
     #[test]
     fn latest_report_wins_and_unconfigured_ignored() {
         let v = StatsView::new(vec![(0, "a".into()), (1, "b".into())]);
-        v.record(DsReport { ds: 0, capacity: 100, free: 50, ..Default::default() });
-        v.record(DsReport { ds: 0, capacity: 100, free: 40, ..Default::default() });
+        v.record(DsReport { ds: 0, capacity: 100, used: 30, free: 50, ..Default::default() });
+        v.record(DsReport { ds: 0, capacity: 100, used: 40, free: 40, ..Default::default() });
         v.record(DsReport { ds: 7, capacity: 1000, free: 1000, ..Default::default() });
-        assert_eq!(v.totals(), (100, 40));
+        assert_eq!(v.totals(), (100, 60, 40), "free is what is not used; available what may be written");
+        v.record(DsReport { ds: 1, capacity: 100, used: 20, free: 10, ..Default::default() });
+        assert_eq!(v.totals(), (200, 140, 50), "summed over the servers");
         let s = v.cluster_status();
         assert_eq!(s.len(), 2);
         assert!(s[0].report_age_ms.is_some() && s[1].report.is_none());

@@ -598,7 +598,7 @@ fn xattr_name(rng: &mut Rng) -> String {
 
 fn dir_op(rng: &mut Rng, known: &Known, reserved: &[Ino]) -> DirOp {
     if rng.percent(30) {
-        return DirOp::Unlink { name: name(rng), job: job_id(rng), pid: rng.usually32(7) };
+        return DirOp::Unlink { name: name(rng), job: job_id(rng), pid: rng.usually32(7), time: Timestamp::now() };
     }
     DirOp::Create(AsyncCreate {
         ino: pick_or(rng, reserved, |r| ino(r, known)),

@@ -7,7 +7,7 @@ set -u
 BIN=${1:-target/release}
 D=${D:-/tmp/tessera-membership}
 T="$BIN/tessera"
-rm -rf "$D" "$D.ops"
+rm -rf "$D" "$D.ops" "$D.stop"
 "$T" up --mds 3 --ds 2 --dir "$D" --port-base 7600 >"$D.up.log" 2>&1 &
 UP=$!
 trap 'kill $UP ${NEW:-} ${W:-} 2>/dev/null; wait' EXIT
@@ -16,7 +16,7 @@ sleep 2
 echo "== before"; "$T" --config "$D/admin.toml" mds status
 # The writer: one create per command, its wall time in ms and exit status per line.
 ( i=0; while [ ! -e "$D.stop" ]; do
-    s=$(date +%s%N); "$T" --config "$D/client.toml" truncate "/w$i" 0 >/dev/null 2>&1; rc=$?
+    s=$(date +%s%N); "$T" --config "$D/client.toml" truncate --size 0 "/w$i" >/dev/null 2>&1; rc=$?
     echo "$(( ($(date +%s%N) - s) / 1000000 )) $rc" >>"$D.ops"; i=$((i + 1)); done ) &
 W=$!
 sleep 3
@@ -38,6 +38,7 @@ sleep 3
 touch "$D.stop"; wait $W
 echo "== after"; "$T" --config "$D/admin.toml" mds status
 sort -n "$D.ops" | awk '{n++; ms[n]=$1; if ($2 != 0) f++} END {
+  p = int(n * 0.99); if (p < 1) p = 1
   printf "writer: %d creates, %d failed; median %d ms, 99th %d ms, slowest %d ms (each a whole tessera process)\n",
-    n, f, ms[int((n + 1) / 2)], ms[int(n * 0.99) > 0 ? int(n * 0.99) : 1], ms[n] }'
+    n, f, ms[int((n + 1) / 2)], ms[p], ms[n] }'
 "$T" --config "$D/admin.toml" fsck | tail -2

@@ -75,6 +75,8 @@ enum Queued {
         /// Who removed it (the job's registry counts it).
         job: String,
         pid: u32,
+        /// When: the directory's times this mount showed from then on.
+        time: Timestamp,
     },
 }
 
@@ -361,6 +363,7 @@ impl DirLeases {
             queued_at: now,
             job: who.job.clone(),
             pid: who.pid,
+            time,
         });
         self.pending.fetch_add(1, Ordering::AcqRel);
         true
@@ -514,8 +517,8 @@ impl DirLeases {
                                 pid: p.who.pid,
                             })
                         }
-                        Queued::Unlink { name, job, pid, .. } => {
-                            DirOp::Unlink { name: name.clone(), job: job.clone(), pid: *pid }
+                        Queued::Unlink { name, job, pid, time, .. } => {
+                            DirOp::Unlink { name: name.clone(), job: job.clone(), pid: *pid, time: *time }
                         }
                     };
                     Some((q, op))

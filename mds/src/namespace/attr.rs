@@ -146,13 +146,15 @@ impl Namespace {
     }
 
     pub(crate) fn statfs(&self) -> MdsReply {
-        let (capacity, free) = self.stats.totals();
+        // Free and available apart, as each data server's file system reports them (`df` shows used =
+        // blocks − free; a disk's reserved blocks are free but not available).
+        let (capacity, free, avail) = self.stats.totals();
         let files = self.store.inode_count();
         MdsReply::StatFs(StatFs {
             block_size: STATFS_BLOCK as u32,
             blocks: capacity / STATFS_BLOCK,
             blocks_free: free / STATFS_BLOCK,
-            blocks_avail: free / STATFS_BLOCK,
+            blocks_avail: avail / STATFS_BLOCK,
             files,
             files_free: FILES_FREE.saturating_sub(files),
             name_max: NAME_MAX as u32,

@@ -37,9 +37,21 @@ impl Namespace {
         ino: Ino,
         kind: FileKind,
     ) -> FsResult<Attr> {
+        self.add_entry_at(tx, parent, name, ino, kind, Timestamp::now())
+    }
+
+    /// [`Namespace::add_entry`] made at `now` (a lease holder's create, at the time it showed).
+    pub(crate) fn add_entry_at(
+        &self,
+        tx: &mut Txn<'_>,
+        parent: Ino,
+        name: &str,
+        ino: Ino,
+        kind: FileKind,
+        now: Timestamp,
+    ) -> FsResult<Attr> {
         let seq = self.store.new_id()?;
         tx.put_dentry(parent, name, Dentry { ino, kind, seq })?;
-        let now = Timestamp::now();
         let p = tx.update_inode(parent, |p| {
             p.attr.size = p.attr.size.saturating_add(1);
             if kind == FileKind::Dir {
@@ -53,8 +65,19 @@ impl Namespace {
 
     /// Removes an entry; returns the parent's new attributes.
     pub(super) fn remove_entry(&self, tx: &mut Txn<'_>, parent: Ino, name: &str, d: &Dentry) -> FsResult<Attr> {
+        self.remove_entry_at(tx, parent, name, d, Timestamp::now())
+    }
+
+    /// [`Namespace::remove_entry`] made at `now` (a lease holder's unlink, at the time it showed).
+    pub(super) fn remove_entry_at(
+        &self,
+        tx: &mut Txn<'_>,
+        parent: Ino,
+        name: &str,
+        d: &Dentry,
+        now: Timestamp,
+    ) -> FsResult<Attr> {
         tx.del_dentry(parent, name, d);
-        let now = Timestamp::now();
         let p = tx.update_inode(parent, |p| {
             p.attr.size = p.attr.size.saturating_sub(1);
             if d.kind == FileKind::Dir {

@@ -141,7 +141,7 @@ impl Namespace {
                     });
                     (e.ino, r)
                 }
-                DirOp::Unlink { name, .. } => match self.batch_unlink(&mut tx, dir, &name) {
+                DirOp::Unlink { name, time, .. } => match self.batch_unlink(&mut tx, dir, &name, time) {
                     Ok((ino, attr)) => {
                         dir_attr = attr;
                         (ino, Ok(None))
@@ -200,13 +200,15 @@ impl Namespace {
             None => self.new_layout(LayoutSpec::default(), base, self.policy_of(tx, dir)?.as_deref())?,
         };
         tx.add_inode(&Inode { attr, layout: Some(layout.clone()), target: None, parent: dir })?;
-        *dir_attr = self.add_entry(tx, dir, &e.name, e.ino, FileKind::File)?;
+        // At the time the holder showed for it: the directory's times do not move when the batch arrives.
+        *dir_attr = self.add_entry_at(tx, dir, &e.name, e.ino, FileKind::File, e.time)?;
         used.push(e.ino);
         Ok(Some(layout))
     }
 
-    /// One unlink of a batch: the inode removed and the directory's new attributes.
-    fn batch_unlink(&self, tx: &mut Txn<'_>, dir: Ino, name: &str) -> FsResult<(Ino, Attr)> {
+    /// One unlink of a batch, made at `time` (the holder's): the inode removed and the directory's new
+    /// attributes.
+    fn batch_unlink(&self, tx: &mut Txn<'_>, dir: Ino, name: &str, time: Timestamp) -> FsResult<(Ino, Attr)> {
         validate_name(name)?;
         let d = tx.dentry(dir, name)?.ok_or_else(|| FsError::not_found(name.to_string()))?;
         if d.kind == FileKind::Dir {
@@ -215,7 +217,7 @@ impl Namespace {
         if d.kind == FileKind::File {
             self.placer.remember(dir, name, tx.inode(d.ino)?.attr.size);
         }
-        let attr = self.remove_entry(tx, dir, name, &d)?;
+        let attr = self.remove_entry_at(tx, dir, name, &d, time)?;
         self.drop_link(tx, d.ino)?;
         Ok((d.ino, attr))
     }

@@ -732,14 +732,16 @@ async fn statfs_reports_and_cluster_status() {
     let r = root();
     create(&ns, &r, ROOT_INO, "f").await.unwrap();
     for ds in 0..2 {
-        let rep = DsReport { ds, capacity: 1 << 30, free: 1 << 29, used: 1 << 29, ..Default::default() };
+        // A disk with blocks reserved for root: a quarter used, half available.
+        let rep = DsReport { ds, capacity: 1 << 30, free: 1 << 29, used: 1 << 28, ..Default::default() };
         ns.stats().record(rep);
     }
     match ns.handle(&r, MdsRequest::StatFs).await.unwrap() {
         MdsReply::StatFs(s) => {
             assert_eq!(s.block_size, 4096);
             assert_eq!(s.blocks, 2 * (1 << 30) / 4096);
-            assert_eq!(s.blocks_free, (1 << 30) / 4096);
+            assert_eq!(s.blocks_free, 2 * (3 << 28) / 4096, "free: not used");
+            assert_eq!(s.blocks_avail, (1 << 30) / 4096, "available: as the servers report");
             assert_eq!(s.files, 2);
             assert_eq!(s.name_max, 255);
         }
@@ -926,7 +928,7 @@ fn async_create(ino: Ino, name: &str, open: bool) -> DirOp {
 }
 
 fn async_unlink(name: &str) -> DirOp {
-    DirOp::Unlink { name: name.into(), job: String::new(), pid: 0 }
+    DirOp::Unlink { name: name.into(), job: String::new(), pid: 0, time: Timestamp::now() }
 }
 
 /// A lease holder's batch on connection 1: its results, the directory's attributes and the renewed lease.
@@ -991,6 +993,40 @@ async fn a_lease_holder_unlinks_in_batches() {
     let close = MdsRequest::Close { ino: l.inos[1], handle, size: None, wrote: false };
     ns.handle(&root(), close).await.unwrap();
     assert_eq!(code(ns.handle(&root(), MdsRequest::GetAttr { ino: l.inos[1] }).await), ErrorCode::NotFound);
+}
+
+/// The times a lease holder showed are the ones recorded: a batch applied later (here, with times a
+/// second before now) sets the directory's mtime and ctime to its last change's time, and a created
+/// file's times to its create's, not to when the batch arrived (tar's "file changed as we read it").
+#[tokio::test]
+async fn a_batch_records_the_times_its_holder_showed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let d = mkdir(&ns, &root(), ROOT_INO, "d").await.unwrap().ino;
+    let l = leased(ns.handle_client(&root(), conn(1), MdsRequest::LeaseDir { dir: d }).await);
+    let earlier = |ms: i64| {
+        let now = Timestamp::now();
+        let nanos = i64::from(now.nanos) - ms * 1_000_000;
+        Timestamp { secs: now.secs + nanos.div_euclid(1_000_000_000), nanos: nanos.rem_euclid(1_000_000_000) as u32 }
+    };
+    let (created_at, unlinked_at) = (earlier(1500), earlier(1000));
+    let mut create = async_create(l.inos[0], "a", false);
+    if let DirOp::Create(c) = &mut create {
+        c.time = created_at;
+    }
+    let mut second = async_create(l.inos[1], "b", false);
+    if let DirOp::Create(c) = &mut second {
+        c.time = created_at;
+    }
+    let (_, after_creates, _) = batch(&ns, d, l.token, vec![create, second]).await;
+    assert_eq!((after_creates.mtime, after_creates.ctime), (created_at, created_at));
+    let a = getattr(&ns, l.inos[0]).await;
+    assert_eq!((a.mtime, a.ctime, a.crtime), (created_at, created_at, created_at));
+    let unlink = DirOp::Unlink { name: "b".into(), job: String::new(), pid: 0, time: unlinked_at };
+    let (_, after_unlink, _) = batch(&ns, d, l.token, vec![unlink]).await;
+    assert_eq!((after_unlink.mtime, after_unlink.ctime), (unlinked_at, unlinked_at));
+    let now = getattr(&ns, d).await;
+    assert_eq!((now.mtime, now.ctime), (unlinked_at, unlinked_at), "no time moved after the fact");
 }
 
 fn leased(r: FsResult<MdsReply>) -> DirLease {

@@ -434,6 +434,8 @@ pub struct AsyncCreate {
     pub perm: u32,
     pub uid: u32,
     pub gid: u32,
+    /// When the holder made it: the file's times, and the directory's new mtime and ctime, as the
+    /// holder showed them (the MDS records these, so no time changes when the batch arrives).
     pub time: Timestamp,
     /// Still open on the holder: open it at the MDS too (the reply carries the handle and layout).
     pub open: Option<OpenFlags>,
@@ -456,6 +458,8 @@ pub enum DirOp {
         /// As in [`AsyncCreate::job`].
         job: String,
         pid: u32,
+        /// When the holder removed it: the directory's new mtime and ctime, as the holder showed them.
+        time: Timestamp,
     },
 }
 
