@@ -790,6 +790,34 @@ fn fuse_async_creates_in_leased_directory() {
     assert_eq!(std::fs::read_dir(b.p("e")).unwrap().count(), 0);
 }
 
+/// A directory's times change only when an operation changes them (issue 42, tar's "file changed as we
+/// read it" after `git commit`): creates and unlinks in a leased directory show times at once, and those
+/// stay when the batch reaches the MDS later and when another mount looks.
+#[test]
+#[cfg_attr(not(tessera_fuse), ignore = "needs /dev/fuse and root or fusermount3")]
+fn fuse_directory_times_do_not_move_after_the_fact() {
+    require_fuse();
+    let cluster = Cluster::start(2);
+    let a = Mount::new(&cluster, "a");
+    let b = Mount::new(&cluster, "b");
+    std::fs::create_dir(a.p("d")).unwrap();
+    for i in 0..20 {
+        std::fs::write(a.p(&format!("d/f{i}")), b"x").unwrap();
+    }
+    for i in 0..5 {
+        std::fs::remove_file(a.p(&format!("d/f{i}"))).unwrap();
+    }
+    let times = |m: std::fs::Metadata| (m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec());
+    let shown = times(std::fs::metadata(a.p("d")).unwrap());
+    // Past the batch's sending and the kernel's attribute timeout (1 s), nothing touching the directory.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(times(std::fs::metadata(a.p("d")).unwrap()), shown, "the directory's times moved by themselves");
+    assert_eq!(times(std::fs::metadata(b.p("d")).unwrap()), shown, "another mount sees other times");
+    assert_eq!(std::fs::read_dir(b.p("d")).unwrap().count(), 15);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(times(std::fs::metadata(a.p("d")).unwrap()), shown, "moved once another mount listed it");
+}
+
 /// Unlinks in a directory the mount leases do not wait for the MDS either: another mount sees exactly
 /// what is left, names unlinked and made again hold the new files, and an open file unlinked lives on.
 #[test]

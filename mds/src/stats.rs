@@ -244,11 +244,11 @@ mod tests {
         v.record(DsReport { ds: 0, capacity: 100, used: 40, free: 40, ..Default::default() });
         v.record(DsReport { ds: 7, capacity: 1000, free: 1000, ..Default::default() });
         assert_eq!(v.totals(), (100, 60, 40), "free is what is not used; available what may be written");
-        v.record(DsReport { ds: 1, capacity: 100, used: 20, free: 10, ..Default::default() });
-        assert_eq!(v.totals(), (200, 140, 50), "summed over the servers");
         let s = v.cluster_status();
         assert_eq!(s.len(), 2);
         assert!(s[0].report_age_ms.is_some() && s[1].report.is_none());
+        v.record(DsReport { ds: 1, capacity: 100, used: 20, free: 10, ..Default::default() });
+        assert_eq!(v.totals(), (200, 140, 50), "summed over the servers");
     }
 
     #[test]
