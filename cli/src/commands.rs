@@ -1633,7 +1633,8 @@ async fn df(c: &Client, jobs: bool, json: bool, policy: bool) -> CliResult<()> {
                 human_bytes(t.capacity),
                 human_bytes(t.used),
                 human_bytes(t.free),
-                percent(t.used, t.capacity),
+                // As df(1): of what is used or still available (a disk's reserved blocks are neither).
+                percent(t.used, t.used + t.free),
                 age,
                 latency_range(&t.latency)
             );
