@@ -2006,16 +2006,12 @@ async fn mds_add(c: &Client, id: u64, addr: &str, promote: bool, timeout: Durati
 /// `tessera mds status`: the table (or JSON) and whether no replica answered.
 async fn mds_status_text(c: &Client, names: &[String], json: bool) -> (String, bool) {
     let all = c.mds().replica_statuses().await;
-    let leader_matched: Option<(u64, Vec<(u64, u64)>)> = all
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().ok())
-        .find(|s| s.role == "leader")
-        .map(|s| (s.log_index, s.matched.clone()));
+    let answered = || all.iter().filter_map(|(_, r)| r.as_ref().ok());
+    let leader = answered().find(|s| s.role == "leader");
+    let leader_matched: Option<(u64, Vec<(u64, u64)>)> = leader.map(|s| (s.log_index, s.matched.clone()));
     // The membership as the leader (else any replica answering) knows it: who votes.
-    let members: Vec<tessera_proto::msg::ReplicaMember> = {
-        let ok = || all.iter().filter_map(|(_, r)| r.as_ref().ok());
-        ok().find(|s| s.role == "leader").or_else(|| ok().next()).map(|s| s.members.clone()).unwrap_or_default()
-    };
+    let members: Vec<tessera_proto::msg::ReplicaMember> =
+        leader.or_else(|| answered().next()).map(|s| s.members.clone()).unwrap_or_default();
     let rows: Vec<serde_json::Value> = all
         .iter()
         .enumerate()

@@ -250,6 +250,11 @@ fn check_replica_addr(id: NodeId, addr: &str) -> FsResult<()> {
     }
 }
 
+/// The last log index replica `id` is known to hold, as a leader's metrics say (None: not known).
+fn held_by(m: &openraft::RaftMetrics<NodeId, BasicNode>, id: NodeId) -> Option<u64> {
+    m.replication.as_ref()?.get(&id).copied().flatten().map(|l| l.index)
+}
+
 /// How long a voter being removed is given to learn it is a learner now, before it leaves the group.
 const REMOVED_HEARS: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -494,7 +499,7 @@ impl Replica {
                     return Err(FsError::not_found(format!("replica {id} is not a member: add it first")));
                 }
                 let last = m.last_log_index.unwrap_or(0);
-                let matched = m.replication.as_ref().and_then(|r| r.get(&id).copied()).flatten().map_or(0, |l| l.index);
+                let matched = held_by(&m, id).unwrap_or(0);
                 if last.saturating_sub(matched) > PROMOTE_LAG {
                     return Err(FsError::new(
                         ErrorCode::Busy,
@@ -539,12 +544,9 @@ impl Replica {
     /// Waits until replica `id` holds the log up to `index` (as this leader knows it), at most `patience`.
     async fn replicated_to(&self, id: NodeId, index: u64, patience: std::time::Duration) -> bool {
         let mut metrics = self.raft.metrics();
-        let held = |m: &openraft::RaftMetrics<NodeId, BasicNode>| {
-            m.replication.as_ref().and_then(|r| r.get(&id).copied()).flatten().is_some_and(|l| l.index >= index)
-        };
         let wait = async {
             loop {
-                if held(&metrics.borrow_and_update()) {
+                if held_by(&metrics.borrow_and_update(), id).is_some_and(|i| i >= index) {
                     return true;
                 }
                 if metrics.changed().await.is_err() {
