@@ -3,7 +3,7 @@
 use crate::iorchestrator::workloads;
 use crate::model::cmd as modelcmd;
 use crate::robustness::{chaos, failover, fuzz};
-use crate::{experiments, ior, mdtest, net, persched};
+use crate::{experiments, ior, locks, mdtest, net, persched};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -26,6 +26,9 @@ enum Cmd {
     Mdtest(mdtest::MdtestArgs),
     /// One of the IOrchestrator paper's benchmarks (mpi-io-test, ior-mpi-io, noncontig, hpio, mpi-tile-io).
     Workload(workloads::WorkloadArgs),
+    /// What file locks cost through a mount: fcntl lock+unlock and F_GETLK rates, and (with --other, the
+    /// same file through another mount) a write lock handed back and forth between two client nodes.
+    Locks(locks::LocksArgs),
     /// The transport alone (like lnet_selftest): bulk RPCs to sink server processes, MiB/s and CPU per MiB.
     Net(net::NetArgs),
     /// Crash soak: writers with fsync while random servers are killed (SIGKILL) and restarted; every fsync'ed
@@ -58,6 +61,7 @@ pub fn main_entry() -> ExitCode {
             Cmd::Workload(a) => workloads::run(a).await,
             Cmd::Experiment(a) => run_experiment(a).await,
             Cmd::Net(a) => net::run(a).await,
+            Cmd::Locks(a) => locks::run(a).await,
             Cmd::Chaos(a) => chaos::run(a).await,
             Cmd::Failover(a) => failover::run(a).await,
             Cmd::Fuzz(a) => fuzz::run(a).await,

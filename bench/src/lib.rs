@@ -5,6 +5,7 @@ pub mod backend; // the I/O API tasks drive: Tessera client library or POSIX std
 pub mod cli; // the `tessera-bench` command line and entry point
 pub mod ior; // `ior`: options, per-task offsets for each pattern, verification pattern, timed phases
 pub mod localcluster; // a local MDS + data servers as child processes, with edited configs, for experiments
+pub mod locks; // `locks`: fcntl lock/unlock, F_GETLK and cross-mount hand-over rates through a mount
 pub mod mdtest; // `mdtest`: create/stat/remove rates
 pub mod net; // `net`: the QUIC + TLS transport alone against sink servers, like lnet_selftest
 pub use tessera_plots::figures as plots; // PNG figures (grouped bars, lines, LBA scatter, histograms)

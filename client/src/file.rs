@@ -17,10 +17,12 @@
 //! and buffered writes are lost, which is logged too.
 
 use crate::cache::Handle;
+use crate::mds_client::LockWait;
 use bytes::Bytes;
 use std::sync::Arc;
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::Layout;
+use tessera_proto::locks::{HeldLock, LockKind, LockSpec, LockType};
 use tessera_proto::msg::OpenFlags;
 use tessera_proto::types::{Attr, Ino, IoTag};
 
@@ -208,10 +210,37 @@ impl File {
         self.handle.fsync().await
     }
 
-    /// Flushes and closes the handle; the MDS merges the end of our furthest write into the size.
-    pub async fn close(self) -> FsResult<()> {
-        self.handle.release().await
+    /// Places (`Read`, `Write`) or removes (`Unlock`) a lock on bytes `start..=end` of the file (a
+    /// `Flock` lock covers the whole file), holding across every client and mount: the MDS is the lock
+    /// manager (see `tessera_proto::locks`). The owner is this open file, as Linux's open file description
+    /// locks (`F_OFD_SETLK`): its locks never conflict with each other and go at close. `wait`: a lock
+    /// held by another owner is waited for (EDEADLK if that would deadlock); otherwise EAGAIN.
+    pub async fn lock(&self, kind: LockKind, typ: LockType, start: u64, end: u64, wait: bool) -> FsResult<()> {
+        self.handle.check_session()?;
+        let spec = LockSpec { kind, typ, start, end, pid: std::process::id() };
+        let w = wait.then(LockWait::new);
+        self.handle.lock(self.handle.mds_handle, spec, w.as_ref()).await
     }
+
+    /// `F_GETLK`: the lock of another owner that would keep this file from taking `typ` on `start..=end`.
+    pub async fn test_lock(&self, typ: LockType, start: u64, end: u64) -> FsResult<Option<HeldLock>> {
+        let spec = LockSpec { kind: LockKind::Posix, typ, start, end, pid: std::process::id() };
+        self.handle.mds.test_lock(self.attr.ino, self.handle.mds_handle, spec).await
+    }
+
+    /// Flushes and closes the handle (releasing its locks); the MDS merges the end of our furthest write
+    /// into the size.
+    pub async fn close(self) -> FsResult<()> {
+        let locks = release_locks(&self.handle).await;
+        self.handle.release().await.and(locks)
+    }
+}
+
+/// Gives up the locks a `File` holds (at its close).
+async fn release_locks(h: &Handle) -> FsResult<()> {
+    let posix = h.unlock_all(h.mds_handle, LockKind::Posix).await;
+    let flock = h.unlock_all(h.mds_handle, LockKind::Flock).await;
+    posix.and(flock)
 }
 
 impl Drop for File {
@@ -225,6 +254,9 @@ impl Drop for File {
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 rt.spawn(async move {
+                    if let Err(e) = release_locks(&h).await {
+                        tracing::warn!(ino, "releasing the locks of a file dropped without close: {e}");
+                    }
                     if let Err(e) = h.release().await {
                         tracing::warn!(ino, "closing a file dropped without close: {e}");
                     }

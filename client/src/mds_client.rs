@@ -2,15 +2,17 @@
 //! reply's shape; path-level convenience lives in [`crate::client`].
 
 use crate::forward::Forwarding;
+pub use crate::session::LockWait;
 use crate::session::Session;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::{ExtentSpec, Layout, LayoutSpec};
+use tessera_proto::locks::{HeldLock, LockSpec, LockType};
 use tessera_proto::msg::{
     BatchResult, DeclaredFile, DirEntry, DirLease, DirOp, DsReport, DsStatus, FsckReport, HeldHandle, MdsCall,
     MdsReply, MdsRequest, OpenFlags, OrchestratorMode, OrchestratorStatus, PeriodicGrant, PeriodicProfile,
-    PeriodicReport, PlacementStatus, RenameFlags, SetAttrs, StatFs, XattrMode, MAX_REOPEN,
+    PeriodicReport, PlacementStatus, RenameFlags, SetAttrs, StatFs, XattrMode, LOCK_WAIT_SLICE_MS, MAX_REOPEN,
 };
 use tessera_proto::rpc::MdsPeers;
 use tessera_proto::types::{Attr, Caller, DsId, FileKind, Ino, Origin};
@@ -129,9 +131,12 @@ impl MdsClient {
         match self.call(MdsRequest::KeepAlive).await? {
             MdsReply::Session { evicted, timeout_ms, boot } => {
                 let timeout = Duration::from_millis(timeout_ms);
-                let held = self.session.renewed(timeout, evicted, boot);
-                if !held.is_empty() {
-                    self.reopen(held).await?;
+                let again = self.session.renewed(timeout, evicted, boot);
+                if !again.handles.is_empty() {
+                    self.reopen(again.handles).await?;
+                }
+                if !again.locks.is_empty() {
+                    self.reclaim_locks(again.locks).await;
                 }
                 Ok(timeout)
             }
@@ -155,6 +160,77 @@ impl MdsClient {
             "a new start of the metadata service: open handles reasserted"
         );
         Ok(gone)
+    }
+
+    /// Places, changes or removes `owner`'s lock `spec` on `ino` at the MDS's lock manager and records
+    /// it in this client's session. With `wait`, a request blocked by another owner's lock waits until it
+    /// is free (asking again after each wait slice) or until `wait` is cancelled: EINTR; without, EAGAIN.
+    /// EDEADLK when waiting would deadlock.
+    pub async fn lock(&self, ino: Ino, owner: u64, spec: LockSpec, wait: Option<&LockWait>) -> FsResult<()> {
+        // Each request waits at most half the call timeout at the server.
+        let slice = (self.peer.leader().call_timeout().as_millis() / 2).clamp(1, LOCK_WAIT_SLICE_MS.into()) as u32;
+        loop {
+            let req = MdsRequest::Lock {
+                ino,
+                owner,
+                spec,
+                wait_ms: if wait.is_some() { slice } else { 0 },
+                wait_id: wait.map_or(0, |w| w.id),
+                reclaim: false,
+            };
+            match self.call(req).await? {
+                MdsReply::Lock { granted: true } => {
+                    self.session.record_lock(ino, owner, &spec);
+                    return Ok(());
+                }
+                MdsReply::Lock { granted: false } => match wait {
+                    Some(w) if w.cancelled() => {
+                        return Err(FsError::new(ErrorCode::Interrupted, "interrupted while waiting for a lock"))
+                    }
+                    Some(_) => continue,
+                    None => return Err(FsError::new(ErrorCode::WouldBlock, "the lock is held by another owner")),
+                },
+                r => return Err(unexpected("Lock", r)),
+            }
+        }
+    }
+
+    /// `F_GETLK`: the lock of another owner (on any client) that keeps `owner` from placing `spec`.
+    pub async fn test_lock(&self, ino: Ino, owner: u64, spec: LockSpec) -> FsResult<Option<HeldLock>> {
+        match self.call(MdsRequest::TestLock { ino, owner, spec }).await? {
+            MdsReply::LockTest(l) => Ok(l),
+            r => Err(unexpected("TestLock", r)),
+        }
+    }
+
+    /// Ends `owner`'s wait `wait` (its caller got a signal): the waiting [`MdsClient::lock`] returns EINTR
+    /// unless the lock was granted first.
+    pub async fn cancel_lock(&self, owner: u64, wait: &LockWait) -> FsResult<()> {
+        wait.cancel();
+        match self.call(MdsRequest::CancelLock { owner, wait_id: wait.id }).await? {
+            MdsReply::Ok => Ok(()),
+            r => Err(unexpected("CancelLock", r)),
+        }
+    }
+
+    /// Reasserts the locks a new start of the service must learn (see [`MdsClient::keep_alive`]); a lock
+    /// it cannot grant again (granted to another owner meanwhile, after this client's grace) is lost.
+    async fn reclaim_locks(&self, locks: Vec<(Ino, HeldLock)>) {
+        let (mut kept, mut lost) = (0usize, 0usize);
+        for (ino, l) in locks {
+            let typ = if l.write { LockType::Write } else { LockType::Read };
+            let spec = LockSpec { kind: l.kind, typ, start: l.start, end: l.end, pid: l.pid };
+            let req = MdsRequest::Lock { ino, owner: l.owner.owner, spec, wait_ms: 0, wait_id: 0, reclaim: true };
+            match self.call(req).await {
+                Ok(MdsReply::Lock { granted: true }) => kept += 1,
+                r => {
+                    lost += 1;
+                    tracing::warn!(ino, "a file lock could not be reasserted and is lost: {r:?}");
+                    self.session.record_lock(ino, l.owner.owner, &LockSpec { typ: LockType::Unlock, ..spec });
+                }
+            }
+        }
+        tracing::info!(kept, lost, "a new start of the metadata service: file locks reasserted");
     }
 
     /// The metadata replicas (one unless replicated).

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
+use tessera_proto::locks::{HeldLock, LockKind, LockOwner, LockSpec, LockTable};
 use tessera_proto::msg::HeldHandle;
 use tessera_proto::Ino;
 
@@ -35,6 +36,16 @@ pub struct Session {
     /// The handles the MDS granted this client and it has not closed: handle → inode (reasserted to a
     /// new start of the service, see [`Session::renewed`]).
     held: Mutex<HashMap<u64, Ino>>,
+    /// The file locks the MDS granted this client (owners with client 0): released at close, reasserted
+    /// to a new start of the service.
+    locks: Mutex<LockTable>,
+}
+
+/// What a new start of the metadata service must be told again (see [`Session::renewed`]).
+#[derive(Debug, Default)]
+pub(crate) struct Reassert {
+    pub handles: Vec<HeldHandle>,
+    pub locks: Vec<(Ino, HeldLock)>,
 }
 
 impl Default for Session {
@@ -47,6 +58,7 @@ impl Default for Session {
             timeout_ms: AtomicU64::new(0),
             boot: AtomicU64::new(0),
             held: Mutex::new(HashMap::new()),
+            locks: Mutex::new(LockTable::default()),
         }
     }
 }
@@ -99,24 +111,51 @@ impl Session {
     }
 
     /// A keep-alive's answer: the eviction timeout, whether this client was evicted, and which start of
-    /// the service answered. Returns the handles to reassert (`Reopen`) when that start is not the one
-    /// that granted them (the MDS restarted, or another replica leads): empty otherwise.
-    pub(crate) fn renewed(&self, timeout: Duration, evicted: bool, boot: u64) -> Vec<HeldHandle> {
+    /// the service answered. Returns the handles (`Reopen`) and locks (`Lock` with `reclaim`) to reassert
+    /// when that start is not the one that granted them (the MDS restarted, or another replica leads):
+    /// empty otherwise.
+    pub(crate) fn renewed(&self, timeout: Duration, evicted: bool, boot: u64) -> Reassert {
         if evicted {
             self.evicted();
         }
         self.timeout_ms.store(timeout.as_millis().clamp(1, u64::MAX as u128) as u64, Ordering::Release);
         let before = self.boot.swap(boot, Ordering::AcqRel);
         if before == 0 || before == boot || evicted {
-            return Vec::new();
+            return Reassert::default();
         }
         let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        held.iter().map(|(&handle, &ino)| HeldHandle { ino, handle }).collect()
+        Reassert {
+            handles: held.iter().map(|(&handle, &ino)| HeldHandle { ino, handle }).collect(),
+            locks: self.locks().all(),
+        }
     }
 
-    /// The MDS said it evicted this client (and closed its handles).
+    fn locks(&self) -> std::sync::MutexGuard<'_, LockTable> {
+        self.locks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The MDS granted (or removed) `owner`'s lock `spec` on `ino`.
+    pub(crate) fn record_lock(&self, ino: Ino, owner: u64, spec: &LockSpec) {
+        self.locks().place(ino, LockOwner { client: 0, owner }, spec);
+    }
+
+    /// Whether this client holds a lock of `kind` of `owner` on `ino`.
+    pub fn holds_lock(&self, ino: Ino, owner: u64, kind: LockKind) -> bool {
+        self.locks().holds(ino, LockOwner { client: 0, owner }, kind)
+    }
+
+    /// How many locks this client holds.
+    pub fn lock_count(&self) -> usize {
+        self.locks().len()
+    }
+
+    /// The MDS said it evicted this client (and closed its handles, and released its locks).
     pub(crate) fn evicted(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
+        let lost = std::mem::take(&mut *self.locks()).len();
+        if lost > 0 {
+            tracing::warn!(locks = lost, "the metadata server evicted this client: its file locks are lost");
+        }
         self.held.lock().unwrap_or_else(|p| p.into_inner()).clear();
         tracing::warn!("the metadata server evicted this client: files opened before fail with EIO");
     }
@@ -137,6 +176,35 @@ impl Session {
     }
 }
 
+/// One wait for a lock ([`crate::MdsClient::lock`]), which an interrupt may end.
+#[derive(Debug)]
+pub struct LockWait {
+    /// Names the wait at the MDS (unique per client).
+    pub id: u64,
+    cancelled: std::sync::atomic::AtomicBool,
+}
+
+impl LockWait {
+    pub fn new() -> LockWait {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        LockWait { id: NEXT.fetch_add(1, Ordering::Relaxed), cancelled: Default::default() }
+    }
+
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
+    }
+
+    pub fn cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+}
+
+impl Default for LockWait {
+    fn default() -> Self {
+        LockWait::new()
+    }
+}
+
 /// The keep-alive period for an eviction timeout.
 pub fn period(timeout: Duration) -> Duration {
     (timeout / 3).max(MIN_PERIOD)
@@ -146,23 +214,33 @@ pub fn period(timeout: Duration) -> Duration {
 mod tests {
     use super::*;
 
-    /// Held handles are reasserted when another start of the service answers a keep-alive, not at the
-    /// first one, not while the same start answers, and not after an eviction (which closed them).
+    /// Held handles and locks are reasserted when another start of the service answers a keep-alive, not at
+    /// the first one, not while the same start answers, and not after an eviction (which closed the handles
+    /// and released the locks).
     #[test]
-    fn a_new_start_of_the_service_gets_the_held_handles() {
+    fn a_new_start_of_the_service_gets_the_held_handles_and_locks() {
         let s = Session::default();
         let t = Duration::from_secs(30);
+        let none = |r: Reassert| r.handles.is_empty() && r.locks.is_empty();
         s.hold(11, 100);
         s.hold(12, 200);
-        assert!(s.renewed(t, false, 5).is_empty(), "the first keep-alive");
-        assert!(s.renewed(t, false, 5).is_empty(), "the same start");
+        let wr =
+            LockSpec { kind: LockKind::Posix, typ: tessera_proto::locks::LockType::Write, start: 0, end: 9, pid: 1 };
+        s.record_lock(100, 77, &wr);
+        assert!(none(s.renewed(t, false, 5)), "the first keep-alive");
+        assert!(none(s.renewed(t, false, 5)), "the same start");
         s.release(12);
-        assert_eq!(s.renewed(t, false, 6), vec![HeldHandle { ino: 100, handle: 11 }], "a new start");
-        assert!(s.renewed(t, false, 6).is_empty());
+        let again = s.renewed(t, false, 6);
+        assert_eq!(again.handles, vec![HeldHandle { ino: 100, handle: 11 }], "a new start");
+        assert_eq!(again.locks.len(), 1);
+        assert_eq!((again.locks[0].0, again.locks[0].1.owner.owner, again.locks[0].1.end), (100, 77, 9));
+        assert!(none(s.renewed(t, false, 6)));
         s.evicted();
         assert_eq!(s.held_count(), 0, "an eviction closed them");
+        assert_eq!(s.lock_count(), 0, "and released the locks");
+        assert!(!s.holds_lock(100, 77, LockKind::Posix));
         s.hold(13, 300);
-        assert!(s.renewed(t, true, 7).is_empty(), "evicted: nothing of before to reassert");
+        assert!(none(s.renewed(t, true, 7)), "evicted: nothing of before to reassert");
     }
 
     #[test]

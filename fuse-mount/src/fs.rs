@@ -2,12 +2,13 @@
 //! process's credentials sent to the MDS (which enforces permissions) and its job id on the data path.
 
 use crate::creds::{Creds, Who};
+use crate::locks::{self, LockWaits};
 use bytes::Bytes;
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags as FuseOpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, RequestId, TimeOrNow, WriteFlags,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -21,6 +22,7 @@ use tessera_client::cache::write_behind::{privileged_bits, OpenInode};
 use tessera_client::cache::{Handle, HandleOptions};
 use tessera_client::mds_client::Opened;
 use tessera_client::periodic::patterns as periodic;
+use tessera_client::proto::locks::{LockKind, LockSpec, LockType};
 use tessera_client::proto::types::NAME_MAX;
 use tessera_client::{
     Attr, Caller, Client, ErrorCode, FileKind, FsError, FsResult, Ino, MdsClient, OpenFlags, RenameFlags, SetAttrs,
@@ -40,6 +42,8 @@ const COPY_MAX: u64 = 1 << 30;
 /// Directory parents remembered for "..".
 const PARENTS_MAX: usize = 65536;
 const FRESH_DIR_ATTRS_MAX: usize = 1024;
+/// How long a directory stays one where this mount uses locks after its last lock request there.
+const LOCK_DIR_KEEP: Duration = Duration::from_secs(60);
 
 /// Mount-time choices that change behaviour.
 #[derive(Clone, Debug, Default)]
@@ -52,6 +56,9 @@ pub struct FsOptions {
     /// Every create and unlink waits for the MDS (`-o sync_creates`, and with `-o server_permissions`,
     /// since a create or unlink in a leased directory is checked by the kernel only): no directory leases.
     pub sync_creates: bool,
+    /// `fcntl` and `flock` locks stay in this node's kernel (`-o local_locks`), instead of holding
+    /// across every mount through the MDS.
+    pub local_locks: bool,
 }
 
 struct Inner {
@@ -83,6 +90,13 @@ struct Inner {
     patterns: periodic::Patterns,
     /// Tells the kernel to drop what it caches (set once the session exists).
     notifier: std::sync::OnceLock<fuser::Notifier>,
+    /// Lock requests waiting at the MDS, which an interrupt ends.
+    lock_waits: LockWaits,
+    /// Directories holding files this mount locked lately, with when: the kernel caches no names or
+    /// attributes there ([`Inner::entry_ttl`]).
+    lock_dirs: Mutex<HashMap<Ino, Instant>>,
+    /// Regular files' parents as looked up or created here (to find a locked file's directory).
+    file_parents: Mutex<HashMap<Ino, Ino>>,
 }
 
 /// A handle on the file system's state that outlives the session (for a clean shutdown).
@@ -272,6 +286,50 @@ impl Inner {
         }
     }
 
+    /// `setlk`/`flock` through handle `fh` (kernel request `unique`): see [`crate::locks`]. Once a lock
+    /// is granted, what the kernel caches of the file may predate the previous holder's writes: its
+    /// attributes (and, with `-o page_cache`, its pages) are dropped.
+    async fn set_lock(
+        &self,
+        fh: FileHandle,
+        unique: u64,
+        owner: u64,
+        spec: FsResult<LockSpec>,
+        sleep: bool,
+    ) -> FsResult<()> {
+        let h = self.handle(fh)?;
+        let spec = spec?;
+        let wait = sleep.then(|| self.lock_waits.begin(unique, owner, &h.mds));
+        let r = h.lock(owner, spec, wait.as_deref()).await;
+        if wait.is_some() {
+            self.lock_waits.end(unique);
+        }
+        let parent = self.file_parents.lock().ok().and_then(|p| p.get(&h.inode.ino).copied());
+        if let (Some(parent), Ok(mut dirs)) = (parent, self.lock_dirs.lock()) {
+            dirs.retain(|_, at| at.elapsed() < LOCK_DIR_KEEP);
+            dirs.insert(parent, Instant::now());
+        }
+        if r.is_ok() && spec.typ != LockType::Unlock {
+            if let Some(n) = self.notifier.get() {
+                let pages = if self.direct_io.load(Ordering::Relaxed) { -1 } else { 0 };
+                let _ = n.inval_inode(INodeNo(h.inode.ino), pages, 0);
+            }
+        }
+        r
+    }
+
+    /// How long the kernel may cache a name in `parent` and its attributes: [`TTL`], but nothing in a
+    /// directory holding files this mount locked lately. Programs that coordinate through locks also
+    /// look for each other's files there (SQLite's journal next to its database: a name another mount
+    /// removed a moment ago, still cached here, reads as a hot journal that cannot be opened). NFS users
+    /// get the same with `lookupcache=none`, which SQLite's documentation advises for NFS.
+    fn entry_ttl(&self, parent: Ino) -> Duration {
+        match self.lock_dirs.lock() {
+            Ok(d) if d.get(&parent).is_some_and(|at| at.elapsed() < LOCK_DIR_KEEP) => Duration::ZERO,
+            _ => TTL,
+        }
+    }
+
     fn who(&self, k: Key) -> Arc<Who> {
         self.creds.get(k.pid, k.uid, k.gid)
     }
@@ -317,6 +375,14 @@ impl Inner {
     }
 
     fn note_parent(&self, a: &Attr, parent: Ino) {
+        if a.kind == FileKind::File {
+            if let Ok(mut p) = self.file_parents.lock() {
+                if p.len() >= PARENTS_MAX {
+                    p.clear();
+                }
+                p.insert(a.ino, parent);
+            }
+        }
         if a.kind == FileKind::Dir {
             if let Ok(mut p) = self.parents.lock() {
                 if p.len() >= PARENTS_MAX {
@@ -503,6 +569,9 @@ impl TesseraFs {
             closed: AtomicBool::new(false),
             patterns,
             notifier: std::sync::OnceLock::new(),
+            lock_waits: LockWaits::default(),
+            lock_dirs: Mutex::new(HashMap::new()),
+            file_parents: Mutex::new(HashMap::new()),
         };
         let inner = Arc::new(inner);
         {
@@ -604,8 +673,12 @@ macro_rules! name_or_reply {
 }
 
 fn reply_entry(inner: &Inner, reply: ReplyEntry, r: FsResult<Attr>) {
+    reply_entry_for(inner, reply, r, TTL)
+}
+
+fn reply_entry_for(inner: &Inner, reply: ReplyEntry, r: FsResult<Attr>, ttl: Duration) {
     match r {
-        Ok(a) => reply.entry(&TTL, &inner.fattr(a), Generation(0)),
+        Ok(a) => reply.entry(&ttl, &inner.fattr(a), Generation(0)),
         Err(e) => reply.error(errno(&e)),
     }
 }
@@ -650,6 +723,11 @@ impl Filesystem for TesseraFs {
                 tracing::info!("kernel cannot mmap direct-I/O files: reads and writes use its page cache");
             }
         }
+        if !self.inner.opts.local_locks {
+            // Locks hold between mounts (the MDS's lock manager), not only in this node's kernel.
+            wanted.push(InitFlags::FUSE_POSIX_LOCKS);
+            wanted.push(InitFlags::FUSE_FLOCK_LOCKS);
+        }
         if self.inner.opts.readdirplus {
             wanted.push(InitFlags::FUSE_DO_READDIRPLUS);
             wanted.push(InitFlags::FUSE_READDIRPLUS_AUTO);
@@ -665,7 +743,7 @@ impl Filesystem for TesseraFs {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
         if let Some(r) = self.inner.leases.lookup(parent.0, &name) {
-            return reply_entry(&self.inner, reply, r);
+            return reply_entry_for(&self.inner, reply, r, self.inner.entry_ttl(parent.0));
         }
         let k = key(req);
         let known = self.inner.leases.knows(parent.0, &name);
@@ -674,7 +752,7 @@ impl Filesystem for TesseraFs {
             if let Ok(a) = &r {
                 inner.note_parent(a, parent.0);
             }
-            reply_entry(&inner, reply, r);
+            reply_entry_for(&inner, reply, r, inner.entry_ttl(parent.0));
         };
         if known {
             // Nothing waiting to be sent changes the answer: no need to wait for the next batch.
@@ -882,6 +960,10 @@ impl Filesystem for TesseraFs {
                     inner.revalidate(ino);
                     reply.opened(FileHandle(fh), inner.fopen_flags(flags.0))
                 }
+                // The inode is gone (removed through another mount while this kernel still had its name
+                // cached): ESTALE makes the kernel look the name up again and retry the open (an
+                // O_CREAT open then creates), where ENOENT would fail it.
+                Err(e) if e.code == ErrorCode::NotFound => reply.error(Errno::from_i32(libc::ESTALE)),
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -985,15 +1067,21 @@ impl Filesystem for TesseraFs {
         self.write_on_task(fh, offset, append, data, kill_privs, reply);
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        // A pending file's creating open has written nothing (a write sends the create first).
+    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
+        // A pending file's creating open has written nothing (a write sends the create first) nor locked.
         if self.inner.leases.is_pending_fh(fh.0) {
             return reply.ok();
         }
-        // Nothing written through this handle (most closes): nothing to drain or report.
-        let h = match self.inner.handle(fh) {
-            Ok(h) if h.wrote.load(Ordering::Acquire) => h,
-            Ok(_) => return reply.ok(),
+        // Nothing written through this handle and no lock of the closing process on the file (most
+        // closes): nothing to drain, report or release.
+        let (h, locked) = match self.inner.handle(fh) {
+            Ok(h) => {
+                let locked = h.mds.session().holds_lock(h.inode.ino, lock_owner.0, LockKind::Posix);
+                if !locked && !h.wrote.load(Ordering::Acquire) {
+                    return reply.ok();
+                }
+                (h, locked)
+            }
             Err(e) => return reply.error(errno(&e)),
         };
         self.spawn(move |_inner| async move {
@@ -1001,7 +1089,13 @@ impl Filesystem for TesseraFs {
             if h.inode.has_pending() {
                 periodic::gate(&h.periodic, 0).await;
             }
-            reply_empty(reply, h.flush().await)
+            let mut r = h.flush().await;
+            if locked {
+                // POSIX: any close of the file releases the process's locks on it.
+                let u = h.unlock_all(lock_owner.0, LockKind::Posix).await;
+                r = r.and(u);
+            }
+            reply_empty(reply, r)
         });
     }
 
@@ -1011,7 +1105,7 @@ impl Filesystem for TesseraFs {
         _ino: INodeNo,
         fh: FileHandle,
         _flags: FuseOpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
@@ -1019,12 +1113,89 @@ impl Filesystem for TesseraFs {
             return reply.ok();
         }
         self.spawn(move |inner| async move {
+            if let (Some(o), Ok(h)) = (lock_owner, inner.handle(fh)) {
+                // The last close of an open file description releases its flock lock.
+                if let Err(e) = h.unlock_all(o.0, LockKind::Flock).await {
+                    tracing::warn!(ino = h.inode.ino, "releasing a flock lock at close: {e}");
+                }
+            }
             let r = inner.release(fh).await;
             if let Err(e) = &r {
                 tracing::warn!("release: {e}");
             }
             reply_empty(reply, r)
         });
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
+        self.spawn(move |inner| async move {
+            let r = async {
+                let h = inner.handle(fh)?;
+                h.mds.test_lock(h.inode.ino, lock_owner.0, locks::posix_spec(start, end, typ, pid)?).await
+            }
+            .await;
+            match r {
+                Ok(Some(l)) => {
+                    let typ = if l.write { libc::F_WRLCK } else { libc::F_RDLCK };
+                    reply.locked(l.start, l.end, typ, l.pid)
+                }
+                Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let unique = req.unique().0;
+        let spec = locks::posix_spec(start, end, typ, pid);
+        self.spawn(move |inner| async move {
+            reply_empty(reply, inner.set_lock(fh, unique, lock_owner.0, spec, sleep).await)
+        });
+    }
+
+    fn flock(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        typ: i32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let unique = req.unique().0;
+        let spec = locks::flock_spec(typ);
+        self.spawn(move |inner| async move {
+            reply_empty(reply, inner.set_lock(fh, unique, lock_owner.0, spec, sleep).await)
+        });
+    }
+
+    fn interrupt(&self, _req: &Request, unique: RequestId) -> bool {
+        self.inner.lock_waits.interrupt(unique.0, &self.rt);
+        true
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
@@ -1238,7 +1409,9 @@ impl Filesystem for TesseraFs {
             .await;
             match r {
                 Ok((fh, a)) => {
-                    reply.created(&TTL, &file_attr(&a), Generation(0), FileHandle(fh), inner.fopen_flags(flags))
+                    inner.note_parent(&a, parent.0);
+                    let ttl = inner.entry_ttl(parent.0);
+                    reply.created(&ttl, &file_attr(&a), Generation(0), FileHandle(fh), inner.fopen_flags(flags))
                 }
                 Err(e) => reply.error(errno(&e)),
             }

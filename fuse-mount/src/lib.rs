@@ -7,6 +7,8 @@
 pub mod creds;
 /// The `fuser::Filesystem` implementation: one tokio task per request.
 pub mod fs;
+/// File locks through the mount: to the MDS's lock manager, and interrupted waits.
+mod locks;
 /// Command line, mount point checks, mounting, signals and unmounting.
 pub mod mount;
 

@@ -37,7 +37,8 @@ pub struct Args {
     /// Mount options, comma-separated: allow_other, allow_root, owner_only, default_permissions (the default),
     /// server_permissions, ro, rw, noatime, nodev, nosuid, noexec, readdirplus, page_cache (reads and writes
     /// through the kernel's page cache instead of direct I/O), sync_creates (every create waits for the
-    /// metadata server: no directory leases), fsname=NAME.
+    /// metadata server: no directory leases), local_locks (fcntl and flock locks only within this node,
+    /// instead of across every mount), fsname=NAME.
     #[arg(short = 'o', value_delimiter = ',', value_name = "OPTS")]
     pub options: Vec<String>,
 }
@@ -77,6 +78,7 @@ fn plan_as(args: &Args, root: bool) -> anyhow::Result<MountPlan> {
             // Only the MDS decides (the kernel caches no permission decisions; special files are unchecked).
             "server_permissions" => kernel_perms = false,
             "sync_creates" => fs.sync_creates = true,
+            "local_locks" => fs.local_locks = true,
             "ro" => opts.push(MountOption::RO),
             "rw" => opts.push(MountOption::RW),
             "noatime" => opts.push(MountOption::NoAtime),

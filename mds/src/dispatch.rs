@@ -60,7 +60,7 @@ pub(crate) async fn serve(cx: &Context<'_>, req: MdsRequest) -> FsResult<MdsRepl
     let handler = req.properties().handler;
     // Every request of a client to the namespace renews its session; an evicted one is refused (its
     // keep-alive, `Handler::Session`, is how it learns so).
-    if let (Some(h), Handler::Namespace | Handler::Lease) = (cx.holder, handler) {
+    if let (Some(h), Handler::Namespace | Handler::Lease | Handler::Locks) = (cx.holder, handler) {
         cx.ns.renew_session(h.client)?;
     }
     let (ns, c) = (cx.ns, cx.caller);
@@ -133,6 +133,12 @@ pub(crate) async fn serve(cx: &Context<'_>, req: MdsRequest) -> FsResult<MdsRepl
         // Handler::Session
         Q::KeepAlive => Ok(ns.keep_alive(client)),
         Q::Reopen { handles } => ns.reopen(client, &handles),
+        // Handler::Locks
+        Q::Lock { ino, owner, spec, wait_ms, wait_id, reclaim } => {
+            ns.lock_file(client, ino, owner, spec, wait_ms, wait_id, reclaim).await
+        }
+        Q::TestLock { ino, owner, spec } => ns.test_lock(client, ino, owner, spec),
+        Q::CancelLock { owner, wait_id } => Ok(ns.cancel_lock(client, owner, wait_id)),
         // Handler::Lease
         Q::LeaseDir { dir } => ns.lease_dir(c, holder()?, dir).map(MdsReply::Lease),
         Q::DirBatch { dir, token, entries, keep } => ns.dir_batch(holder()?, dir, token, entries, keep).await,

@@ -2,8 +2,9 @@
 //!
 //! - [`store`]: the sled database (`Store`, `Txn`): records, pending overlay, group commit, replay, migration.
 //! - [`journal`]: the redo journal that makes an acknowledged change survive an MDS crash before fsync.
-//! - [`raft`]: replicated metadata (issue 37, in progress): the Raft log's types and its storage on segment files.
+//! - [`raft`]: replicated metadata (issue 37): the Raft log's types and its storage on segment files.
 //! - [`lease`]: directory leases, which let a client create files in a directory without waiting.
+//! - [`locks`]: the lock manager (POSIX and `flock` locks across clients: waits, deadlocks, eviction, grace).
 //! - [`perm`]: POSIX permission checks from the caller's credentials.
 //! - [`namespace`]: every metadata operation with POSIX semantics.
 //! - [`offload`]: long synchronous sections (batches, placement solves, scans) off the async workers.
@@ -29,6 +30,7 @@ pub mod fsck;
 pub mod jobs;
 pub mod journal;
 pub mod lease;
+pub mod locks;
 pub mod metrics;
 pub mod namespace;
 mod offload;

@@ -387,6 +387,7 @@ fn spawn_evictor(ns: Arc<Namespace>) -> tokio::task::JoinHandle<()> {
         loop {
             tick.tick().await;
             ns.evict_silent().await;
+            ns.tidy_locks().await;
             ns.end_recovery().await;
         }
     })

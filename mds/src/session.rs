@@ -90,6 +90,11 @@ impl Sessions {
         self.clients.is_empty()
     }
 
+    /// Whether `client` has a session now.
+    pub fn has(&self, client: u64) -> bool {
+        self.clients.contains_key(&client)
+    }
+
     /// A request from `client` arrived: its session is renewed (or begins).
     pub fn touch(&mut self, client: u64, now: Instant) {
         if client == 0 {

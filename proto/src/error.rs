@@ -46,6 +46,12 @@ pub enum ErrorCode {
     /// and send again ([`crate::rpc::MdsPeers`]). Seen by an application only when no replica led
     /// within the failover patience: EHOSTUNREACH, as an unreachable server.
     NotLeader,
+    /// A lock another owner holds is in the way and the request does not wait (EAGAIN).
+    WouldBlock,
+    /// Waiting for the lock would deadlock: the owners in the way wait for the requester (EDEADLK).
+    Deadlock,
+    /// The waiting caller was interrupted by a signal (EINTR).
+    Interrupted,
 }
 
 /// Where a [`ErrorCode::NotLeader`] answer's detail names the leader: `... leader at ADDR`.
@@ -78,6 +84,9 @@ impl ErrorCode {
             ErrorCode::TimedOut => libc::ETIMEDOUT,
             ErrorCode::Evicted => libc::EIO,
             ErrorCode::NotLeader => libc::EHOSTUNREACH,
+            ErrorCode::WouldBlock => libc::EAGAIN,
+            ErrorCode::Deadlock => libc::EDEADLK,
+            ErrorCode::Interrupted => libc::EINTR,
         }
     }
 
@@ -103,6 +112,9 @@ impl ErrorCode {
             libc::EPROTO => ErrorCode::Protocol,
             libc::EOPNOTSUPP => ErrorCode::Unsupported,
             libc::ETIMEDOUT => ErrorCode::TimedOut,
+            libc::EAGAIN => ErrorCode::WouldBlock,
+            libc::EDEADLK => ErrorCode::Deadlock,
+            libc::EINTR => ErrorCode::Interrupted,
             _ => ErrorCode::Io,
         }
     }
@@ -136,6 +148,9 @@ impl std::fmt::Display for ErrorCode {
             ErrorCode::TimedOut => "Timed out",
             ErrorCode::Evicted => "Input/output error (client evicted)",
             ErrorCode::NotLeader => "Not the metadata leader",
+            ErrorCode::WouldBlock => "Resource temporarily unavailable",
+            ErrorCode::Deadlock => "Resource deadlock avoided",
+            ErrorCode::Interrupted => "Interrupted system call",
         };
         f.write_str(s)
     }

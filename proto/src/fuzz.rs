@@ -574,6 +574,29 @@ pub fn mds_request(rng: &mut Rng, known: &Known) -> MdsRequest {
         27 => [Q::ClusterStatus, Q::OrchestratorStatus, Q::KeepAlive, Q::PlacementStatus, Q::MirrorStatus]
             [rng.index(5)]
         .clone(),
+        28 if rng.percent(30) => {
+            let spec = crate::locks::LockSpec {
+                kind: [crate::locks::LockKind::Posix, crate::locks::LockKind::Flock][rng.index(2)],
+                typ: [crate::locks::LockType::Read, crate::locks::LockType::Write, crate::locks::LockType::Unlock]
+                    [rng.index(3)],
+                start: rng.interesting_u64(),
+                end: rng.interesting_u64(),
+                pid: rng.interesting_u64() as u32,
+            };
+            match rng.below(3) {
+                0 => Q::TestLock { ino: ino(rng, known), owner: rng.interesting_u64(), spec },
+                1 => Q::CancelLock { owner: rng.interesting_u64(), wait_id: rng.interesting_u64() },
+                // Never waits: a fuzzer's request must not be held for the wait slice.
+                _ => Q::Lock {
+                    ino: ino(rng, known),
+                    owner: rng.interesting_u64(),
+                    spec,
+                    wait_ms: 0,
+                    wait_id: rng.interesting_u64(),
+                    reclaim: rng.percent(10),
+                },
+            }
+        }
         28 => Q::SetOrchestratorMode { mode: [OrchestratorMode::Off, OrchestratorMode::Even][rng.index(2)] },
         29 | 30 => Q::LeaseDir { dir: ino(rng, known) },
         _ => {

@@ -4,6 +4,7 @@
 //! - [`error`]: the file-system error carried on the wire, with its errno.
 //! - [`layout`]: stripe layouts and the stripe math shared by clients, forwarders and the MDS.
 //! - [`msg`]: request/response messages, one file per service (MDS, DS, ION, reports, orchestrator, PerSched, jobs).
+//! - [`locks`]: POSIX byte-range and `flock` locks as a pure table (the MDS decides with one, clients record theirs).
 //! - [`requests`]: the table of metadata requests: name, idempotence, senders, what each touches.
 //! - [`frame`]: length-prefixed bincode headers plus raw payloads on QUIC streams.
 //! - [`tls`]: a node's TLS identity, what a certificate says (role, name, validity: `tls/cert.rs`), the rustls
@@ -25,6 +26,7 @@ pub mod frame;
 #[cfg(any(test, feature = "arbitrary"))]
 pub mod fuzz;
 pub mod layout;
+pub mod locks;
 pub mod msg;
 pub mod requests;
 pub mod rpc;
@@ -40,4 +42,4 @@ pub use error::{FsError, FsResult};
 pub use types::*;
 
 /// Bumped whenever a message changes shape; checked on every frame.
-pub const PROTOCOL_VERSION: u16 = 19;
+pub const PROTOCOL_VERSION: u16 = 20;

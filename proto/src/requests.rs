@@ -126,6 +126,8 @@ pub enum Handler {
     Mirror,
     /// The replicated metadata service (issue 37): answered by the replica itself, leader or not.
     Replica,
+    /// File locks (issue 42): the MDS's lock manager; renews the client's session, as the namespace.
+    Locks,
 }
 
 /// One request's properties.
@@ -238,6 +240,9 @@ table! {
     ReplicaStatus {}                           => true,  Clients,     Nothing,             Replica;
     Reopen { .. }                              => true,  Clients,     Nothing,             Session;
     ChangeReplicas { .. }                      => true,  Admins,      Nothing,             Replica;
+    Lock { .. }                                => true,  Clients,     Nothing,             Locks;
+    TestLock { .. }                            => true,  Clients,     Nothing,             Locks;
+    CancelLock { .. }                          => true,  Clients,     Nothing,             Locks;
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use super::read_ahead::{Plan, Stream};
 pub use super::read_ahead::{RA_AHEAD, RA_CHUNK};
 use super::write_behind::OpenInode;
 use crate::data::ReadData;
-use crate::mds_client::MdsClient;
+use crate::mds_client::{LockWait, MdsClient};
 use crate::periodic::{patterns, Periodic};
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt, Shared};
@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
+use tessera_proto::locks::{LockKind, LockSpec, LockType};
 use tessera_proto::msg::{SetAttrs, MAX_EXTENTS};
 use tessera_proto::types::IoTag;
 
@@ -233,6 +234,32 @@ impl Handle {
     /// every write made through this client (close-to-open).
     pub async fn flush(&self) -> FsResult<()> {
         self.inode.flush(&self.mds).await
+    }
+
+    /// Places, changes or removes `owner`'s file lock through this handle (see [`MdsClient::lock`]),
+    /// with the data rules that make locks useful to programs sharing a file between nodes (NFS's):
+    /// before a lock is given up or weakened, what this client wrote reaches the data servers and the
+    /// size the MDS; after one is granted, what was fetched ahead is dropped and the size asked again,
+    /// so the holder reads what the previous holder wrote.
+    pub async fn lock(&self, owner: u64, spec: LockSpec, wait: Option<&LockWait>) -> FsResult<()> {
+        if spec.typ != LockType::Write {
+            self.flush().await?;
+        }
+        self.mds.lock(self.inode.ino, owner, spec, wait).await?;
+        if spec.typ != LockType::Unlock {
+            self.inode.wgen.fetch_add(1, Ordering::AcqRel);
+            self.size(true).await?;
+        }
+        Ok(())
+    }
+
+    /// Gives up every lock of `kind` that `owner` holds on the file, if it holds any (a close): no
+    /// round trip otherwise.
+    pub async fn unlock_all(&self, owner: u64, kind: LockKind) -> FsResult<()> {
+        if !self.mds.session().holds_lock(self.inode.ino, owner, kind) {
+            return Ok(());
+        }
+        self.lock(owner, LockSpec::unlock_all(kind), None).await
     }
 
     /// Makes everything written to the inode durable on the data servers, and the size and the file's

@@ -20,6 +20,7 @@
 //! - `xattr`: extended attributes and layouts.
 //! - `composite`: composite (progressive) layouts: setting them, instantiating their extents.
 //! - `lease`: directory leases and their batches of creates.
+//! - `locks`: file locks (the lock manager, `crate::locks`, with its marker in the store).
 //! - `entries`: entry helpers the mutations share.
 //!
 //! `tessera fsck`'s scan, confirmation and repair are an `impl Namespace` block too, in
@@ -31,6 +32,7 @@ mod create;
 mod dir;
 mod entries;
 mod lease;
+mod locks;
 mod lookup;
 pub(crate) mod mirror;
 mod open;
@@ -122,6 +124,8 @@ pub struct Namespace {
     boot_ino: Ino,
     /// The reply cache's state in memory ([`Namespace::serve_once`]).
     replies: replies::Replies,
+    /// File locks (issue 42).
+    locks: locks::NsLocks,
 }
 
 impl Namespace {
@@ -141,6 +145,7 @@ impl Namespace {
         spec.validate()?;
         let boot_ino = store.new_ino()?;
         let leases = Leases::with_grace(lease::lease_grace(&store)?);
+        let locks = locks::NsLocks::new(&store)?;
         let ns = Namespace {
             store,
             started: Instant::now(),
@@ -160,8 +165,10 @@ impl Namespace {
             fences: Arc::default(),
             resync: mirror::ResyncCounters::default(),
             replies: Default::default(),
+            locks,
         };
         ns.init()?;
+        ns.start_lock_grace(EVICTION_TIMEOUT);
         Ok(ns)
     }
 
@@ -238,6 +245,7 @@ impl Namespace {
         let mut s = self.sessions();
         *s = Sessions::new(timeout);
         self.recovery().until = self.started + timeout;
+        self.start_lock_grace(timeout.saturating_sub(self.started.elapsed()));
     }
 
     fn recovery(&self) -> MutexGuard<'_, Recovery> {
@@ -301,6 +309,10 @@ impl Namespace {
                 handles = ev.handles.len(),
                 "evicted a silent client: its open handles are closed"
             );
+            let locks = self.locks().drop_client(ev.client);
+            if locks > 0 {
+                warn!(client = format_args!("{:016x}", ev.client), locks, "an evicted client's locks are released");
+            }
             for &(handle, ino) in &ev.handles {
                 let r =
                     crate::offload::offload(|| self.close_handle(ino, handle, None, false)).map(|(_, changed)| changed);

@@ -305,7 +305,42 @@ pub enum MdsRequest {
     ChangeReplicas {
         change: ReplicaChange,
     },
+    /// Places, changes or removes a POSIX (`fcntl`) or `flock` lock of `owner` (the lock owner the
+    /// client's kernel named; with the client id it names the owner across nodes) on `ino` (issue 42).
+    /// Refused with `WouldBlock` (EAGAIN) when another owner's lock is in the way and `wait_ms` is 0;
+    /// otherwise the server holds the request until the lock is free, for at most `wait_ms` (capped at
+    /// [`LOCK_WAIT_SLICE_MS`]; then `Lock { granted: false }`: ask again with the same `wait_id`; the
+    /// client keeps it well within its call timeout), refuses it with `Deadlock`
+    /// (EDEADLK) when the owners in the way wait, directly or not, for this one, and with `Interrupted`
+    /// (EINTR) once `CancelLock` named it. `reclaim`: a lock granted by an earlier start of the service,
+    /// reasserted in the grace period after a restart or failover (new locks wait until it ends).
+    /// Reply: `Lock`.
+    Lock {
+        ino: Ino,
+        owner: u64,
+        spec: crate::locks::LockSpec,
+        wait_ms: u32,
+        wait_id: u64,
+        reclaim: bool,
+    },
+    /// `F_GETLK`: the first lock of another owner that would keep `owner` from placing `spec` on `ino`.
+    /// Reply: `LockTest`.
+    TestLock {
+        ino: Ino,
+        owner: u64,
+        spec: crate::locks::LockSpec,
+    },
+    /// Gives up `owner`'s wait `wait_id` (the waiting process got a signal): the `Lock` request waiting
+    /// answers `Interrupted`, unless it was granted already. Reply: `Ok`.
+    CancelLock {
+        owner: u64,
+        wait_id: u64,
+    },
 }
+
+/// Longest a `Lock` request with `wait` is held at the server before it answers "not yet" (the client
+/// asks again): well within any request timeout, and a waiter whose client died is forgotten by then.
+pub const LOCK_WAIT_SLICE_MS: u64 = 10_000;
 
 /// A change of the metadata replicas' membership: a new replica joins as a learner (receives the log,
 /// catches up from a snapshot, does not vote), is promoted to a voter once caught up, and a replica (a
@@ -537,6 +572,12 @@ pub enum MdsReply {
     Reopened {
         stale: Vec<u64>,
     },
+    /// Answers `Lock`: granted (or removed), or still blocked after the wait slice (ask again).
+    Lock {
+        granted: bool,
+    },
+    /// Answers `TestLock`: the lock in the way, if any.
+    LockTest(Option<crate::locks::HeldLock>),
     Fsck(FsckReport),
     Placement(PlacementStatus),
     /// How many files a `Declare` placed.

@@ -116,6 +116,11 @@ impl RpcPeer {
     }
 
     /// The server's address (the last one resolved, for a host name).
+    /// How long one call may take before it fails.
+    pub fn call_timeout(&self) -> std::time::Duration {
+        self.tuning.call_timeout
+    }
+
     pub fn addr(&self) -> SocketAddr {
         self.addr.lock().map(|a| *a).unwrap_or_else(|p| *p.into_inner())
     }

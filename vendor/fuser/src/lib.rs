@@ -902,6 +902,36 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// Acquire, change or release a `flock(2)` lock (the kernel sends these only when the file
+    /// system asked for `FUSE_FLOCK_LOCKS` at init): `lock_owner` is the open file description, the
+    /// lock covers the whole file, `typ` is `F_RDLCK` (shared), `F_WRLCK` (exclusive) or `F_UNLCK`,
+    /// `sleep` is false for `LOCK_NB`. Released at the last close with `release`'s `lock_owner`.
+    fn flock(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        typ: i32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        warn!(
+            "[Not Implemented] flock(ino: {ino:#x?}, fh: {fh}, lock_owner: {lock_owner}, typ: {typ}, \
+            sleep: {sleep})"
+        );
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// The kernel asks to interrupt request `unique` (its caller got a signal). Return true when the
+    /// file system handles interrupts: the interrupted request should then be answered soon (with
+    /// `EINTR` if it was given up), and the interrupt itself gets no reply. The interrupt may arrive
+    /// before the request it names is seen by another thread. The default returns false: the kernel is
+    /// told (ENOSYS) and sends no more interrupts.
+    fn interrupt(&self, _req: &Request, _unique: RequestId) -> bool {
+        false
+    }
+
     /// Map block index within file to block index within device.
     /// Note: This makes sense only for block device backed filesystems mounted
     /// with the 'blkdev' option

@@ -114,9 +114,12 @@ impl<'a> RequestWithSender<'a> {
                 return Err(Errno::EIO);
             }
 
-            ll::Operation::Interrupt(_) => {
-                // TODO: handle FUSE_INTERRUPT
-                return Err(Errno::ENOSYS);
+            ll::Operation::Interrupt(x) => {
+                // Answered only when the file system does not handle interrupts (ENOSYS: the kernel
+                // stops sending them); one it handles has no reply of its own.
+                if !filesystem.interrupt(self.request_header(), x.unique()) {
+                    return Err(Errno::ENOSYS);
+                }
             }
 
             ll::Operation::Lookup(x) => {
@@ -395,6 +398,17 @@ impl<'a> RequestWithSender<'a> {
                     x.lock().range.1,
                     x.lock().typ,
                     x.lock().pid,
+                    self.reply(),
+                );
+            }
+            ll::Operation::SetLk(x) if x.is_flock() => {
+                filesystem.flock(
+                    self.request_header(),
+                    self.request.nodeid(),
+                    x.file_handle(),
+                    x.lock_owner(),
+                    x.lock().typ,
+                    x.sleep(),
                     self.reply(),
                 );
             }

@@ -1205,6 +1205,11 @@ mod op {
         pub(crate) fn sleep(&self) -> bool {
             self.wait
         }
+        /// A `flock(2)` lock (FUSE_LK_FLOCK): a whole-file lock owned by the open file description,
+        /// not a POSIX byte-range lock owned by the process.
+        pub(crate) fn is_flock(&self) -> bool {
+            self.arg.lk_flags & crate::consts::FUSE_LK_FLOCK != 0
+        }
     }
 
     /// Check file access permissions.
