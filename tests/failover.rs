@@ -176,3 +176,51 @@ async fn a_lost_replica_is_replaced_by_a_new_one_at_another_address_while_the_se
     drop(new);
     lc.stop().await;
 }
+
+/// File locks (issue 42) across a failover: client A holds a lock; the leading replica is killed; the
+/// replica that leads next has an empty lock table, so until A has reasserted its lock (at its next
+/// keep-alive) no new lock is granted, and afterwards A's lock is there: client B never gets it, before,
+/// during or after the failover. Then A's close releases it at the new leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_locks_survive_a_failover_without_being_granted_twice() {
+    use tessera_client::proto::locks::{LockKind, LockType};
+    use tessera_client::{Client, ClusterConfig, Defaults, ErrorCode, OpenOptions};
+    use tessera_ops::cluster::LocalCluster;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("c");
+    let shape = tessera_ops::clusterdir::Shape { mds: 3, ds: 1, ..Default::default() };
+    let mut lc = LocalCluster::prepare(&dir, shape, 0, Defaults::default()).unwrap().with_binaries(|n| Ok(bin(n)));
+    let mut cfg = ClusterConfig::load(&lc.files.mds_config).unwrap();
+    for m in &mut cfg.mds {
+        m.eviction_timeout_s = 3;
+    }
+    cfg.save(&lc.files.mds_config).unwrap();
+    lc.start_all().await.unwrap();
+    let client_cfg = ClusterConfig::load(&lc.files.client_config).unwrap();
+    let a = Client::connect(&client_cfg).await.unwrap();
+    let b = Client::connect(&client_cfg).await.unwrap();
+    a.write_file("/f", b"locked").await.unwrap();
+    let fa = a.open("/f", OpenOptions::read_write()).await.unwrap();
+    let fb = b.open("/f", OpenOptions::read_write()).await.unwrap();
+    fa.lock(LockKind::Posix, LockType::Write, 0, 9, false).await.unwrap();
+    let refused = |r: tessera_client::FsResult<()>| matches!(r, Err(e) if e.code == ErrorCode::WouldBlock);
+    assert!(refused(fb.lock(LockKind::Posix, LockType::Write, 5, 5, false).await));
+
+    let rows = replica_rows(&lc.files.admin_config);
+    let leader = rows.iter().find(|r| r["role"] == "leader").unwrap_or_else(|| panic!("no leader: {rows:?}"));
+    let id = leader["id"].as_u64().unwrap();
+    lc.kill9(&format!("mds{}", id - 1)).unwrap();
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(10) {
+        let r = fb.lock(LockKind::Posix, LockType::Write, 5, 5, false).await;
+        assert!(refused(r), "B was granted A's lock {:?} after the leader was killed", t.elapsed());
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    fb.lock(LockKind::Posix, LockType::Write, 10, 19, false).await.expect("bytes A never locked, after the grace");
+    let theirs = fb.test_lock(LockType::Write, 0, u64::MAX).await.unwrap().expect("A's lock, reasserted");
+    assert_eq!((theirs.start, theirs.end, theirs.write), (0, 9, true));
+    fa.close().await.unwrap();
+    fb.lock(LockKind::Posix, LockType::Write, 0, 9, false).await.expect("A's close released its lock");
+    fb.close().await.unwrap();
+    lc.stop().await;
+}

@@ -29,6 +29,8 @@ use tokio::sync::Notify;
 const EARLY_CANCELS: usize = 1024;
 /// Most owners a deadlock search visits (a longer chain is not followed: no deadlock reported).
 const DEADLOCK_SEARCH_MAX: usize = 4096;
+/// Most locks one client may hold (ENOLCK beyond): what a client can make the server keep is bounded.
+pub const MAX_LOCKS_PER_CLIENT: usize = 1 << 16;
 
 /// A blocked request: what it waits to place.
 #[derive(Clone, Copy, Debug)]
@@ -46,6 +48,15 @@ struct State {
     cancelled: VecDeque<(LockOwner, u64)>,
     /// Until then, only reclaims are granted (after a start of the service that had locks).
     grace_until: Option<Instant>,
+    /// Locks held per client.
+    per_client: HashMap<u64, usize>,
+}
+
+impl State {
+    /// `owner`'s client's locks on `ino`.
+    fn client_locks_on(&self, ino: Ino, client: u64) -> usize {
+        self.table.on(ino).iter().filter(|l| l.owner.client == client).count()
+    }
 }
 
 /// Whether `owner`, about to wait for `blockers`, would wait for itself: a POSIX owner in the way that
@@ -86,6 +97,8 @@ pub struct LockManager {
     changed: Notify,
     /// How long a blocked request is held before it answers "not yet".
     slice: Duration,
+    /// Most locks one client may hold ([`MAX_LOCKS_PER_CLIENT`]).
+    max_per_client: usize,
 }
 
 impl Default for LockManager {
@@ -101,7 +114,12 @@ fn err(code: ErrorCode, msg: impl Into<String>) -> FsError {
 impl LockManager {
     /// A lock manager whose blocked requests wait at most `slice` per request.
     pub fn with_slice(slice: Duration) -> LockManager {
-        LockManager { state: Mutex::default(), changed: Notify::new(), slice }
+        LockManager { state: Mutex::default(), changed: Notify::new(), slice, max_per_client: MAX_LOCKS_PER_CLIENT }
+    }
+
+    /// The same with another cap on the locks one client may hold.
+    pub fn with_cap(self, max_per_client: usize) -> LockManager {
+        LockManager { max_per_client, ..self }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -171,9 +189,29 @@ impl LockManager {
                 }
                 let grace = s.grace_until.filter(|t| Instant::now() < *t);
                 if grace.is_none() || reclaim || spec.typ == LockType::Unlock {
-                    let State { table, waiting, .. } = &mut *s;
+                    let before = s.client_locks_on(ino, owner.client);
+                    let held = s.per_client.get(&owner.client).copied().unwrap_or(0);
+                    // A request adds at most 2 locks (one split in three): refused at the cap.
+                    if spec.typ != LockType::Unlock && held + 2 > self.max_per_client {
+                        return Err(err(
+                            ErrorCode::NoLocks,
+                            format!("this client holds {held} locks, the most one client may hold"),
+                        ));
+                    }
+                    let table = &mut s.table;
                     let converting = spec.kind == LockKind::Flock && table.holds(ino, owner, LockKind::Flock);
-                    match table.apply(ino, owner, &spec) {
+                    let applied = table.apply(ino, owner, &spec);
+                    let after = s.client_locks_on(ino, owner.client);
+                    if after != before {
+                        let n = (held + after).saturating_sub(before);
+                        if n == 0 {
+                            s.per_client.remove(&owner.client);
+                        } else {
+                            s.per_client.insert(owner.client, n);
+                        }
+                    }
+                    let State { table, waiting, .. } = &mut *s;
+                    match applied {
                         Ok(()) => {
                             waiting.remove(&owner);
                             // Any change of an owner's locks may free a range (an unlock, a downgrade,
@@ -252,6 +290,7 @@ impl LockManager {
     pub fn drop_client(&self, client: u64) -> usize {
         let mut s = self.state();
         let n = s.table.release_client(client);
+        s.per_client.remove(&client);
         s.waiting.retain(|o, _| o.client != client);
         drop(s);
         if n > 0 {
@@ -421,6 +460,23 @@ mod tests {
         assert_eq!(w.await.unwrap().unwrap(), Outcome::Granted);
         assert!(t0.elapsed() >= Duration::from_millis(250), "a new lock waited for the grace period to end");
         assert!(!m.in_grace());
+    }
+
+    #[tokio::test]
+    async fn a_client_holds_at_most_the_cap_of_locks() {
+        let m = LockManager::default().with_cap(10);
+        for i in 0..8 {
+            // Every other byte: no two merge.
+            m.lock(1, A, wr(2 * i, 2 * i), None, 0, false).await.unwrap();
+        }
+        m.lock(2, A, wr(0, 0), None, 0, false).await.unwrap();
+        let e = m.lock(2, A, wr(10, 10), None, 0, false).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::NoLocks);
+        m.lock(1, B, wr(1, 1), None, 0, false).await.expect("another client is not held back");
+        m.lock(1, A, un(), None, 0, false).await.unwrap();
+        m.lock(2, A, wr(10, 10), None, 0, false).await.expect("after an unlock there is room again");
+        assert_eq!(m.drop_client(1), 2);
+        m.lock(3, A, wr(0, 0), None, 0, false).await.unwrap();
     }
 
     #[test]

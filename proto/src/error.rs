@@ -52,6 +52,8 @@ pub enum ErrorCode {
     Deadlock,
     /// The waiting caller was interrupted by a signal (EINTR).
     Interrupted,
+    /// The client holds as many locks as the lock manager grants one client (ENOLCK).
+    NoLocks,
 }
 
 /// Where a [`ErrorCode::NotLeader`] answer's detail names the leader: `... leader at ADDR`.
@@ -87,6 +89,7 @@ impl ErrorCode {
             ErrorCode::WouldBlock => libc::EAGAIN,
             ErrorCode::Deadlock => libc::EDEADLK,
             ErrorCode::Interrupted => libc::EINTR,
+            ErrorCode::NoLocks => libc::ENOLCK,
         }
     }
 
@@ -115,6 +118,7 @@ impl ErrorCode {
             libc::EAGAIN => ErrorCode::WouldBlock,
             libc::EDEADLK => ErrorCode::Deadlock,
             libc::EINTR => ErrorCode::Interrupted,
+            libc::ENOLCK => ErrorCode::NoLocks,
             _ => ErrorCode::Io,
         }
     }
@@ -151,6 +155,7 @@ impl std::fmt::Display for ErrorCode {
             ErrorCode::WouldBlock => "Resource temporarily unavailable",
             ErrorCode::Deadlock => "Resource deadlock avoided",
             ErrorCode::Interrupted => "Interrupted system call",
+            ErrorCode::NoLocks => "No locks available",
         };
         f.write_str(s)
     }

@@ -26,7 +26,13 @@ pub(super) struct NsLocks {
     inflight: AtomicUsize,
     /// The start before this one may have had locks granted.
     were_held: bool,
+    /// Since when no lock is held (the marker is cleared after [`MARKER_IDLE`] of that).
+    empty_since: std::sync::Mutex<Option<Instant>>,
 }
+
+/// How long no lock must be held before the marker is cleared: programs that lock and unlock all the
+/// time (SQLite) would otherwise pay a durable write for their first lock after every tick.
+const MARKER_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl NsLocks {
     pub(super) fn new(store: &Store) -> FsResult<NsLocks> {
@@ -36,6 +42,7 @@ impl NsLocks {
             marked: AtomicBool::new(were_held),
             inflight: AtomicUsize::new(0),
             were_held,
+            empty_since: std::sync::Mutex::new(None),
         })
     }
 }
@@ -115,11 +122,22 @@ impl Namespace {
                 warn!(client = format_args!("{c:016x}"), locks = n, "locks of a client without a session released");
             }
         }
-        if self.locks.marked.load(Ordering::Acquire)
-            && self.locks.manager.is_empty()
-            && self.locks.inflight.load(Ordering::Acquire) == 0
-            && !self.locks.manager.in_grace()
-        {
+        let idle = self.locks.manager.is_empty() && self.locks.inflight.load(Ordering::Acquire) == 0;
+        let idle_long = {
+            let mut since = self.locks.empty_since.lock().unwrap_or_else(|p| p.into_inner());
+            match (idle, *since) {
+                (false, _) => {
+                    *since = None;
+                    false
+                }
+                (true, None) => {
+                    *since = Some(Instant::now());
+                    false
+                }
+                (true, Some(t)) => t.elapsed() >= MARKER_IDLE,
+            }
+        };
+        if self.locks.marked.load(Ordering::Acquire) && idle_long && !self.locks.manager.in_grace() {
             if let Err(e) = self.mark_locks_held(false).await {
                 warn!("clearing the locks-held marker: {e}");
             }

@@ -1625,3 +1625,52 @@ async fn a_resent_numbered_request_gets_its_first_answer() {
     assert!(ns.store().replied(7, 3).unwrap().is_none());
     assert!(ns.store().replied(8, 1).unwrap().is_some(), "another client's stay");
 }
+
+/// File locks (issue 42): a start after one that granted locks holds a grace period in which only
+/// reasserted locks are granted; a start after one without locks (or whose locks were all released long
+/// enough before it stopped) holds none; an evicted client's locks are released.
+#[tokio::test]
+async fn locks_granted_before_a_restart_hold_a_grace_period_for_their_reassertion() {
+    use tessera_proto::locks::{LockKind, LockSpec, LockType};
+    let dir = tempfile::tempdir().unwrap();
+    let wr = LockSpec { kind: LockKind::Posix, typ: LockType::Write, start: 0, end: 9, pid: 1 };
+    let lock = |ino: Ino, owner: u64, reclaim: bool| MdsRequest::Lock {
+        ino,
+        owner,
+        spec: wr,
+        wait_ms: 0,
+        wait_id: 0,
+        reclaim,
+    };
+    let f;
+    {
+        let (ns, _) = open_ns(dir.path());
+        f = create(&ns, &root(), ROOT_INO, "f").await.unwrap().ino;
+        assert!(!ns.locks().in_grace(), "a first start has nothing to wait for");
+        let r = ns.handle_client(&root(), conn(1), lock(f, 7, false)).await;
+        assert_eq!(r, Ok(MdsReply::Lock { granted: true }));
+        let r = ns.handle_client(&root(), conn(2), lock(f, 7, false)).await;
+        assert_eq!(code(r), ErrorCode::WouldBlock, "client 2 is another owner");
+        ns.store().flush_sync().unwrap();
+    }
+    let (ns, _) = open_ns(dir.path());
+    assert!(ns.locks().in_grace(), "locks were held: the grace period is on");
+    let r = ns.handle_client(&root(), conn(2), lock(f, 7, false)).await;
+    assert_eq!(code(r), ErrorCode::WouldBlock, "a new lock waits for the grace period");
+    let r = ns.handle_client(&root(), conn(1), lock(f, 7, true)).await;
+    assert_eq!(r, Ok(MdsReply::Lock { granted: true }), "the holder reasserts its lock");
+    let r = ns.handle_client(&root(), conn(2), lock(f, 8, true)).await;
+    assert_eq!(code(r), ErrorCode::WouldBlock, "a conflicting reclaim is refused: never granted twice");
+    // Client 1 falls silent and is evicted: its lock goes.
+    ns.set_eviction_timeout(std::time::Duration::from_millis(100));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    ns.handle_client(&root(), conn(2), MdsRequest::KeepAlive).await.unwrap();
+    ns.evict_silent().await;
+    ns.tidy_locks().await;
+    assert!(ns.locks().is_empty(), "the silent client's lock was released");
+    assert!(!ns.locks().in_grace(), "and the shortened grace period is over");
+    let r = ns.handle_client(&root(), conn(2), lock(f, 8, false)).await;
+    assert_eq!(r, Ok(MdsReply::Lock { granted: true }));
+    let none = lock(999_999, 8, false);
+    assert_eq!(code(ns.handle_client(&root(), conn(2), none).await), ErrorCode::NotFound);
+}
