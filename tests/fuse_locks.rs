@@ -157,7 +157,7 @@ fn fuse_locks_exclude_each_other_across_mounts() {
     assert_eq!(setlk(&fb, libc::F_RDLCK, 99, 1), EAGAIN, "a read lock on a written-locked byte");
     let (typ, start, len, pid) = getlk(&fb, libc::F_WRLCK, 0, 0);
     assert_eq!((typ, start, len), (libc::F_WRLCK, 0, 100), "F_GETLK names the lock in the way");
-    assert_eq!(pid as u32, std::process::id(), "and its holder");
+    assert_eq!(pid, 0, "a process of another client node is not named by a pid of this one");
     assert_eq!(setlk(&fb, libc::F_WRLCK, 100, 100), 0, "bytes not locked");
     assert_eq!(getlk(&fa, libc::F_WRLCK, 0, 100).0, libc::F_UNLCK, "an owner's own lock is not in its way");
     // Splitting: a hole unlocked in the middle of A's lock is free for B, the rest is not.
@@ -224,6 +224,21 @@ fn fuse_locks_exclude_each_other_across_mounts() {
     assert_eq!(e.code, tessera_client::ErrorCode::WouldBlock);
     rt.block_on(lf.close()).unwrap();
     assert_eq!(setlk(&fa, libc::F_WRLCK, 0, 10), 0, "the library's close released its lock");
+    drop(fa);
+
+    // An open file description's lock (F_OFD_SETLK: the kernel names no owner at close) goes with the
+    // mount's last descriptor of the file.
+    drop(fa2);
+    let fo = open_rw(&a.p("f"));
+    assert_eq!(fcntl_lock(&fo, libc::F_OFD_SETLK, libc::F_WRLCK, 0, 0), 0);
+    let fb = open_rw(&b.p("f"));
+    assert_eq!(setlk(&fb, libc::F_WRLCK, 0, 0), libc::EAGAIN, "an OFD lock holds across mounts");
+    drop(fo);
+    let t = Instant::now();
+    while setlk(&fb, libc::F_WRLCK, 0, 0) != 0 {
+        assert!(t.elapsed() < Duration::from_secs(5), "the OFD lock outlived the last close of the file on its mount");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -276,8 +291,9 @@ fn fuse_lock_waiters_wake_on_unlock_close_exit_kill_and_eviction() {
     h.reap();
     drop(fb);
 
-    // kill -9 of the holder process.
+    // kill -9 of the holder process (which F_GETLK through its own mount names).
     let h = Holder::spawn(&a.p("f"), None);
+    assert_eq!(getlk(&open_rw(&a.p("f")), libc::F_WRLCK, 0, 0).3, h.pid, "F_GETLK on the holder's node names it");
     let w = wait_on_b(b.p("f"));
     std::thread::sleep(held);
     assert!(!w.is_finished());

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_proto::error::{ErrorCode, FsError, FsResult};
 use tessera_proto::layout::{ExtentSpec, Layout, LayoutSpec};
-use tessera_proto::locks::{HeldLock, LockSpec, LockType};
+use tessera_proto::locks::{HeldLock, LockKind, LockSpec, LockType};
 use tessera_proto::msg::{
     BatchResult, DeclaredFile, DirEntry, DirLease, DirOp, DsReport, DsStatus, FsckReport, HeldHandle, MdsCall,
     MdsReply, MdsRequest, OpenFlags, OrchestratorMode, OrchestratorStatus, PeriodicGrant, PeriodicProfile,
@@ -132,11 +132,18 @@ impl MdsClient {
             MdsReply::Session { evicted, timeout_ms, boot } => {
                 let timeout = Duration::from_millis(timeout_ms);
                 let again = self.session.renewed(timeout, evicted, boot);
+                let before = again.before;
+                let mut r = Ok(());
                 if !again.handles.is_empty() {
-                    self.reopen(again.handles).await?;
+                    r = self.reopen(again.handles).await.map(drop);
                 }
-                if !again.locks.is_empty() {
-                    self.reclaim_locks(again.locks).await;
+                if r.is_ok() && !again.locks.is_empty() {
+                    r = self.reclaim_locks(again.locks).await;
+                }
+                if let Err(e) = r {
+                    // Tried again at the next keep-alive (reasserting twice is harmless).
+                    self.session.reassert_again(before);
+                    return Err(e);
                 }
                 Ok(timeout)
             }
@@ -178,7 +185,15 @@ impl MdsClient {
                 wait_id: wait.map_or(0, |w| w.id),
                 reclaim: false,
             };
-            match self.call(req).await? {
+            let r = self.call(req).await;
+            if spec.kind == LockKind::Flock
+                && spec.typ != LockType::Unlock
+                && !matches!(r, Ok(MdsReply::Lock { granted: true }))
+            {
+                // A flock request that was not granted has dropped a lock the owner held (flock(2)).
+                self.session.record_lock(ino, owner, &LockSpec::flock(LockType::Unlock));
+            }
+            match r? {
                 MdsReply::Lock { granted: true } => {
                     self.session.record_lock(ino, owner, &spec);
                     return Ok(());
@@ -214,23 +229,36 @@ impl MdsClient {
     }
 
     /// Reasserts the locks a new start of the service must learn (see [`MdsClient::keep_alive`]); a lock
-    /// it cannot grant again (granted to another owner meanwhile, after this client's grace) is lost.
-    async fn reclaim_locks(&self, locks: Vec<(Ino, HeldLock)>) {
+    /// it refuses (granted to another owner meanwhile, after this client's grace) is lost. Any other error
+    /// ends the round, to be tried again.
+    async fn reclaim_locks(&self, locks: Vec<(Ino, HeldLock)>) -> FsResult<()> {
         let (mut kept, mut lost) = (0usize, 0usize);
         for (ino, l) in locks {
             let typ = if l.write { LockType::Write } else { LockType::Read };
             let spec = LockSpec { kind: l.kind, typ, start: l.start, end: l.end, pid: l.pid };
-            let req = MdsRequest::Lock { ino, owner: l.owner.owner, spec, wait_ms: 0, wait_id: 0, reclaim: true };
+            let owner = l.owner.owner;
+            let req = MdsRequest::Lock { ino, owner, spec, wait_ms: 0, wait_id: 0, reclaim: true };
             match self.call(req).await {
-                Ok(MdsReply::Lock { granted: true }) => kept += 1,
-                r => {
-                    lost += 1;
-                    tracing::warn!(ino, "a file lock could not be reasserted and is lost: {r:?}");
-                    self.session.record_lock(ino, l.owner.owner, &LockSpec { typ: LockType::Unlock, ..spec });
+                Ok(MdsReply::Lock { granted: true }) => {
+                    kept += 1;
+                    if !self.session.holds_lock(ino, owner, l.kind) {
+                        // Released here while it was being reasserted: released there too.
+                        let unlock = LockSpec { typ: LockType::Unlock, ..spec };
+                        let req = MdsRequest::Lock { ino, owner, spec: unlock, wait_ms: 0, wait_id: 0, reclaim: false };
+                        self.call(req).await?;
+                    }
                 }
+                Err(e) if e.code == ErrorCode::WouldBlock => {
+                    lost += 1;
+                    tracing::warn!(ino, "a file lock could not be reasserted and is lost: {e}");
+                    self.session.record_lock(ino, owner, &LockSpec { typ: LockType::Unlock, ..spec });
+                }
+                Err(e) => return Err(e),
+                Ok(r) => return Err(unexpected("Lock", r)),
             }
         }
         tracing::info!(kept, lost, "a new start of the metadata service: file locks reasserted");
+        Ok(())
     }
 
     /// The metadata replicas (one unless replicated).

@@ -46,6 +46,8 @@ pub struct Session {
 pub(crate) struct Reassert {
     pub handles: Vec<HeldHandle>,
     pub locks: Vec<(Ino, HeldLock)>,
+    /// The start of the service they were granted by (see [`Session::reassert_again`]).
+    pub before: u64,
 }
 
 impl Default for Session {
@@ -127,7 +129,14 @@ impl Session {
         Reassert {
             handles: held.iter().map(|(&handle, &ino)| HeldHandle { ino, handle }).collect(),
             locks: self.locks().all(),
+            before,
         }
+    }
+
+    /// Reasserting to the new start failed (it did not answer, another election...): the next keep-alive
+    /// tries again, as if it were the first to reach that start.
+    pub(crate) fn reassert_again(&self, before: u64) {
+        self.boot.store(before, Ordering::Release);
     }
 
     fn locks(&self) -> std::sync::MutexGuard<'_, LockTable> {
@@ -137,6 +146,14 @@ impl Session {
     /// The MDS granted (or removed) `owner`'s lock `spec` on `ino`.
     pub(crate) fn record_lock(&self, ino: Ino, owner: u64, spec: &LockSpec) {
         self.locks().place(ino, LockOwner { client: 0, owner }, spec);
+    }
+
+    /// The owners holding locks on `ino` here, with the kind.
+    pub fn lock_owners_on(&self, ino: Ino) -> Vec<(u64, LockKind)> {
+        let mut v: Vec<(u64, LockKind)> = self.locks().on(ino).iter().map(|l| (l.owner.owner, l.kind)).collect();
+        v.sort_by_key(|(o, k)| (*o, *k == LockKind::Flock));
+        v.dedup();
+        v
     }
 
     /// Whether this client holds a lock of `kind` of `owner` on `ino`.

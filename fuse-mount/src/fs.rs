@@ -460,12 +460,26 @@ impl Inner {
     }
 
     async fn release(&self, fh: FileHandle) -> FsResult<()> {
-        let h = self
-            .handles
-            .lock()
-            .map_err(|_| FsError::io("handle table poisoned"))?
-            .remove(&fh.0)
-            .ok_or_else(|| err(ErrorCode::Invalid, "unknown file handle"))?;
+        let (h, owners) = {
+            let mut handles = self.handles.lock().map_err(|_| FsError::io("handle table poisoned"))?;
+            let h = handles.remove(&fh.0).ok_or_else(|| err(ErrorCode::Invalid, "unknown file handle"))?;
+            // Only a file this client holds locks on is looked for among the other handles.
+            let mut owners = h.mds.session().lock_owners_on(h.inode.ino);
+            if !owners.is_empty() && handles.values().any(|o| o.inode.ino == h.inode.ino) {
+                owners.clear();
+            }
+            (h, owners)
+        };
+        {
+            // No descriptor of the file is open on this node any more, so no owner here can hold a lock
+            // on it: whatever the kernel did not name at a flush or release (an open file description's
+            // F_OFD_SETLK lock, a close whose flush failed) is released too.
+            for (owner, kind) in owners {
+                if let Err(e) = h.unlock_all(owner, kind).await {
+                    tracing::warn!(ino = h.inode.ino, "releasing a lock at the last close: {e}");
+                }
+            }
+        }
         h.release().await
     }
 
@@ -1148,7 +1162,11 @@ impl Filesystem for TesseraFs {
             match r {
                 Ok(Some(l)) => {
                     let typ = if l.write { libc::F_WRLCK } else { libc::F_RDLCK };
-                    reply.locked(l.start, l.end, typ, l.pid)
+                    // The kernel takes offsets up to OFFSET_MAX (a library client's "to the end" is
+                    // u64::MAX), and a pid of this node only: another node's process is reported as 0.
+                    let max = i64::MAX as u64;
+                    let pid = if l.owner.client == inner.client.client_id() { l.pid } else { 0 };
+                    reply.locked(l.start.min(max), l.end.min(max), typ, pid)
                 }
                 Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
                 Err(e) => reply.error(errno(&e)),

@@ -26,56 +26,61 @@ struct Wait {
     mds: MdsClient,
 }
 
-/// The lock waits of this mount, by kernel request id.
 #[derive(Default)]
-pub(crate) struct LockWaits {
-    waits: Mutex<HashMap<u64, Wait>>,
-    early: Mutex<VecDeque<u64>>,
+struct Waits {
+    waiting: HashMap<u64, Wait>,
+    /// Interrupts of requests not waiting here (yet), oldest first.
+    early: VecDeque<u64>,
 }
 
-impl LockWaits {
-    fn waits(&self) -> MutexGuard<'_, HashMap<u64, Wait>> {
-        self.waits.lock().unwrap_or_else(|p| p.into_inner())
-    }
+/// The lock waits of this mount, by kernel request id. One mutex over both tables: an interrupt and the
+/// start of the wait it names cannot pass each other.
+#[derive(Default)]
+pub(crate) struct LockWaits(Mutex<Waits>);
 
-    fn early(&self) -> MutexGuard<'_, VecDeque<u64>> {
-        self.early.lock().unwrap_or_else(|p| p.into_inner())
+impl LockWaits {
+    fn waits(&self) -> MutexGuard<'_, Waits> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Request `unique` of `owner` begins to wait (already cancelled if its interrupt came first).
     pub(crate) fn begin(&self, unique: u64, owner: u64, mds: &MdsClient) -> Arc<LockWait> {
         let wait = Arc::new(LockWait::new());
-        if self.early().contains(&unique) {
+        let mut w = self.waits();
+        if w.early.contains(&unique) {
             wait.cancel();
         }
-        self.waits().insert(unique, Wait { wait: wait.clone(), owner, mds: mds.clone() });
+        w.waiting.insert(unique, Wait { wait: wait.clone(), owner, mds: mds.clone() });
         wait
     }
 
     /// Request `unique` is answered.
     pub(crate) fn end(&self, unique: u64) {
-        self.waits().remove(&unique);
+        self.waits().waiting.remove(&unique);
     }
 
     /// The kernel interrupts request `unique`: a lock wait is cancelled at the MDS; any other request
     /// finishes as it would have (the id is remembered, in case its lock request is not seen yet).
     pub(crate) fn interrupt(&self, unique: u64, rt: &tokio::runtime::Handle) {
-        let found = self.waits().get(&unique).map(|w| (w.wait.clone(), w.owner, w.mds.clone()));
-        match found {
-            Some((wait, owner, mds)) => {
-                rt.spawn(async move {
-                    if let Err(e) = mds.cancel_lock(owner, &wait).await {
-                        tracing::warn!("cancelling an interrupted lock wait: {e}");
-                    }
-                });
-            }
-            None => {
-                let mut early = self.early();
-                if early.len() >= EARLY_INTERRUPTS {
-                    early.pop_front();
+        let found = {
+            let mut w = self.waits();
+            let found = w.waiting.get(&unique).map(|w| (w.wait.clone(), w.owner, w.mds.clone()));
+            if found.is_none() {
+                if w.early.len() >= EARLY_INTERRUPTS {
+                    w.early.pop_front();
                 }
-                early.push_back(unique);
+                w.early.push_back(unique);
             }
+            found
+        };
+        if let Some((wait, owner, mds)) = found {
+            // Cancelled here at once: a wait slice that ends meanwhile is not asked again.
+            wait.cancel();
+            rt.spawn(async move {
+                if let Err(e) = mds.cancel_lock(owner, &wait).await {
+                    tracing::warn!("cancelling an interrupted lock wait: {e}");
+                }
+            });
         }
     }
 }

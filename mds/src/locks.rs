@@ -42,8 +42,9 @@ struct Waiting {
 #[derive(Default)]
 struct State {
     table: LockTable,
-    /// Owners blocked now, and on what.
-    waiting: HashMap<LockOwner, Waiting>,
+    /// Requests blocked now (by owner and wait: one owner, e.g. two threads of a process, may wait twice),
+    /// and on what.
+    waiting: HashMap<(LockOwner, u64), Waiting>,
     /// Waits given up (`CancelLock`), newest last.
     cancelled: VecDeque<(LockOwner, u64)>,
     /// Until then, only reclaims are granted (after a start of the service that had locks).
@@ -63,7 +64,7 @@ impl State {
 /// waits (for a POSIX lock) for owners in the way of its own request, and so on, reaching `owner`.
 fn deadlock(
     table: &LockTable,
-    waiting: &HashMap<LockOwner, Waiting>,
+    waiting: &HashMap<(LockOwner, u64), Waiting>,
     owner: LockOwner,
     blockers: &[LockOwner],
 ) -> bool {
@@ -76,7 +77,7 @@ fn deadlock(
         if !seen.insert(b) || seen.len() > DEADLOCK_SEARCH_MAX {
             continue;
         }
-        if let Some(w) = waiting.get(&b).filter(|w| w.spec.kind == LockKind::Posix) {
+        for w in waiting.iter().filter(|((o, _), w)| *o == b && w.spec.kind == LockKind::Posix).map(|(_, w)| w) {
             todo.extend(table.conflicts(w.ino, b, &w.spec).map(|l| l.owner));
         }
     }
@@ -184,7 +185,7 @@ impl LockManager {
                 let mut s = self.state();
                 if wait && s.cancelled.contains(&(owner, wait_id)) {
                     s.cancelled.retain(|c| *c != (owner, wait_id));
-                    s.waiting.remove(&owner);
+                    s.waiting.remove(&(owner, wait_id));
                     return Err(err(ErrorCode::Interrupted, "the lock's wait was interrupted"));
                 }
                 let grace = s.grace_until.filter(|t| Instant::now() < *t);
@@ -192,7 +193,7 @@ impl LockManager {
                     let before = s.client_locks_on(ino, owner.client);
                     let held = s.per_client.get(&owner.client).copied().unwrap_or(0);
                     // A request adds at most 2 locks (one split in three): refused at the cap.
-                    if spec.typ != LockType::Unlock && held + 2 > self.max_per_client {
+                    if spec.typ != LockType::Unlock && !reclaim && held + 2 > self.max_per_client {
                         return Err(err(
                             ErrorCode::NoLocks,
                             format!("this client holds {held} locks, the most one client may hold"),
@@ -213,7 +214,7 @@ impl LockManager {
                     let State { table, waiting, .. } = &mut *s;
                     match applied {
                         Ok(()) => {
-                            waiting.remove(&owner);
+                            waiting.remove(&(owner, wait_id));
                             // Any change of an owner's locks may free a range (an unlock, a downgrade,
                             // a flock conversion): those waiting look again.
                             let others_wait = !waiting.is_empty();
@@ -230,7 +231,6 @@ impl LockManager {
                                 self.changed.notify_waiters();
                             }
                             if reclaim {
-                                waiting.remove(&owner);
                                 return Err(err(
                                     ErrorCode::WouldBlock,
                                     "a reasserted lock conflicts with one granted since: it is lost",
@@ -240,13 +240,13 @@ impl LockManager {
                                 return Err(err(ErrorCode::WouldBlock, "another owner holds a conflicting lock"));
                             }
                             if spec.kind == LockKind::Posix && deadlock(table, waiting, owner, &blockers) {
-                                waiting.remove(&owner);
+                                waiting.remove(&(owner, wait_id));
                                 return Err(err(
                                     ErrorCode::Deadlock,
                                     "waiting would deadlock: the lock's holder waits for this owner",
                                 ));
                             }
-                            waiting.insert(owner, Waiting { ino, spec });
+                            waiting.insert((owner, wait_id), Waiting { ino, spec });
                         }
                     }
                     None
@@ -267,7 +267,7 @@ impl LockManager {
                 _ = &mut notified => {}
                 _ = tokio::time::sleep_until(wake) => {
                     if tokio::time::Instant::now() >= deadline {
-                        self.state().waiting.remove(&owner);
+                        self.state().waiting.remove(&(owner, wait_id));
                         return Ok(Outcome::NotYet);
                     }
                 }
@@ -291,7 +291,7 @@ impl LockManager {
         let mut s = self.state();
         let n = s.table.release_client(client);
         s.per_client.remove(&client);
-        s.waiting.retain(|o, _| o.client != client);
+        s.waiting.retain(|(o, _), _| o.client != client);
         drop(s);
         if n > 0 {
             self.changed.notify_waiters();

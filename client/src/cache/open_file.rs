@@ -242,14 +242,16 @@ impl Handle {
     /// size the MDS; after one is granted, what was fetched ahead is dropped and the size asked again,
     /// so the holder reads what the previous holder wrote.
     pub async fn lock(&self, owner: u64, spec: LockSpec, wait: Option<&LockWait>) -> FsResult<()> {
-        if spec.typ != LockType::Write {
-            self.flush().await?;
+        let flushed = if spec.typ != LockType::Write { self.flush().await } else { Ok(()) };
+        if spec.typ == LockType::Unlock {
+            // A lost write is no reason to keep the lock: it is released, and the write's error returned.
+            let r = self.mds.lock(self.inode.ino, owner, spec, wait).await;
+            return flushed.and(r);
         }
+        flushed?;
         self.mds.lock(self.inode.ino, owner, spec, wait).await?;
-        if spec.typ != LockType::Unlock {
-            self.inode.wgen.fetch_add(1, Ordering::AcqRel);
-            self.size(true).await?;
-        }
+        self.inode.wgen.fetch_add(1, Ordering::AcqRel);
+        self.size(true).await?;
         Ok(())
     }
 

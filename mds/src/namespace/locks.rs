@@ -28,6 +28,9 @@ pub(super) struct NsLocks {
     were_held: bool,
     /// Since when no lock is held (the marker is cleared after [`MARKER_IDLE`] of that).
     empty_since: std::sync::Mutex<Option<Instant>>,
+    /// Held while the marker is checked and set or cleared, and while a request joins `inflight`: a
+    /// request cannot slip in between the evictor's "nothing held" and its clearing of the marker.
+    marker: tokio::sync::Mutex<()>,
 }
 
 /// How long no lock must be held before the marker is cleared: programs that lock and unlock all the
@@ -43,6 +46,7 @@ impl NsLocks {
             inflight: AtomicUsize::new(0),
             were_held,
             empty_since: std::sync::Mutex::new(None),
+            marker: tokio::sync::Mutex::new(()),
         })
     }
 }
@@ -68,14 +72,19 @@ impl Namespace {
         if spec.typ != LockType::Unlock {
             self.store.begin().get_inode(ino)?.ok_or_else(|| err(ErrorCode::NotFound, format!("no inode {ino}")))?;
         }
-        self.locks.inflight.fetch_add(1, Ordering::AcqRel);
-        let r = async {
+        let marked = {
+            let _m = self.locks.marker.lock().await;
+            self.locks.inflight.fetch_add(1, Ordering::AcqRel);
             if spec.typ != LockType::Unlock && !self.locks.marked.load(Ordering::Acquire) {
-                self.mark_locks_held(true).await?;
+                self.mark_locks_held(true).await
+            } else {
+                Ok(())
             }
-            self.locks.manager.lock(ino, LockOwner { client, owner }, spec, wait, wait_id, reclaim).await
-        }
-        .await;
+        };
+        let r = match marked {
+            Ok(()) => self.locks.manager.lock(ino, LockOwner { client, owner }, spec, wait, wait_id, reclaim).await,
+            Err(e) => Err(e),
+        };
         self.locks.inflight.fetch_sub(1, Ordering::AcqRel);
         Ok(MdsReply::Lock { granted: r? == Outcome::Granted })
     }
@@ -122,6 +131,7 @@ impl Namespace {
                 warn!(client = format_args!("{c:016x}"), locks = n, "locks of a client without a session released");
             }
         }
+        let _m = self.locks.marker.lock().await;
         let idle = self.locks.manager.is_empty() && self.locks.inflight.load(Ordering::Acquire) == 0;
         let idle_long = {
             let mut since = self.locks.empty_since.lock().unwrap_or_else(|p| p.into_inner());
