@@ -241,16 +241,22 @@ fn fuse_locks_exclude_each_other_across_mounts() {
     }
 }
 
-#[test]
-#[cfg_attr(not(tessera_fuse), ignore = "needs /dev/fuse and root or fusermount3")]
-fn fuse_lock_waiters_wake_on_unlock_close_exit_kill_and_eviction() {
-    require_fuse();
+/// A cluster whose MDS evicts a client after 3 s of silence, two mounts of it, and file `f`.
+fn two_mounts_evicting_after_3s() -> (Cluster, Mount, Mount) {
     let mut cluster = Cluster::prepared(2, Default::default());
     cluster.edit_mds_config(|c| c.mds[0].eviction_timeout_s = 3);
     cluster.boot();
     let a = Mount::new(&cluster, "a");
     let b = Mount::new(&cluster, "b");
     std::fs::write(a.p("f"), b"x").unwrap();
+    (cluster, a, b)
+}
+
+#[test]
+#[cfg_attr(not(tessera_fuse), ignore = "needs /dev/fuse and root or fusermount3")]
+fn fuse_lock_waiters_wake_on_unlock_close_exit_kill_and_eviction() {
+    require_fuse();
+    let (_cluster, a, b) = two_mounts_evicting_after_3s();
     let wait_on_b = |b_path: std::path::PathBuf| {
         timed(move || {
             let f = open_rw(&b_path);
@@ -375,12 +381,7 @@ fn fuse_lock_deadlock_between_mounts_is_edeadlk_and_a_signal_ends_a_wait() {
 #[cfg_attr(not(tessera_fuse), ignore = "needs /dev/fuse and root or fusermount3")]
 fn fuse_locks_survive_an_mds_restart_without_being_granted_twice() {
     require_fuse();
-    let mut cluster = Cluster::prepared(2, Default::default());
-    cluster.edit_mds_config(|c| c.mds[0].eviction_timeout_s = 3);
-    cluster.boot();
-    let a = Mount::new(&cluster, "a");
-    let b = Mount::new(&cluster, "b");
-    std::fs::write(a.p("f"), b"x").unwrap();
+    let (mut cluster, a, b) = two_mounts_evicting_after_3s();
     let fa = open_rw(&a.p("f"));
     let fb = open_rw(&b.p("f"));
     assert_eq!(setlk(&fa, libc::F_WRLCK, 0, 10), 0);

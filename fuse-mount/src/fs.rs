@@ -375,21 +375,16 @@ impl Inner {
     }
 
     fn note_parent(&self, a: &Attr, parent: Ino) {
-        if a.kind == FileKind::File {
-            if let Ok(mut p) = self.file_parents.lock() {
-                if p.len() >= PARENTS_MAX {
-                    p.clear();
-                }
-                p.insert(a.ino, parent);
+        let parents = match a.kind {
+            FileKind::Dir => &self.parents,
+            FileKind::File => &self.file_parents,
+            _ => return,
+        };
+        if let Ok(mut p) = parents.lock() {
+            if p.len() >= PARENTS_MAX {
+                p.clear();
             }
-        }
-        if a.kind == FileKind::Dir {
-            if let Ok(mut p) = self.parents.lock() {
-                if p.len() >= PARENTS_MAX {
-                    p.clear();
-                }
-                p.insert(a.ino, parent);
-            }
+            p.insert(a.ino, parent);
         }
     }
 

@@ -54,11 +54,34 @@ struct State {
 }
 
 impl State {
-    /// `owner`'s client's locks on `ino`.
-    fn client_locks_on(&self, ino: Ino, client: u64) -> usize {
-        self.table.on(ino).iter().filter(|l| l.owner.client == client).count()
+    /// Applies `owner`'s `spec` on `ino` to the table and keeps the per-client count; a request that may
+    /// add locks is refused with ENOLCK when the client is at `cap` (`None`: no cap, for a reclaim, which
+    /// only adds back what was held). Returns the table's answer, and whether a refused `flock`
+    /// conversion dropped the owner's old lock.
+    fn apply(&mut self, ino: Ino, owner: LockOwner, spec: &LockSpec, cap: Option<usize>) -> FsResult<(Applied, bool)> {
+        let mine = |t: &LockTable| t.on(ino).iter().filter(|l| l.owner.client == owner.client).count();
+        let held = self.per_client.get(&owner.client).copied().unwrap_or(0);
+        // A request adds at most 2 locks (one split in three): refused at the cap.
+        if spec.typ != LockType::Unlock && cap.is_some_and(|c| held + 2 > c) {
+            return Err(err(
+                ErrorCode::NoLocks,
+                format!("this client holds {held} locks, the most one client may hold"),
+            ));
+        }
+        let before = mine(&self.table);
+        let converting = spec.kind == LockKind::Flock && self.table.holds(ino, owner, LockKind::Flock);
+        let applied = self.table.apply(ino, owner, spec);
+        match (held + mine(&self.table)).saturating_sub(before) {
+            0 => self.per_client.remove(&owner.client),
+            n => self.per_client.insert(owner.client, n),
+        };
+        let dropped = converting && applied.is_err();
+        Ok((applied, dropped))
     }
 }
+
+/// A lock table's answer: placed, or the owners in the way.
+type Applied = Result<(), Vec<LockOwner>>;
 
 /// Whether `owner`, about to wait for `blockers`, would wait for itself: a POSIX owner in the way that
 /// waits (for a POSIX lock) for owners in the way of its own request, and so on, reaching `owner`.
@@ -190,27 +213,7 @@ impl LockManager {
                 }
                 let grace = s.grace_until.filter(|t| Instant::now() < *t);
                 if grace.is_none() || reclaim || spec.typ == LockType::Unlock {
-                    let before = s.client_locks_on(ino, owner.client);
-                    let held = s.per_client.get(&owner.client).copied().unwrap_or(0);
-                    // A request adds at most 2 locks (one split in three): refused at the cap.
-                    if spec.typ != LockType::Unlock && !reclaim && held + 2 > self.max_per_client {
-                        return Err(err(
-                            ErrorCode::NoLocks,
-                            format!("this client holds {held} locks, the most one client may hold"),
-                        ));
-                    }
-                    let table = &mut s.table;
-                    let converting = spec.kind == LockKind::Flock && table.holds(ino, owner, LockKind::Flock);
-                    let applied = table.apply(ino, owner, &spec);
-                    let after = s.client_locks_on(ino, owner.client);
-                    if after != before {
-                        let n = (held + after).saturating_sub(before);
-                        if n == 0 {
-                            s.per_client.remove(&owner.client);
-                        } else {
-                            s.per_client.insert(owner.client, n);
-                        }
-                    }
+                    let (applied, dropped) = s.apply(ino, owner, &spec, (!reclaim).then_some(self.max_per_client))?;
                     let State { table, waiting, .. } = &mut *s;
                     match applied {
                         Ok(()) => {
@@ -225,7 +228,7 @@ impl LockManager {
                             return Ok(Outcome::Granted);
                         }
                         Err(blockers) => {
-                            if converting {
+                            if dropped {
                                 // A failed conversion dropped the old lock (flock(2)): others may go on.
                                 // (Only then: waiters waking each other for nothing would spin.)
                                 self.changed.notify_waiters();

@@ -165,20 +165,19 @@ impl LockTable {
     /// returns the owners in the way (sorted, once each) and changes nothing — except that a `flock`
     /// conversion has dropped the old lock (see the module docs).
     pub fn apply(&mut self, ino: Ino, owner: LockOwner, spec: &LockSpec) -> Result<(), Vec<LockOwner>> {
-        if spec.kind == LockKind::Flock {
-            let old = self.remove_where(ino, |l| l.owner == owner && l.kind == LockKind::Flock);
-            if spec.typ == LockType::Unlock {
-                return Ok(());
-            }
-            let write = spec.typ == LockType::Write;
-            if old.iter().any(|l| l.write == write) {
-                // Already held as asked: nothing to convert.
-                self.files.entry(ino).or_default().extend(old);
-                return Ok(());
-            }
+        let write = spec.typ == LockType::Write;
+        let flock_of = |l: &HeldLock| l.owner == owner && l.kind == LockKind::Flock;
+        if spec.kind == LockKind::Flock
+            && spec.typ != LockType::Unlock
+            && self.on(ino).iter().any(|l| flock_of(l) && l.write == write)
+        {
+            return Ok(()); // already held as asked: nothing to convert
         }
         let mut blockers: Vec<LockOwner> = self.conflicts(ino, owner, spec).map(|l| l.owner).collect();
         if !blockers.is_empty() {
+            if spec.kind == LockKind::Flock {
+                self.remove_where(ino, flock_of); // flock(2): the old lock goes first
+            }
             blockers.sort_unstable();
             blockers.dedup();
             return Err(blockers);

@@ -26,11 +26,10 @@ pub(super) struct NsLocks {
     inflight: AtomicUsize,
     /// The start before this one may have had locks granted.
     were_held: bool,
-    /// Since when no lock is held (the marker is cleared after [`MARKER_IDLE`] of that).
-    empty_since: std::sync::Mutex<Option<Instant>>,
     /// Held while the marker is checked and set or cleared, and while a request joins `inflight`: a
-    /// request cannot slip in between the evictor's "nothing held" and its clearing of the marker.
-    marker: tokio::sync::Mutex<()>,
+    /// request cannot slip in between the evictor's "nothing held" and its clearing of the marker. It
+    /// holds since when no lock is held (the marker is cleared after [`MARKER_IDLE`] of that).
+    marker: tokio::sync::Mutex<Option<Instant>>,
 }
 
 /// How long no lock must be held before the marker is cleared: programs that lock and unlock all the
@@ -45,8 +44,7 @@ impl NsLocks {
             marked: AtomicBool::new(were_held),
             inflight: AtomicUsize::new(0),
             were_held,
-            empty_since: std::sync::Mutex::new(None),
-            marker: tokio::sync::Mutex::new(()),
+            marker: tokio::sync::Mutex::new(None),
         })
     }
 }
@@ -131,21 +129,13 @@ impl Namespace {
                 warn!(client = format_args!("{c:016x}"), locks = n, "locks of a client without a session released");
             }
         }
-        let _m = self.locks.marker.lock().await;
+        let mut empty_since = self.locks.marker.lock().await;
         let idle = self.locks.manager.is_empty() && self.locks.inflight.load(Ordering::Acquire) == 0;
-        let idle_long = {
-            let mut since = self.locks.empty_since.lock().unwrap_or_else(|p| p.into_inner());
-            match (idle, *since) {
-                (false, _) => {
-                    *since = None;
-                    false
-                }
-                (true, None) => {
-                    *since = Some(Instant::now());
-                    false
-                }
-                (true, Some(t)) => t.elapsed() >= MARKER_IDLE,
-            }
+        let idle_long = if idle {
+            empty_since.get_or_insert_with(Instant::now).elapsed() >= MARKER_IDLE
+        } else {
+            *empty_since = None;
+            false
         };
         if self.locks.marked.load(Ordering::Acquire) && idle_long && !self.locks.manager.in_grace() {
             if let Err(e) = self.mark_locks_held(false).await {
