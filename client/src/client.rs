@@ -246,7 +246,7 @@ impl Client {
 
     pub async fn mkdir(&self, path: &str, perm: u32) -> FsResult<Attr> {
         let (parent, name) = self.parent_of(path).await?;
-        self.mds.mkdir(parent, &name, perm & 0o7777).await
+        self.mds.mkdir(parent, &name, (perm & 0o7777, 0)).await
     }
 
     /// `mkdir -p`: creates every missing directory of `path`.
@@ -259,7 +259,7 @@ impl Client {
             so_far.push_str(name);
             let attr = match self.mds.lookup(ino, name).await {
                 Ok((a, _)) => a,
-                Err(e) if e.code == ErrorCode::NotFound => match self.mds.mkdir(ino, name, perm & 0o7777).await {
+                Err(e) if e.code == ErrorCode::NotFound => match self.mds.mkdir(ino, name, (perm & 0o7777, 0)).await {
                     Ok(a) => a,
                     // Someone else created it meanwhile.
                     Err(e) if e.code == ErrorCode::Exists => self.mds.lookup(ino, name).await?.0,
@@ -291,7 +291,8 @@ impl Client {
         }
         let (parent, name) = self.parent_of(path).await?;
         let flags = opts.open_flags();
-        let opened = self.mds.create_open(parent, &name, opts.create_perm(), opts.exclusive, layout, flags).await?;
+        let opened =
+            self.mds.create_open(parent, &name, (opts.create_perm(), 0), opts.exclusive, layout, flags).await?;
         self.file_from(opened, opts).await
     }
 
@@ -302,7 +303,7 @@ impl Client {
         let create = |exclusive: bool| async move {
             let (parent, name) = self.parent_of(path).await?;
             // Not exclusive: if another client created it meanwhile, the MDS opens that file.
-            self.mds.create_open(parent, &name, opts.create_perm(), exclusive, None, flags).await
+            self.mds.create_open(parent, &name, (opts.create_perm(), 0), exclusive, None, flags).await
         };
         let opened = if opts.create_exclusive() {
             create(true).await?

@@ -338,27 +338,28 @@ impl MdsClient {
         parent: Ino,
         name: &str,
         kind: FileKind,
-        perm: u32,
+        (perm, umask): (u32, u32),
         rdev: u32,
         exclusive: bool,
         layout: Option<LayoutSpec>,
     ) -> FsResult<(Attr, Option<Layout>)> {
-        let req = MdsRequest::Create { parent, name: name.to_string(), kind, perm, rdev, exclusive, layout };
+        let req = MdsRequest::Create { parent, name: name.to_string(), kind, perm, umask, rdev, exclusive, layout };
         entry_of("Create", self.call(req).await?)
     }
 
     /// open(2) with O_CREAT in one round trip: creates `name` and opens it, or (not `exclusive`)
-    /// opens the regular file already there with `flags`.
+    /// opens the regular file already there with `flags`. `perm` and the caller's `umask` (see
+    /// [`MdsRequest::Create`]).
     pub async fn create_open(
         &self,
         parent: Ino,
         name: &str,
-        perm: u32,
+        (perm, umask): (u32, u32),
         exclusive: bool,
         layout: Option<LayoutSpec>,
         flags: OpenFlags,
     ) -> FsResult<Opened> {
-        let req = MdsRequest::CreateOpen { parent, name: name.to_string(), perm, exclusive, layout, flags };
+        let req = MdsRequest::CreateOpen { parent, name: name.to_string(), perm, umask, exclusive, layout, flags };
         self.opened("CreateOpen", self.call(req).await?)
     }
 
@@ -408,8 +409,9 @@ impl MdsClient {
         ok_of("Sync", self.call(MdsRequest::Sync).await?)
     }
 
-    pub async fn mkdir(&self, parent: Ino, name: &str, perm: u32) -> FsResult<Attr> {
-        attr_of("Mkdir", self.call(MdsRequest::Mkdir { parent, name: name.to_string(), perm }).await?)
+    /// `perm` and the caller's `umask` (see [`MdsRequest::Mkdir`]).
+    pub async fn mkdir(&self, parent: Ino, name: &str, (perm, umask): (u32, u32)) -> FsResult<Attr> {
+        attr_of("Mkdir", self.call(MdsRequest::Mkdir { parent, name: name.to_string(), perm, umask }).await?)
     }
 
     pub async fn symlink(&self, parent: Ino, name: &str, target: &str) -> FsResult<Attr> {

@@ -38,7 +38,8 @@ pub struct Args {
     /// server_permissions, ro, rw, noatime, nodev, nosuid, noexec, readdirplus, page_cache (reads and writes
     /// through the kernel's page cache instead of direct I/O), sync_creates (every create waits for the
     /// metadata server: no directory leases), local_locks (fcntl and flock locks only within this node,
-    /// instead of across every mount), fsname=NAME.
+    /// instead of across every mount), noacl (no POSIX ACLs: setfacl fails; on by default, off with
+    /// server_permissions), fsname=NAME.
     #[arg(short = 'o', value_delimiter = ',', value_name = "OPTS")]
     pub options: Vec<String>,
 }
@@ -65,6 +66,7 @@ fn plan_as(args: &Args, root: bool) -> anyhow::Result<MountPlan> {
     // The kernel checks modes itself (as the MDS does too): without it FIFOs, sockets and device nodes,
     // whose opens never reach the file system, could be opened by anyone.
     let mut kernel_perms = true;
+    let mut acl_opt = true;
     for o in args.options.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
         match o {
             "allow_other" => acl = SessionACL::All,
@@ -79,6 +81,8 @@ fn plan_as(args: &Args, root: bool) -> anyhow::Result<MountPlan> {
             "server_permissions" => kernel_perms = false,
             "sync_creates" => fs.sync_creates = true,
             "local_locks" => fs.local_locks = true,
+            "acl" => acl_opt = true,
+            "noacl" => acl_opt = false,
             "ro" => opts.push(MountOption::RO),
             "rw" => opts.push(MountOption::RW),
             "noatime" => opts.push(MountOption::NoAtime),
@@ -100,6 +104,7 @@ fn plan_as(args: &Args, root: bool) -> anyhow::Result<MountPlan> {
             o => bail!("unknown mount option '{o}'"),
         }
     }
+    fs.acl = acl_opt && kernel_perms;
     if kernel_perms {
         opts.push(MountOption::DefaultPermissions);
     } else {

@@ -78,14 +78,14 @@ pub(crate) async fn serve(cx: &Context<'_>, req: MdsRequest) -> FsResult<MdsRepl
         Q::LookupPath { path, follow } => ns.lookup_path(c, &path, follow),
         Q::GetAttr { ino } => ns.getattr(ino),
         Q::SetAttr { ino, set } => ns.setattr(c, ino, set).await,
-        Q::Create { parent, name, kind, perm, rdev, exclusive, layout } => {
-            ns.create(c, parent, &name, kind, perm, rdev, exclusive, layout).await
+        Q::Create { parent, name, kind, perm, umask, rdev, exclusive, layout } => {
+            ns.create(c, parent, &name, kind, (perm, umask), rdev, exclusive, layout).await
         }
-        Q::CreateOpen { parent, name, perm, exclusive, layout, flags } => {
-            ns.create_open(c, client, parent, &name, perm, exclusive, layout, flags).await
+        Q::CreateOpen { parent, name, perm, umask, exclusive, layout, flags } => {
+            ns.create_open(c, client, parent, &name, (perm, umask), exclusive, layout, flags).await
         }
         Q::Sync => ns.sync().await,
-        Q::Mkdir { parent, name, perm } => ns.mkdir(c, parent, &name, perm).await,
+        Q::Mkdir { parent, name, perm, umask } => ns.mkdir(c, parent, &name, (perm, umask)).await,
         Q::Symlink { parent, name, target } => ns.symlink(c, parent, &name, &target).await,
         Q::Readlink { ino } => ns.readlink(ino),
         Q::Link { ino, new_parent, new_name } => ns.link(c, ino, new_parent, &new_name).await,

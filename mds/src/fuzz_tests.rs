@@ -73,7 +73,7 @@ async fn sequence(svc: &MdsService, seed: u64) {
     let ok =
         Arc::new(PeerInfo { role: Role::Client, name: "ok".into(), addr: "127.0.0.1:1".parse().unwrap(), conn: 1 });
     let origin = Origin { job: "ok".into(), client: 1, pid: 1 };
-    let mkdir = MdsRequest::Mkdir { parent: ROOT_INO, name: format!("ok-{seed}"), perm: 0o755 };
+    let mkdir = MdsRequest::Mkdir { parent: ROOT_INO, name: format!("ok-{seed}"), perm: 0o755, umask: 0 };
     let reply = call(svc, ok.clone(), Caller::root(), origin.clone(), mkdir).await;
     let MdsReply::Entry { attr, .. } = reply else { panic!("an ordinary mkdir after the sequence: {reply:?}") };
     assert_eq!(attr.kind, FileKind::Dir);
@@ -126,6 +126,7 @@ async fn valid_requests_in_invalid_orders_get_clean_errors() {
         parent: ROOT_INO,
         name: "f".into(),
         perm: 0o644,
+        umask: 0,
         exclusive: true,
         layout: None,
         flags: Default::default(),

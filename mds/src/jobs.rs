@@ -807,6 +807,7 @@ mod tests {
             parent: ROOT_INO,
             name: "f".into(),
             perm: 0o644,
+            umask: 0,
             exclusive: false,
             layout: None,
             flags: Default::default(),

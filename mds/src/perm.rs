@@ -1,5 +1,6 @@
 //! POSIX permission checks from the caller's credentials, following what the Linux kernel does.
 
+use tessera_proto::acl::{self, Acl};
 use tessera_proto::{Attr, Caller, FileKind, FsError, FsResult};
 
 pub const R: u32 = 4;
@@ -20,30 +21,35 @@ fn mask_text(mask: u32) -> String {
     s
 }
 
-/// Whether `c` may access `a` for every bit of `mask` (R/W/X). Root bypasses r/w, and x on
-/// directories; x on other files only if some x bit is set.
-pub fn allowed(c: &Caller, a: &Attr, mask: u32) -> bool {
+/// Whether `a`'s access ACL can decide for `c` (Linux's `acl_permission_check`): not for root, nor the
+/// owner (the mode's owner bits are the ACL's owner entry), nor when the mode's group bits (the ACL's
+/// mask) are all clear. Callers load the ACL only then.
+pub fn acl_applies(c: &Caller, a: &Attr) -> bool {
+    c.uid != 0 && c.uid != a.uid && a.perm & 0o070 != 0
+}
+
+/// Whether `c` may access `a` for every bit of `mask` (R/W/X), with `a`'s access ACL if it has one.
+/// Root bypasses r/w, and x on directories; x on other files only if some x bit is set.
+pub fn allowed(c: &Caller, a: &Attr, access_acl: Option<&Acl>, mask: u32) -> bool {
     let mask = mask & 7;
     if c.uid == 0 {
         return mask & X == 0 || a.kind == FileKind::Dir || a.perm & 0o111 != 0;
     }
-    let bits = if c.uid == a.uid {
-        (a.perm >> 6) & 7
-    } else if c.in_group(a.gid) {
-        (a.perm >> 3) & 7
-    } else {
-        a.perm & 7
-    };
-    bits & mask == mask
+    acl::check_with_acl(c, a.perm, a.uid, a.gid, access_acl, mask)
 }
 
 /// EACCES unless [`allowed`].
-pub fn check(c: &Caller, a: &Attr, mask: u32) -> FsResult<()> {
-    if allowed(c, a, mask) {
+pub fn check(c: &Caller, a: &Attr, access_acl: Option<&Acl>, mask: u32) -> FsResult<()> {
+    if allowed(c, a, access_acl, mask) {
         Ok(())
     } else {
-        Err(FsError::access(format!("uid {} lacks {} permission on inode {}", c.uid, mask_text(mask), a.ino)))
+        Err(denied(c, a, mask))
     }
+}
+
+/// The EACCES of a refused check.
+pub fn denied(c: &Caller, a: &Attr, mask: u32) -> FsError {
+    FsError::access(format!("uid {} lacks {} permission on inode {}", c.uid, mask_text(mask), a.ino))
 }
 
 pub fn is_owner_or_root(c: &Caller, a: &Attr) -> bool {
@@ -129,14 +135,14 @@ pub fn mode_after_chown(kind: FileKind, perm: u32) -> u32 {
 }
 
 /// utimes: explicit times need owner/root (EPERM); "now" also allowed with write permission (EACCES).
-pub fn check_times(c: &Caller, a: &Attr, explicit: bool) -> FsResult<()> {
+pub fn check_times(c: &Caller, a: &Attr, access_acl: Option<&Acl>, explicit: bool) -> FsResult<()> {
     if is_owner_or_root(c, a) {
         return Ok(());
     }
     if explicit {
         return Err(FsError::perm(format!("utimes: uid {} does not own inode {}", c.uid, a.ino)));
     }
-    check(c, a, W)
+    check(c, a, access_acl, W)
 }
 
 #[cfg(test)]
@@ -156,20 +162,20 @@ mod tests {
     #[test]
     fn classes_and_root() {
         let f = attr(FileKind::File, 0o640, 10, 20);
-        assert!(allowed(&user(10, 1, vec![]), &f, R | W));
-        assert!(!allowed(&user(10, 1, vec![]), &f, X));
-        assert!(allowed(&user(11, 1, vec![20]), &f, R));
-        assert!(!allowed(&user(11, 1, vec![20]), &f, W));
-        assert!(!allowed(&user(12, 1, vec![]), &f, R));
+        assert!(allowed(&user(10, 1, vec![]), &f, None, R | W));
+        assert!(!allowed(&user(10, 1, vec![]), &f, None, X));
+        assert!(allowed(&user(11, 1, vec![20]), &f, None, R));
+        assert!(!allowed(&user(11, 1, vec![20]), &f, None, W));
+        assert!(!allowed(&user(12, 1, vec![]), &f, None, R));
         // Owner class applies even when the group would allow more.
         let g = attr(FileKind::File, 0o070, 10, 20);
-        assert!(!allowed(&user(10, 20, vec![]), &g, R));
+        assert!(!allowed(&user(10, 20, vec![]), &g, None, R));
         let root = Caller::root();
-        assert!(allowed(&root, &f, R | W));
-        assert!(!allowed(&root, &f, X));
-        assert!(allowed(&root, &attr(FileKind::File, 0o001, 10, 20), X));
-        assert!(allowed(&root, &attr(FileKind::Dir, 0o000, 10, 20), R | W | X));
-        assert_eq!(check(&user(12, 1, vec![]), &f, R).unwrap_err().code, tessera_proto::error::ErrorCode::Access);
+        assert!(allowed(&root, &f, None, R | W));
+        assert!(!allowed(&root, &f, None, X));
+        assert!(allowed(&root, &attr(FileKind::File, 0o001, 10, 20), None, X));
+        assert!(allowed(&root, &attr(FileKind::Dir, 0o000, 10, 20), None, R | W | X));
+        assert_eq!(check(&user(12, 1, vec![]), &f, None, R).unwrap_err().code, tessera_proto::error::ErrorCode::Access);
     }
 
     #[test]
@@ -187,9 +193,9 @@ mod tests {
         assert_eq!(chmod_mode(&user(10, 99, vec![]), &f, 0o2755).unwrap(), 0o0755);
         assert_eq!(chmod_mode(&owner, &f, 0o2755).unwrap(), 0o2755);
         assert!(chmod_mode(&user(11, 20, vec![]), &f, 0o777).is_err());
-        assert!(check_times(&user(11, 20, vec![]), &attr(FileKind::File, 0o666, 10, 20), false).is_ok());
-        assert!(check_times(&user(11, 20, vec![]), &attr(FileKind::File, 0o666, 10, 20), true).is_err());
-        assert!(check_times(&user(11, 20, vec![]), &attr(FileKind::File, 0o644, 10, 20), false).is_err());
+        assert!(check_times(&user(11, 20, vec![]), &attr(FileKind::File, 0o666, 10, 20), None, false).is_ok());
+        assert!(check_times(&user(11, 20, vec![]), &attr(FileKind::File, 0o666, 10, 20), None, true).is_err());
+        assert!(check_times(&user(11, 20, vec![]), &attr(FileKind::File, 0o644, 10, 20), None, false).is_err());
     }
 
     #[test]

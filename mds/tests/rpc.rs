@@ -94,6 +94,7 @@ fn create(name: String) -> MdsRequest {
         name,
         kind: FileKind::File,
         perm: 0o644,
+        umask: 0,
         rdev: 0,
         exclusive: true,
         layout: None,

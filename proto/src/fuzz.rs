@@ -499,12 +499,13 @@ pub fn mds_request(rng: &mut Rng, known: &Known) -> MdsRequest {
                 name: name(rng),
                 kind: kinds[rng.index(kinds.len())],
                 perm: perm(rng),
+                umask: perm(rng) & 0o777,
                 rdev: rng.usually32(0),
                 exclusive: rng.percent(50),
                 layout: opt(rng, layout_spec),
             }
         }
-        6 | 7 => Q::Mkdir { parent: ino(rng, known), name: name(rng), perm: perm(rng) },
+        6 | 7 => Q::Mkdir { parent: ino(rng, known), name: name(rng), perm: perm(rng), umask: perm(rng) & 0o777 },
         8 => Q::Symlink { parent: ino(rng, known), name: name(rng), target: path(rng) },
         9 => Q::Readlink { ino: ino(rng, known) },
         10 => Q::Link { ino: ino(rng, known), new_parent: ino(rng, known), new_name: name(rng) },
@@ -527,6 +528,7 @@ pub fn mds_request(rng: &mut Rng, known: &Known) -> MdsRequest {
             parent: ino(rng, known),
             name: name(rng),
             perm: perm(rng),
+            umask: perm(rng) & 0o777,
             exclusive: rng.percent(30),
             layout: opt(rng, layout_spec),
             flags: open_flags(rng),
@@ -549,12 +551,10 @@ pub fn mds_request(rng: &mut Rng, known: &Known) -> MdsRequest {
         21 => Q::GetXattr { ino: ino(rng, known), name: xattr_name(rng) },
         22 => {
             let len = if rng.percent(5) { XATTR_SIZE_MAX + 1 } else { rng.index(100) };
-            Q::SetXattr {
-                ino: ino(rng, known),
-                name: xattr_name(rng),
-                value: rng.biased_bytes(len),
-                mode: XattrMode::Any,
-            }
+            let name = xattr_name(rng);
+            let value =
+                if name.starts_with("system.") && rng.percent(70) { acl_bytes(rng) } else { rng.biased_bytes(len) };
+            Q::SetXattr { ino: ino(rng, known), name, value, mode: XattrMode::Any }
         }
         23 => Q::ListXattr { ino: ino(rng, known) },
         24 => Q::RemoveXattr { ino: ino(rng, known), name: xattr_name(rng) },
@@ -612,11 +612,38 @@ fn timestamp(rng: &mut Rng) -> Timestamp {
 }
 
 fn xattr_name(rng: &mut Rng) -> String {
-    match rng.below(4) {
+    match rng.below(6) {
         0 => "tessera.layout".into(),
         1 => name(rng),
+        2 => crate::acl::ACCESS_XATTR.into(),
+        3 => crate::acl::DEFAULT_XATTR.into(),
         _ => format!("user.{}", name(rng)),
     }
+}
+
+/// A POSIX ACL in Linux's xattr form: usually the entries of a valid one (in order or not), sometimes
+/// unknown tags, wrong permission bits or a cut entry.
+fn acl_bytes(rng: &mut Rng) -> Vec<u8> {
+    use crate::acl::{GROUP, GROUP_OBJ, MASK, OTHER, USER, USER_OBJ};
+    let mut out = crate::acl::XATTR_VERSION.to_le_bytes().to_vec();
+    let mut tags = vec![USER_OBJ, USER, GROUP_OBJ, GROUP, MASK, OTHER];
+    if rng.percent(20) {
+        tags.swap(rng.index(6), rng.index(6));
+    }
+    for tag in tags {
+        if matches!(tag, USER | GROUP | MASK) && rng.percent(40) {
+            continue;
+        }
+        let tag = if rng.percent(3) { rng.usually32(0x40) as u16 } else { tag };
+        let perm: u16 = if rng.percent(3) { 0o10 } else { rng.index(8) as u16 };
+        out.extend_from_slice(&tag.to_le_bytes());
+        out.extend_from_slice(&perm.to_le_bytes());
+        out.extend_from_slice(&rng.usually32(1000).to_le_bytes());
+    }
+    if rng.percent(5) {
+        out.pop();
+    }
+    out
 }
 
 fn dir_op(rng: &mut Rng, known: &Known, reserved: &[Ino]) -> DirOp {

@@ -1,5 +1,6 @@
 //! Tessera's shared protocol crate: everything two Tessera processes must agree on.
 //!
+//! - [`acl`]: POSIX ACLs as Linux has them: the xattr format, validation, inheritance, permission checks.
 //! - [`types`]: inode numbers, attributes, timestamps, credentials, job tags.
 //! - [`error`]: the file-system error carried on the wire, with its errno.
 //! - [`layout`]: stripe layouts and the stripe math shared by clients, forwarders and the MDS.
@@ -18,6 +19,7 @@
 //! - [`fuzz`] (feature `arbitrary`): message values from raw bytes and frame mutations, for fuzzing.
 //! - [`units`]: sizes with K/M/G/T suffixes, parsed and formatted the same everywhere.
 
+pub mod acl;
 pub mod bufpool;
 pub mod config;
 pub mod error;
@@ -42,4 +44,4 @@ pub use error::{FsError, FsResult};
 pub use types::*;
 
 /// Bumped whenever a message changes shape; checked on every frame.
-pub const PROTOCOL_VERSION: u16 = 20;
+pub const PROTOCOL_VERSION: u16 = 21;

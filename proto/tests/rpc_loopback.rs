@@ -398,7 +398,7 @@ async fn mds_peers_find_the_leader_and_send_calls_again() {
 
     // A change not numbered, starting at the follower: NotLeader applied nothing, so it goes on.
     let peers = rpc::MdsPeers::to_addrs(&ep, &client, &[follower_addr, leader_addr], tuning).unwrap();
-    let mkdir = call(MdsRequest::Mkdir { parent: 1, name: "d".into(), perm: 0o755 });
+    let mkdir = call(MdsRequest::Mkdir { parent: 1, name: "d".into(), perm: 0o755, umask: 0 });
     assert!(!mkdir.resendable());
     peers.send(&mkdir).await.unwrap();
     assert_eq!((follower.calls.load(Relaxed), leader.calls.load(Relaxed)), (2, 3));
@@ -413,7 +413,8 @@ async fn mds_peers_find_the_leader_and_send_calls_again() {
         .unwrap()
         .with_patience(Duration::from_secs(2));
     let t = Instant::now();
-    let e = lost.send(&call(MdsRequest::Mkdir { parent: 1, name: "e".into(), perm: 0o755 })).await.unwrap_err();
+    let e =
+        lost.send(&call(MdsRequest::Mkdir { parent: 1, name: "e".into(), perm: 0o755, umask: 0 })).await.unwrap_err();
     assert_eq!(e.code, tessera_proto::error::ErrorCode::NotLeader, "{e}");
     assert!(e.detail.contains("no metadata replica leads"), "{e}");
     assert!(t.elapsed() >= Duration::from_secs(1) && t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());

@@ -209,7 +209,7 @@ async fn write_directly(cfg: &ClusterConfig, addr: &str, name: &str) -> Result<b
     let call = MdsCall {
         caller: tessera_proto::Caller::root(),
         origin: tessera_proto::Origin { job: "failover".into(), client: rand::random::<u64>() | 1, pid: 1 },
-        req: MdsRequest::Mkdir { parent: 1, name: name.into(), perm: 0o755 },
+        req: MdsRequest::Mkdir { parent: 1, name: name.into(), perm: 0o755, umask: 0 },
         seq: 0,
     };
     let r = tokio::time::timeout(Duration::from_secs(10), call.send(&peer)).await;

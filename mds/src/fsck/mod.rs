@@ -20,8 +20,9 @@
 
 pub mod online;
 
-use crate::store::{Dentry, DestroyEntry, Inode, T};
+use crate::store::{xattr_key, Dentry, DestroyEntry, Inode, T};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use tessera_proto::acl::{Acl, ACCESS_XATTR, DEFAULT_XATTR};
 use tessera_proto::layout::{Layout, ReplicaState, StripeTarget};
 use tessera_proto::{DsId, FileKind, FsResult, Ino, ObjectId, Timestamp, ROOT_INO};
 
@@ -50,6 +51,8 @@ pub struct Scan {
     pub dirseq: Vec<(Ino, u64, String)>,
     pub orphan_markers: BTreeSet<Ino>,
     pub records: Vec<Record>,
+    /// POSIX ACLs (`system.posix_acl_access`/`_default` attributes): `(inode, default?, key, value)`.
+    pub acls: Vec<(Ino, bool, Vec<u8>, Vec<u8>)>,
     /// Records that do not decode: `(tree, key, error)`.
     pub corrupt: Vec<(T, Vec<u8>, String)>,
     /// `(key, entry)`.
@@ -141,6 +144,17 @@ pub enum Fix {
     },
     /// An orphan marker of an inode that is gone or has links again: dropped.
     DropMarker {
+        ino: Ino,
+    },
+    /// A POSIX ACL that does not parse, or is where none can be (a default ACL on a non-directory, any on
+    /// a symbolic link): removed (the mode alone decides, as before it was set).
+    DropAcl {
+        ino: Ino,
+        key: Vec<u8>,
+    },
+    /// An access ACL whose owner, mask (or group) and other entries disagree with the inode's mode: they
+    /// take the mode's bits (as a `chmod` would set them).
+    AclFromMode {
         ino: Ino,
     },
     /// A record of an inode that does not exist (`of`), or one that does not decode (`of` None): removed.
@@ -241,6 +255,49 @@ fn check_mirrors(
             }
         }
     }
+}
+
+/// What is wrong with ACL `value` (stored as the default ACL or not) of inode `i`, if anything: the
+/// finding's kind and text, and whether its fix is to drop it (else: rewrite it from the mode).
+pub fn acl_problem(i: &Inode, default: bool, value: &[u8]) -> Option<(&'static str, String, bool)> {
+    let acl = match Acl::parse(value) {
+        Ok(Some(a)) => a,
+        Ok(None) => return Some(("acl-invalid", "an ACL with no entries".into(), true)),
+        Err(e) => return Some(("acl-invalid", e.detail, true)),
+    };
+    if i.attr.kind == FileKind::Symlink || (default && i.attr.kind != FileKind::Dir) {
+        let what = format!("a {} ACL on a {:?}", if default { "default" } else { "access" }, i.attr.kind);
+        return Some(("acl-misplaced", what, true));
+    }
+    let (mode, _) = acl.equiv_mode(i.attr.perm);
+    if !default && mode != i.attr.perm {
+        let what = format!("access ACL {acl} says mode {:o}, the inode has {:o}", mode & 0o777, i.attr.perm & 0o777);
+        return Some(("acl-mode", what, false));
+    }
+    None
+}
+
+/// Every stored ACL parses, is where one can be, and (access ACLs) agrees with its inode's mode.
+fn check_acls(out: &mut Vec<Finding>, scan: &Scan, names: &Names<'_>) {
+    for (ino, default, key, value) in &scan.acls {
+        // One of an inode that does not exist is a stale record (above).
+        let Some(i) = scan.inodes.get(ino) else { continue };
+        if i.attr.ctime >= scan.start {
+            continue;
+        }
+        let Some((kind, what, drop)) = acl_problem(i, *default, value) else { continue };
+        let what = format!("{}: {what}", names.path(*ino));
+        if drop {
+            out.push(finding(kind, what, "remove the ACL", Fix::DropAcl { ino: *ino, key: key.clone() }));
+        } else {
+            out.push(finding(kind, what, "set its entries from the mode", Fix::AclFromMode { ino: *ino }));
+        }
+    }
+}
+
+/// Whether `key` of the xattr tree is an ACL of `ino`: `Some(default?)`.
+pub fn acl_key(ino: Ino, key: &[u8]) -> Option<bool> {
+    [(ACCESS_XATTR, false), (DEFAULT_XATTR, true)].into_iter().find(|(n, _)| xattr_key(ino, n) == key).map(|(_, d)| d)
 }
 
 /// Paths for messages, from the entries scanned (the first entry naming each directory).
@@ -448,6 +505,8 @@ pub fn check(scan: &Scan) -> Vec<Finding> {
             ));
         }
     }
+
+    check_acls(&mut out, scan, &names);
 
     // The destroy log, and objects nothing names.
     let mut named: BTreeSet<(DsId, ObjectId)> = BTreeSet::new();

@@ -7,9 +7,10 @@ use super::{check, Finding, Fix, Record, Scan, LOST_FOUND};
 use crate::destroy;
 use crate::dsclient::list_all_objects;
 use crate::namespace::Namespace;
-use crate::store::{dirseq_key, key_ino, Dentry, DestroyEntry, Inode, Txn, T};
+use crate::store::{dirseq_key, key_ino, xattr_key, Dentry, DestroyEntry, Inode, Txn, T};
 use std::collections::HashSet;
 use std::time::Instant;
+use tessera_proto::acl::{Acl, ACCESS_XATTR};
 use tessera_proto::layout::{ReplicaState, StripeTarget};
 use tessera_proto::msg::{FsckFinding, FsckReport, MAX_FSCK_FINDINGS};
 use tessera_proto::{wire, Attr, FileKind, FsError, FsResult, Ino, Timestamp, ROOT_INO};
@@ -210,7 +211,12 @@ impl Namespace {
                     Some(Decoded::Dentry(parent, name, d)) => scan.dentries.push((parent, name, d)),
                     Some(Decoded::Dirseq(parent, seq, name)) => scan.dirseq.push((parent, seq, name)),
                     Some(Decoded::Destroy(e)) => scan.destroy.push((key, e)),
-                    Some(Decoded::Of(Some(ino))) => scan.records.push(Record { tree, key, ino }),
+                    Some(Decoded::Of(Some(ino))) => {
+                        if let (T::Xattrs, Some(default)) = (tree, crate::fsck::acl_key(ino, &key)) {
+                            scan.acls.push((ino, default, key.clone(), value.to_vec()));
+                        }
+                        scan.records.push(Record { tree, key, ino })
+                    }
                     Some(Decoded::Of(None)) => {}
                     None => scan.corrupt.push((tree, key, format!("{tree:?} record does not decode"))),
                 }
@@ -305,6 +311,18 @@ impl Namespace {
                     && !self.is_truncating(*ino)
             }
             Fix::DropMarker { ino } => tx.is_orphan(*ino)? && tx.get_inode(*ino)?.is_none_or(|i| i.attr.nlink > 0),
+            Fix::DropAcl { ino, key } => match (tx.get(T::Xattrs, key)?, Self::unchanged(tx, *ino, scan)?) {
+                (Some(v), Some(i)) => crate::fsck::acl_problem(&i, crate::fsck::acl_key(*ino, key) == Some(true), &v)
+                    .is_some_and(|(_, _, drop)| drop),
+                _ => false,
+            },
+            Fix::AclFromMode { ino } => {
+                let key = xattr_key(*ino, ACCESS_XATTR);
+                match (tx.get(T::Xattrs, &key)?, Self::unchanged(tx, *ino, scan)?) {
+                    (Some(v), Some(i)) => crate::fsck::acl_problem(&i, false, &v).is_some_and(|(_, _, drop)| !drop),
+                    _ => false,
+                }
+            }
             Fix::DropRecord { tree, key, of } => match tx.get(*tree, key)? {
                 None => false,
                 Some(v) => match of {
@@ -379,6 +397,14 @@ impl Namespace {
             Fix::Size { ino, size } => set(tx, *ino, now, |i| i.attr.size = *size)?,
             Fix::DropMarker { ino } => tx.set_orphan(*ino, false),
             Fix::DropRecord { tree, key, .. } => tx.del(*tree, key),
+            Fix::DropAcl { key, .. } => tx.del(T::Xattrs, key),
+            Fix::AclFromMode { ino } => {
+                let key = xattr_key(*ino, ACCESS_XATTR);
+                if let Some(mut acl) = tx.get(T::Xattrs, &key)?.and_then(|v| Acl::parse(&v).ok().flatten()) {
+                    acl.chmod(tx.inode(*ino)?.attr.perm);
+                    tx.put(T::Xattrs, &key, acl.to_bytes());
+                }
+            }
             Fix::Report => {}
         }
         Ok(())

@@ -1,9 +1,10 @@
 //! Attributes: setattr (chown, chmod, truncate, times) and statfs.
 
-use super::{err, Namespace};
+use super::{acl, err, Namespace};
 use crate::perm::{self, W};
 use crate::store::Inode;
 use std::collections::BTreeMap;
+use tessera_proto::acl::Acl;
 use tessera_proto::error::ErrorCode;
 use tessera_proto::layout::{Layout, ReplicaState, StripeTarget};
 use tessera_proto::msg::{MdsReply, SetAttrs, StatFs, TimeSet};
@@ -17,7 +18,15 @@ const FILES_FREE: u64 = 1 << 40;
 
 impl Namespace {
     /// Applies `set` to `i` with every permission rule (used once to validate, once for real).
-    fn apply_setattr(&self, c: &Caller, i: &mut Inode, set: &SetAttrs, now: Timestamp) -> FsResult<()> {
+    /// `acl`: the inode's access ACL if it can decide for `c` ([`acl::for_caller`]).
+    fn apply_setattr(
+        &self,
+        c: &Caller,
+        i: &mut Inode,
+        acl: Option<&Acl>,
+        set: &SetAttrs,
+        now: Timestamp,
+    ) -> FsResult<()> {
         let orig = i.attr.clone();
         if set.uid.is_some() || set.gid.is_some() {
             perm::check_chown(c, &orig, set.uid, set.gid)?;
@@ -41,8 +50,8 @@ impl Namespace {
                 _ => return Err(FsError::invalid("truncate of a special file")),
             }
             // ftruncate on an open descriptor is allowed without write permission on the inode now.
-            if !perm::allowed(c, &orig, W) && !self.is_open(orig.ino) {
-                perm::check(c, &orig, W)?;
+            if !perm::allowed(c, &orig, acl, W) && !self.is_open(orig.ino) {
+                return Err(perm::denied(c, &orig, W));
             }
             i.attr.size = size;
             if set.mtime.is_none() {
@@ -52,11 +61,11 @@ impl Namespace {
         for (t, slot) in [(set.atime, &mut i.attr.atime), (set.mtime, &mut i.attr.mtime)] {
             match t {
                 Some(TimeSet::At(ts)) => {
-                    perm::check_times(c, &orig, true)?;
+                    perm::check_times(c, &orig, acl, true)?;
                     *slot = ts;
                 }
                 Some(TimeSet::Now) => {
-                    perm::check_times(c, &orig, false)?;
+                    perm::check_times(c, &orig, acl, false)?;
                     *slot = now;
                 }
                 None => {}
@@ -112,17 +121,21 @@ impl Namespace {
 
     /// `Access`: whether `c` may read, write or search `ino` (as `mask`'s low three bits ask).
     pub(crate) fn access(&self, c: &Caller, ino: Ino, mask: u32) -> FsResult<MdsReply> {
-        let i = self.store.begin().inode(ino)?;
+        let rd = self.store.begin();
+        let i = rd.inode(ino)?;
         if mask & 7 != 0 {
-            perm::check(c, &i.attr, mask & 7)?;
+            acl::check(&rd, c, &i.attr, mask & 7)?;
         }
         Ok(MdsReply::Ok)
     }
 
     pub(crate) async fn setattr(&self, c: &Caller, ino: Ino, set: SetAttrs) -> FsResult<MdsReply> {
-        let mut cur = self.store.begin().inode(ino)?;
+        let rd = self.store.begin();
+        let mut cur = rd.inode(ino)?;
+        let cur_acl = acl::for_caller(&rd, c, &cur.attr)?;
+        drop(rd);
         // Validate before touching the data servers.
-        self.apply_setattr(c, &mut cur.clone(), &set, Timestamp::now())?;
+        self.apply_setattr(c, &mut cur.clone(), cur_acl.as_ref(), &set, Timestamp::now())?;
         // Growing into extents of a composite layout not instantiated yet instantiates them, so the
         // objects (and a size recovered from them) reach the new end.
         if let (Some(size), Some(l)) = (set.size, &cur.layout) {
@@ -138,7 +151,11 @@ impl Namespace {
             let _g = self.lock();
             let mut tx = self.store.begin();
             let mut i = tx.inode(ino)?;
-            self.apply_setattr(c, &mut i, &set, Timestamp::now())?;
+            let i_acl = acl::for_caller(&tx, c, &i.attr)?;
+            self.apply_setattr(c, &mut i, i_acl.as_ref(), &set, Timestamp::now())?;
+            if set.perm.is_some() {
+                acl::chmod(&mut tx, ino, i.attr.perm)?;
+            }
             tx.put_inode(&i)?;
             self.commit(tx).map(|_| MdsReply::Attr(i.attr))
         };

@@ -17,7 +17,7 @@
 //! instantiates every extent before it (Lustre does the same), so instantiated extents are a prefix.
 
 use super::entries::Placed;
-use super::{err, Namespace};
+use super::{acl, err, Namespace};
 use crate::perm::{self, W};
 use crate::placement::placer::Slot;
 use crate::placement::CreateRequest;
@@ -97,7 +97,7 @@ impl Namespace {
         let _g = self.lock();
         let mut tx = self.store.begin();
         let mut i = tx.inode(ino)?;
-        perm::check(c, &i.attr, W)?;
+        acl::check(&tx, c, &i.attr, W)?;
         match (i.attr.kind, placed) {
             (FileKind::Dir, _) => {
                 tx.set_dir_composite(ino, Some(specs))?;
@@ -131,8 +131,8 @@ impl Namespace {
             return Err(FsError::invalid(format!("inode {ino} is not a regular file")));
         }
         // As for a truncate: writers of an open file may, whatever the mode now says.
-        if !perm::allowed(c, &i.attr, W) && !self.is_open(ino) {
-            perm::check(c, &i.attr, W)?;
+        if !acl::allowed(&self.store.begin(), c, &i.attr, W)? && !self.is_open(ino) {
+            return Err(perm::denied(c, &i.attr, W));
         }
         let l = i.layout.ok_or_else(|| err(ErrorCode::NoData, format!("inode {ino} has no layout")))?;
         let want = l.extent_index_at(offset);

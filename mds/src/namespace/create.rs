@@ -1,8 +1,8 @@
 //! Creating entries: files (and special files), directories, symlinks, hard links.
 
 use super::entries::POLICY_XATTR;
-use super::{entry, err, validate_name, Namespace};
-use crate::perm::{self, W, X};
+use super::{acl, entry, err, validate_name, Namespace};
+use crate::perm::{W, X};
 use crate::placement::placer::{DeclaredCreate, PlannedExtent};
 use crate::placement::CreateRequest;
 use crate::store::{xattr_key, Inode, T};
@@ -20,7 +20,7 @@ impl Namespace {
         parent: Ino,
         name: &str,
         kind: FileKind,
-        perm: u32,
+        perm: (u32, u32),
         rdev: u32,
         exclusive: bool,
         layout: Option<LayoutSpec>,
@@ -37,7 +37,7 @@ impl Namespace {
         client: u64,
         parent: Ino,
         name: &str,
-        perm: u32,
+        perm: (u32, u32),
         exclusive: bool,
         layout: Option<LayoutSpec>,
         flags: OpenFlags,
@@ -53,7 +53,7 @@ impl Namespace {
         }
     }
 
-    pub(crate) async fn mkdir(&self, c: &Caller, parent: Ino, name: &str, perm: u32) -> FsResult<MdsReply> {
+    pub(crate) async fn mkdir(&self, c: &Caller, parent: Ino, name: &str, perm: (u32, u32)) -> FsResult<MdsReply> {
         self.durable(self.mkdir_sync(c, parent, name, perm)).await
     }
 
@@ -65,7 +65,8 @@ impl Namespace {
         self.durable(self.link_sync(c, ino, new_parent, new_name)).await
     }
 
-    /// Creates `name` (or, if `exclusive` is false, finds the regular file of that name). With `open`
+    /// Creates `name` (or, if `exclusive` is false, finds the regular file of that name), with `perm`
+    /// and the caller's umask (`acl::inherit`). With `open`
     /// (the client to open it for), a NEW file is also opened, registered under the same lock so no unlink can slip in between:
     /// its handle is returned with the parent's new attributes; for an existing file it is `None` and
     /// the caller opens it normally.
@@ -76,7 +77,7 @@ impl Namespace {
         parent: Ino,
         name: &str,
         kind: FileKind,
-        perm: u32,
+        perm: (u32, u32),
         rdev: u32,
         exclusive: bool,
         spec: Option<LayoutSpec>,
@@ -100,16 +101,16 @@ impl Namespace {
         let _g = self.lock();
         let mut tx = self.store.begin();
         let p = tx.dir(parent)?;
-        perm::check(c, &p.attr, X)?;
+        acl::check(&tx, c, &p.attr, X)?;
         if let Some(d) = tx.dentry(parent, name)? {
             if !exclusive && kind == FileKind::File && d.kind == FileKind::File {
                 return Ok((tx.inode(d.ino)?, None));
             }
             return Err(FsError::exists(name.to_string()));
         }
-        perm::check(c, &p.attr, W)?;
+        acl::check(&tx, c, &p.attr, W)?;
         let rdev = if matches!(kind, FileKind::CharDev | FileKind::BlockDev) { rdev } else { 0 };
-        let mut i = self.new_inode(c, &p, kind, perm, rdev)?;
+        let mut i = self.new_inode(&mut tx, c, &p, kind, perm, rdev)?;
         if let Some(placed) = placed {
             let p = placed?;
             i.layout = Some(self.layout_of(i.attr.ino, p)?);
@@ -142,7 +143,7 @@ impl Namespace {
         for f in files {
             validate_name(&f.name)?;
             let p = rd.dir(f.parent)?;
-            perm::check(c, &p.attr, W | X)?;
+            acl::check(&rd, c, &p.attr, W | X)?;
             let d = match rd.dir_composite(f.parent)? {
                 Some(specs) => self.declared_composite(&f, &specs),
                 None => {
@@ -202,11 +203,11 @@ impl Namespace {
         DeclaredCreate { parent: f.parent, name: f.name.clone(), first, later }
     }
 
-    fn mkdir_sync(&self, c: &Caller, parent: Ino, name: &str, perm: u32) -> FsResult<MdsReply> {
+    fn mkdir_sync(&self, c: &Caller, parent: Ino, name: &str, perm: (u32, u32)) -> FsResult<MdsReply> {
         let _g = self.lock();
         let mut tx = self.store.begin();
         let p = self.parent_for_new(&tx, c, parent, name)?;
-        let i = self.new_inode(c, &p, FileKind::Dir, perm, 0)?;
+        let i = self.new_inode(&mut tx, c, &p, FileKind::Dir, perm, 0)?;
         tx.add_inode(&i)?;
         // Subdirectories inherit the default layout and placement policy (as Lustre does).
         if let Some(spec) = tx.dir_layout(parent)? {
@@ -236,7 +237,7 @@ impl Namespace {
         let _g = self.lock();
         let mut tx = self.store.begin();
         let p = self.parent_for_new(&tx, c, parent, name)?;
-        let mut i = self.new_inode(c, &p, FileKind::Symlink, 0o777, 0)?;
+        let mut i = self.new_inode(&mut tx, c, &p, FileKind::Symlink, (0o777, 0), 0)?;
         i.attr.size = target.len() as u64;
         i.target = Some(target.to_string());
         tx.add_inode(&i)?;

@@ -1,7 +1,7 @@
 //! Reading directories.
 
-use super::Namespace;
-use crate::perm::{self, R};
+use super::{acl, Namespace};
+use crate::perm::R;
 use crate::store::{dirseq_key, T};
 use tessera_proto::msg::{DirEntry, MdsReply};
 use tessera_proto::{Caller, FsResult, Ino};
@@ -12,7 +12,7 @@ impl Namespace {
     pub(crate) fn readdir(&self, c: &Caller, ino: Ino, offset: u64, max: u32) -> FsResult<MdsReply> {
         let rd = self.store.begin();
         let d = rd.dir(ino)?;
-        perm::check(c, &d.attr, R)?;
+        acl::check(&rd, c, &d.attr, R)?;
         let max = (max as usize).clamp(1, READDIR_MAX);
         let mut out = Vec::new();
         if offset == u64::MAX {

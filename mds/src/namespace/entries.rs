@@ -1,7 +1,7 @@
 //! Entry helpers shared by the mutations (callers hold the mutation lock): adding and removing
 //! directory entries, dropping links, new inodes and layouts.
 
-use super::{validate_name, Namespace};
+use super::{acl, validate_name, Namespace};
 use crate::perm::{self, W, X};
 use crate::placement::placer::{Planned, Slot};
 use crate::placement::CreateRequest;
@@ -105,17 +105,20 @@ impl Namespace {
         }
     }
 
+    /// A new inode of `c` in `parent`, with `(perm, umask)` as asked (its inherited ACLs put in `tx`).
     pub(super) fn new_inode(
         &self,
+        tx: &mut Txn<'_>,
         c: &Caller,
         parent: &Inode,
         kind: FileKind,
-        perm: u32,
+        (perm, umask): (u32, u32),
         rdev: u32,
     ) -> FsResult<Inode> {
         let ino = self.store.new_ino()?;
         let (uid, gid, perm) = perm::new_owner(c, &parent.attr, kind, perm);
-        let attr = Attr { rdev, ..Attr::new(ino, kind, perm, uid, gid, Timestamp::now()) };
+        let mut attr = Attr { rdev, ..Attr::new(ino, kind, perm, uid, gid, Timestamp::now()) };
+        acl::inherit(tx, parent.attr.ino, &mut attr, umask)?;
         Ok(Inode { attr, layout: None, target: None, parent: parent.attr.ino })
     }
 
@@ -261,11 +264,11 @@ impl Namespace {
     pub(super) fn parent_for_new(&self, tx: &Txn<'_>, c: &Caller, parent: Ino, name: &str) -> FsResult<Inode> {
         validate_name(name)?;
         let p = tx.dir(parent)?;
-        perm::check(c, &p.attr, X)?;
+        acl::check(tx, c, &p.attr, X)?;
         if tx.dentry(parent, name)?.is_some() {
             return Err(FsError::exists(name.to_string()));
         }
-        perm::check(c, &p.attr, W)?;
+        acl::check(tx, c, &p.attr, W)?;
         Ok(p)
     }
 }

@@ -1,9 +1,9 @@
 //! Directory leases: granting one, and applying a holder's batch of creates and unlinks.
 
 use super::entries::Placed;
-use super::{err, validate_name, Namespace};
+use super::{acl, err, validate_name, Namespace};
 use crate::lease::{Holder, Renewal, LEASE_TIME, RESERVED_INOS};
-use crate::perm::{self, W, X};
+use crate::perm::{W, X};
 use crate::store::{Inode, Store, Txn, T};
 use std::time::Duration;
 use tessera_proto::error::ErrorCode;
@@ -53,7 +53,11 @@ impl Namespace {
         let _g = self.lock();
         let mut tx = self.store.begin();
         let d = tx.dir(dir)?;
-        perm::check(c, &d.attr, W | X)?;
+        acl::check(&tx, c, &d.attr, W | X)?;
+        if acl::has_default(&tx, dir)? {
+            // Its creates inherit an ACL: the MDS makes them.
+            return Err(err(ErrorCode::Busy, "a directory with a default ACL is not leased"));
+        }
         let entries = tx
             .dir_entries_bounded(dir, LEASE_NAMES_MAX, LEASE_NAME_BYTES_MAX)?
             .ok_or_else(|| err(ErrorCode::Busy, "too many entries to lease"))?;
@@ -190,7 +194,9 @@ impl Namespace {
         if !self.leases.is_reserved(dir, e.ino) && !self.reserved_before_restart(tx, e.ino)? {
             return Err(FsError::invalid(format!("inode {} was not reserved for this directory", e.ino)));
         }
-        let attr = Attr::new(e.ino, FileKind::File, e.perm, e.uid, e.gid, e.time);
+        let mut attr = Attr::new(e.ino, FileKind::File, e.perm, e.uid, e.gid, e.time);
+        // A default ACL set on the directory since the lease was granted still passes on.
+        acl::inherit(tx, dir, &mut attr, 0)?;
         let layout = match placed {
             Some(p) => self.layout_of(e.ino, p)?,
             None if tx.dir_composite(dir)?.is_some() => {

@@ -1,7 +1,7 @@
 //! Lookups and path resolution.
 
-use super::{entry, err, validate_name, Namespace};
-use crate::perm::{self, X};
+use super::{acl, entry, err, validate_name, Namespace};
+use crate::perm::X;
 use crate::store::Inode;
 use std::collections::VecDeque;
 use tessera_proto::error::ErrorCode;
@@ -15,7 +15,7 @@ impl Namespace {
     pub(crate) fn lookup(&self, c: &Caller, parent: Ino, name: &str) -> FsResult<MdsReply> {
         let rd = self.store.begin();
         let p = rd.dir(parent)?;
-        perm::check(c, &p.attr, X)?;
+        acl::check(&rd, c, &p.attr, X)?;
         let i = match name {
             "." => p,
             ".." => rd.inode(p.parent)?,
@@ -66,7 +66,7 @@ impl Namespace {
             if cur.attr.kind != FileKind::Dir {
                 return Err(err(ErrorCode::NotDir, format!("{path}: inode {} is not a directory", cur.attr.ino)));
             }
-            perm::check(c, &cur.attr, X)?;
+            acl::check(&rd, c, &cur.attr, X)?;
             match name.as_str() {
                 "." => continue,
                 ".." => {

@@ -612,6 +612,7 @@ mod tests {
             name: name.into(),
             kind: FileKind::File,
             perm: 0o644,
+            umask: 0,
             rdev: 0,
             exclusive: true,
             layout,

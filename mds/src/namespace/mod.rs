@@ -26,6 +26,7 @@
 //! `tessera fsck`'s scan, confirmation and repair are an `impl Namespace` block too, in
 //! [`crate::fsck::online`] (next to its decisions).
 
+mod acl;
 mod attr;
 mod composite;
 mod create;

@@ -1,9 +1,9 @@
 //! Open handles: open (with O_TRUNC), close, write reports.
 
-use super::{err, Namespace};
+use super::{acl, err, Namespace};
 use crate::perm::{self, R, W};
 use crate::session::Closed;
-use crate::store::Inode;
+use crate::store::{Inode, Txn};
 use std::time::Instant;
 use tessera_proto::error::ErrorCode;
 use tessera_proto::msg::{HeldHandle, MdsReply, OpenFlags, MAX_REOPEN};
@@ -70,7 +70,7 @@ impl Namespace {
         had
     }
 
-    fn check_open(c: &Caller, i: &Inode, flags: OpenFlags) -> FsResult<()> {
+    fn check_open(tx: &Txn<'_>, c: &Caller, i: &Inode, flags: OpenFlags) -> FsResult<()> {
         let writes = flags.write || flags.truncate;
         match i.attr.kind {
             FileKind::Dir if writes => return Err(err(ErrorCode::IsDir, "cannot open a directory for writing")),
@@ -85,14 +85,16 @@ impl Namespace {
             mask |= W;
         }
         if mask != 0 {
-            perm::check(c, &i.attr, mask)?;
+            acl::check(tx, c, &i.attr, mask)?;
         }
         Ok(())
     }
 
     pub(crate) async fn open(&self, c: &Caller, client: u64, ino: Ino, flags: OpenFlags) -> FsResult<MdsReply> {
-        let cur = self.store.begin().inode(ino)?;
-        Self::check_open(c, &cur, flags)?;
+        let rd = self.store.begin();
+        let cur = rd.inode(ino)?;
+        Self::check_open(&rd, c, &cur, flags)?;
+        drop(rd);
         let truncate = flags.truncate && cur.attr.kind == FileKind::File;
         if truncate && cur.attr.size > 0 {
             if let Some(l) = &cur.layout {
@@ -103,7 +105,7 @@ impl Namespace {
             let _g = self.lock();
             let mut tx = self.store.begin();
             let mut i = tx.inode(ino)?;
-            Self::check_open(c, &i, flags)?;
+            Self::check_open(&tx, c, &i, flags)?;
             if truncate {
                 let now = Timestamp::now();
                 i.attr.size = 0;
@@ -222,8 +224,8 @@ impl Namespace {
             FileKind::Dir => return Err(err(ErrorCode::IsDir, "write to a directory")),
             _ => return Err(FsError::invalid("write report for a special file")),
         }
-        if !perm::allowed(c, &i.attr, W) && !self.is_open(ino) {
-            perm::check(c, &i.attr, W)?;
+        if !acl::allowed(&tx, c, &i.attr, W)? && !self.is_open(ino) {
+            return Err(perm::denied(c, &i.attr, W));
         }
         let now = Timestamp::now();
         i.attr.size = i.attr.size.max(end(i.attr.size)?);

@@ -1,6 +1,6 @@
 //! Removing entries: unlink and rmdir.
 
-use super::{err, validate_name, Namespace};
+use super::{acl, err, validate_name, Namespace};
 use crate::perm::{self, W, X};
 use crate::store::{Dentry, Inode, Txn};
 use tessera_proto::error::ErrorCode;
@@ -11,7 +11,7 @@ impl Namespace {
     /// The entry `name` of directory `parent`, for removal: w+x on the parent and the sticky rule.
     pub(super) fn victim(&self, tx: &Txn<'_>, c: &Caller, parent: Ino, name: &str) -> FsResult<(Inode, Dentry, Inode)> {
         let p = tx.dir(parent)?;
-        perm::check(c, &p.attr, W | X)?;
+        acl::check(tx, c, &p.attr, W | X)?;
         let d = tx.dentry(parent, name)?.ok_or_else(|| FsError::not_found(name.to_string()))?;
         let i = tx.inode(d.ino)?;
         perm::check_sticky(c, &p.attr, &i.attr)?;

@@ -1,6 +1,6 @@
 //! Rename, with RENAME_NOREPLACE and RENAME_EXCHANGE.
 
-use super::{err, validate_name, Namespace};
+use super::{acl, err, validate_name, Namespace};
 use crate::perm::{self, W, X};
 use crate::store::Txn;
 use tessera_proto::error::ErrorCode;
@@ -54,7 +54,7 @@ impl Namespace {
         let mut tx = self.store.begin();
         let (_, sd, src) = self.victim(&tx, c, parent, name)?;
         let dp = tx.dir(new_parent)?;
-        perm::check(c, &dp.attr, W | X)?;
+        acl::check(&tx, c, &dp.attr, W | X)?;
         let dd = tx.dentry(new_parent, new_name)?;
         let dst = match &dd {
             Some(d) => Some(tx.inode(d.ino)?),
@@ -75,7 +75,7 @@ impl Namespace {
         let moves_parent = parent != new_parent;
         // A directory changing parents rewrites its "..": write permission on it, and not into itself.
         if src_dir && moves_parent {
-            perm::check(c, &src.attr, W)?;
+            acl::check(&tx, c, &src.attr, W)?;
             if Self::is_ancestor(&tx, src.attr.ino, new_parent)? {
                 return Err(FsError::invalid("cannot move a directory into its own subtree"));
             }
@@ -88,7 +88,7 @@ impl Namespace {
             };
             let dst_dir = dst.attr.kind == FileKind::Dir;
             if dst_dir && moves_parent {
-                perm::check(c, &dst.attr, W)?;
+                acl::check(&tx, c, &dst.attr, W)?;
                 if Self::is_ancestor(&tx, dst.attr.ino, parent)? {
                     return Err(FsError::invalid("cannot move a directory into its own subtree"));
                 }

@@ -44,6 +44,7 @@ fn create_req(parent: Ino, name: &str) -> MdsRequest {
         name: name.into(),
         kind: FileKind::File,
         perm: 0o644,
+        umask: 0,
         rdev: 0,
         exclusive: true,
         layout: None,
@@ -55,7 +56,7 @@ async fn create(ns: &Namespace, c: &Caller, parent: Ino, name: &str) -> FsResult
 }
 
 async fn mkdir(ns: &Namespace, c: &Caller, parent: Ino, name: &str) -> FsResult<Attr> {
-    ns.handle(c, MdsRequest::Mkdir { parent, name: name.into(), perm: 0o755 }).await.map(attr_of)
+    ns.handle(c, MdsRequest::Mkdir { parent, name: name.into(), perm: 0o755, umask: 0 }).await.map(attr_of)
 }
 
 async fn lookup(ns: &Namespace, c: &Caller, parent: Ino, name: &str) -> FsResult<Attr> {
@@ -130,6 +131,7 @@ async fn create_lookup_getattr_and_layout() {
         name: "f".into(),
         kind: FileKind::File,
         perm: 0o600,
+        umask: 0,
         rdev: 0,
         exclusive: false,
         layout: None,
@@ -141,6 +143,7 @@ async fn create_lookup_getattr_and_layout() {
         name: "f".into(),
         kind: FileKind::Fifo,
         perm: 0o600,
+        umask: 0,
         rdev: 0,
         exclusive: false,
         layout: None,
@@ -152,6 +155,7 @@ async fn create_lookup_getattr_and_layout() {
         name: "g".into(),
         kind: FileKind::File,
         perm: 0o644,
+        umask: 0,
         rdev: 0,
         exclusive: true,
         layout: Some(LayoutSpec { stripe_size: Some(65536), stripe_count: Some(2), mirrors: None }),
@@ -165,6 +169,7 @@ async fn create_lookup_getattr_and_layout() {
         name: "dev".into(),
         kind: FileKind::CharDev,
         perm: 0o600,
+        umask: 0,
         rdev: 0x0501,
         exclusive: true,
         layout: None,
@@ -414,6 +419,7 @@ async fn create_open_is_one_round_trip_with_open_semantics() {
         parent: d.ino,
         name: name.into(),
         perm,
+        umask: 0,
         exclusive,
         layout: None,
         flags,
@@ -1673,4 +1679,134 @@ async fn locks_granted_before_a_restart_hold_a_grace_period_for_their_reassertio
     assert_eq!(r, Ok(MdsReply::Lock { granted: true }));
     let none = lock(999_999, 8, false);
     assert_eq!(code(ns.handle_client(&root(), conn(2), none).await), ErrorCode::NotFound);
+}
+
+/// An ACL in Linux's xattr form from getfacl's short text (`u::rw-,u:11:r--,g::r--,m::r--,o::---`).
+fn acl_bytes(text: &str) -> Vec<u8> {
+    use tessera_proto::acl::{Acl, AclEntry, GROUP, GROUP_OBJ, MASK, OTHER, UNDEFINED_ID, USER, USER_OBJ};
+    let entries = text
+        .split(',')
+        .map(|e| {
+            let mut p = e.split(':');
+            let (tag, id, perm) = (p.next().unwrap(), p.next().unwrap(), p.next().unwrap());
+            let tag = match (tag, id.is_empty()) {
+                ("u", true) => USER_OBJ,
+                ("u", false) => USER,
+                ("g", true) => GROUP_OBJ,
+                ("g", false) => GROUP,
+                ("m", _) => MASK,
+                _ => OTHER,
+            };
+            let perm = perm.chars().zip([4, 2, 1]).filter(|(c, _)| *c != '-').map(|(_, b)| b).sum();
+            AclEntry { tag, perm, id: id.parse().unwrap_or(UNDEFINED_ID) }
+        })
+        .collect();
+    Acl { entries }.to_bytes()
+}
+
+#[tokio::test]
+async fn acls_decide_access_inherit_follow_chmod_and_fsck_checks_them() {
+    use crate::store::{xattr_key, T};
+    use tessera_proto::acl::{ACCESS_XATTR, DEFAULT_XATTR};
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _) = open_ns(dir.path());
+    let r = root();
+    let (owner, named, other) = (user(10), user(11), user(12));
+    let set = |ino: Ino, name: &str, v: Vec<u8>| MdsRequest::SetXattr {
+        ino,
+        name: name.into(),
+        value: v,
+        mode: XattrMode::Any,
+    };
+    let get = |ino: Ino, name: &str| MdsRequest::GetXattr { ino, name: name.into() };
+    let access = |ino: Ino, mask: u32| MdsRequest::Access { ino, mask };
+    let d = mkdir(&ns, &r, ROOT_INO, "d").await.unwrap();
+    let f = create(&ns, &r, d.ino, "f").await.unwrap();
+    for (ino, perm) in [(d.ino, 0o750), (f.ino, 0o640)] {
+        setattr(&ns, &r, ino, SetAttrs { uid: Some(10), gid: Some(10), perm: Some(perm), ..Default::default() })
+            .await
+            .unwrap();
+    }
+    assert_eq!(code(ns.handle(&named, access(f.ino, 4)).await), ErrorCode::Access);
+
+    // Only the owner sets an ACL; it decides for a named user, limited by the mask, and sets the mode.
+    let acl = acl_bytes("u::rw-,u:11:rw-,g::r--,m::r--,o::---");
+    assert_eq!(code(ns.handle(&other, set(f.ino, ACCESS_XATTR, acl.clone())).await), ErrorCode::Perm);
+    ns.handle(&owner, set(f.ino, ACCESS_XATTR, acl.clone())).await.unwrap();
+    ns.handle(&owner, set(d.ino, ACCESS_XATTR, acl_bytes("u::rwx,u:11:--x,g::r-x,m::r-x,o::---"))).await.unwrap();
+    ns.handle(&named, access(f.ino, 4)).await.unwrap();
+    assert_eq!(code(ns.handle(&named, access(f.ino, 2)).await), ErrorCode::Access, "the mask r-- allows no write");
+    assert_eq!(code(ns.handle(&other, access(f.ino, 4)).await), ErrorCode::Access);
+    lookup(&ns, &named, d.ino, "f").await.unwrap();
+    assert_eq!(code(lookup(&ns, &other, d.ino, "f").await), ErrorCode::Access);
+    assert_eq!(ns.handle(&other, get(f.ino, ACCESS_XATTR)).await.unwrap(), MdsReply::Xattr(acl), "anyone reads an ACL");
+    assert_eq!(getattr(&ns, f.ino).await.perm, 0o640);
+    // chmod: the mask follows the group bits.
+    setattr(&ns, &owner, f.ino, SetAttrs { perm: Some(0o660), ..Default::default() }).await.unwrap();
+    ns.handle(&named, access(f.ino, 6)).await.unwrap();
+    assert_eq!(
+        ns.handle(&r, get(f.ino, ACCESS_XATTR)).await.unwrap(),
+        MdsReply::Xattr(acl_bytes("u::rw-,u:11:rw-,g::r--,m::rw-,o::---"))
+    );
+    // A three-entry ACL is the mode: stored as the mode alone.
+    ns.handle(&owner, set(f.ino, ACCESS_XATTR, acl_bytes("u::rw-,g::---,o::r--"))).await.unwrap();
+    assert_eq!(getattr(&ns, f.ino).await.perm, 0o604);
+    assert_eq!(code(ns.handle(&r, get(f.ino, ACCESS_XATTR)).await), ErrorCode::NoData);
+    let malformed = vec![2, 0, 0, 0, 1, 0];
+    assert_eq!(code(ns.handle(&owner, set(f.ino, ACCESS_XATTR, malformed)).await), ErrorCode::Invalid);
+
+    // Default ACLs: directories only; inherited instead of the umask; a subdirectory keeps it.
+    let default = acl_bytes("u::rwx,u:11:rwx,g::r-x,m::rwx,o::---");
+    assert_eq!(code(ns.handle(&owner, set(f.ino, DEFAULT_XATTR, default.clone())).await), ErrorCode::Access);
+    ns.handle(&owner, set(d.ino, DEFAULT_XATTR, default.clone())).await.unwrap();
+    let req = MdsRequest::Create {
+        parent: d.ino,
+        name: "new".into(),
+        kind: FileKind::File,
+        perm: 0o666,
+        umask: 0o077,
+        rdev: 0,
+        exclusive: true,
+        layout: None,
+    };
+    let new = attr_of(ns.handle(&owner, req).await.unwrap());
+    assert_eq!(new.perm, 0o660, "the umask applied under a default ACL");
+    assert_eq!(
+        ns.handle(&r, get(new.ino, ACCESS_XATTR)).await.unwrap(),
+        MdsReply::Xattr(acl_bytes("u::rw-,u:11:rwx,g::r-x,m::rw-,o::---"))
+    );
+    assert_eq!(code(ns.handle(&r, get(new.ino, DEFAULT_XATTR)).await), ErrorCode::NoData, "a file has no default");
+    let sub = MdsRequest::Mkdir { parent: d.ino, name: "sub".into(), perm: 0o777, umask: 0o077 };
+    let sub = attr_of(ns.handle(&owner, sub).await.unwrap());
+    assert_eq!(sub.perm, 0o770);
+    assert_eq!(ns.handle(&r, get(sub.ino, DEFAULT_XATTR)).await.unwrap(), MdsReply::Xattr(default));
+    let plain = MdsRequest::Mkdir { parent: ROOT_INO, name: "plain".into(), perm: 0o777, umask: 0o027 };
+    assert_eq!(attr_of(ns.handle(&r, plain).await.unwrap()).perm, 0o750, "no default ACL: the umask");
+    // No lease on a directory with a default ACL (its creates need the MDS).
+    let holder = Holder { conn: 1, client: 1 };
+    assert_eq!(code(ns.lease_dir(&owner, holder, d.ino)), ErrorCode::Busy);
+    // Removal: the mode stays.
+    ns.handle(&owner, MdsRequest::RemoveXattr { ino: d.ino, name: DEFAULT_XATTR.into() }).await.unwrap();
+    assert_eq!(code(ns.handle(&r, get(d.ino, DEFAULT_XATTR)).await), ErrorCode::NoData);
+
+    // fsck: an ACL that does not parse, one where none can be, one disagreeing with the mode.
+    let clean = ns.fsck(false).await.unwrap();
+    assert!(clean.findings.is_empty(), "{:#?}", clean.findings);
+    let mut tx = ns.store().begin();
+    tx.put(T::Xattrs, &xattr_key(f.ino, ACCESS_XATTR), vec![2, 0, 0, 0, 9]);
+    tx.put(T::Xattrs, &xattr_key(new.ino, DEFAULT_XATTR), acl_bytes("u::rwx,g::r-x,o::---"));
+    tx.put(T::Xattrs, &xattr_key(sub.ino, ACCESS_XATTR), acl_bytes("u::rwx,u:11:rwx,g::r-x,m::r-x,o::---"));
+    tx.commit().unwrap();
+    let found = ns.fsck(false).await.unwrap();
+    assert_eq!(fsck_kinds(&found), vec!["acl-invalid", "acl-misplaced", "acl-mode"], "{:#?}", found.findings);
+    assert_eq!(ns.fsck(true).await.unwrap().repaired, 3);
+    let after = ns.fsck(false).await.unwrap();
+    assert!(after.findings.is_empty(), "{:#?}", after.findings);
+    assert_eq!(code(ns.handle(&r, get(f.ino, ACCESS_XATTR)).await), ErrorCode::NoData);
+    assert_eq!(code(ns.handle(&r, get(new.ino, DEFAULT_XATTR)).await), ErrorCode::NoData);
+    assert_eq!(
+        ns.handle(&r, get(sub.ino, ACCESS_XATTR)).await.unwrap(),
+        MdsReply::Xattr(acl_bytes("u::rwx,u:11:rwx,g::r-x,m::rwx,o::---")),
+        "the mask set from the mode's group bits (0770)"
+    );
 }

@@ -1,8 +1,8 @@
 //! Extended attributes, and layouts (the `tessera.layout` attribute and the layout requests).
 
 use super::entries::POLICY_XATTR;
-use super::{err, Namespace};
-use crate::perm::{self, R, W};
+use super::{acl, err, Namespace};
+use crate::perm::{R, W};
 use crate::store::{xattr_key, xattr_prefix, Inode, Txn, T};
 use tessera_proto::error::ErrorCode;
 use tessera_proto::layout::{text, LayoutSpec};
@@ -16,6 +16,8 @@ enum XattrNs {
     Layout,
     /// `tessera.placement`: the policy placing a directory's new files, or re-placing an empty file.
     Placement,
+    /// `system.posix_acl_access` and `system.posix_acl_default` (`acl.rs`).
+    Acl(acl::Which),
 }
 
 fn xattr_ns(name: &str) -> FsResult<XattrNs> {
@@ -25,7 +27,9 @@ fn xattr_ns(name: &str) -> FsResult<XattrNs> {
     if name.contains('\0') {
         return Err(FsError::invalid("xattr name contains NUL"));
     }
-    if name == text::XATTR_NAME {
+    if let Some(w) = acl::Which::of(name) {
+        Ok(XattrNs::Acl(w))
+    } else if name == text::XATTR_NAME {
         Ok(XattrNs::Layout)
     } else if name == POLICY_XATTR {
         Ok(XattrNs::Placement)
@@ -57,7 +61,7 @@ impl Namespace {
 
     /// Sets a directory default, or re-lays out an empty file with fresh objects (EBUSY if it has data).
     fn apply_layout(&self, tx: &mut Txn<'_>, c: &Caller, i: &mut Inode, spec: Option<LayoutSpec>) -> FsResult<()> {
-        perm::check(c, &i.attr, W)?;
+        acl::check(tx, c, &i.attr, W)?;
         match i.attr.kind {
             FileKind::Dir => {
                 tx.set_dir_layout(i.attr.ino, spec)?;
@@ -110,12 +114,13 @@ impl Namespace {
                     _ => Err(nodata()),
                 };
             }
+            XattrNs::Acl(w) => return acl::get(&rd, &i, w).map(MdsReply::Xattr),
             XattrNs::Trusted if c.uid != 0 => return Err(FsError::perm("trusted.* attributes need root")),
             XattrNs::User | XattrNs::Placement => {
                 if !matches!(i.attr.kind, FileKind::File | FileKind::Dir) {
                     return Err(nodata());
                 }
-                perm::check(c, &i.attr, R)?;
+                acl::check(&rd, c, &i.attr, R)?;
             }
             _ => {}
         }
@@ -123,13 +128,13 @@ impl Namespace {
     }
 
     /// Permission to change attribute `name` of `i`.
-    fn check_xattr_write(c: &Caller, i: &Inode, ns: &XattrNs) -> FsResult<()> {
+    fn check_xattr_write(tx: &Txn<'_>, c: &Caller, i: &Inode, ns: &XattrNs) -> FsResult<()> {
         match ns {
             XattrNs::Placement => {
                 if !matches!(i.attr.kind, FileKind::File | FileKind::Dir) {
                     return Err(FsError::invalid("only files and directories have a placement policy"));
                 }
-                perm::check(c, &i.attr, W)
+                acl::check(tx, c, &i.attr, W)
             }
             XattrNs::Trusted | XattrNs::Security if c.uid != 0 => {
                 Err(FsError::perm("trusted.* and security.* attributes need root"))
@@ -138,7 +143,7 @@ impl Namespace {
                 if !matches!(i.attr.kind, FileKind::File | FileKind::Dir) {
                     return Err(FsError::perm("user.* attributes only on files and directories"));
                 }
-                perm::check(c, &i.attr, W)
+                acl::check(tx, c, &i.attr, W)
             }
             _ => Ok(()),
         }
@@ -175,7 +180,14 @@ impl Namespace {
             self.commit(tx)?;
             return Ok(MdsReply::Ok);
         }
-        Self::check_xattr_write(c, &i, &ns)?;
+        if let XattrNs::Acl(w) = ns {
+            acl::set(&mut tx, c, &mut i, w, value)?;
+            i.attr.ctime = Timestamp::now();
+            tx.put_inode(&i)?;
+            self.commit(tx)?;
+            return Ok(MdsReply::Ok);
+        }
+        Self::check_xattr_write(&tx, c, &i, &ns)?;
         let value = match ns {
             // Stored under its canonical name; an unknown one is refused.
             XattrNs::Placement => {
@@ -242,7 +254,14 @@ impl Namespace {
             self.commit(tx)?;
             return Ok(MdsReply::Ok);
         }
-        Self::check_xattr_write(c, &i, &ns)?;
+        if let XattrNs::Acl(w) = ns {
+            acl::remove(&mut tx, c, &i, w)?;
+            i.attr.ctime = Timestamp::now();
+            tx.put_inode(&i)?;
+            self.commit(tx)?;
+            return Ok(MdsReply::Ok);
+        }
+        Self::check_xattr_write(&tx, c, &i, &ns)?;
         let key = xattr_key(ino, name);
         if tx.get(T::Xattrs, &key)?.is_none() {
             return Err(err(ErrorCode::NoData, format!("no attribute {name}")));

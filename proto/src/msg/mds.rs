@@ -39,6 +39,9 @@ pub enum MdsRequest {
         name: String,
         kind: FileKind,
         perm: u32,
+        /// The creating process's umask, applied by the MDS unless the parent has a default ACL (which
+        /// masks `perm` instead, POSIX.1e); 0 when `perm` is final.
+        umask: u32,
         rdev: u32,
         exclusive: bool,
         layout: Option<LayoutSpec>,
@@ -47,6 +50,9 @@ pub enum MdsRequest {
         parent: Ino,
         name: String,
         perm: u32,
+        /// The creating process's umask, applied by the MDS unless the parent has a default ACL (which
+        /// masks `perm` instead, POSIX.1e); 0 when `perm` is final.
+        umask: u32,
     },
     Symlink {
         parent: Ino,
@@ -102,6 +108,9 @@ pub enum MdsRequest {
         parent: Ino,
         name: String,
         perm: u32,
+        /// The creating process's umask, applied by the MDS unless the parent has a default ACL (which
+        /// masks `perm` instead, POSIX.1e); 0 when `perm` is final.
+        umask: u32,
         exclusive: bool,
         layout: Option<LayoutSpec>,
         flags: OpenFlags,
