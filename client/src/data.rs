@@ -985,11 +985,69 @@ impl DataPlane {
         }
     }
 
+    /// `lseek(SEEK_DATA)` (`hole` false) or `SEEK_HOLE` on a file of `size` bytes laid out by `layout`,
+    /// from `offset`: where the next data (hole) starts, or ENXIO at or past the end (and, for data,
+    /// when none follows). Each stripe's primary object is asked where its next data (hole) is, from
+    /// the first of its bytes at or after `offset`, and the nearest answer in the file wins; the end of
+    /// the file is a hole. A composite layout is answered as all data (what Linux does for file systems
+    /// that do not know their holes).
+    pub async fn seek(&self, layout: &Layout, size: u64, offset: u64, hole: bool) -> FsResult<u64> {
+        let enxio = || FsError::new(tessera_proto::error::ErrorCode::NoSuchAddress, "seek past the end");
+        if offset >= size {
+            return Err(enxio());
+        }
+        let targets: Vec<StripeTarget> = (0..layout.stripe_count()).filter_map(|k| layout.target(k)).collect();
+        if layout.is_composite() || targets.is_empty() {
+            return Ok(if hole { size } else { offset });
+        }
+        let plan = SeekPlan { stripe_size: layout.stripe_size, count: targets.len() as u64 };
+        let asks = targets.iter().enumerate().map(|(k, t)| async move {
+            let from = plan.object_offset_from(k as u64, offset);
+            let req = DsRequest::Seek { object: t.object, offset: from, hole };
+            match self.route.call(t.ds, req, Bytes::new()).await?.0 {
+                DsReply::Seek(r) => Ok(r.map(|o| plan.file_offset(k as u64, o))),
+                r => Err(FsError::protocol(format!("data server {} answered Seek with {r:?}", t.ds))),
+            }
+        });
+        let found = futures::future::try_join_all(asks).await?.into_iter().flatten().filter(|&f| f >= offset).min();
+        match (found, hole) {
+            (Some(f), false) if f < size => Ok(f),
+            (_, false) => Err(enxio()),
+            (f, true) => Ok(f.unwrap_or(size).min(size)),
+        }
+    }
+
     /// A data server's own report.
     pub async fn report(&self, ds: DsId) -> FsResult<DsReport> {
         match self.route.call(ds, DsRequest::Report, Bytes::new()).await?.0 {
             DsReply::Report(r) => Ok(r),
             r => Err(FsError::protocol(format!("data server {ds} answered Report with {r:?}"))),
+        }
+    }
+}
+
+/// RAID-0's map between file offsets and stripe objects' offsets (a plain layout of `count` stripes).
+#[derive(Clone, Copy, Debug)]
+struct SeekPlan {
+    stripe_size: u64,
+    count: u64,
+}
+
+impl SeekPlan {
+    /// The file offset of byte `o` of stripe `k`'s object.
+    fn file_offset(self, k: u64, o: u64) -> u64 {
+        let (row, within) = (o / self.stripe_size, o % self.stripe_size);
+        row.saturating_mul(self.count).saturating_add(k).saturating_mul(self.stripe_size).saturating_add(within)
+    }
+
+    /// The first byte of stripe `k`'s object whose file offset is `f` or after.
+    fn object_offset_from(self, k: u64, f: u64) -> u64 {
+        let unit = f / self.stripe_size;
+        let (row, at) = (unit / self.count, unit % self.count);
+        match k.cmp(&at) {
+            std::cmp::Ordering::Equal => row * self.stripe_size + f % self.stripe_size,
+            std::cmp::Ordering::Greater => row * self.stripe_size,
+            std::cmp::Ordering::Less => (row + 1) * self.stripe_size,
         }
     }
 }

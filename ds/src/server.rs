@@ -15,7 +15,7 @@ use std::sync::Arc;
 use tessera_proto::frame::MAX_PAYLOAD;
 use tessera_proto::msg::{
     carries_data, check_read_extents, split_runs, DsCall, DsReply, DsRequest, Extent, MAX_LIST_OBJECTS,
-    MAX_REMOVE_OBJECTS,
+    MAX_REMOVE_OBJECTS, MAX_USAGE_OBJECTS,
 };
 use tessera_proto::rpc::{PeerInfo, Service};
 
@@ -340,6 +340,18 @@ impl DsService {
                 Ok(()) => self.checksum(object).await.map(|(size, crc32)| DsReply::Checksum { size, crc32 }),
                 Err(e) => Err(e),
             },
+            DsRequest::Usage { objects } => match check_privileged(role) {
+                Ok(()) if objects.len() > MAX_USAGE_OBJECTS => Err(FsError::invalid(format!(
+                    "usage of {} objects (at most {MAX_USAGE_OBJECTS} per request)",
+                    objects.len()
+                ))),
+                Ok(()) => self.usage(objects).await.map(DsReply::Usage),
+                Err(e) => Err(e),
+            },
+            DsRequest::Seek { object, offset, hole } => match self.store(object) {
+                Ok(store) => store.seek(object, offset, hole).await.map(DsReply::Seek),
+                Err(e) => Err(e),
+            },
             DsRequest::Resync { object, to, gen, replicas, log } => match role {
                 Role::Mds => {
                     let order = replicate::ResyncOrder { object, to, gen, replicas, log };
@@ -356,6 +368,26 @@ impl DsService {
             },
         };
         (r, Bytes::new())
+    }
+
+    /// What each of `objects` takes on disk, in bytes, asked of the store each is on.
+    async fn usage(&self, objects: Vec<ObjectId>) -> FsResult<Vec<u64>> {
+        let mut out = vec![0; objects.len()];
+        let mut by_store: Vec<(Store, Vec<usize>)> = Vec::new();
+        for (i, &o) in objects.iter().enumerate() {
+            let store = self.store(o)?;
+            match by_store.iter_mut().find(|(s, _)| s.same(&store)) {
+                Some((_, v)) => v.push(i),
+                None => by_store.push((store, vec![i])),
+            }
+        }
+        for (store, idx) in by_store {
+            let got = store.usage(idx.iter().map(|&i| objects[i]).collect()).await?;
+            for (i, bytes) in idx.into_iter().zip(got) {
+                out[i] = bytes;
+            }
+        }
+        Ok(out)
     }
 
     /// `object`'s size and the CRC-32 of its bytes, read whole (a missing object: 0 bytes).

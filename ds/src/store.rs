@@ -475,6 +475,53 @@ impl Store {
         .await
     }
 
+    /// Whether `other` is this store (the same disk's objects).
+    pub fn same(&self, other: &Store) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// What each object takes on disk, in bytes (`st_blocks` × 512); 0 for a missing one.
+    pub async fn usage(&self, ids: Vec<ObjectId>) -> FsResult<Vec<u64>> {
+        use std::os::unix::fs::MetadataExt;
+        let inner = self.inner.clone();
+        blocking(move || {
+            ids.iter()
+                .map(|&id| match std::fs::metadata(inner.path(id)) {
+                    Ok(m) => Ok(m.blocks().saturating_mul(512)),
+                    Err(e) if e.kind() == ErrorKind::NotFound => Ok(0),
+                    Err(e) => Err(e.into()),
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// `lseek(SEEK_DATA)` (or `SEEK_HOLE` with `hole`) on the object's file from `offset`: where the next
+    /// data (hole) starts; no data after the end (`None`), the end being a hole. A missing object is all
+    /// hole.
+    pub async fn seek(&self, id: ObjectId, offset: u64, hole: bool) -> FsResult<Option<u64>> {
+        let off = i64::try_from(offset).map_err(|_| FsError::invalid(format!("seek to offset {offset}")))?;
+        let inner = self.inner.clone();
+        let past_end = if hole { Some(offset) } else { None };
+        blocking(move || {
+            use std::os::fd::AsRawFd;
+            let Some((object, _)) = inner.handle(id, false)? else { return Ok(past_end) };
+            let whence = if hole { libc::SEEK_HOLE } else { libc::SEEK_DATA };
+            // SAFETY: a plain syscall on a descriptor the object keeps open (its file position is not
+            // used: reads and writes are positional).
+            let r = unsafe { libc::lseek(object.file.as_raw_fd(), off, whence) };
+            if r >= 0 {
+                return Ok(Some(r as u64));
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                return Ok(past_end);
+            }
+            Err(e.into())
+        })
+        .await
+    }
+
     /// Whether the object exists, and its size.
     pub async fn stat(&self, id: ObjectId) -> FsResult<(bool, u64)> {
         let path = self.inner.path(id);

@@ -192,7 +192,8 @@ pub fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(a.ino),
         size: a.size,
-        blocks: a.size.div_ceil(512),
+        // A file's: what its objects take on the data servers (the MDS measures them after writes).
+        blocks: if a.kind == FileKind::File { a.blocks } else { a.size.div_ceil(512) },
         atime: a.atime.to_system_time(),
         mtime: a.mtime.to_system_time(),
         ctime: a.ctime.to_system_time(),
@@ -374,6 +375,10 @@ impl Inner {
         if a.kind == FileKind::File {
             if let Some(i) = self.open_inode(a.ino) {
                 let (end, last) = i.local_state();
+                if end > a.size {
+                    // Written here, not yet reported: at least what it takes densely.
+                    a.blocks = a.blocks.max(end.div_ceil(512));
+                }
                 a.size = a.size.max(end);
                 if let Some(t) = last {
                     a.mtime = a.mtime.max(t);
@@ -1551,18 +1556,21 @@ impl Filesystem for TesseraFs {
 
     fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
         self.spawn(move |inner| async move {
+            // SEEK_DATA/SEEK_HOLE (the kernel answers the others): the holes the data servers' objects
+            // have, after this client's writes reached them.
             let r: Result<i64, Errno> = async {
+                let hole = match whence {
+                    libc::SEEK_DATA => false,
+                    libc::SEEK_HOLE => true,
+                    _ => return Err(Errno::EINVAL),
+                };
+                let offset = u64::try_from(offset).map_err(|_| Errno::from_i32(libc::ENXIO))?;
                 let h = inner.handle(fh).map_err(|e| errno(&e))?;
-                let size = h.size(true).await.map_err(|e| errno(&e))? as i64;
-                match whence {
-                    // The whole file counts as data, with one hole at its end.
-                    libc::SEEK_DATA | libc::SEEK_HOLE if offset < 0 || offset >= size => {
-                        Err(Errno::from_i32(libc::ENXIO))
-                    }
-                    libc::SEEK_DATA => Ok(offset),
-                    libc::SEEK_HOLE => Ok(size),
-                    _ => Err(Errno::EINVAL),
-                }
+                h.inode.flush(&h.mds).await.map_err(|e| errno(&e))?;
+                let size = h.size(true).await.map_err(|e| errno(&e))?;
+                let layout = h.inode.layout.get();
+                let at = inner.client.data().seek(&layout, size, offset, hole).await.map_err(|e| errno(&e))?;
+                i64::try_from(at).map_err(|_| Errno::EOVERFLOW)
             }
             .await;
             match r {
@@ -1605,9 +1613,13 @@ mod tests {
             ctime: Timestamp::default(),
             crtime: Timestamp::default(),
             rdev: 0,
+            blocks: 99,
         };
         let f = file_attr(&a);
         assert_eq!((f.ino, f.kind, f.perm, f.blocks, f.nlink), (INodeNo(7), FileType::NamedPipe, 0o4755, 2, 2));
+        // A regular file's blocks are the MDS's measure, not its size's.
+        let f = file_attr(&Attr { kind: FileKind::File, ..a });
+        assert_eq!((f.size, f.blocks), (513, 99));
         assert_eq!(f.atime, Timestamp { secs: 5, nanos: 6 }.to_system_time());
         assert_eq!(time_set(TimeOrNow::Now), TimeSet::Now);
     }

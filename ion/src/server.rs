@@ -66,6 +66,7 @@ impl IonService {
             | DsRequest::Report
             | DsRequest::Fsync { .. }
             | DsRequest::Fallocate { .. }
+            | DsRequest::Seek { .. }
             | DsRequest::JobTrace { .. } => {
                 let Some(peer) = self.servers.get(&call.ds) else {
                     let e = format!("data server {} is not in the cluster configuration", call.ds);
@@ -81,6 +82,7 @@ impl IonService {
             | DsRequest::Serve(_)
             | DsRequest::Resync { .. }
             | DsRequest::Checksum { .. }
+            | DsRequest::Usage { .. }
             | DsRequest::ListObjects { .. } => {
                 error(FsError::perm("forwarding nodes pass on only clients' data requests"))
             }

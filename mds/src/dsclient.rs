@@ -22,6 +22,9 @@ pub trait DataServers: Send + Sync {
     fn list_objects(&self, ds: DsId, shard: u8, after: ObjectId) -> BoxFuture<'_, FsResult<ObjectPage>>;
     /// An object's size and the CRC-32 of its bytes ([`DsRequest::Checksum`]).
     fn checksum(&self, ds: DsId, object: ObjectId) -> BoxFuture<'_, FsResult<(u64, u32)>>;
+    /// What each of `objects` (at most [`tessera_proto::msg::MAX_USAGE_OBJECTS`]) takes on `ds`'s disk, in bytes
+    /// ([`DsRequest::Usage`]).
+    fn usage(&self, ds: DsId, objects: Vec<ObjectId>) -> BoxFuture<'_, FsResult<Vec<u64>>>;
     /// Has data server `ds`, `object`'s primary, copy it to replica `to` ([`DsRequest::Resync`]): what
     /// its log `log` of what `to` missed holds, or whole (`log` 0, or a log it no longer has); the bytes
     /// copied.
@@ -143,6 +146,16 @@ impl DataServers for RpcDataServers {
         })
     }
 
+    fn usage(&self, ds: DsId, objects: Vec<ObjectId>) -> BoxFuture<'_, FsResult<Vec<u64>>> {
+        Box::pin(async move {
+            let n = objects.len();
+            match self.call(ds, DsRequest::Usage { objects }).await? {
+                DsReply::Usage(v) if v.len() == n => Ok(v),
+                other => Err(FsError::protocol(format!("data server {ds}: unexpected reply to Usage: {other:?}"))),
+            }
+        })
+    }
+
     fn resync(
         &self,
         ds: DsId,
@@ -174,6 +187,8 @@ pub struct MemDataServers {
     pub objects: std::sync::Mutex<std::collections::BTreeMap<(DsId, ObjectId), u64>>,
     /// Objects whose checksum comes out wrong.
     pub corrupt: std::sync::Mutex<Vec<(DsId, ObjectId)>>,
+    /// Bytes objects take on disk where a test says (others: whole 4 KiB blocks of their size).
+    pub allocated: std::sync::Mutex<std::collections::BTreeMap<(DsId, ObjectId), u64>>,
 }
 
 #[cfg(test)]
@@ -222,6 +237,23 @@ impl DataServers for MemDataServers {
             let more = page.len() > 2;
             page.truncate(2);
             Ok((page, more))
+        })
+    }
+
+    /// Whole 4 KiB blocks of the recorded size (or what a test set in `allocated`).
+    fn usage(&self, ds: DsId, objects: Vec<ObjectId>) -> BoxFuture<'_, FsResult<Vec<u64>>> {
+        Box::pin(async move {
+            self.up(ds)?;
+            let held = self.objects.lock().unwrap();
+            let set = self.allocated.lock().unwrap();
+            Ok(objects
+                .iter()
+                .map(|o| {
+                    set.get(&(ds, *o))
+                        .copied()
+                        .unwrap_or_else(|| held.get(&(ds, *o)).map_or(0, |s| s.div_ceil(4096) * 4096))
+                })
+                .collect())
         })
     }
 

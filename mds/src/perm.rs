@@ -152,7 +152,21 @@ mod tests {
 
     fn attr(kind: FileKind, perm: u32, uid: u32, gid: u32) -> Attr {
         let t = Timestamp::default();
-        Attr { ino: 9, kind, perm, nlink: 1, uid, gid, size: 0, atime: t, mtime: t, ctime: t, crtime: t, rdev: 0 }
+        Attr {
+            ino: 9,
+            kind,
+            perm,
+            nlink: 1,
+            uid,
+            gid,
+            size: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            rdev: 0,
+            blocks: 0,
+        }
     }
 
     fn user(uid: u32, gid: u32, groups: Vec<u32>) -> Caller {

@@ -379,7 +379,7 @@ impl Serving {
     }
 }
 
-/// Evicts silent clients, looking once a second.
+/// Evicts silent clients, looking once a second (and tidies locks, ends recovery, measures files' space).
 fn spawn_evictor(ns: Arc<Namespace>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
@@ -389,6 +389,7 @@ fn spawn_evictor(ns: Arc<Namespace>) -> tokio::task::JoinHandle<()> {
             ns.evict_silent().await;
             ns.tidy_locks().await;
             ns.end_recovery().await;
+            ns.measure_usage().await;
         }
     })
 }

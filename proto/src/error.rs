@@ -54,6 +54,8 @@ pub enum ErrorCode {
     Interrupted,
     /// The client holds as many locks as the lock manager grants one client (ENOLCK).
     NoLocks,
+    /// `lseek(SEEK_DATA/SEEK_HOLE)` at or past the end of a file, or no data after the offset (ENXIO).
+    NoSuchAddress,
 }
 
 /// Where a [`ErrorCode::NotLeader`] answer's detail names the leader: `... leader at ADDR`.
@@ -90,6 +92,7 @@ impl ErrorCode {
             ErrorCode::Deadlock => libc::EDEADLK,
             ErrorCode::Interrupted => libc::EINTR,
             ErrorCode::NoLocks => libc::ENOLCK,
+            ErrorCode::NoSuchAddress => libc::ENXIO,
         }
     }
 
@@ -119,6 +122,7 @@ impl ErrorCode {
             libc::EDEADLK => ErrorCode::Deadlock,
             libc::EINTR => ErrorCode::Interrupted,
             libc::ENOLCK => ErrorCode::NoLocks,
+            libc::ENXIO => ErrorCode::NoSuchAddress,
             _ => ErrorCode::Io,
         }
     }
@@ -156,6 +160,7 @@ impl std::fmt::Display for ErrorCode {
             ErrorCode::Deadlock => "Resource deadlock avoided",
             ErrorCode::Interrupted => "Interrupted system call",
             ErrorCode::NoLocks => "No locks available",
+            ErrorCode::NoSuchAddress => "No such device or address",
         };
         f.write_str(s)
     }

@@ -717,7 +717,7 @@ pub fn ds_call(rng: &mut Rng, ds: DsId, known: &Known) -> (DsCall, Vec<u8>) {
     let tag = IoTag { origin: origin(rng, 7), ino: ino(rng, known) };
     let mut payload = Vec::new();
     let arbitrary = if rng.percent(10) { arbitrary_value::<DsRequest>(rng, 48) } else { None };
-    let mut req = arbitrary.unwrap_or_else(|| match rng.below(16) {
+    let mut req = arbitrary.unwrap_or_else(|| match rng.below(17) {
         0 => DsRequest::Ping,
         1..=3 => DsRequest::Read {
             tag,
@@ -756,6 +756,11 @@ pub fn ds_call(rng: &mut Rng, ds: DsId, known: &Known) -> (DsCall, Vec<u8>) {
         12 => DsRequest::Fsync { tag, object: object(rng, known) },
         13 => DsRequest::Report,
         14 => DsRequest::ListObjects { shard: rng.next_u64() as u8, after: rng.usually(0), max: rng.usually32(16) },
+        15 if rng.percent(50) => {
+            let n = if rng.percent(5) { crate::msg::MAX_USAGE_OBJECTS + 1 } else { rng.index(4) };
+            DsRequest::Usage { objects: (0..n).map(|_| object(rng, known)).collect() }
+        }
+        15 => DsRequest::Seek { object: object(rng, known), offset: offset(rng), hole: rng.percent(50) },
         _ => DsRequest::Serve(ServeCommand {
             epoch: {
                 let v = rng.below(100);

@@ -165,6 +165,10 @@ pub struct Attr {
     pub crtime: Timestamp,
     /// Device number for character/block devices.
     pub rdev: u32,
+    /// What a regular file's data takes on the data servers' disks, in 512-byte units (`st_blocks`; every
+    /// replica counted): measured by the MDS shortly after writes are reported, an estimate from the
+    /// size until then. 0 for other kinds.
+    pub blocks: u64,
 }
 
 impl Attr {
@@ -172,7 +176,7 @@ impl Attr {
     /// and its "."), one otherwise.
     pub fn new(ino: Ino, kind: FileKind, perm: u32, uid: u32, gid: u32, t: Timestamp) -> Attr {
         let nlink = if kind == FileKind::Dir { 2 } else { 1 };
-        Attr { ino, kind, perm, nlink, uid, gid, size: 0, atime: t, mtime: t, ctime: t, crtime: t, rdev: 0 }
+        Attr { ino, kind, perm, nlink, uid, gid, size: 0, atime: t, mtime: t, ctime: t, crtime: t, rdev: 0, blocks: 0 }
     }
 
     /// `st_mode`: type bits | permission bits.

@@ -153,6 +153,9 @@ impl Namespace {
             let mut i = tx.inode(ino)?;
             let i_acl = acl::for_caller(&tx, c, &i.attr)?;
             self.apply_setattr(c, &mut i, i_acl.as_ref(), &set, Timestamp::now())?;
+            if set.size.is_some() {
+                self.note_truncated(&mut i);
+            }
             if set.perm.is_some() {
                 acl::chmod(&mut tx, ino, i.attr.perm)?;
             }

@@ -40,6 +40,7 @@ mod open;
 mod remove;
 mod rename;
 mod replies;
+mod usage;
 mod xattr;
 
 #[cfg(test)]
@@ -127,6 +128,8 @@ pub struct Namespace {
     replies: replies::Replies,
     /// File locks (issue 42).
     locks: locks::NsLocks,
+    /// Files whose space on the data servers is to be measured (`usage.rs`).
+    usage: usage::UsageQueue,
 }
 
 impl Namespace {
@@ -167,6 +170,7 @@ impl Namespace {
             resync: mirror::ResyncCounters::default(),
             replies: Default::default(),
             locks,
+            usage: Default::default(),
         };
         ns.init()?;
         ns.start_lock_grace(EVICTION_TIMEOUT);

@@ -111,6 +111,7 @@ impl Namespace {
                 i.attr.size = 0;
                 i.attr.mtime = now;
                 i.attr.ctime = now;
+                self.note_truncated(&mut i);
                 tx.put_inode(&i)?;
                 self.commit(tx)?;
             }
@@ -176,6 +177,9 @@ impl Namespace {
                 i.attr.ctime = now;
                 changed = true;
             }
+            if changed {
+                self.note_written(&mut i);
+            }
         }
         if i.attr.nlink == 0 && !self.is_open(ino) {
             tx.remove_inode(&i)?;
@@ -231,6 +235,7 @@ impl Namespace {
         i.attr.size = i.attr.size.max(end(i.attr.size)?);
         i.attr.mtime = now;
         i.attr.ctime = now;
+        self.note_written(&mut i);
         tx.put_inode(&i)?;
         self.commit(tx)?;
         Ok(())

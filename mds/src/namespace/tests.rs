@@ -1810,3 +1810,42 @@ async fn acls_decide_access_inherit_follow_chmod_and_fsck_checks_them() {
         "the mask set from the mode's group bits (0770)"
     );
 }
+
+#[tokio::test]
+async fn files_blocks_are_estimated_at_writes_then_measured_on_the_data_servers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, data) = open_ns(dir.path());
+    let r = root();
+    let f = create(&ns, &r, ROOT_INO, "f").await.unwrap();
+    assert_eq!(f.blocks, 0);
+    // A write report up to 1 GiB: blocks as if dense, until measured.
+    ns.handle(&r, MdsRequest::ReportWrite { ino: f.ino, size: 1 << 30 }).await.unwrap();
+    assert_eq!(getattr(&ns, f.ino).await.blocks, (1 << 30) / 512);
+    // Its objects hold 4 KiB each (sparse): the measure replaces the estimate.
+    let l = layout(&ns, f.ino).await;
+    for t in &l.targets {
+        data.allocated.lock().unwrap().insert((t.ds, t.object), 4096);
+    }
+    ns.measure_usage().await;
+    assert_eq!(getattr(&ns, f.ino).await.blocks, l.targets.len() as u64 * 8);
+    // Nothing queued: nothing changes (a later estimate is not undone by an old measure).
+    data.allocated.lock().unwrap().clear();
+    ns.measure_usage().await;
+    assert_eq!(getattr(&ns, f.ino).await.blocks, l.targets.len() as u64 * 8);
+    // A truncate to 1 KiB: at most what 1 KiB takes at once, then measured (whole 4 KiB blocks of the
+    // sizes the in-memory servers record).
+    setattr(&ns, &r, f.ino, SetAttrs { size: Some(1024), ..Default::default() }).await.unwrap();
+    assert_eq!(getattr(&ns, f.ino).await.blocks, 2);
+    ns.measure_usage().await;
+    let held: u64 = l
+        .targets
+        .iter()
+        .map(|t| data.objects.lock().unwrap().get(&(t.ds, t.object)).map_or(0, |s| s.div_ceil(4096) * 8))
+        .sum();
+    assert_eq!(getattr(&ns, f.ino).await.blocks, held);
+    // A data server that does not answer leaves the number as it is.
+    ns.handle(&r, MdsRequest::ReportWrite { ino: f.ino, size: 1 << 20 }).await.unwrap();
+    data.down.lock().unwrap().push(l.targets[0].ds);
+    ns.measure_usage().await;
+    assert_eq!(getattr(&ns, f.ino).await.blocks, (1 << 20) / 512);
+}

@@ -43,9 +43,9 @@ pub(super) const TREE_NAMES: [&str; 8] =
 pub(super) const ORPHAN_PREFIX: &[u8] = b"orphan";
 pub(super) const FORMAT_KEY: &[u8] = b"format";
 /// 2: layouts carry composite extents ([`Layout::extents`]); 3: layouts carry mirrors
-/// ([`Layout::mirrors`]) and layout requests a mirror count. Older databases are migrated in place on
+/// ([`Layout::mirrors`]) and layout requests a mirror count; 4: attributes carry `blocks`. Older databases are migrated in place on
 /// open, one format after the other ([`super::migrate`]).
-pub(super) const FORMAT_VERSION: u32 = 3;
+pub(super) const FORMAT_VERSION: u32 = 4;
 /// Suffix of a directory's composite default in [`T::DirLayouts`].
 const COMPOSITE_SUFFIX: u8 = b'E';
 

@@ -143,6 +143,20 @@ pub enum DsRequest {
     Checksum {
         object: ObjectId,
     },
+    /// What each of `objects` takes on this server's disk, in bytes (`st_blocks` × 512; a missing object
+    /// 0): the MDS's measure of files' `st_blocks` (roles mds and admin), at most
+    /// [`MAX_USAGE_OBJECTS`]. Reply: `Usage`, one number per object in order.
+    Usage {
+        objects: Vec<ObjectId>,
+    },
+    /// Where the next data (`hole` false) or the next hole (`hole` true) of `object` starts at or after
+    /// `offset`: `lseek(SEEK_DATA/SEEK_HOLE)` on its file, the end of the object being a hole. Reply:
+    /// `Seek(None)` when no data follows (or the object does not exist).
+    Seek {
+        object: ObjectId,
+        offset: u64,
+        hole: bool,
+    },
     /// Resync (role mds only): this server, `object`'s primary, copies the object to replica `to`
     /// (another data server's object), holding each range against concurrent writes while it copies it,
     /// then cuts `to` to the object's size. What it copies: the ranges its log `log` of what `to` missed
@@ -184,6 +198,9 @@ pub const MAX_REMOVE_OBJECTS: usize = 4096;
 
 /// Most objects one [`DsRequest::ListObjects`] answers with.
 pub const MAX_LIST_OBJECTS: usize = 16384;
+
+/// Most objects one [`DsRequest::Usage`] asks about.
+pub const MAX_USAGE_OBJECTS: usize = 4096;
 
 /// Most runs one [`DsRequest::WriteV`] or [`DsRequest::ReadV`] may carry.
 pub const MAX_EXTENTS: usize = 1024;
@@ -289,6 +306,10 @@ pub enum DsReply {
         size: u64,
         crc32: u32,
     },
+    /// A `Usage`'s bytes per object, in the order asked.
+    Usage(Vec<u64>),
+    /// A `Seek`'s answer (object offset), `None`: no data at or after the offset.
+    Seek(Option<u64>),
     /// A `Resync` copied `bytes` bytes.
     Resynced {
         bytes: u64,
@@ -307,6 +328,7 @@ impl DsRequest {
             | DsRequest::WriteV { object, .. }
             | DsRequest::Fallocate { object, .. }
             | DsRequest::Fsync { object, .. }
+            | DsRequest::Seek { object, .. }
             | DsRequest::Truncate { object, .. } => Some(*object),
             _ => None,
         }
