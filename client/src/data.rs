@@ -1097,6 +1097,26 @@ pub fn effective_max_request(configured: u32) -> u64 {
 mod tests {
     use super::*;
 
+    /// Every byte of a 3-stripe file maps to its object's offset and back; a stripe's first byte at or
+    /// after a file offset is the nearest one (before it in the same row, the next row's).
+    #[test]
+    fn seek_plan_maps_file_and_object_offsets_both_ways() {
+        let p = SeekPlan { stripe_size: 4, count: 3 };
+        for f in 0..60u64 {
+            let (unit, within) = (f / 4, f % 4);
+            let (k, o) = (unit % 3, (unit / 3) * 4 + within);
+            assert_eq!(p.file_offset(k, o), f);
+            assert_eq!(p.object_offset_from(k, f), o, "stripe {k} at file offset {f}");
+            for other in (0..3).filter(|&j| j != k) {
+                let from = p.object_offset_from(other, f);
+                let at = p.file_offset(other, from);
+                assert!(at > f, "stripe {other}'s next byte {at} after {f}");
+                // Nothing of that stripe lies between.
+                assert!(from == 0 || p.file_offset(other, from - 1) < f);
+            }
+        }
+    }
+
     fn t(ds: DsId) -> StripeTarget {
         StripeTarget { ds, object: 100 + u64::from(ds) }
     }

@@ -342,6 +342,9 @@ mod tests {
         assert!(p.config.mount_options.contains(&MountOption::DefaultPermissions));
         let p = plan(&args(&["/mnt", "-o", "server_permissions"])).unwrap();
         assert!(!p.config.mount_options.contains(&MountOption::DefaultPermissions));
+        assert!(!p.fs.acl, "the kernel's ACL checks need its permission checks");
+        assert!(plan(&args(&["/mnt"])).unwrap().fs.acl, "POSIX ACLs by default");
+        assert!(!plan(&args(&["/mnt", "-o", "noacl"])).unwrap().fs.acl);
         assert!(plan(&args(&["/mnt", "-o", "bogus"])).is_err());
         let p = plan(&args(&["/mnt", "--allow-other", "-o", "fsname=x"])).unwrap();
         assert_eq!(p.config.acl, SessionACL::All);
