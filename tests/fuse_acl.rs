@@ -93,6 +93,13 @@ fn fuse_acls_hold_across_mounts_with_mask_inheritance_and_chmod() {
     assert!(root(&format!("ls -ld {}", fb.display())).split_whitespace().next().unwrap().ends_with('+'));
     assert!(!can(1001, &[], &format!("echo x >> {}", fb.display())), "r-- does not grant writing");
     assert!(!can(1003, &[], &read_f), "an unnamed user gets other's bits");
+    // A change through A reaches getfacl through B with nothing there checking permissions on the file
+    // (the kernel keeps an inode's ACL until its own permission check refreshes the attributes; the
+    // mount drops it when fresh attributes show a change).
+    root(&format!("setfacl -m u:1001:rw {}", fa.display()));
+    assert_acl(&fb, "user::rw-\nuser:1001:rw-\ngroup::r--\nmask::rw-\nother::---");
+    root(&format!("setfacl -m u:1001:r {}", fa.display()));
+    assert_acl(&fb, "user::rw-\nuser:1001:r--\ngroup::r--\nmask::r--\nother::---");
 
     // The mask: chmod's group bits are the mask (ACL entries stay, their effect goes), and back.
     root(&format!("chmod 0600 {}", fa.display()));

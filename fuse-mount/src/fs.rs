@@ -101,17 +101,7 @@ struct Inner {
     lock_dirs: Mutex<HashMap<Ino, Instant>>,
     /// Regular files' parents as looked up or created here (to find a locked file's directory).
     file_parents: Mutex<HashMap<Ino, Ino>>,
-    /// Inodes whose ACLs the kernel asked for, with the ctime this mount last reported (`None`: none
-    /// yet). The kernel keeps an inode's ACLs until its own permission check refreshes the attributes;
-    /// attributes refreshed by a lookup or `stat` do not drop them, so a change made through another
-    /// mount would never be seen: when an attribute reply shows a new ctime, they are dropped
-    /// ([`Inner::acl_coherence`]).
-    acl_ctimes: Mutex<HashMap<Ino, Option<Timestamp>>>,
 }
-
-/// Most inodes whose ACLs are tracked ([`Inner::acl_ctimes`]); emptied when full (the kernel's ACL
-/// caches are then dropped as attributes arrive, once each).
-const ACL_TRACKED_MAX: usize = 65_536;
 
 /// A handle on the file system's state that outlives the session (for a clean shutdown).
 #[derive(Clone)]
@@ -390,37 +380,7 @@ impl Inner {
     }
 
     fn fattr(&self, a: Attr) -> FileAttr {
-        self.acl_coherence(&a);
         file_attr(&self.fix(a))
-    }
-
-    /// Every change to an ACL changes the inode's ctime: attributes from the MDS with a ctime other
-    /// than the one last reported for an inode whose ACLs the kernel holds make it drop them (a FUSE
-    /// inode invalidation forgets cached ACLs), so its next permission check or `getfacl` asks again.
-    fn acl_coherence(&self, a: &Attr) {
-        if !self.opts.acl {
-            return;
-        }
-        let changed = match self.acl_ctimes.lock() {
-            Ok(mut m) => match m.get_mut(&a.ino) {
-                Some(seen) if *seen != Some(a.ctime) => seen.replace(a.ctime).is_some(),
-                _ => false,
-            },
-            Err(_) => false,
-        };
-        if changed {
-            self.revalidate(INodeNo(a.ino));
-        }
-    }
-
-    /// The kernel asked for an ACL of `ino`: it may cache it from now on.
-    fn note_acl_asked(&self, ino: Ino) {
-        if let Ok(mut m) = self.acl_ctimes.lock() {
-            if m.len() >= ACL_TRACKED_MAX && !m.contains_key(&ino) {
-                m.clear();
-            }
-            m.entry(ino).or_insert(None);
-        }
     }
 
     fn note_parent(&self, a: &Attr, parent: Ino) {
@@ -629,7 +589,6 @@ impl TesseraFs {
             notifier: std::sync::OnceLock::new(),
             lock_waits: LockWaits::default(),
             lock_dirs: Mutex::new(HashMap::new()),
-            acl_ctimes: Mutex::new(HashMap::new()),
             file_parents: Mutex::new(HashMap::new()),
         };
         let inner = Arc::new(inner);
@@ -1380,9 +1339,6 @@ impl Filesystem for TesseraFs {
         let name = name_or_reply!(name, reply);
         let k = key(req);
         self.spawn(move |inner| async move {
-            if name.starts_with("system.posix_acl_") {
-                inner.note_acl_asked(ino.0);
-            }
             let r = inner.mds(k).getxattr(ino.0, &name).await;
             reply_xattr(reply, size, r)
         });
