@@ -147,6 +147,9 @@ fn fuse_acls_hold_across_mounts_with_mask_inheritance_and_chmod() {
     // The MDS decides by itself: a mount whose kernel checks nothing (-o server_permissions).
     let c = Mount::with_args(&cluster, "c", &["-o", "server_permissions"]);
     let read_c = format!("cat {} >/dev/null", c.p("proj/f").display());
+    // Such a mount takes no ACLs itself (its kernel would not check them).
+    let (ok, err) = as_user(0, 0, &[], &format!("setfacl -m u:1002:r {}", c.p("proj/f").display()));
+    assert!(!ok && err.contains("Operation not supported"), "setfacl through a mount without ACLs: {err}");
     assert!(!can(1001, &[], &read_c), "the MDS let 1001 read without an ACL");
     root(&format!("setfacl -m u:1001:r {}", fa.display()));
     assert!(eventually(true, || can(1001, &[], &read_c)), "the MDS ignores u:1001:r");

@@ -996,18 +996,28 @@ impl DataPlane {
         if offset >= size {
             return Err(enxio());
         }
-        let targets: Vec<StripeTarget> = (0..layout.stripe_count()).filter_map(|k| layout.target(k)).collect();
-        if layout.is_composite() || targets.is_empty() {
+        let count = layout.stripe_count();
+        if layout.is_composite() || count == 0 {
             return Ok(if hole { size } else { offset });
         }
-        let plan = SeekPlan { stripe_size: layout.stripe_size, count: targets.len() as u64 };
-        let asks = targets.iter().enumerate().map(|(k, t)| async move {
+        let plan = SeekPlan { stripe_size: layout.stripe_size, count: count as u64 };
+        let asks = (0..count).map(|k| async move {
             let from = plan.object_offset_from(k as u64, offset);
-            let req = DsRequest::Seek { object: t.object, offset: from, hole };
-            match self.route.call(t.ds, req, Bytes::new()).await?.0 {
-                DsReply::Seek(r) => Ok(r.map(|o| plan.file_offset(k as u64, o))),
-                r => Err(FsError::protocol(format!("data server {} answered Seek with {r:?}", t.ds))),
+            // The primary, or (out of reach) the next replica in sync, as reads fail over.
+            let mut last = FsError::io(format!("stripe {k} has no replica in sync"));
+            for r in layout.replicas(k).into_iter().filter(|r| r.state == ReplicaState::InSync) {
+                let req = DsRequest::Seek { object: r.target.object, offset: from, hole };
+                match self.route.call(r.target.ds, req, Bytes::new()).await {
+                    Ok((DsReply::Seek(at), _)) => return Ok(at.map(|o| plan.file_offset(k as u64, o))),
+                    Ok((other, _)) => {
+                        let ds = r.target.ds;
+                        return Err(FsError::protocol(format!("data server {ds} answered Seek with {other:?}")));
+                    }
+                    Err(e) if e.is_unreachable() => last = e,
+                    Err(e) => return Err(e),
+                }
             }
+            Err(last)
         });
         let found = futures::future::try_join_all(asks).await?.into_iter().flatten().filter(|&f| f >= offset).min();
         match (found, hole) {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tessera_client::cache::dir_lease::{self as dirlease, DirLeases};
 use tessera_client::cache::write_behind::{privileged_bits, OpenInode};
 use tessera_client::cache::{Handle, HandleOptions};
-use tessera_client::mds_client::Opened;
+use tessera_client::mds_client::{LayoutReply, Opened};
 use tessera_client::periodic::patterns as periodic;
 use tessera_client::proto::locks::{LockKind, LockSpec, LockType};
 use tessera_client::proto::types::NAME_MAX;
@@ -102,6 +102,9 @@ struct Inner {
     /// Regular files' parents as looked up or created here (to find a locked file's directory).
     file_parents: Mutex<HashMap<Ino, Ino>>,
 }
+
+/// The POSIX ACL attributes' names start so (`system.posix_acl_access`, `_default`).
+const ACL_XATTR_PREFIX: &str = "system.posix_acl_";
 
 /// A handle on the file system's state that outlives the session (for a clean shutdown).
 #[derive(Clone)]
@@ -1325,6 +1328,10 @@ impl Filesystem for TesseraFs {
             libc::XATTR_REPLACE => XattrMode::Replace,
             _ => return reply.error(Errno::EINVAL),
         };
+        if !self.inner.opts.acl && name.starts_with(ACL_XATTR_PREFIX) {
+            // Without ACLs in this kernel's checks, one set here would bind only the MDS.
+            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        }
         let value = value.to_vec();
         let k = key(req);
         self.spawn(move |inner| async move {
@@ -1361,6 +1368,9 @@ impl Filesystem for TesseraFs {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
+        if !self.inner.opts.acl && name.starts_with(ACL_XATTR_PREFIX) {
+            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        }
         let k = key(req);
         self.spawn(move |inner| async move {
             inner.give_up_lease(Some(ino.0)).await;
@@ -1524,7 +1534,13 @@ impl Filesystem for TesseraFs {
                 let h = inner.handle(fh).map_err(|e| errno(&e))?;
                 h.inode.flush(&h.mds).await.map_err(|e| errno(&e))?;
                 let size = h.size(true).await.map_err(|e| errno(&e))?;
-                let layout = h.inode.layout.get();
+                let mut layout = h.inode.layout.get();
+                if layout.is_mirrored() {
+                    // Which replicas are in sync now (a stale one could answer "hole" where data is).
+                    if let Ok(LayoutReply::File(l)) = h.mds.get_layout(h.inode.ino).await {
+                        layout = Arc::new(l);
+                    }
+                }
                 let at = inner.client.data().seek(&layout, size, offset, hole).await.map_err(|e| errno(&e))?;
                 i64::try_from(at).map_err(|_| Errno::EOVERFLOW)
             }

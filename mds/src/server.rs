@@ -318,6 +318,7 @@ impl Serving {
         ns.fences.set_lease(cfg.mirror.fence_lease());
         let mut tasks = vec![
             spawn_evictor(ns.clone()),
+            spawn_usage_measurer(ns.clone()),
             spawn_resyncer(ns.clone(), cfg.mirror.resync_parallel as usize),
             crate::destroy::spawn(store.clone(), data, ns.destroy_wake()),
         ];
@@ -379,7 +380,7 @@ impl Serving {
     }
 }
 
-/// Evicts silent clients, looking once a second (and tidies locks, ends recovery, measures files' space).
+/// Evicts silent clients, looking once a second (and tidies locks, ends recovery).
 fn spawn_evictor(ns: Arc<Namespace>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
@@ -389,6 +390,18 @@ fn spawn_evictor(ns: Arc<Namespace>) -> tokio::task::JoinHandle<()> {
             ns.evict_silent().await;
             ns.tidy_locks().await;
             ns.end_recovery().await;
+        }
+    })
+}
+
+/// Measures the space of files written lately, once a second (a task of its own: a data server slow to
+/// answer holds up only this, never eviction).
+fn spawn_usage_measurer(ns: Arc<Namespace>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
             ns.measure_usage().await;
         }
     })

@@ -1848,4 +1848,8 @@ async fn files_blocks_are_estimated_at_writes_then_measured_on_the_data_servers(
     data.down.lock().unwrap().push(l.targets[0].ds);
     ns.measure_usage().await;
     assert_eq!(getattr(&ns, f.ino).await.blocks, (1 << 20) / 512);
+    // It was queued again: measured once the server answers.
+    data.down.lock().unwrap().clear();
+    ns.measure_usage().await;
+    assert_eq!(getattr(&ns, f.ino).await.blocks, held);
 }

@@ -2,7 +2,8 @@
 //! measured from its objects' allocated space (`st_blocks` of each object file, every replica counted)
 //! shortly after its writes are reported, so a sparse file shows what it holds. Until measured, a
 //! write report or close raises `blocks` to what its size would take (never lowering it); a truncate
-//! lowers it to at most that. The evictor's tick measures what was queued, a round at a time.
+//! lowers it to at most that. A task of its own measures what was queued, a round a second; a file whose
+//! data server did not answer, or whose layout changed meanwhile, is queued again.
 
 use super::Namespace;
 use crate::store::Inode;
@@ -107,20 +108,30 @@ impl Namespace {
                 }
             }
         }
-        if let Err(e) = crate::offload::offload(|| self.apply_usage(&files, &bytes)) {
-            tracing::warn!("recording files' space: {e}");
+        match crate::offload::offload(|| self.apply_usage(&files, &bytes)) {
+            Ok(again) => again.into_iter().for_each(|ino| self.usage.push(ino)),
+            Err(e) => {
+                tracing::warn!("recording files' space: {e}");
+                files.iter().for_each(|(ino, _)| self.usage.push(*ino));
+            }
         }
     }
 
-    fn apply_usage(&self, files: &[(Ino, Layout)], bytes: &[Option<u64>]) -> FsResult<()> {
+    /// Records what was measured; returns the files to measure again (a server did not answer, or the
+    /// layout changed since it was read).
+    fn apply_usage(&self, files: &[(Ino, Layout)], bytes: &[Option<u64>]) -> FsResult<Vec<Ino>> {
         let _g = self.lock();
         let mut tx = self.store.begin();
         let mut changed = false;
+        let mut again = Vec::new();
         for ((ino, l), b) in files.iter().zip(bytes) {
-            let Some(b) = b else { continue };
             let Some(mut i) = tx.get_inode(*ino)? else { continue };
+            let Some(b) = b.filter(|_| i.layout.as_ref() == Some(l)) else {
+                again.push(*ino);
+                continue;
+            };
             let blocks = b.div_ceil(512);
-            if i.layout.as_ref() == Some(l) && i.attr.blocks != blocks {
+            if i.attr.blocks != blocks {
                 i.attr.blocks = blocks;
                 tx.put_inode(&i)?;
                 changed = true;
@@ -129,6 +140,6 @@ impl Namespace {
         if changed {
             self.commit(tx)?;
         }
-        Ok(())
+        Ok(again)
     }
 }
