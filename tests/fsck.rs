@@ -2,26 +2,10 @@
 //! server's object store are found, `--repair` fixes them, and a second run is clean.
 
 use bytes::Bytes;
-use std::process::Command;
 use std::time::{Duration, Instant};
 use tessera_client::LayoutSpec;
 use tessera_proto::config::{ClusterConfig, Defaults};
-use tessera_test_support::{bin, connect, pattern, Cluster};
-
-/// Runs `tessera fsck ARGS --json` with the admin configuration: its exit code and report.
-fn fsck(cluster: &Cluster, args: &[&str]) -> (i32, serde_json::Value) {
-    let out = Command::new(bin("tessera"))
-        .arg("--config")
-        .arg(&cluster.files.admin_config)
-        .arg("fsck")
-        .args(args)
-        .arg("--json")
-        .output()
-        .expect("run tessera fsck");
-    let report = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("fsck printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
-    (out.status.code().unwrap_or(-1), report)
-}
+use tessera_test_support::{connect, pattern, Cluster};
 
 fn kinds(report: &serde_json::Value) -> Vec<String> {
     let mut k: Vec<String> =
@@ -45,7 +29,7 @@ async fn fsck_finds_hand_made_corruptions_repairs_them_and_runs_clean_after() {
     g.write_at(0, Bytes::from_static(b"small")).await.unwrap();
     g.close().await.unwrap();
 
-    let (code, clean) = fsck(&cluster, &[]);
+    let (code, clean) = cluster.fsck(&[]);
     assert_eq!((code, kinds(&clean)), (0, vec![]), "{clean:#}");
     assert_eq!(clean["servers"], 2);
     assert!(clean["objects"].as_u64().unwrap() >= 3, "{clean:#}");
@@ -67,14 +51,14 @@ async fn fsck_finds_hand_made_corruptions_repairs_them_and_runs_clean_after() {
     let want_size = layout.file_size_from_object(0, grown);
     assert!(want_size > data.len() as u64);
 
-    let (code, found) = fsck(&cluster, &[]);
+    let (code, found) = cluster.fsck(&[]);
     assert_eq!(code, 4, "findings left: {found:#}");
     assert_eq!(kinds(&found), vec!["orphan-object", "size"], "{found:#}");
     assert_eq!(found["repaired"], 0);
     assert!(orphan.exists(), "checking alone changes nothing");
     assert_eq!(admin.stat("/f").await.unwrap().size, data.len() as u64);
 
-    let (code, repaired) = fsck(&cluster, &["--repair"]);
+    let (code, repaired) = cluster.fsck(&["--repair"]);
     assert_eq!(code, 1, "all repaired: {repaired:#}");
     assert_eq!(repaired["repaired"], 2, "{repaired:#}");
     assert!(repaired["findings"].as_array().unwrap().iter().all(|f| f["repaired"] == true), "{repaired:#}");
@@ -84,7 +68,7 @@ async fn fsck_finds_hand_made_corruptions_repairs_them_and_runs_clean_after() {
         assert!(Instant::now() < deadline, "the orphan object was not destroyed within 20 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (code, after) = fsck(&cluster, &[]);
+    let (code, after) = cluster.fsck(&[]);
     assert_eq!((code, kinds(&after)), (0, vec![]), "{after:#}");
     // The data is untouched, and the file reads to its new end (the grown part as zeros).
     let f = admin.open("/f", Default::default()).await.unwrap();

@@ -10,22 +10,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tessera_ops::clusterdir::Shape;
-use tessera_test_support::mount::{require_fuse, require_root, Mount};
-use tessera_test_support::{bin, Cluster};
-
-/// Runs `sh -c script` as uid/gid (with extra groups); returns (success, stdout + stderr).
-fn as_user(uid: u32, gid: u32, groups: &[u32], script: &str) -> (bool, String) {
-    let mut cmd = Command::new("setpriv");
-    cmd.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}"));
-    if groups.is_empty() {
-        cmd.arg("--clear-groups");
-    } else {
-        cmd.arg(format!("--groups={}", groups.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",")));
-    }
-    let out = cmd.args(["sh", "-c", script]).output().expect("setpriv");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
-}
+use tessera_test_support::mount::{as_user, require_fuse, require_root, Mount};
+use tessera_test_support::Cluster;
 
 /// Runs `sh -c script` as root; panics unless it succeeds; its stdout.
 fn root(script: &str) -> String {
@@ -164,13 +150,7 @@ fn fuse_acls_hold_across_mounts_with_mask_inheritance_and_chmod() {
         std::thread::sleep(Duration::from_millis(300));
     }
     assert_eq!(getfacl_quiet(&fb).as_deref(), Some(want), "the ACL after an MDS restart");
-    let out = Command::new(bin("tessera"))
-        .arg("--config")
-        .arg(&cluster.files.admin_config)
-        .args(["fsck", "--json"])
-        .output()
-        .expect("tessera fsck");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("fsck JSON");
+    let (_, report) = cluster.fsck(&[]);
     assert_eq!(report["findings"].as_array().map(Vec::len), Some(0), "fsck: {report}");
 }
 

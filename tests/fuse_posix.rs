@@ -9,7 +9,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tessera_test_support::mount::{is_root, require_fuse, Mount};
+use tessera_test_support::mount::{as_user, is_root, require_fuse, Mount};
 use tessera_test_support::{pattern, Cluster};
 
 fn fuse_bin() -> PathBuf {
@@ -37,19 +37,6 @@ fn errno_of<T>(r: std::io::Result<T>) -> i32 {
 
 fn last_errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
-}
-
-/// Runs `sh -c script` as uid/gid (with extra groups) through setpriv; returns (success, stderr).
-fn as_user(uid: u32, gid: u32, groups: &[u32], script: &str) -> (bool, String) {
-    let mut cmd = Command::new("setpriv");
-    cmd.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}"));
-    if groups.is_empty() {
-        cmd.arg("--clear-groups");
-    } else {
-        cmd.arg(format!("--groups={}", groups.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",")));
-    }
-    let out = cmd.args(["sh", "-c", script]).output().expect("setpriv");
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 fn have(prog: &str) -> bool {

@@ -380,13 +380,28 @@ impl Serving {
     }
 }
 
-/// Evicts silent clients, looking once a second (and tidies locks, ends recovery).
-fn spawn_evictor(ns: Arc<Namespace>) -> tokio::task::JoinHandle<()> {
+/// Runs `round` once a second, in a task of its own (a round that runs late delays the next one; none are
+/// bunched to catch up).
+fn spawn_each_second<F, Fut>(mut round: F) -> tokio::task::JoinHandle<()>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            round().await;
+        }
+    })
+}
+
+/// Evicts silent clients, looking once a second (and tidies locks, ends recovery).
+fn spawn_evictor(ns: Arc<Namespace>) -> tokio::task::JoinHandle<()> {
+    spawn_each_second(move || {
+        let ns = ns.clone();
+        async move {
             ns.evict_silent().await;
             ns.tidy_locks().await;
             ns.end_recovery().await;
@@ -397,27 +412,19 @@ fn spawn_evictor(ns: Arc<Namespace>) -> tokio::task::JoinHandle<()> {
 /// Measures the space of files written lately, once a second (a task of its own: a data server slow to
 /// answer holds up only this, never eviction).
 fn spawn_usage_measurer(ns: Arc<Namespace>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            ns.measure_usage().await;
-        }
+    spawn_each_second(move || {
+        let ns = ns.clone();
+        async move { ns.measure_usage().await }
     })
 }
 
 /// Resyncs mirrored files' replicas that are not in sync, looking once a second (`[mirror]
 /// resync_parallel` copies at once).
 fn spawn_resyncer(ns: Arc<Namespace>, parallel: usize) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            // Passes back to back while they find work.
-            while ns.resync_pass(parallel).await > 0 {}
-        }
+    spawn_each_second(move || {
+        let ns = ns.clone();
+        // Passes back to back while they find work.
+        async move { while ns.resync_pass(parallel).await > 0 {} }
     })
 }
 

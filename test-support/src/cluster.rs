@@ -133,6 +133,21 @@ impl Cluster {
         self.files.log_path(name)
     }
 
+    /// Runs `tessera fsck ARGS --json` with the admin configuration: its exit code and report.
+    pub fn fsck(&self, args: &[&str]) -> (i32, serde_json::Value) {
+        let out = Command::new(bin("tessera"))
+            .arg("--config")
+            .arg(&self.files.admin_config)
+            .arg("fsck")
+            .args(args)
+            .arg("--json")
+            .output()
+            .expect("run tessera fsck");
+        let report = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("fsck printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.code().unwrap_or(-1), report)
+    }
+
     /// True while every server process started is still running (none crashed).
     pub fn all_alive(&mut self) -> bool {
         let exited = self.procs.exited();

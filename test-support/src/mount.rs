@@ -10,6 +10,20 @@ use std::process::Command;
 use std::time::Duration;
 use tessera_ops::child::Child;
 
+/// Runs `sh -c script` as uid/gid (with extra groups) through setpriv (util-linux), as users of a mount
+/// other than the one that mounted it; returns (success, stderr).
+pub fn as_user(uid: u32, gid: u32, groups: &[u32], script: &str) -> (bool, String) {
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}"));
+    if groups.is_empty() {
+        cmd.arg("--clear-groups");
+    } else {
+        cmd.arg(format!("--groups={}", groups.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",")));
+    }
+    let out = cmd.args(["sh", "-c", script]).output().expect("setpriv");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
 /// Fails the test, with the reason, when FUSE cannot run here: /dev/fuse and either root (direct mount(2))
 /// or fusermount3. The tests that call it are marked `#[cfg_attr(not(tessera_fuse), ignore = ...)]` (the
 /// root package's build.rs probes the same at build time), so where FUSE is missing they are counted as

@@ -126,14 +126,23 @@ pub(super) fn remove(tx: &mut Txn<'_>, c: &Caller, i: &Inode, which: Which) -> F
 /// the inode's access ACL is that ACL masked by the requested mode, and a directory inherits the default
 /// too; without one, the umask applies (POSIX.1e: never both). Symbolic links have neither.
 pub(super) fn inherit(tx: &mut Txn<'_>, parent: Ino, attr: &mut Attr, umask: u32) -> FsResult<()> {
+    let default = match attr.kind {
+        FileKind::Symlink => None,
+        _ => stored(tx, parent, Which::Default)?,
+    };
+    inherit_from(tx, default.as_ref(), attr, umask)
+}
+
+/// [`inherit`] with the parent's default ACL already read (`None`: it has none).
+pub(super) fn inherit_from(tx: &mut Txn<'_>, default: Option<&Acl>, attr: &mut Attr, umask: u32) -> FsResult<()> {
     if attr.kind == FileKind::Symlink {
         return Ok(());
     }
-    let Some(default) = stored(tx, parent, Which::Default)? else {
+    let Some(default) = default else {
         attr.perm &= !(umask & 0o777);
         return Ok(());
     };
-    let inherited = acl::inherit(&default, attr.kind == FileKind::Dir, attr.perm);
+    let inherited = acl::inherit(default, attr.kind == FileKind::Dir, attr.perm);
     attr.perm = inherited.mode;
     if let Some(a) = inherited.access {
         tx.put(T::Xattrs, &xattr_key(attr.ino, ACCESS_XATTR), a.to_bytes());

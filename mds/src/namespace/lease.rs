@@ -6,6 +6,7 @@ use crate::lease::{Holder, Renewal, LEASE_TIME, RESERVED_INOS};
 use crate::perm::{W, X};
 use crate::store::{Inode, Store, Txn, T};
 use std::time::Duration;
+use tessera_proto::acl::Acl;
 use tessera_proto::error::ErrorCode;
 use tessera_proto::layout::Layout;
 use tessera_proto::layout::LayoutSpec;
@@ -33,6 +34,12 @@ pub(super) fn lease_grace(store: &Store) -> FsResult<Duration> {
     let last = v.as_slice().try_into().map(u64::from_be_bytes).unwrap_or(0);
     let until = last.saturating_add(LEASE_TIME.as_millis() as u64);
     Ok(Duration::from_millis(until.saturating_sub(epoch_ms())).min(LEASE_TIME))
+}
+
+/// What a leased directory passes on to the files a batch creates in it.
+struct DirDefaults {
+    layout: LayoutSpec,
+    acl: Option<Acl>,
 }
 
 impl Namespace {
@@ -122,7 +129,11 @@ impl Namespace {
         let _g = self.lock();
         let mut tx = self.store.begin();
         let mut dir_attr = tx.dir(dir)?.attr;
-        let base = tx.dir_layout(dir)?.unwrap_or_default();
+        // Read once for the whole batch (a default ACL set since the lease was granted still passes on).
+        let defaults = DirDefaults {
+            layout: tx.dir_layout(dir)?.unwrap_or_default(),
+            acl: acl::stored(&tx, dir, acl::Which::Default)?,
+        };
         note_lease_activity(&mut tx);
         let mut results = Vec::with_capacity(entries.len());
         let mut used = Vec::new();
@@ -133,7 +144,7 @@ impl Namespace {
             let (ino, result) = match e {
                 DirOp::Create(e) => {
                     let pre = placed.pop_front();
-                    let r = self.batch_create(&mut tx, dir, base, pre, &e, &mut used, &mut dir_attr);
+                    let r = self.batch_create(&mut tx, dir, &defaults, pre, &e, &mut used, &mut dir_attr);
                     let r = r.and_then(|layout| match (e.open, layout) {
                         (Some(_), Some(l)) => {
                             let handle = self.register_open(e.ino, client)?;
@@ -173,7 +184,7 @@ impl Namespace {
         &self,
         tx: &mut Txn<'_>,
         dir: Ino,
-        base: LayoutSpec,
+        defaults: &DirDefaults,
         placed: Option<Placed>,
         e: &AsyncCreate,
         used: &mut Vec<Ino>,
@@ -195,15 +206,14 @@ impl Namespace {
             return Err(FsError::invalid(format!("inode {} was not reserved for this directory", e.ino)));
         }
         let mut attr = Attr::new(e.ino, FileKind::File, e.perm, e.uid, e.gid, e.time);
-        // A default ACL set on the directory since the lease was granted still passes on.
-        acl::inherit(tx, dir, &mut attr, 0)?;
+        acl::inherit_from(tx, defaults.acl.as_ref(), &mut attr, 0)?;
         let layout = match placed {
             Some(p) => self.layout_of(e.ino, p)?,
             None if tx.dir_composite(dir)?.is_some() => {
                 let p = self.place_new_files(dir, &[e.name.as_str()], None)?.pop();
                 self.layout_of(e.ino, p.ok_or_else(|| FsError::io("placement returned no layout"))?)?
             }
-            None => self.new_layout(LayoutSpec::default(), base, self.policy_of(tx, dir)?.as_deref())?,
+            None => self.new_layout(LayoutSpec::default(), defaults.layout, self.policy_of(tx, dir)?.as_deref())?,
         };
         tx.add_inode(&Inode { attr, layout: Some(layout.clone()), target: None, parent: dir })?;
         // At the time the holder showed for it: the directory's times do not move when the batch arrives.
