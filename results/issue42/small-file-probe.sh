@@ -3,11 +3,12 @@
 # mount of a fresh `tessera up --ds 2` (device model none) creates 500 files empty, 500 with 4 KiB written, 500
 # empty again, timing open (O_CREAT|O_EXCL), write and close apiece. BIN: release binaries (default /tmp/new-bin).
 # Run under `flock /tmp/bench.lock`. usage: small-file-probe.sh [BIN]
-BIN=${1:-/tmp/new-bin}; D=/tmp/probe-cl; M=/tmp/probe-mnt
-fusermount3 -u $M 2>/dev/null; pkill -f "tessera up --dir $D"; sleep 1; rm -rf $D; mkdir -p $M
-(PATH=$BIN:$PATH setsid $BIN/tessera up --dir $D --ds 2 --port-base 0 > $D.out 2>&1 &) 2>/dev/null
-for i in $(seq 150); do grep -q "TESSERA UP" $D.out 2>/dev/null && break; sleep 0.2; done
-$BIN/tessera --config $D/client.toml mount $M --daemon > /dev/null 2>&1
+set -euo pipefail
+bin=$(cd "${1:-/tmp/new-bin}" && pwd)
+work=$(mktemp -d /tmp/small-file-probe.XXXXXX)
+. "$(dirname "$0")/../../bench/scripts/cluster.sh"
+start_cluster 2
+M=$work/m; mount_fuse $M $work/fuse.log; need_ready mount $work/fuse.log
 python3 - $M <<'PY'
 import os, sys, time
 m = sys.argv[1]
@@ -29,4 +30,3 @@ run("empty", 500, b"")
 run("w4k", 500, b"x" * 4096)
 run("again", 500, b"")
 PY
-fusermount3 -u $M; pkill -f "tessera up --dir $D"

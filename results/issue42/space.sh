@@ -11,22 +11,19 @@
 #  4. ACLs: setfacl through a, getfacl and access by uid 1001 through b.
 # usage: space.sh OUTDIR [BIN]
 set -euo pipefail
-OUT=$1; BIN=${2:-target/release}
-BIN=$(cd "$BIN" && pwd)
+OUT=$1; bin=$(cd "${2:-target/release}" && pwd)
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
-D=/tmp/issue42-space; A=$D-a; B=$D-b
-rm -rf $D; mkdir -p $A $B
-(PATH=$BIN:$PATH setsid $BIN/tessera up --dir $D --port-base 0 > $D.out 2>&1 &) 2>/dev/null
-for i in $(seq 150); do grep -q "TESSERA UP" $D.out 2>/dev/null && break; sleep 0.2; done
-$BIN/tessera --config $D/client.toml mount $A --daemon > /dev/null 2>&1
-$BIN/tessera --config $D/client.toml mount $B --daemon > /dev/null 2>&1
-cleanup() { fusermount3 -u $A 2>/dev/null || true; fusermount3 -u $B 2>/dev/null || true; pkill -f "tessera up --dir $D" || true; }
-trap cleanup EXIT
+work=$(mktemp -d /tmp/issue42-space.XXXXXX); chmod 0755 "$work"   # other users (setpriv) walk to the mounts
+. "$(dirname "$0")/../../bench/scripts/cluster.sh"
+start_cluster 4
+D=$work/cluster; A=$work/a; B=$work/b
+mount_fuse $A $work/fuse-a.log; need_ready "mount a" $work/fuse-a.log
+mount_fuse $B $work/fuse-b.log; need_ready "mount b" $work/fuse-b.log
 objects_bytes() { find $D/ds*/objects -type f -regextype egrep -regex '.*/[0-9a-f]{16}' -printf '%b\n' 2>/dev/null | awk '{s+=$1*512} END {print s+0}'; }
 {
   echo "# 1. df (bytes): the mount, tessera df, the stores' own file system"
   df -B1 --output=source,size,used,avail $A | sed 's/^/mount:  /'
-  $BIN/tessera --config $D/client.toml df | sed 's/^/tessera df:  /'
+  $bin/tessera df | sed 's/^/tessera df:  /'
   df -B1 --output=source,size,used,avail $D | sed 's/^/disk:   /'
 
   echo; echo "# 2. du of a sparse and a dense file (bytes), through the other mount, against the data servers"
