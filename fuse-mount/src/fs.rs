@@ -14,10 +14,11 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::future::Future;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tessera_client::cache::dir_lease::{self as dirlease, DirLeases};
+use tessera_client::cache::name_leases::{Invalidate, NameLeases, Ticket};
 use tessera_client::cache::write_behind::{privileged_bits, OpenInode};
 use tessera_client::cache::{Handle, HandleOptions};
 use tessera_client::mds_client::{LayoutReply, Opened};
@@ -63,6 +64,10 @@ pub struct FsOptions {
     /// apart (FUSE_POSIX_ACL, FUSE_DONT_MASK), so a directory's default ACL can replace it. Off with
     /// `-o noacl` or `-o server_permissions` (the kernel's ACL checks need its permission checks).
     pub acl: bool,
+    /// No leases on names and attributes (`-o nocache_leases`, and with `-o server_permissions`): the
+    /// kernel caches them for [`TTL`] only. By default the mount watches for the MDS's recalls and lets
+    /// the kernel cache what it answered until its lease ends (see `tessera_client::cache::name_leases`).
+    pub no_cache_leases: bool,
 }
 
 struct Inner {
@@ -101,6 +106,26 @@ struct Inner {
     lock_dirs: Mutex<HashMap<Ino, Instant>>,
     /// Regular files' parents as looked up or created here (to find a locked file's directory).
     file_parents: Mutex<HashMap<Ino, Ino>>,
+    /// Leases on names and attributes: how long the kernel may cache what the MDS answered.
+    names: Arc<NameLeases>,
+    /// Set at shutdown: the watch for recalls ends.
+    watch_stop: Arc<AtomicBool>,
+    /// Closes answered and still on their way to the MDS (`release`).
+    background_closes: AtomicUsize,
+}
+
+/// Carries out the MDS's recalls in the kernel's caches.
+struct KernelCaches(fuser::Notifier);
+
+impl Invalidate for KernelCaches {
+    fn attrs(&self, ino: Ino) {
+        // Attributes only (offset < 0); an inode the kernel has forgotten needs nothing.
+        let _ = self.0.inval_inode(INodeNo(ino), -1, 0);
+    }
+
+    fn entry(&self, parent: Ino, name: &str) {
+        let _ = self.0.inval_entry(INodeNo(parent), OsStr::new(name));
+    }
 }
 
 /// The POSIX ACL attributes' names start so (`system.posix_acl_access`, `_default`).
@@ -111,16 +136,29 @@ const ACL_XATTR_PREFIX: &str = "system.posix_acl_";
 pub struct FsState(Arc<Inner>);
 
 impl FsState {
-    /// The session's notifier, through which opens make the kernel drop stale attributes.
-    pub fn set_notifier(&self, n: fuser::Notifier) {
-        let _ = self.0.notifier.set(n);
+    /// The session's notifier, through which opens make the kernel drop stale attributes and recalls
+    /// what it caches; with it the mount starts watching for the MDS's recalls (on `rt`).
+    pub fn set_notifier(&self, n: fuser::Notifier, rt: &tokio::runtime::Handle) {
+        let _ = self.0.notifier.set(n.clone());
+        if !self.0.opts.no_cache_leases {
+            let mds = self.0.client.mds().with_caller(Caller::root());
+            let kernel: Arc<dyn Invalidate> = Arc::new(KernelCaches(n));
+            rt.spawn(self.0.names.clone().run(mds, kernel, self.0.watch_stop.clone()));
+        }
     }
 
     /// Sends waiting creates and every buffered write, gives up leases, and closes every handle still open (the daemon is going away).
     pub async fn shutdown(&self) {
         self.0.closed.store(true, Ordering::Release);
         self.0.settle().await;
+        while self.0.background_closes.load(Ordering::Acquire) > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         self.0.give_up_lease(None).await;
+        self.0.watch_stop.store(true, Ordering::Release);
+        if !self.0.opts.no_cache_leases {
+            self.0.names.leave(&self.0.client.mds().with_caller(Caller::root())).await;
+        }
         let handles: Vec<(u64, Arc<Handle>)> = match self.0.handles.lock() {
             Ok(mut m) => m.drain().collect(),
             Err(_) => return,
@@ -336,6 +374,25 @@ impl Inner {
             Ok(d) if d.get(&parent).is_some_and(|at| at.elapsed() < LOCK_DIR_KEEP) => Duration::ZERO,
             _ => TTL,
         }
+    }
+
+    /// How long the kernel may cache entry `name` in `parent` (giving `ino`'s attributes) that the MDS
+    /// answered to the request `t` was taken for: until the lease ends if leased ([`NameLeases`]), else
+    /// [`TTL`]; nothing in a directory holding files locked lately ([`Inner::entry_ttl`]).
+    fn leased_entry_ttl(&self, t: &Ticket, parent: Ino, name: &str, ino: Ino) -> Duration {
+        let ttl = self.entry_ttl(parent);
+        if ttl.is_zero() || self.opts.no_cache_leases {
+            return ttl;
+        }
+        self.names.track_entry(t, parent, name, Some(ino)).unwrap_or(TTL)
+    }
+
+    /// How long the kernel may cache `ino`'s attributes answered to the request `t` was taken for.
+    fn leased_attr_ttl(&self, t: &Ticket, ino: Ino) -> Duration {
+        if self.opts.no_cache_leases {
+            return TTL;
+        }
+        self.names.track_attrs(t, ino).unwrap_or(TTL)
     }
 
     fn who(&self, k: Key) -> Arc<Who> {
@@ -593,6 +650,9 @@ impl TesseraFs {
             lock_waits: LockWaits::default(),
             lock_dirs: Mutex::new(HashMap::new()),
             file_parents: Mutex::new(HashMap::new()),
+            names: Arc::default(),
+            watch_stop: Arc::default(),
+            background_closes: AtomicUsize::new(0),
         };
         let inner = Arc::new(inner);
         {
@@ -693,8 +753,13 @@ macro_rules! name_or_reply {
     };
 }
 
-fn reply_entry(inner: &Inner, reply: ReplyEntry, r: FsResult<Attr>) {
-    reply_entry_for(inner, reply, r, TTL)
+/// Replies with the entry `name` in `parent` the MDS answered to the request `t` was taken for.
+fn reply_entry(inner: &Inner, reply: ReplyEntry, r: FsResult<Attr>, t: &Ticket, parent: Ino, name: &str) {
+    let ttl = match &r {
+        Ok(a) => inner.leased_entry_ttl(t, parent, name, a.ino),
+        Err(_) => TTL,
+    };
+    reply_entry_for(inner, reply, r, ttl)
 }
 
 fn reply_entry_for(inner: &Inner, reply: ReplyEntry, r: FsResult<Attr>, ttl: Duration) {
@@ -773,11 +838,16 @@ impl Filesystem for TesseraFs {
         let k = key(req);
         let known = self.inner.leases.knows(parent.0, &name);
         let lookup = move |inner: Arc<Inner>| async move {
+            let t = inner.names.ticket();
             let r = inner.mds(k).lookup(parent.0, &name).await.map(|(a, _)| a);
-            if let Ok(a) = &r {
-                inner.note_parent(a, parent.0);
-            }
-            reply_entry_for(&inner, reply, r, inner.entry_ttl(parent.0));
+            let ttl = match &r {
+                Ok(a) => {
+                    inner.note_parent(a, parent.0);
+                    inner.leased_entry_ttl(&t, parent.0, &name, a.ino)
+                }
+                Err(_) => TTL,
+            };
+            reply_entry_for(&inner, reply, r, ttl);
         };
         if known {
             // Nothing waiting to be sent changes the answer: no need to wait for the next batch.
@@ -788,13 +858,19 @@ impl Filesystem for TesseraFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        if let Some(a) = self.inner.leases.getattr(ino.0).or_else(|| self.inner.take_fresh_dir_attr(ino.0)) {
+        if let Some(a) = self.inner.leases.getattr(ino.0) {
+            // A leased directory or a file created in one: the batch that tells the MDS leases it here.
+            let ttl = self.inner.leased_attr_ttl(&self.inner.names.ticket(), ino.0);
+            return reply.attr(&ttl, &self.inner.fattr(a));
+        }
+        if let Some(a) = self.inner.take_fresh_dir_attr(ino.0) {
             return reply.attr(&TTL, &self.inner.fattr(a));
         }
         let k = key(req);
         self.spawn(move |inner| async move {
+            let t = inner.names.ticket();
             match inner.mds(k).getattr(ino.0).await {
-                Ok(a) => reply.attr(&TTL, &inner.fattr(a)),
+                Ok(a) => reply.attr(&inner.leased_attr_ttl(&t, ino.0), &inner.fattr(a)),
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -829,10 +905,11 @@ impl Filesystem for TesseraFs {
         };
         self.spawn(move |inner| async move {
             inner.give_up_lease(Some(ino.0)).await;
+            let t = inner.names.ticket();
             let r = inner.setattr(k, ino.0, set, fh).await;
             inner.forget_dir_attr(Some(ino.0));
             match r {
-                Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+                Ok(a) => reply.attr(&inner.leased_attr_ttl(&t, ino.0), &file_attr(&a)),
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -852,6 +929,7 @@ impl Filesystem for TesseraFs {
         let name = name_or_reply!(name, reply);
         let k = key(req);
         self.spawn(move |inner| async move {
+            let t = inner.names.ticket();
             let kind = if mode & libc::S_IFMT == 0 { Some(FileKind::File) } else { FileKind::from_mode(mode) };
             let r = match kind {
                 None | Some(FileKind::Dir) | Some(FileKind::Symlink) => Err(FsError::invalid("mknod of this type")),
@@ -862,7 +940,7 @@ impl Filesystem for TesseraFs {
                 }
             };
             inner.forget_dir_attr(Some(parent.0));
-            reply_entry(&inner, reply, r);
+            reply_entry(&inner, reply, r, &t, parent.0, &name);
         });
     }
 
@@ -871,6 +949,7 @@ impl Filesystem for TesseraFs {
         let k = key(req);
         self.spawn(move |inner| async move {
             inner.give_up_lease(Some(parent.0)).await;
+            let t = inner.names.ticket();
             let r = inner.mds(k).mkdir(parent.0, &name, (mode & 0o7777, umask)).await;
             inner.forget_dir_attr(Some(parent.0));
             if let Ok(a) = &r {
@@ -879,7 +958,7 @@ impl Filesystem for TesseraFs {
                     inner.leases.note_made(a.ino);
                 }
             }
-            reply_entry(&inner, reply, r);
+            reply_entry(&inner, reply, r, &t, parent.0, &name);
         });
     }
 
@@ -928,9 +1007,10 @@ impl Filesystem for TesseraFs {
         let k = key(req);
         self.spawn(move |inner| async move {
             inner.give_up_lease(Some(parent.0)).await;
+            let t = inner.names.ticket();
             let r = inner.mds(k).symlink(parent.0, &name, &target).await;
             inner.forget_dir_attr(Some(parent.0));
-            reply_entry(&inner, reply, r);
+            reply_entry(&inner, reply, r, &t, parent.0, &name);
         });
     }
 
@@ -969,9 +1049,10 @@ impl Filesystem for TesseraFs {
         let k = key(req);
         self.spawn(move |inner| async move {
             inner.give_up_lease(Some(newparent.0)).await;
+            let t = inner.names.ticket();
             let r = inner.mds(k).link(ino.0, newparent.0, &name).await;
             inner.forget_dir_attr(Some(newparent.0));
-            reply_entry(&inner, reply, r);
+            reply_entry(&inner, reply, r, &t, newparent.0, &name);
         });
     }
 
@@ -1136,6 +1217,23 @@ impl Filesystem for TesseraFs {
     ) {
         if self.inner.leases.release_fh(fh.0) {
             return reply.ok();
+        }
+        // A handle that wrote nothing, on a file this client holds no lock on (most closes of files
+        // opened to read): nothing to drain or release here, so the kernel is answered at once and the
+        // MDS told in the background, as creates and unlinks in a leased directory are.
+        let quiet = self
+            .inner
+            .handle(fh)
+            .is_ok_and(|h| !h.wrote.load(Ordering::Acquire) && h.mds.session().lock_owners_on(h.inode.ino).is_empty());
+        if quiet {
+            self.inner.background_closes.fetch_add(1, Ordering::AcqRel);
+            reply.ok();
+            return self.spawn(move |inner| async move {
+                if let Err(e) = inner.release(fh).await {
+                    tracing::warn!("release: {e}");
+                }
+                inner.background_closes.fetch_sub(1, Ordering::AcqRel);
+            });
         }
         self.spawn(move |inner| async move {
             if let (Some(o), Ok(h)) = (lock_owner, inner.handle(fh)) {
@@ -1404,9 +1502,11 @@ impl Filesystem for TesseraFs {
             let who = self.inner.who(k);
             let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
             let perm = mode & 0o7777 & !umask;
+            let t = self.inner.names.ticket();
             if let Some(a) = self.inner.leases.try_create(parent.0, &name, perm, &who, open_flags(flags), fh) {
+                // The batch that tells the MDS leases the name and the file here.
                 return reply.created(
-                    &TTL,
+                    &self.inner.leased_entry_ttl(&t, parent.0, &name, a.ino),
                     &file_attr(&a),
                     Generation(0),
                     FileHandle(fh),
@@ -1415,6 +1515,7 @@ impl Filesystem for TesseraFs {
             }
         }
         self.spawn(move |inner| async move {
+            let t = inner.names.ticket();
             let r: FsResult<(u64, Attr)> = async {
                 let kind = if mode & libc::S_IFMT == 0 { Some(FileKind::File) } else { FileKind::from_mode(mode) };
                 if kind != Some(FileKind::File) {
@@ -1446,7 +1547,7 @@ impl Filesystem for TesseraFs {
             match r {
                 Ok((fh, a)) => {
                     inner.note_parent(&a, parent.0);
-                    let ttl = inner.entry_ttl(parent.0);
+                    let ttl = inner.leased_entry_ttl(&t, parent.0, &name, a.ino);
                     reply.created(&ttl, &file_attr(&a), Generation(0), FileHandle(fh), inner.fopen_flags(flags))
                 }
                 Err(e) => reply.error(errno(&e)),

@@ -39,7 +39,8 @@ pub struct Args {
     /// through the kernel's page cache instead of direct I/O), sync_creates (every create waits for the
     /// metadata server: no directory leases), local_locks (fcntl and flock locks only within this node,
     /// instead of across every mount), noacl (no POSIX ACLs: setfacl fails; on by default, off with
-    /// server_permissions), fsname=NAME.
+    /// server_permissions), nocache_leases (no leases on names and attributes: the kernel caches them
+    /// for 1 s instead of until the metadata server recalls them; off with server_permissions), fsname=NAME.
     #[arg(short = 'o', value_delimiter = ',', value_name = "OPTS")]
     pub options: Vec<String>,
 }
@@ -83,6 +84,7 @@ fn plan_as(args: &Args, root: bool) -> anyhow::Result<MountPlan> {
             "local_locks" => fs.local_locks = true,
             "acl" => acl_opt = true,
             "noacl" => acl_opt = false,
+            "nocache_leases" => fs.no_cache_leases = true,
             "ro" => opts.push(MountOption::RO),
             "rw" => opts.push(MountOption::RW),
             "noatime" => opts.push(MountOption::NoAtime),
@@ -108,8 +110,10 @@ fn plan_as(args: &Args, root: bool) -> anyhow::Result<MountPlan> {
     if kernel_perms {
         opts.push(MountOption::DefaultPermissions);
     } else {
-        // Creates in a leased directory are checked by the kernel alone.
+        // Creates in a leased directory are checked by the kernel alone, and so would be names and
+        // attributes it cached for long: only the MDS decides.
         fs.sync_creates = true;
+        fs.no_cache_leases = true;
     }
     let mut config = Config::default();
     config.mount_options = opts;
@@ -271,7 +275,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             anyhow::Error::new(e).context(format!("cannot mount on {}", mp.display()))
         }
     })?;
-    state.set_notifier(session.notifier());
+    state.set_notifier(session.notifier(), rt.handle());
     let mut unmounter = session.unmount_callable();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let serve = std::thread::Builder::new()
@@ -345,6 +349,9 @@ mod tests {
         assert!(!p.fs.acl, "the kernel's ACL checks need its permission checks");
         assert!(plan(&args(&["/mnt"])).unwrap().fs.acl, "POSIX ACLs by default");
         assert!(!plan(&args(&["/mnt", "-o", "noacl"])).unwrap().fs.acl);
+        assert!(!plan(&args(&["/mnt"])).unwrap().fs.no_cache_leases, "leases on names and attributes by default");
+        assert!(plan(&args(&["/mnt", "-o", "nocache_leases"])).unwrap().fs.no_cache_leases);
+        assert!(plan(&args(&["/mnt", "-o", "server_permissions"])).unwrap().fs.no_cache_leases);
         assert!(plan(&args(&["/mnt", "-o", "bogus"])).is_err());
         let p = plan(&args(&["/mnt", "--allow-other", "-o", "fsname=x"])).unwrap();
         assert_eq!(p.config.acl, SessionACL::All);

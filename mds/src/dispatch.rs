@@ -132,6 +132,8 @@ pub(crate) async fn serve(cx: &Context<'_>, req: MdsRequest) -> FsResult<MdsRepl
         })),
         // Handler::Session
         Q::KeepAlive => Ok(ns.keep_alive(client)),
+        // Handler::Caches
+        Q::Watch { acked, wait_ms, leave } => ns.watch(holder()?, acked, wait_ms, leave).await,
         Q::Reopen { handles } => ns.reopen(client, &handles),
         // Handler::Locks
         Q::Lock { ino, owner, spec, wait_ms, wait_id, reclaim } => {
@@ -244,11 +246,86 @@ impl MdsService {
         let _admitted = self.ns.leases().admit(holder, &req).await;
         // Kept to rebuild the answer of a change committed whose answer was lost (`serve_once`).
         let again = (seq != 0).then(|| req.clone());
-        let r = self.ns.serve_once(origin.client, seq, serve(&cx, req), again.as_ref().map(|r| (&caller, r))).await;
+        let caches = self.ns.caches();
+        // While clients watch: the answer is leased to the caller, and its changes recalled from the others.
+        let leasing = caches.active().then(|| (Leasing::of(&req), caches.counter()));
+        let served = self.ns.serve_once(origin.client, seq, serve(&cx, req), again.as_ref().map(|r| (&caller, r)));
+        let r = match leasing {
+            None => served.await,
+            Some((leasing, start)) => {
+                let (r, mut waits) = crate::caches::serving(holder, served).await;
+                let (attrs, names) = leasing.leased(&r);
+                waits.extend(caches.grant(holder, start, &attrs, &names));
+                caches.wait(&waits).await;
+                r
+            }
+        };
         if let Some(ev) = event {
             self.jobs.on_metadata(&origin, caller.uid, ev, &r);
         }
         r
+    }
+}
+
+/// What an answer leases to the caller (`crate::caches`): the attributes it carries, and the names of the
+/// directory it looked up, listed or changed a name in.
+struct Leasing {
+    names: Option<tessera_proto::Ino>,
+    /// Files a directory lease's batch created (their attributes are the holder's).
+    created: Vec<tessera_proto::Ino>,
+}
+
+impl Leasing {
+    fn of(req: &MdsRequest) -> Leasing {
+        use MdsRequest as Q;
+        let names = match req {
+            Q::Lookup { parent, .. }
+            | Q::Create { parent, .. }
+            | Q::CreateOpen { parent, .. }
+            | Q::Mkdir { parent, .. }
+            | Q::Symlink { parent, .. } => Some(*parent),
+            Q::Link { new_parent, .. } => Some(*new_parent),
+            Q::ReadDir { ino, .. } => Some(*ino),
+            Q::LeaseDir { dir } | Q::DirBatch { dir, .. } => Some(*dir),
+            _ => None,
+        };
+        let created = match req {
+            Q::DirBatch { entries, .. } => entries
+                .iter()
+                .filter_map(|e| match e {
+                    tessera_proto::msg::DirOp::Create(c) => Some(c.ino),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        Leasing { names, created }
+    }
+
+    /// The inodes whose attributes and the directories whose names `r` gives.
+    fn leased(self, r: &FsResult<MdsReply>) -> (Vec<tessera_proto::Ino>, Vec<tessera_proto::Ino>) {
+        let mut attrs = Vec::new();
+        match r {
+            Ok(MdsReply::Attr(a)) | Ok(MdsReply::Entry { attr: a, .. }) => attrs.push(a.ino),
+            Ok(MdsReply::Opened { attr, parent, .. }) => {
+                attrs.push(attr.ino);
+                attrs.extend(parent.as_ref().map(|p| p.ino));
+            }
+            Ok(MdsReply::Lease(l)) => attrs.push(l.attr.ino),
+            Ok(MdsReply::Batch { dir_attr, results, .. }) => {
+                attrs.push(dir_attr.ino);
+                // Only the creates that took effect.
+                let created: std::collections::HashSet<_> = self.created.iter().collect();
+                attrs.extend(results.iter().filter(|b| b.result.is_ok() && created.contains(&b.ino)).map(|b| b.ino));
+            }
+            Ok(MdsReply::DirEntries(_)) => {}
+            // A name found absent is leased as absent.
+            Err(e) if e.code == ErrorCode::NotFound && self.names.is_some() => {
+                return (attrs, self.names.into_iter().collect());
+            }
+            _ => return (attrs, Vec::new()),
+        }
+        (attrs, self.names.into_iter().collect())
     }
 }
 

@@ -22,6 +22,7 @@
 //! - `dispatch`: the one dispatch of metadata requests, driven by proto's request table.
 //! - [`server`]: the RPC service and the `tessera-mds` process entry point.
 
+pub mod caches;
 pub mod destroy;
 mod dispatch;
 pub mod driver;

@@ -571,6 +571,10 @@ pub fn mds_request(rng: &mut Rng, known: &Known) -> MdsRequest {
                     .collect(),
             }
         }
+        // Acknowledges any number; waits at most a moment (a fuzzer's request must not be held long).
+        27 if rng.percent(15) => {
+            Q::Watch { acked: rng.interesting_u64(), wait_ms: rng.below(3) as u32, leave: rng.percent(20) }
+        }
         27 => [Q::ClusterStatus, Q::OrchestratorStatus, Q::KeepAlive, Q::PlacementStatus, Q::MirrorStatus]
             [rng.index(5)]
         .clone(),

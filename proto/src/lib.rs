@@ -44,4 +44,4 @@ pub use error::{FsError, FsResult};
 pub use types::*;
 
 /// Bumped whenever a message changes shape; checked on every frame.
-pub const PROTOCOL_VERSION: u16 = 21;
+pub const PROTOCOL_VERSION: u16 = 22;

@@ -128,6 +128,8 @@ pub enum Handler {
     Replica,
     /// File locks (issue 42): the MDS's lock manager; renews the client's session, as the namespace.
     Locks,
+    /// The client's channel for recalls of cached names and attributes (`Watch`): the MDS's caches table.
+    Caches,
 }
 
 /// One request's properties.
@@ -217,6 +219,7 @@ table! {
     LeaseDir { .. }                            => false, Clients,     Nothing,             Lease;
     DirBatch { .. }                            => true,  Clients,     Nothing,             Lease;
     KeepAlive {}                               => true,  Clients,     Nothing,             Session;
+    Watch { .. }                               => true,  Clients,     Nothing,             Caches;
     Fsck { .. }                                => false, Admins,      Nothing,             Namespace;
     PlacementStatus {}                         => true,  Clients,     Nothing,             Namespace;
     Declare { .. }                             => false, Clients,     Any,                 Namespace;

@@ -7,6 +7,9 @@
 pub mod dir_lease;
 /// One client's engine: its data servers and the table of open inodes every handle is made over.
 pub mod engine;
+/// Leases on names and attributes: the client's `Watch` at the MDS, how long answers may be cached,
+/// and the recalls carried out through the adapter.
+pub mod name_leases;
 /// One open file handle: reads through read-ahead, writes into the inode's write-behind (or through),
 /// fallocate, size, flush, fsync, release.
 pub mod open_file;

@@ -27,13 +27,26 @@ fn note_lease_activity(tx: &mut Txn<'_>) {
     tx.put(T::Meta, LEASE_ACTIVITY_KEY, epoch_ms().to_be_bytes().to_vec());
 }
 
-/// How long after this start requests on directories must wait: until the leases the previous run may
-/// have granted have certainly expired at their holders.
+/// Meta key: when a client's `Watch` last marked name and attribute leases as in use (as above).
+const CACHE_ACTIVITY_KEY: &[u8] = b"cache-lease-activity";
+
+/// Written at most once a second while clients watch (see [`lease_grace`]).
+pub(super) fn note_cache_activity(tx: &mut Txn<'_>) {
+    tx.put(T::Meta, CACHE_ACTIVITY_KEY, epoch_ms().to_be_bytes().to_vec());
+}
+
+/// How long after this start requests on directories and inodes must wait: until the leases the previous
+/// run may have granted have certainly expired at their holders (directory leases, and the name and
+/// attribute leases of clients that watched, noted at most a second late: one more second).
 pub(super) fn lease_grace(store: &Store) -> FsResult<Duration> {
-    let Some(v) = store.read(T::Meta, LEASE_ACTIVITY_KEY)? else { return Ok(Duration::ZERO) };
-    let last = v.as_slice().try_into().map(u64::from_be_bytes).unwrap_or(0);
-    let until = last.saturating_add(LEASE_TIME.as_millis() as u64);
-    Ok(Duration::from_millis(until.saturating_sub(epoch_ms())).min(LEASE_TIME))
+    let since = |key: &[u8], lease: Duration| -> FsResult<Duration> {
+        let Some(v) = store.read(T::Meta, key)? else { return Ok(Duration::ZERO) };
+        let last = v.as_slice().try_into().map(u64::from_be_bytes).unwrap_or(0);
+        let until = last.saturating_add(lease.as_millis() as u64);
+        Ok(Duration::from_millis(until.saturating_sub(epoch_ms())).min(lease))
+    };
+    let caches = crate::caches::LEASE + Duration::from_secs(1);
+    Ok(since(LEASE_ACTIVITY_KEY, LEASE_TIME)?.max(since(CACHE_ACTIVITY_KEY, caches)?))
 }
 
 /// What a leased directory passes on to the files a batch creates in it.
@@ -68,6 +81,10 @@ impl Namespace {
         let entries = tx
             .dir_entries_bounded(dir, LEASE_NAMES_MAX, LEASE_NAME_BYTES_MAX)?
             .ok_or_else(|| err(ErrorCode::Busy, "too many entries to lease"))?;
+        if self.caches.names_cached_elsewhere(dir, holder) {
+            // Recalled now: asked again, it is granted.
+            return Err(err(ErrorCode::Busy, "another client caches its names"));
+        }
         let token = self.leases.grant(dir, holder).ok_or_else(|| err(ErrorCode::Busy, "another client holds it"))?;
         note_lease_activity(&mut tx);
         self.commit(tx)?;

@@ -47,7 +47,7 @@ mod xattr;
 pub(crate) mod tests;
 
 use crate::dsclient::DataServers;
-use crate::lease::Leases;
+use crate::lease::{Holder, Leases};
 use crate::placement::placer::Placer;
 use crate::session::Sessions;
 use crate::stats::StatsView;
@@ -130,6 +130,11 @@ pub struct Namespace {
     locks: locks::NsLocks,
     /// Files whose space on the data servers is to be measured (`usage.rs`).
     usage: usage::UsageQueue,
+    /// Which client caches which names and attributes, and their recalls (issue 38).
+    caches: crate::caches::Caches,
+    /// When a client's `Watch` last marked the cache leases active in the store (for the grace after a
+    /// restart).
+    cache_activity: Mutex<Option<Instant>>,
 }
 
 impl Namespace {
@@ -171,6 +176,8 @@ impl Namespace {
             replies: Default::default(),
             locks,
             usage: Default::default(),
+            caches: Default::default(),
+            cache_activity: Mutex::new(None),
         };
         ns.init()?;
         ns.start_lock_grace(EVICTION_TIMEOUT);
@@ -225,6 +232,29 @@ impl Namespace {
 
     pub fn leases(&self) -> &Leases {
         &self.leases
+    }
+
+    pub fn caches(&self) -> &crate::caches::Caches {
+        &self.caches
+    }
+
+    /// `Watch`: see [`crate::caches::Caches::watch`]. While clients watch, the store notes so (at most
+    /// once a second), so a restart waits until the leases of the run before have ended.
+    pub(crate) async fn watch(&self, holder: Holder, acked: u64, wait_ms: u32, leave: bool) -> FsResult<MdsReply> {
+        let due = {
+            let mut last = self.cache_activity.lock().unwrap_or_else(|p| p.into_inner());
+            let due = !leave && last.is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
+            if due {
+                *last = Some(Instant::now());
+            }
+            due
+        };
+        if due {
+            let mut tx = self.store.begin();
+            lease::note_cache_activity(&mut tx);
+            self.durable(tx.commit()).await?;
+        }
+        Ok(MdsReply::Recalls(self.caches.watch(holder, acked, wait_ms, leave, self.boot_ino).await))
     }
 
     pub fn data_servers(&self) -> Arc<dyn DataServers> {
@@ -350,7 +380,11 @@ impl Namespace {
             }
         }
         let destroys = tx.has_destroys();
+        let changed = self.caches.active().then(|| tx.changed());
         tx.commit()?;
+        if let Some((attrs, names)) = changed {
+            self.caches.committed(&crate::caches::Changes { attrs, names });
+        }
         if destroys {
             self.destroy_pending.store(true, Ordering::SeqCst);
         }

@@ -690,6 +690,23 @@ impl<'a> Txn<'a> {
         self.destroys > 0
     }
 
+    /// What the writes change that clients may cache: inodes written (their attributes) and directory
+    /// entries written or removed (directory, name).
+    pub fn changed(&self) -> (Vec<Ino>, Vec<(Ino, String)>) {
+        let (mut inos, mut names) = (Vec::new(), Vec::new());
+        for (t, k) in self.writes.keys() {
+            let Some(ino) = k.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_be_bytes) else {
+                continue;
+            };
+            match t {
+                T::Inodes if k.len() == 8 => inos.push(ino),
+                T::Dentries => names.push((ino, String::from_utf8_lossy(&k[8..]).into_owned())),
+                _ => {}
+            }
+        }
+        (inos, names)
+    }
+
     /// The writes as a journal record or replicated log entry carries them.
     fn write_set(&self) -> WriteSet {
         self.writes.iter().map(|((t, k), v)| (*t as u8, k.clone(), v.clone())).collect()

@@ -187,6 +187,19 @@ pub enum MdsRequest {
     /// Renews the calling client's session (`origin.client`); clients send it every third of the
     /// eviction timeout while they are otherwise idle. Reply: `Session`.
     KeepAlive,
+    /// The MDS's channel to a client (its recalls of cached names and attributes): the client keeps one
+    /// `Watch` waiting at all times. Answered once a recall numbered above `acked` is queued for the
+    /// caller, or after `wait_ms` (at most [`WATCH_WAIT_MAX_MS`]) with none. `acked`: the last recall
+    /// the client has carried out (the kernel dropped what it names); the MDS goes on with the change
+    /// that recalled it. While a client watches, every name and attribute the MDS answers it is leased
+    /// to it for [`Recalls::lease_ms`] from the sending of its last answered `Watch` (see
+    /// [`Recalls`]). Reply: `Recalls`.
+    Watch {
+        acked: u64,
+        wait_ms: u32,
+        /// The client goes away (unmounts): it caches nothing any more, no change waits for it.
+        leave: bool,
+    },
     /// Checks the namespace against itself and against every data server's objects (`tessera fsck`;
     /// admins only), online; with `repair`, fixes what it found. Reply: `Fsck`.
     Fsck {
@@ -463,6 +476,46 @@ pub struct DirLease {
     pub entries: Vec<(String, FileKind)>,
 }
 
+/// Longest a `Watch` waits for a recall before it is answered empty.
+pub const WATCH_WAIT_MAX_MS: u32 = 10_000;
+/// Most recalls one `Recalls` answer carries (the rest come with the next).
+pub const RECALLS_MAX: usize = 1024;
+/// Most names one recall names (beyond: `all_names`).
+pub const RECALL_NAMES_MAX: usize = 64;
+
+/// Answers `Watch`: the recalls queued for the caller and not acknowledged yet, in order. While the
+/// caller keeps watching (a `Watch` answered at least every `lease_ms`), what the MDS answers it about
+/// names and attributes stays leased to it: a change another client makes to them is held until the
+/// caller acknowledged the recall (or its lease expired), so it may cache them until its lease ends
+/// ([`Recalls::lease_ms`] after the sending of its last answered `Watch`). An answer that was on its
+/// way while a recall of one of its inodes arrived is not leased.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct Recalls {
+    /// Which start of the metadata service answers: a new one knows of no lease granted before.
+    pub boot: u64,
+    /// How long a lease lasts after the sending of the `Watch` this answers.
+    pub lease_ms: u32,
+    pub recalls: Vec<Recall>,
+}
+
+/// One recall: what the client must stop caching of inode `ino`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(any(test, feature = "arbitrary"), derive(arbitrary::Arbitrary))]
+pub struct Recall {
+    /// Numbered from 1 per client; acknowledged by the next `Watch`'s `acked`.
+    pub seq: u64,
+    pub ino: Ino,
+    /// Its attributes changed.
+    pub attrs: bool,
+    /// Names in it (a directory) that changed.
+    pub names: Vec<String>,
+    /// Any name in it may have changed.
+    pub all_names: bool,
+    /// Everything this client caches (`ino` 0): its lease is void.
+    pub everything: bool,
+}
+
 /// Most entries a directory may have to be leased: its names come with the grant, which must fit in a
 /// message header with room to spare.
 pub const LEASE_NAMES_MAX: usize = 32_768;
@@ -577,6 +630,8 @@ pub enum MdsReply {
         /// the client then reasserts its open handles with `Reopen`).
         boot: u64,
     },
+    /// Answers `Watch`.
+    Recalls(Recalls),
     /// Answers `Reopen`: the handles whose files are gone (their reads and writes fail).
     Reopened {
         stale: Vec<u64>,
