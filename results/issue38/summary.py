@@ -7,9 +7,9 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 def flat(r):
     out = {}
     for k in ("mdtest", "ior"):
-        for m, v in r[k].items():
+        for m, v in r.get(k, {}).items():
             out[f"{k} {m}"] = v
-    for m, v in r["fio"].items():
+    for m, v in r.get("fio", {}).items():
         for s, x in v.items():
             out[f"fio {m} {s}"] = x
     return out

@@ -253,14 +253,13 @@ impl NameLeases {
             match mds.call(MdsRequest::Watch { acked, wait_ms, leave: false }).await {
                 Ok(MdsReply::Recalls(r)) => {
                     let until = sent + u64::from(r.lease_ms);
-                    // Off the runtime: an invalidation waits for the directory's lock, which a request of
-                    // this mount may hold while it waits for the MDS — and for a task of this runtime, or
-                    // for this very acknowledgement (the MDS holds an answer overtaken by a change until its
-                    // recall is acknowledged). So the acknowledgement waits for the kernel at most
-                    // INVALIDATE_PATIENCE: a directory locked that long is locked by such a request of this
-                    // mount (its own change, which it knows of), and the invalidation lands when it ends.
-                    // Noted at once (answers on their way are checked against them), dropped from the
-                    // adapter's caches off the runtime.
+                    // Noted at once (answers on their way are checked against them), then dropped from
+                    // the adapter's caches off the runtime: an invalidation waits for the directory's lock,
+                    // which a request of this mount may hold while it waits for the MDS — and for a task
+                    // of this runtime, or for this very acknowledgement (the MDS holds an answer overtaken
+                    // by a change until its recall is acknowledged). So the acknowledgement waits for the
+                    // kernel at most INVALIDATE_PATIENCE: a directory locked that long is locked by such a
+                    // request of this mount, and the invalidation lands when it ends.
                     let mut dropped = Dropped::default();
                     let lapsed = self.now_ms() >= self.until_ms.load(Ordering::Acquire);
                     let old_boot = self.boot.swap(r.boot, Ordering::AcqRel);
