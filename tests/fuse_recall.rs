@@ -1,5 +1,5 @@
 //! Leases on names and attributes and their recalls (issue 38), through two mounts (two client nodes):
-//! mount A's kernel caches what it looked up for as long as its lease lasts (seconds, not the 1 s of an
+//! mount A's kernel caches what it looked up (its metadata through a forwarding node) for as long as its lease lasts (seconds, not the 1 s of an
 //! uncached mount), and every change mount B makes — attributes (chmod, chown, times, size by a write
 //! and by truncate), names (create, unlink, rename, link, mkdir/rmdir) and data — is seen by A at once,
 //! with no wait: the MDS recalls A's copy before it answers B. A mount without leases
@@ -38,7 +38,8 @@ fn warm(paths: &[&Path]) {
 fn fuse_changes_through_one_mount_recall_what_another_caches() {
     require_fuse();
     require_root();
-    let cluster = Cluster::start_shape(Shape { ds: 2, ..Shape::default() }, Default::default());
+    // Metadata through a forwarding node: the recall channel passes it like any other call.
+    let cluster = Cluster::start_shape(Shape { ds: 2, ion: 1, ..Shape::default() }, Default::default());
     let a = Mount::new(&cluster, "a");
     let b = Mount::new(&cluster, "b");
     let control = Mount::with_args(&cluster, "c", &["-o", "nocache_leases"]);

@@ -260,6 +260,9 @@ impl NameLeases {
                     // by a change until its recall is acknowledged). So the acknowledgement waits for the
                     // kernel at most INVALIDATE_PATIENCE: a directory locked that long is locked by such a
                     // request of this mount, and the invalidation lands when it ends.
+                    if !r.recalls.is_empty() {
+                        tracing::debug!(recalls = r.recalls.len(), first = ?r.recalls.first(), "recalls");
+                    }
                     let mut dropped = Dropped::default();
                     let lapsed = self.now_ms() >= self.until_ms.load(Ordering::Acquire);
                     let old_boot = self.boot.swap(r.boot, Ordering::AcqRel);
