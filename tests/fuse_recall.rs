@@ -103,6 +103,17 @@ fn fuse_changes_through_one_mount_recall_what_another_caches() {
     std::fs::remove_dir(b.p("d/sub")).unwrap();
     assert!(!exists(&a.p("d/sub")), "A still found the directory B removed");
     assert_eq!(std::fs::metadata(a.p("d")).unwrap().nlink(), nlink - 1, "A's cached parent after B's rmdir");
+    // Past the kernel's own timeouts (they end with the lease, 5 s): A's mount answers from what it holds
+    // leased, and B's change recalls that too.
+    warm(&[&a.p("d/z")]);
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(mode(&a.p("d/z")), 0o644, "A's answer from its own cache");
+    std::fs::set_permissions(b.p("d/z"), std::fs::Permissions::from_mode(0o604)).unwrap();
+    assert_eq!(mode(&a.p("d/z")), 0o604, "A's mount served its cached mode after B's chmod");
+    std::fs::remove_file(b.p("d/z")).unwrap();
+    assert!(!exists(&a.p("d/z")), "A's mount served a name B removed");
+    std::fs::write(b.p("d/z"), b"z").unwrap();
+    std::fs::set_permissions(b.p("d/z"), std::fs::Permissions::from_mode(0o644)).unwrap();
     // And the other way round: B's cache is recalled by A's changes.
     warm(&[&b.p("d/z")]);
     std::fs::set_permissions(a.p("d/z"), std::fs::Permissions::from_mode(0o640)).unwrap();

@@ -379,20 +379,21 @@ impl Inner {
     /// How long the kernel may cache entry `name` in `parent` (giving `ino`'s attributes) that the MDS
     /// answered to the request `t` was taken for: until the lease ends if leased ([`NameLeases`]), else
     /// [`TTL`]; nothing in a directory holding files locked lately ([`Inner::entry_ttl`]).
-    fn leased_entry_ttl(&self, t: &Ticket, parent: Ino, name: &str, ino: Ino) -> Duration {
+    fn leased_entry_ttl(&self, t: &Ticket, parent: Ino, name: &str, a: &Attr) -> Duration {
         let ttl = self.entry_ttl(parent);
         if ttl.is_zero() || self.opts.no_cache_leases {
             return ttl;
         }
-        self.names.track_entry(t, parent, name, Some(ino)).unwrap_or(TTL)
+        self.names.track_entry(t, parent, name, a.ino, Some(a)).unwrap_or(TTL)
     }
 
     /// How long the kernel may cache `ino`'s attributes answered to the request `t` was taken for.
-    fn leased_attr_ttl(&self, t: &Ticket, ino: Ino) -> Duration {
+    /// `keep`: the attributes may be answered again from the lease (`NameLeases::attrs`).
+    fn leased_attr_ttl(&self, t: &Ticket, a: &Attr, keep: bool) -> Duration {
         if self.opts.no_cache_leases {
             return TTL;
         }
-        self.names.track_attrs(t, ino).unwrap_or(TTL)
+        self.names.track_attrs(t, a.ino, keep.then_some(a)).unwrap_or(TTL)
     }
 
     fn who(&self, k: Key) -> Arc<Who> {
@@ -756,7 +757,7 @@ macro_rules! name_or_reply {
 /// Replies with the entry `name` in `parent` the MDS answered to the request `t` was taken for.
 fn reply_entry(inner: &Inner, reply: ReplyEntry, r: FsResult<Attr>, t: &Ticket, parent: Ino, name: &str) {
     let ttl = match &r {
-        Ok(a) => inner.leased_entry_ttl(t, parent, name, a.ino),
+        Ok(a) => inner.leased_entry_ttl(t, parent, name, a),
         Err(_) => TTL,
     };
     reply_entry_for(inner, reply, r, ttl)
@@ -835,6 +836,13 @@ impl Filesystem for TesseraFs {
         if let Some(r) = self.inner.leases.lookup(parent.0, &name) {
             return reply_entry_for(&self.inner, reply, r, self.inner.entry_ttl(parent.0));
         }
+        // A name leased here (looked up or created through this mount, not recalled nor changed here since):
+        // answered here, however long ago the kernel's own timeout ran out.
+        if !self.inner.entry_ttl(parent.0).is_zero() {
+            if let Some((a, ttl)) = self.inner.names.entry(parent.0, &name) {
+                return reply.entry(&ttl, &self.inner.fattr(a), Generation(0));
+            }
+        }
         let k = key(req);
         let known = self.inner.leases.knows(parent.0, &name);
         let lookup = move |inner: Arc<Inner>| async move {
@@ -843,7 +851,7 @@ impl Filesystem for TesseraFs {
             let ttl = match &r {
                 Ok(a) => {
                     inner.note_parent(a, parent.0);
-                    inner.leased_entry_ttl(&t, parent.0, &name, a.ino)
+                    inner.leased_entry_ttl(&t, parent.0, &name, a)
                 }
                 Err(_) => TTL,
             };
@@ -860,7 +868,10 @@ impl Filesystem for TesseraFs {
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         if let Some(a) = self.inner.leases.getattr(ino.0) {
             // A leased directory or a file created in one: the batch that tells the MDS leases it here.
-            let ttl = self.inner.leased_attr_ttl(&self.inner.names.ticket(), ino.0);
+            let ttl = self.inner.leased_attr_ttl(&self.inner.names.ticket(), &a, false);
+            return reply.attr(&ttl, &self.inner.fattr(a));
+        }
+        if let Some((a, ttl)) = self.inner.names.attrs(ino.0) {
             return reply.attr(&ttl, &self.inner.fattr(a));
         }
         if let Some(a) = self.inner.take_fresh_dir_attr(ino.0) {
@@ -870,7 +881,7 @@ impl Filesystem for TesseraFs {
         self.spawn(move |inner| async move {
             let t = inner.names.ticket();
             match inner.mds(k).getattr(ino.0).await {
-                Ok(a) => reply.attr(&inner.leased_attr_ttl(&t, ino.0), &inner.fattr(a)),
+                Ok(a) => reply.attr(&inner.leased_attr_ttl(&t, &a, true), &inner.fattr(a)),
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -894,6 +905,7 @@ impl Filesystem for TesseraFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let changing = self.inner.names.changing(&[ino.0], false);
         let k = key(req);
         let set = SetAttrs {
             perm: mode.map(|m| m & 0o7777),
@@ -904,12 +916,13 @@ impl Filesystem for TesseraFs {
             mtime: mtime.map(time_set),
         };
         self.spawn(move |inner| async move {
+            let _changing = changing;
             inner.give_up_lease(Some(ino.0)).await;
             let t = inner.names.ticket();
             let r = inner.setattr(k, ino.0, set, fh).await;
             inner.forget_dir_attr(Some(ino.0));
             match r {
-                Ok(a) => reply.attr(&inner.leased_attr_ttl(&t, ino.0), &file_attr(&a)),
+                Ok(a) => reply.attr(&inner.leased_attr_ttl(&t, &a, true), &file_attr(&a)),
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -926,9 +939,11 @@ impl Filesystem for TesseraFs {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let changing = self.inner.names.changing(&[parent.0], false);
         let name = name_or_reply!(name, reply);
         let k = key(req);
         self.spawn(move |inner| async move {
+            let _changing = changing;
             let t = inner.names.ticket();
             let kind = if mode & libc::S_IFMT == 0 { Some(FileKind::File) } else { FileKind::from_mode(mode) };
             let r = match kind {
@@ -945,9 +960,11 @@ impl Filesystem for TesseraFs {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let changing = self.inner.names.changing(&[parent.0], false);
         let name = name_or_reply!(name, reply);
         let k = key(req);
         self.spawn(move |inner| async move {
+            let _changing = changing;
             inner.give_up_lease(Some(parent.0)).await;
             let t = inner.names.ticket();
             let r = inner.mds(k).mkdir(parent.0, &name, (mode & 0o7777, umask)).await;
@@ -963,6 +980,11 @@ impl Filesystem for TesseraFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let victim = self.inner.names.forget_entry(parent.0, &name.to_string_lossy());
+        let changing = self
+            .inner
+            .names
+            .changing(&[Some(parent.0), victim].into_iter().flatten().collect::<Vec<_>>(), victim.is_none());
         let name = name_or_reply!(name, reply);
         // In a directory leased here: removed at once, sent to the MDS with the next batch.
         let k = key(req);
@@ -970,6 +992,7 @@ impl Filesystem for TesseraFs {
             return reply.ok();
         }
         self.spawn(move |inner| async move {
+            let _changing = changing;
             let mds = inner.mds(k);
             if !inner.opts.sync_creates && inner.leases.take_candidate(parent.0) {
                 // Files are being removed here: lease the directory, then remove here.
@@ -989,9 +1012,15 @@ impl Filesystem for TesseraFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let victim = self.inner.names.forget_entry(parent.0, &name.to_string_lossy());
+        let changing = self
+            .inner
+            .names
+            .changing(&[Some(parent.0), victim].into_iter().flatten().collect::<Vec<_>>(), victim.is_none());
         let name = name_or_reply!(name, reply);
         let k = key(req);
         self.spawn(move |inner| async move {
+            let _changing = changing;
             // The directory removed may be leased here, and the MDS holds removals while any is.
             inner.give_up_lease(None).await;
             let r = inner.mds(k).rmdir(parent.0, &name).await.map(|p| inner.remember_dir_attr(p));
@@ -1000,12 +1029,14 @@ impl Filesystem for TesseraFs {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let changing = self.inner.names.changing(&[parent.0], false);
         let name = name_or_reply!(link_name, reply);
         let Some(target) = target.to_str().map(str::to_string) else {
             return reply.error(Errno::EINVAL);
         };
         let k = key(req);
         self.spawn(move |inner| async move {
+            let _changing = changing;
             inner.give_up_lease(Some(parent.0)).await;
             let t = inner.names.ticket();
             let r = inner.mds(k).symlink(parent.0, &name, &target).await;
@@ -1024,6 +1055,17 @@ impl Filesystem for TesseraFs {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
+        // This mount's own change: the MDS recalls nothing from it (see `NameLeases::changing`).
+        let mut changed = Vec::new();
+        let mut unknown = false;
+        for (p, n) in [(parent, name), (newparent, newname)] {
+            match self.inner.names.forget_entry(p.0, &n.to_string_lossy()) {
+                Some(i) => changed.push(i),
+                None => unknown = true,
+            }
+            changed.push(p.0);
+        }
+        let changing = self.inner.names.changing(&changed, unknown);
         let name = name_or_reply!(name, reply);
         let newname = name_or_reply!(newname, reply);
         let known = fuser::RenameFlags::RENAME_NOREPLACE | fuser::RenameFlags::RENAME_EXCHANGE;
@@ -1036,6 +1078,7 @@ impl Filesystem for TesseraFs {
         };
         let k = key(req);
         self.spawn(move |inner| async move {
+            let _changing = changing;
             inner.give_up_lease(None).await;
             let r = inner.mds(k).rename(parent.0, &name, newparent.0, &newname, rf).await;
             // Both parents and a moved directory itself changed.
@@ -1045,9 +1088,12 @@ impl Filesystem for TesseraFs {
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let changing = self.inner.names.changing(&[ino.0, newparent.0], false);
+
         let name = name_or_reply!(newname, reply);
         let k = key(req);
         self.spawn(move |inner| async move {
+            let _changing = changing;
             inner.give_up_lease(Some(newparent.0)).await;
             let t = inner.names.ticket();
             let r = inner.mds(k).link(ino.0, newparent.0, &name).await;
@@ -1057,8 +1103,10 @@ impl Filesystem for TesseraFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: FuseOpenFlags, reply: ReplyOpen) {
+        let changing = (flags.0 & libc::O_TRUNC != 0).then(|| self.inner.names.changing(&[ino.0], false));
         let k = key(req);
         self.spawn(move |inner| async move {
+            let _changing = changing;
             let who = inner.who(k);
             let mds = who.mds(inner.client.mds());
             match inner.open(&mds, ino.0, flags.0).await {
@@ -1145,6 +1193,7 @@ impl Filesystem for TesseraFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.inner.names.forget_attrs(_ino.0);
         let kill_privs = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         let append = flags.0 & libc::O_APPEND != 0;
         if self.inner.leases.is_pending_fh(fh.0) {
@@ -1174,6 +1223,9 @@ impl Filesystem for TesseraFs {
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
+        // Written here: the size and times the MDS gets now are not the ones leased.
+        let wrote = self.inner.handle(fh).is_ok_and(|h| h.wrote.load(Ordering::Acquire));
+        let changing = wrote.then(|| self.inner.names.changing(&[_ino.0], false));
         // A pending file's creating open has written nothing (a write sends the create first) nor locked.
         if self.inner.leases.is_pending_fh(fh.0) {
             return reply.ok();
@@ -1191,6 +1243,7 @@ impl Filesystem for TesseraFs {
             Err(e) => return reply.error(errno(&e)),
         };
         self.spawn(move |_inner| async move {
+            let _changing = changing;
             // What is still buffered goes in the job's interval.
             if h.inode.has_pending() {
                 periodic::gate(&h.periodic, 0).await;
@@ -1215,6 +1268,9 @@ impl Filesystem for TesseraFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        // Written here: the size and times the MDS gets now are not the ones leased.
+        let wrote = self.inner.handle(fh).is_ok_and(|h| h.wrote.load(Ordering::Acquire));
+        let changing = wrote.then(|| self.inner.names.changing(&[_ino.0], false));
         if self.inner.leases.release_fh(fh.0) {
             return reply.ok();
         }
@@ -1236,6 +1292,7 @@ impl Filesystem for TesseraFs {
             });
         }
         self.spawn(move |inner| async move {
+            let _changing = changing;
             if let (Some(o), Ok(h)) = (lock_owner, inner.handle(fh)) {
                 // The last close of an open file description releases its flock lock.
                 if let Err(e) = h.unlock_all(o.0, LockKind::Flock).await {
@@ -1326,7 +1383,9 @@ impl Filesystem for TesseraFs {
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let changing = self.inner.names.changing(&[_ino.0], false);
         self.spawn(move |inner| async move {
+            let _changing = changing;
             let r = match inner.handle(fh) {
                 Ok(h) => h.fsync().await,
                 Err(e) => Err(e),
@@ -1416,6 +1475,7 @@ impl Filesystem for TesseraFs {
         position: u32,
         reply: ReplyEmpty,
     ) {
+        let changing = self.inner.names.changing(&[ino.0], false);
         let name = name_or_reply!(name, reply);
         if position != 0 {
             return reply.error(Errno::EINVAL);
@@ -1433,6 +1493,7 @@ impl Filesystem for TesseraFs {
         let value = value.to_vec();
         let k = key(req);
         self.spawn(move |inner| async move {
+            let _changing = changing;
             inner.give_up_lease(Some(ino.0)).await;
             let r = inner.mds(k).setxattr(ino.0, &name, value, mode).await;
             inner.forget_dir_attr(Some(ino.0));
@@ -1465,12 +1526,14 @@ impl Filesystem for TesseraFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let changing = self.inner.names.changing(&[ino.0], false);
         let name = name_or_reply!(name, reply);
         if !self.inner.opts.acl && name.starts_with(ACL_XATTR_PREFIX) {
             return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
         }
         let k = key(req);
         self.spawn(move |inner| async move {
+            let _changing = changing;
             inner.give_up_lease(Some(ino.0)).await;
             let r = inner.mds(k).removexattr(ino.0, &name).await;
             inner.forget_dir_attr(Some(ino.0));
@@ -1495,6 +1558,7 @@ impl Filesystem for TesseraFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let changing = self.inner.names.changing(&[parent.0], false);
         let name = name_or_reply!(name, reply);
         let k = key(req);
         if !self.inner.opts.sync_creates && mode & libc::S_IFMT == libc::S_IFREG {
@@ -1506,7 +1570,7 @@ impl Filesystem for TesseraFs {
             if let Some(a) = self.inner.leases.try_create(parent.0, &name, perm, &who, open_flags(flags), fh) {
                 // The batch that tells the MDS leases the name and the file here.
                 return reply.created(
-                    &self.inner.leased_entry_ttl(&t, parent.0, &name, a.ino),
+                    &self.inner.leased_entry_ttl(&t, parent.0, &name, &a),
                     &file_attr(&a),
                     Generation(0),
                     FileHandle(fh),
@@ -1515,6 +1579,7 @@ impl Filesystem for TesseraFs {
             }
         }
         self.spawn(move |inner| async move {
+            let _changing = changing;
             let t = inner.names.ticket();
             let r: FsResult<(u64, Attr)> = async {
                 let kind = if mode & libc::S_IFMT == 0 { Some(FileKind::File) } else { FileKind::from_mode(mode) };
@@ -1547,7 +1612,7 @@ impl Filesystem for TesseraFs {
             match r {
                 Ok((fh, a)) => {
                     inner.note_parent(&a, parent.0);
-                    let ttl = inner.leased_entry_ttl(&t, parent.0, &name, a.ino);
+                    let ttl = inner.leased_entry_ttl(&t, parent.0, &name, &a);
                     reply.created(&ttl, &file_attr(&a), Generation(0), FileHandle(fh), inner.fopen_flags(flags))
                 }
                 Err(e) => reply.error(errno(&e)),
@@ -1565,6 +1630,7 @@ impl Filesystem for TesseraFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let changing = self.inner.names.changing(&[_ino.0], false);
         let (keep, punch, zero) = (libc::FALLOC_FL_KEEP_SIZE, libc::FALLOC_FL_PUNCH_HOLE, libc::FALLOC_FL_ZERO_RANGE);
         // As Linux: a hole is punched only with KEEP_SIZE, never together with ZERO_RANGE; COLLAPSE_RANGE,
         // INSERT_RANGE and the rest are not supported.
@@ -1575,6 +1641,7 @@ impl Filesystem for TesseraFs {
             return reply.error(Errno::EINVAL);
         }
         self.spawn(move |inner| async move {
+            let _changing = changing;
             let r = match inner.handle(fh) {
                 Ok(h) => h.fallocate(offset, length, mode).await,
                 Err(e) => Err(e),
@@ -1600,12 +1667,14 @@ impl Filesystem for TesseraFs {
         flags: fuser::CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        let changing = self.inner.names.changing(&[_ino_out.0], false);
         if !flags.is_empty() {
             return reply.error(Errno::EINVAL);
         }
         // The reply counts bytes in 32 bits; a shorter copy makes the caller ask again for the rest.
         let len = len.min(COPY_MAX);
         self.spawn(move |inner| async move {
+            let _changing = changing;
             let r = async {
                 let (src, dst) = (inner.handle(fh_in)?, inner.handle(fh_out)?);
                 let rate = periodic::gate(&dst.periodic, len).await;

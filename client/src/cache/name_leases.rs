@@ -14,12 +14,12 @@
 //! answered again, everything given out is dropped.
 
 use crate::mds_client::MdsClient;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tessera_proto::msg::{MdsReply, MdsRequest, Recall};
-use tessera_proto::types::Ino;
+use tessera_proto::types::{Attr, Ino};
 
 /// How long a `Watch` waits at the MDS for a recall before it is answered empty (a fraction of the
 /// lease, so the next one is sent in time).
@@ -37,6 +37,19 @@ pub trait Invalidate: Send + Sync + 'static {
     fn attrs(&self, ino: Ino);
     /// The cached entry (or absence) `name` in directory `parent`.
     fn entry(&self, parent: Ino, name: &str);
+}
+
+/// A change of this client's own in flight (see [`NameLeases::changing`]).
+pub struct Changing {
+    leases: Arc<NameLeases>,
+    inos: Vec<Ino>,
+    all: bool,
+}
+
+impl Drop for Changing {
+    fn drop(&mut self) {
+        self.leases.note_own(&self.inos, self.all, -1);
+    }
 }
 
 /// What recalls tell the adapter to drop.
@@ -74,9 +87,14 @@ pub struct Ticket {
 struct Tracked {
     /// Recalls carried out, numbered by [`NameLeases::carried`] at the time, with their inode.
     recent: VecDeque<(u64, Ino)>,
-    names: HashMap<Ino, HashSet<String>>,
+    /// Names given out, per directory, with the inode each gives.
+    names: HashMap<Ino, HashMap<String, Ino>>,
     name_count: usize,
-    attrs: HashSet<Ino>,
+    /// Attributes given out, as they were (`None`: given out by an answer that did not carry them here).
+    attrs: HashMap<Ino, Option<Attr>>,
+    /// Inodes this client is changing itself (see [`NameLeases::changing`]), and changes of unknown inodes.
+    changing: HashMap<Ino, usize>,
+    changing_any: usize,
 }
 
 /// This client's name and attribute leases.
@@ -153,33 +171,112 @@ impl NameLeases {
         self.leased_for(&tr, t, inos)
     }
 
-    /// As [`NameLeases::ttl`] for an entry `name` in `parent` giving inode `ino`'s attributes (`None`: a
-    /// name found absent): remembered, to be dropped at a recall of everything or all of `parent`'s names.
-    pub fn track_entry(&self, t: &Ticket, parent: Ino, name: &str, ino: Option<Ino>) -> Option<Duration> {
+    /// As [`NameLeases::ttl`] for an entry `name` in `parent` giving `attr` (`None`: only its inode
+    /// `ino` is known): remembered, to be answered again by [`NameLeases::entry`] while the lease holds and
+    /// dropped at a recall.
+    pub fn track_entry(&self, t: &Ticket, parent: Ino, name: &str, ino: Ino, attr: Option<&Attr>) -> Option<Duration> {
         let mut tr = self.tracked();
-        let inos = [parent, ino.unwrap_or(parent)];
-        let ttl = self.leased_for(&tr, t, &inos)?;
+        let ttl = self.leased_for(&tr, t, &[parent, ino])?;
         if tr.name_count >= TRACKED_MAX || tr.attrs.len() >= TRACKED_MAX {
             return None;
         }
-        if tr.names.entry(parent).or_default().insert(name.to_string()) {
+        if tr.names.entry(parent).or_default().insert(name.to_string(), ino).is_none() {
             tr.name_count += 1;
         }
-        if let Some(i) = ino {
-            tr.attrs.insert(i);
+        let keep = attr.filter(|_| tr.changing_any == 0 && !tr.changing.contains_key(&ino)).cloned();
+        let slot = tr.attrs.entry(ino).or_default();
+        if keep.is_some() {
+            *slot = keep;
         }
         Some(ttl)
     }
 
-    /// As [`NameLeases::ttl`] for an answer giving `ino`'s attributes: remembered.
-    pub fn track_attrs(&self, t: &Ticket, ino: Ino) -> Option<Duration> {
+    /// As [`NameLeases::ttl`] for an answer giving `ino`'s attributes `attr` (`None`: not to be answered
+    /// again from here): remembered (see [`NameLeases::track_entry`]).
+    pub fn track_attrs(&self, t: &Ticket, ino: Ino, attr: Option<&Attr>) -> Option<Duration> {
         let mut tr = self.tracked();
         let ttl = self.leased_for(&tr, t, &[ino])?;
         if tr.attrs.len() >= TRACKED_MAX {
             return None;
         }
-        tr.attrs.insert(ino);
+        let keep = attr.filter(|_| tr.changing_any == 0 && !tr.changing.contains_key(&ino)).cloned();
+        tr.attrs.insert(ino, keep);
         Some(ttl)
+    }
+
+    /// The leased entry `name` in `parent` with its attributes, and how long it stays leased (while the
+    /// lease holds and no recall or change of this client's dropped it).
+    pub fn entry(&self, parent: Ino, name: &str) -> Option<(Attr, Duration)> {
+        let ttl = self.remaining()?;
+        let tr = self.tracked();
+        let ino = *tr.names.get(&parent)?.get(name)?;
+        Some((tr.attrs.get(&ino)?.clone()?, ttl))
+    }
+
+    /// The leased attributes of `ino` (as [`NameLeases::entry`]).
+    pub fn attrs(&self, ino: Ino) -> Option<(Attr, Duration)> {
+        let ttl = self.remaining()?;
+        Some((self.tracked().attrs.get(&ino)?.clone()?, ttl))
+    }
+
+    fn remaining(&self) -> Option<Duration> {
+        let (now, until) = (self.now_ms(), self.until_ms.load(Ordering::Acquire));
+        (now < until).then(|| Duration::from_millis(until - now))
+    }
+
+    /// This client is about to change `inos` itself (`all`: and inodes it does not know, as the one a
+    /// name it removes or replaces gives): the MDS recalls nothing from the changer (its kernel knows what
+    /// it changed), so their attributes are not answered from here, nor kept from answers that cross the
+    /// change, until the returned guard is dropped (when the change's answer is in).
+    pub fn changing(self: &Arc<Self>, inos: &[Ino], all: bool) -> Changing {
+        self.note_own(inos, all, 1);
+        Changing { leases: self.clone(), inos: inos.to_vec(), all }
+    }
+
+    /// This client changed `ino`'s attributes itself where no answer of the MDS can cross the change (a write
+    /// buffered here: the MDS learns its size at a flush or close, which [`NameLeases::changing`] covers).
+    pub fn forget_attrs(&self, ino: Ino) {
+        self.note_own(&[ino], false, 0);
+    }
+
+    /// Forgets the attributes of `inos` (every attribute with `all`) and counts changes in flight by `delta`;
+    /// answers on their way are not kept (as after a recall).
+    fn note_own(&self, inos: &[Ino], all: bool, delta: isize) {
+        let mut tr = self.tracked();
+        let n = self.carried.fetch_add(1, Ordering::AcqRel) + 1;
+        for &ino in inos {
+            tr.recent.push_back((n, ino));
+            if let Some(a) = tr.attrs.get_mut(&ino) {
+                *a = None;
+            }
+            let c = tr.changing.entry(ino).or_default();
+            *c = c.saturating_add_signed(delta);
+            if *c == 0 {
+                tr.changing.remove(&ino);
+            }
+        }
+        if all {
+            tr.attrs.values_mut().for_each(|a| *a = None);
+            tr.changing_any = tr.changing_any.saturating_add_signed(delta);
+            // Every answer on its way is overtaken.
+            let n = self.carried.fetch_add(RECENT_MAX as u64 + 1, Ordering::AcqRel) + RECENT_MAX as u64 + 1;
+            tr.recent.clear();
+            tr.recent.push_back((n, 0));
+        }
+        while tr.recent.len() > RECENT_MAX {
+            tr.recent.pop_front();
+        }
+    }
+
+    /// This client removes or replaces the entry `name` in `parent` (under the directory's lock, so no lookup
+    /// of it crosses the change): forgotten. Returns the inode it gave, if known here.
+    pub fn forget_entry(&self, parent: Ino, name: &str) -> Option<Ino> {
+        let mut tr = self.tracked();
+        let ino = tr.names.get_mut(&parent).and_then(|ns| ns.remove(name));
+        if ino.is_some() {
+            tr.name_count -= 1;
+        }
+        ino
     }
 
     /// Notes one recall (answers on their way are no longer leased, what it names is no longer given
@@ -198,7 +295,7 @@ impl NameLeases {
         if r.all_names {
             if let Some(all) = tr.names.remove(&r.ino) {
                 tr.name_count -= all.len();
-                names.extend(all);
+                names.extend(all.into_keys());
             }
         } else if let Some(known) = tr.names.get_mut(&r.ino) {
             let before = known.len();
@@ -208,7 +305,7 @@ impl NameLeases {
             let removed = before - known.len();
             tr.name_count -= removed;
         }
-        let attrs = r.attrs || tr.attrs.contains(&r.ino) && r.all_names;
+        let attrs = r.attrs || tr.attrs.contains_key(&r.ino) && r.all_names;
         if r.attrs {
             tr.attrs.remove(&r.ino);
         }
@@ -228,8 +325,8 @@ impl NameLeases {
         tr.recent.push_back((n, 0));
         tr.name_count = 0;
         let entries =
-            std::mem::take(&mut tr.names).into_iter().flat_map(|(d, ns)| ns.into_iter().map(move |n| (d, n))).collect();
-        Dropped { attrs: std::mem::take(&mut tr.attrs).into_iter().collect(), entries }
+            std::mem::take(&mut tr.names).into_iter().flat_map(|(d, ns)| ns.into_keys().map(move |n| (d, n))).collect();
+        Dropped { attrs: std::mem::take(&mut tr.attrs).into_keys().collect(), entries }
     }
 
     /// Carries out one recall (tests).
@@ -329,6 +426,43 @@ mod tests {
         }
     }
 
+    fn attr(ino: Ino) -> Attr {
+        Attr::new(ino, tessera_proto::types::FileKind::File, 0o644, 0, 0, tessera_proto::types::Timestamp::now())
+    }
+
+    #[test]
+    fn leased_answers_are_answered_again_until_recalled_or_changed_here() {
+        let l = NameLeases::default();
+        leased(&l);
+        let log = Log::default();
+        let t = l.ticket();
+        l.track_entry(&t, 1, "a", 5, Some(&attr(5))).unwrap();
+        assert_eq!(l.entry(1, "a").unwrap().0.ino, 5);
+        assert_eq!(l.attrs(5).unwrap().0.ino, 5);
+        let l = Arc::new(l);
+        let g = l.changing(&[5], false);
+        assert!(l.entry(1, "a").is_none() && l.attrs(5).is_none(), "changed here: asked again");
+        l.track_attrs(&l.ticket(), 5, Some(&attr(5))).unwrap();
+        assert!(l.attrs(5).is_none(), "not kept while the change is in flight");
+        let t = l.ticket();
+        drop(g);
+        l.track_attrs(&t, 5, Some(&attr(5)));
+        assert!(l.attrs(5).is_none(), "an answer that crossed the change is not kept");
+        l.track_attrs(&l.ticket(), 5, Some(&attr(5))).unwrap();
+        assert!(l.entry(1, "a").is_some());
+        l.carry_out(&Recall { seq: 1, ino: 1, names: vec!["a".into()], ..Recall::default() }, &log);
+        assert!(l.entry(1, "a").is_none(), "the name was recalled");
+        assert!(l.attrs(5).is_some(), "its attributes were not");
+        l.track_entry(&l.ticket(), 1, "b", 6, Some(&attr(6))).unwrap();
+        assert_eq!(l.forget_entry(1, "b"), Some(6));
+        let g = l.changing(&[], true);
+        assert!(l.attrs(5).is_none(), "a change of unknown inodes: every attribute goes");
+        drop(g);
+        l.until_ms.store(0, Ordering::Release);
+        l.track_entry(&l.ticket(), 1, "c", 7, Some(&attr(7)));
+        assert!(l.entry(1, "c").is_none(), "nothing without a lease");
+    }
+
     fn leased(l: &NameLeases) {
         l.until_ms.store(l.now_ms() + 5000, Ordering::Release);
     }
@@ -363,8 +497,8 @@ mod tests {
         leased(&l);
         let log = Log::default();
         let t = l.ticket();
-        l.track_entry(&t, 1, "a", Some(5)).unwrap();
-        l.track_entry(&t, 1, "b", None).unwrap();
+        l.track_entry(&t, 1, "a", 5, None).unwrap();
+        l.track_entry(&t, 1, "b", 6, None).unwrap();
         l.carry_out(&Recall { seq: 1, ino: 1, names: vec!["a".into()], ..Recall::default() }, &log);
         assert_eq!(*log.0.lock().unwrap(), vec!["entry 1/a"]);
         log.0.lock().unwrap().clear();
@@ -372,7 +506,7 @@ mod tests {
         assert_eq!(*log.0.lock().unwrap(), vec!["entry 1/b"], "every name still given out");
         log.0.lock().unwrap().clear();
         let t = l.ticket();
-        l.track_attrs(&t, 7).unwrap();
+        l.track_attrs(&t, 7, Some(&attr(7))).unwrap();
         l.carry_out(&Recall { seq: 3, everything: true, ..Recall::default() }, &log);
         let got = log.0.lock().unwrap().clone();
         assert!(got.contains(&"attrs 7".to_string()) && got.contains(&"attrs 5".to_string()), "{got:?}");
