@@ -156,7 +156,8 @@ impl NameLeases {
             if tr.recent.front().is_none_or(|(n, _)| *n > t.carried + 1) {
                 return None;
             }
-            if tr.recent.iter().any(|(n, ino)| *n > t.carried && inos.contains(ino)) {
+            // Newest first, only those since the ticket (the queue holds thousands while changes run).
+            if tr.recent.iter().rev().take_while(|(n, _)| *n > t.carried).any(|(_, ino)| inos.contains(ino)) {
                 return None;
             }
         }
