@@ -980,11 +980,8 @@ impl Filesystem for TesseraFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let victim = self.inner.names.forget_entry(parent.0, &name.to_string_lossy());
-        let changing = self
-            .inner
-            .names
-            .changing(&[Some(parent.0), victim].into_iter().flatten().collect::<Vec<_>>(), victim.is_none());
+        // This mount's own change: the MDS recalls nothing from it (see `NameLeases::changing`).
+        let changing = self.inner.names.removing(parent.0, &name.to_string_lossy());
         let name = name_or_reply!(name, reply);
         // In a directory leased here: removed at once, sent to the MDS with the next batch.
         let k = key(req);
@@ -1012,11 +1009,8 @@ impl Filesystem for TesseraFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let victim = self.inner.names.forget_entry(parent.0, &name.to_string_lossy());
-        let changing = self
-            .inner
-            .names
-            .changing(&[Some(parent.0), victim].into_iter().flatten().collect::<Vec<_>>(), victim.is_none());
+        // This mount's own change: the MDS recalls nothing from it (see `NameLeases::changing`).
+        let changing = self.inner.names.removing(parent.0, &name.to_string_lossy());
         let name = name_or_reply!(name, reply);
         let k = key(req);
         self.spawn(move |inner| async move {
@@ -1056,16 +1050,10 @@ impl Filesystem for TesseraFs {
         reply: ReplyEmpty,
     ) {
         // This mount's own change: the MDS recalls nothing from it (see `NameLeases::changing`).
-        let mut changed = Vec::new();
-        let mut unknown = false;
-        for (p, n) in [(parent, name), (newparent, newname)] {
-            match self.inner.names.forget_entry(p.0, &n.to_string_lossy()) {
-                Some(i) => changed.push(i),
-                None => unknown = true,
-            }
-            changed.push(p.0);
-        }
-        let changing = self.inner.names.changing(&changed, unknown);
+        let changing = [
+            self.inner.names.removing(parent.0, &name.to_string_lossy()),
+            self.inner.names.removing(newparent.0, &newname.to_string_lossy()),
+        ];
         let name = name_or_reply!(name, reply);
         let newname = name_or_reply!(newname, reply);
         let known = fuser::RenameFlags::RENAME_NOREPLACE | fuser::RenameFlags::RENAME_EXCHANGE;

@@ -149,13 +149,8 @@ impl State {
 
     fn drop_watcher(&mut self, holder: Holder) {
         if let Some(w) = self.watchers.remove(&holder) {
-            for ino in w.cached.keys() {
-                if let Some(hs) = self.by_ino.get_mut(ino) {
-                    hs.retain(|h| *h != holder);
-                    if hs.is_empty() {
-                        self.by_ino.remove(ino);
-                    }
-                }
+            for &ino in w.cached.keys() {
+                self.unregister(holder, ino);
             }
         }
     }

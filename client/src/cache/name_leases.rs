@@ -97,6 +97,24 @@ struct Tracked {
     changing_any: usize,
 }
 
+impl Tracked {
+    /// Answers on their way that name `inos` are overtaken: recall (or own change) number `n`.
+    fn overtake(&mut self, n: u64, inos: &[Ino]) {
+        self.recent.extend(inos.iter().map(|&ino| (n, ino)));
+        while self.recent.len() > RECENT_MAX {
+            self.recent.pop_front();
+        }
+    }
+
+    /// Every answer on its way is overtaken: `carried` jumps past what `recent` can tell (see
+    /// [`NameLeases::leased_for`]).
+    fn overtake_all(&mut self, carried: &AtomicU64) {
+        let n = carried.fetch_add(RECENT_MAX as u64 + 1, Ordering::AcqRel) + RECENT_MAX as u64 + 1;
+        self.recent.clear();
+        self.recent.push_back((n, 0));
+    }
+}
+
 /// This client's name and attribute leases.
 pub struct NameLeases {
     base: Instant,
@@ -138,11 +156,6 @@ impl NameLeases {
         }
     }
 
-    /// Whether the leases hold now.
-    pub fn holds(&self) -> bool {
-        self.now_ms() < self.until_ms.load(Ordering::Acquire)
-    }
-
     /// Checked under the tracking lock: the answer to the request `t` was taken for, naming `inos`, is
     /// leased for the returned time.
     fn leased_for(&self, tr: &Tracked, t: &Ticket, inos: &[Ino]) -> Option<Duration> {
@@ -166,8 +179,10 @@ impl NameLeases {
     }
 
     /// How long an answer to the request `t` was taken for may be cached, `inos` being the inodes whose
-    /// attributes or names it gives: `None` when it is not leased.
-    pub fn ttl(&self, t: &Ticket, inos: &[Ino]) -> Option<Duration> {
+    /// attributes or names it gives: `None` when it is not leased (the adapters ask through
+    /// [`NameLeases::track_entry`] and [`NameLeases::track_attrs`], which also remember it).
+    #[cfg(test)]
+    fn ttl(&self, t: &Ticket, inos: &[Ino]) -> Option<Duration> {
         let tr = self.tracked();
         self.leased_for(&tr, t, inos)
     }
@@ -245,8 +260,8 @@ impl NameLeases {
     fn note_own(&self, inos: &[Ino], all: bool, delta: isize) {
         let mut tr = self.tracked();
         let n = self.carried.fetch_add(1, Ordering::AcqRel) + 1;
+        tr.overtake(n, inos);
         for &ino in inos {
-            tr.recent.push_back((n, ino));
             if let Some(a) = tr.attrs.get_mut(&ino) {
                 *a = None;
             }
@@ -259,19 +274,22 @@ impl NameLeases {
         if all {
             tr.attrs.values_mut().for_each(|a| *a = None);
             tr.changing_any = tr.changing_any.saturating_add_signed(delta);
-            // Every answer on its way is overtaken.
-            let n = self.carried.fetch_add(RECENT_MAX as u64 + 1, Ordering::AcqRel) + RECENT_MAX as u64 + 1;
-            tr.recent.clear();
-            tr.recent.push_back((n, 0));
+            tr.overtake_all(&self.carried);
         }
-        while tr.recent.len() > RECENT_MAX {
-            tr.recent.pop_front();
+    }
+
+    /// This client is about to remove or replace the entry `name` in `parent`: the entry is forgotten, and
+    /// `parent` and the inode it gave (every inode when that is not known here) are [`NameLeases::changing`].
+    pub fn removing(self: &Arc<Self>, parent: Ino, name: &str) -> Changing {
+        match self.forget_entry(parent, name) {
+            Some(ino) => self.changing(&[parent, ino], false),
+            None => self.changing(&[parent], true),
         }
     }
 
     /// This client removes or replaces the entry `name` in `parent` (under the directory's lock, so no lookup
     /// of it crosses the change): forgotten. Returns the inode it gave, if known here.
-    pub fn forget_entry(&self, parent: Ino, name: &str) -> Option<Ino> {
+    fn forget_entry(&self, parent: Ino, name: &str) -> Option<Ino> {
         let mut tr = self.tracked();
         let ino = tr.names.get_mut(&parent).and_then(|ns| ns.remove(name));
         if ino.is_some() {
@@ -288,10 +306,7 @@ impl NameLeases {
         }
         let mut tr = self.tracked();
         let n = self.carried.fetch_add(1, Ordering::AcqRel) + 1;
-        tr.recent.push_back((n, r.ino));
-        while tr.recent.len() > RECENT_MAX {
-            tr.recent.pop_front();
-        }
+        tr.overtake(n, &[r.ino]);
         let mut names: Vec<String> = r.names.clone();
         if r.all_names {
             if let Some(all) = tr.names.remove(&r.ino) {
@@ -320,10 +335,7 @@ impl NameLeases {
     /// or a lease that ran out before the next `Watch` was answered); returns what the adapter must drop.
     fn note_everything(&self) -> Dropped {
         let mut tr = self.tracked();
-        // Every answer on its way is overtaken.
-        let n = self.carried.fetch_add(RECENT_MAX as u64 + 1, Ordering::AcqRel) + RECENT_MAX as u64 + 1;
-        tr.recent.clear();
-        tr.recent.push_back((n, 0));
+        tr.overtake_all(&self.carried);
         tr.name_count = 0;
         let entries =
             std::mem::take(&mut tr.names).into_iter().flat_map(|(d, ns)| ns.into_keys().map(move |n| (d, n))).collect();
