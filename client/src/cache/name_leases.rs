@@ -357,11 +357,13 @@ impl NameLeases {
         stop: Arc<std::sync::atomic::AtomicBool>,
     ) {
         let mut acked = 0u64;
-        let wait_ms = WATCH_WAIT.as_millis() as u32;
+        // The first is answered at once: leases hold from then on, not only once a wait has passed.
+        let mut wait_ms = 0;
         while !stop.load(Ordering::Acquire) {
             let sent = self.now_ms();
             match mds.call(MdsRequest::Watch { acked, wait_ms, leave: false }).await {
                 Ok(MdsReply::Recalls(r)) => {
+                    wait_ms = WATCH_WAIT.as_millis() as u32;
                     let until = sent + u64::from(r.lease_ms);
                     // Noted at once (answers on their way are checked against them), then dropped from
                     // the adapter's caches off the runtime: an invalidation waits for the directory's lock,
